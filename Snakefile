@@ -1,0 +1,21 @@
+# layerwise-nmt: one DAG from raw corpora to the papers' tables. Rules are thin: each calls `lwnmt <subcommand>`.
+# Full reproduction:  snakemake --cores all --use-conda
+# CPU demo:           snakemake --cores all --configfile config/demo.yaml
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+configfile: "config.yaml"
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/preprocess.smk"
+
+
+rule all:
+    input:
+        [target for task in TARGET_TASKS for target in task_data_targets(task)],
+    default_target: True

@@ -1,0 +1,188 @@
+"""`lwnmt`: one command with subcommands; every Snakemake rule calls one of them."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from . import UserError
+
+log = logging.getLogger("layerwise_nmt")
+
+
+def _checksum_args(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--sha256", help="expected sha256 of the resulting file")
+    group.add_argument("--git-blob", help="expected git blob id (`git hash-object`) of the resulting file")
+
+
+def cmd_fetch(a) -> None:
+    from .data.fetch import checksum_from, download
+
+    download(a.url, a.out, checksum_from(a.sha256, a.git_blob))
+
+
+def cmd_extract(a) -> None:
+    from .data.fetch import Checksum, checksum_from, copy_verified, extract_member
+
+    if a.archive_sha256 or a.archive_git_blob:  # an archive taken from a mirror is checked before use
+        kind, value = ("sha256", a.archive_sha256) if a.archive_sha256 else ("git_blob", a.archive_git_blob)
+        Checksum(kind, value).verify(a.input, a.input, a.where)
+    checksum = checksum_from(a.sha256, a.git_blob)
+    if a.archive:
+        extract_member(a.input, a.member, a.out, checksum, a.where)
+    else:
+        copy_verified(a.input, a.out, checksum, a.where)
+
+
+def cmd_tokenize(a) -> None:
+    from .data.prepare import tokenize_file
+    from .data.tokenize import TokenizeOptions
+
+    options = TokenizeOptions(a.lang, escape=not a.no_escape, aggressive_dash_splits=a.aggressive_dash_splits,
+                              lowercase=a.lowercase, normalize_apostrophe=a.normalize_apostrophe)
+    tokenize_file(a.input, a.out, a.format, options, a.workers)
+
+
+def cmd_assemble(a) -> None:
+    import json
+
+    from .data.prepare import assemble
+
+    spec = json.loads(a.spec)
+    outputs = {split: tuple(os.path.join(a.out_dir, f"{split}.{a.src}-{a.tgt}.{lang}") for lang in (a.src, a.tgt))
+               for split in spec}
+    assemble(spec, outputs, a.stats)
+
+
+def cmd_learn_bpe(a) -> None:
+    from .data.prepare import learn_bpe
+
+    learn_bpe(a.train, a.out, a.merges, a.min_frequency)
+
+
+def cmd_apply_bpe(a) -> None:
+    from .data.prepare import apply_bpe
+
+    apply_bpe(a.codes, a.input, a.out, a.workers)
+
+
+def cmd_vocab(a) -> None:
+    from .data.prepare import build_vocab
+
+    build_vocab(a.texts, a.out, a.padding_factor, a.threshold)
+
+
+def cmd_binarize(a) -> None:
+    from .data.prepare import binarize_file
+
+    binarize_file(a.input, a.vocab, a.prefix)
+
+
+def cmd_status(a) -> None:
+    from . import config as cfg
+
+    config = cfg.load(*a.config)
+    rows = cfg.all_statuses(config)
+    width = max(len(s.name) for s in rows)
+    for kind in ("task", "experiment", "row"):
+        selected = [s for s in rows if s.kind == kind]
+        ready = sum(s.runnable for s in selected)
+        print(f"\n{kind}s: {ready} of {len(selected)} can run")
+        for s in selected:
+            print(f"  {s.state:<7} {s.name:<{width}}  {'' if s.runnable else s.reason}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lwnmt", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    config_arg = dict(nargs="+", default=["config.yaml"], help="config files, later ones override")
+
+    p = sub.add_parser("fetch", help="download a file (retries, resume, checksum)")
+    p.add_argument("url")
+    p.add_argument("out")
+    _checksum_args(p)
+    p.set_defaults(func=cmd_fetch)
+
+    p = sub.add_parser("extract", help="take a raw file out of an archive (or copy it) and verify it")
+    p.add_argument("input", help="an archive, or the file itself")
+    p.add_argument("out")
+    p.add_argument("--archive", action="store_true", help="input is an archive (.tgz/.tar/.zip/.gz)")
+    p.add_argument("--member", help="path inside the archive")
+    p.add_argument("--archive-sha256")
+    p.add_argument("--archive-git-blob")
+    p.add_argument("--where", default="its official URL", help="where to get the file again (for errors)")
+    _checksum_args(p)
+    p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("tokenize", help="read segments of a raw file and Moses-tokenize them")
+    p.add_argument("input")
+    p.add_argument("out")
+    p.add_argument("--lang", required=True)
+    p.add_argument("--format", default="plain", choices=["plain", "xml", "ted_tags"])
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--no-escape", action="store_true")
+    p.add_argument("--aggressive-dash-splits", "-a", action="store_true")
+    p.add_argument("--normalize-apostrophe", action="store_true")
+    p.add_argument("--workers", "-j", type=int, default=1)
+    p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("assemble", help="pair, clean and split tokenized parts into train/valid/test")
+    p.add_argument("--spec", required=True,
+                   help="JSON: {split: {parts: [[raw_src, raw_tgt, tok_src, tok_tgt, format], ...], clean: {...}, "
+                        "hold_out_every: k}}")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--stats", required=True, help="where to write the per-split counts (JSON)")
+    p.set_defaults(func=cmd_assemble)
+
+    p = sub.add_parser("learn-bpe", help="learn joint BPE codes (subword-nmt)")
+    p.add_argument("train", nargs="+")
+    p.add_argument("--out", required=True)
+    p.add_argument("--merges", "-s", type=int, required=True)
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.set_defaults(func=cmd_learn_bpe)
+
+    p = sub.add_parser("apply-bpe", help="apply BPE codes (subword-nmt)")
+    p.add_argument("input")
+    p.add_argument("out")
+    p.add_argument("--codes", "-c", required=True)
+    p.add_argument("--workers", "-j", type=int, default=1)
+    p.set_defaults(func=cmd_apply_bpe)
+
+    p = sub.add_parser("vocab", help="build a fairseq-format dict.txt")
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--out", required=True)
+    p.add_argument("--padding-factor", type=int, default=8)
+    p.add_argument("--threshold", type=int, default=0)
+    p.set_defaults(func=cmd_vocab)
+
+    p = sub.add_parser("binarize", help="token ids of a BPE text as memory-mappable .npy files")
+    p.add_argument("input")
+    p.add_argument("prefix")
+    p.add_argument("--vocab", required=True)
+    p.set_defaults(func=cmd_binarize)
+
+    p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
+    p.add_argument("--config", **config_arg)
+    p.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        args.func(args)
+    except UserError as err:
+        print(f"lwnmt {args.command}: error: {err}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

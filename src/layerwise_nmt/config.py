@@ -1,0 +1,256 @@
+"""The experiment grid as data: loading, schema validation, and the questions the workflow asks of it.
+
+Used by the Snakefile (input functions, targets) and by `lwnmt status`, so both read the config the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from . import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+MIRROR_ENV = "LWNMT_DATA_MIRROR"
+SPLITS = ("train", "valid", "test")
+ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar", ".zip", ".gz", ".xml", ".sgm")
+
+
+def load(*paths: str | os.PathLike) -> dict:
+    """Load and deep-merge config files (later ones override), then validate."""
+    config: dict = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            deep_update(config, yaml.safe_load(f) or {})
+    validate(config)
+    return config
+
+
+def deep_update(base: dict, new: dict) -> dict:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_update(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def validate(config: dict) -> None:
+    """Schema check plus the cross-references a schema cannot express; errors name the offending key."""
+    with open(SCHEMA, encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise UserError(f"config key {where}: {error.message}")
+    datasets, tasks, experiments = config["datasets"], config["tasks"], config.get("experiments", {})
+    for name, task in tasks.items():
+        if task["dataset"] not in datasets:
+            raise UserError(f"config key tasks/{name}/dataset: unknown dataset {task['dataset']!r}")
+        dataset = datasets[task["dataset"]]
+        ready = "pending" not in dataset and "user_path" not in dataset
+        if ready and "splits" not in task:
+            raise UserError(f"config key tasks/{name}/splits: missing; expected train, valid and test")
+        for split_name, split in task.get("splits", {}).items():
+            if ready and not split.get("parts") and not split.get("hold_out_every"):
+                raise UserError(f"config key tasks/{name}/splits/{split_name}: expected parts or hold_out_every")
+            for part in split.get("parts", []):
+                for lang in (task["src"], task["tgt"]):
+                    if ready and part.format(lang=lang) not in dataset.get("files", {}):
+                        raise UserError(
+                            f"config key tasks/{name}/splits: part {part!r} needs file "
+                            f"{part.format(lang=lang)!r}, which datasets/{task['dataset']}/files does not declare"
+                        )
+    for name, experiment in experiments.items():
+        if experiment["task"] not in tasks:
+            raise UserError(f"config key experiments/{name}/task: unknown task {experiment['task']!r}")
+    for paper, spec in config.get("papers", {}).items():
+        for table, tspec in spec["tables"].items():
+            for i, row in enumerate(tspec["rows"]):
+                if "experiment" in row and row["experiment"] not in experiments:
+                    raise UserError(
+                        f"config key papers/{paper}/tables/{table}/rows/{i}/experiment: "
+                        f"unknown experiment {row['experiment']!r}"
+                    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data sources
+
+
+def mirror_dir(config: dict) -> Path | None:
+    """`data_mirror` from config, else the LWNMT_DATA_MIRROR environment variable, else None (download)."""
+    value = config.get("data_mirror") or os.environ.get(MIRROR_ENV)
+    if not value:
+        return None
+    path = Path(value).expanduser().resolve()
+    if not path.is_dir():
+        raise UserError(f"data_mirror {value!r} is not a directory (config key data_mirror or ${MIRROR_ENV})")
+    return path
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Where the workflow gets one raw file: the path it reads and how to turn that into the file."""
+
+    path: str  # a mirror file, a mirror archive, or the download location of the archive
+    member: str | None  # path inside the archive; None when `path` is the file itself or a .gz of it
+    is_archive: bool
+    checksum: tuple[str, str] | None  # ("sha256"|"git_blob", digest) of the extracted file
+    where: str  # human pointer for error messages
+    archive_checksum: tuple[str, str] | None = None  # checked before extracting from a mirrored archive
+
+
+def checksum_of(entry: dict) -> tuple[str, str] | None:
+    for kind in ("sha256", "git_blob"):
+        if entry.get(kind):
+            return kind, entry[kind]
+    return None
+
+
+def file_source(config: dict, dataset: str, name: str) -> FileSource:
+    spec = config["datasets"][dataset]
+    entry = spec["files"][name]
+    archive_name = entry.get("archive")
+    archive = spec.get("archives", {}).get(archive_name, {}) if archive_name else {}
+    member = entry.get("path")
+    url = archive.get("url", entry.get("url", "?"))
+    mirror = mirror_dir(config)
+    if mirror is not None:
+        base = mirror / spec.get("mirror", dataset)
+        where = f"the data mirror {base} or {url}"
+        if member and (base / member).is_file():
+            return FileSource(str(base / member), None, False, checksum_of(entry), where)
+        if archive_name and (base / archive_name).is_file():
+            return FileSource(str(base / archive_name), member, True, checksum_of(entry), where,
+                              checksum_of(archive))
+        if not archive_name and (base / name).is_file():
+            return FileSource(str(base / name), None, False, checksum_of(entry), where)
+        # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
+    if archive_name:
+        return FileSource(download_path(dataset, archive_name), member, True, checksum_of(entry), url)
+    return FileSource(download_path(dataset, name), None, False, checksum_of(entry), url)
+
+
+def download_path(dataset: str, name: str) -> str:
+    return f"results/downloads/{dataset}/{name}"
+
+
+def download_spec(config: dict, dataset: str, name: str) -> dict:
+    """URL and checksum of a downloadable archive (or single file) of a dataset."""
+    spec = config["datasets"][dataset]
+    entry = spec.get("archives", {}).get(name) or spec.get("files", {}).get(name)
+    if not entry or "url" not in entry:
+        raise UserError(f"datasets/{dataset}: nothing named {name!r} to download")
+    return entry
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tasks
+
+
+def part_name(template: str, lang: str) -> str:
+    """`IWSLT14.TED.dev2010.de-en.{lang}.xml` → `IWSLT14.TED.dev2010.de-en.de` (fairseq's tmp/ names)."""
+    name = template.format(lang=lang)
+    for suffix in ARCHIVE_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def find_part(task: dict, part: str, lang: str) -> tuple[str, dict]:
+    """The split spec and raw file name behind a tokenized part name."""
+    for split in task["splits"].values():
+        for template in split.get("parts", []):
+            if part_name(template, lang) == f"{part}.{lang}":
+                return template.format(lang=lang), split
+    raise UserError(f"no split of this task has a part named {part!r}")
+
+
+def pair(task: dict) -> str:
+    return f"{task['src']}-{task['tgt']}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What can run
+
+
+@dataclass(frozen=True)
+class Status:
+    kind: str  # task | experiment | row
+    name: str
+    runnable: bool
+    reason: str
+    quoted: bool = False  # a row the paper quotes from other work: never run, never ours
+
+    @property
+    def state(self) -> str:
+        return "ok" if self.runnable else "quoted" if self.quoted else "blocked"
+
+
+def task_status(config: dict, name: str) -> Status:
+    task = config["tasks"][name]
+    dataset = config["datasets"][task["dataset"]]
+    if "pending" in dataset:
+        return Status("task", name, False, f"dataset {task['dataset']}: {dataset['pending']}")
+    if "user_path" in dataset and not dataset["user_path"]:
+        return Status("task", name, False, f"needs data the user must supply: set datasets/{task['dataset']}/"
+                      f"user_path ({dataset.get('description', '')})")
+    return Status("task", name, True, "ready")
+
+
+def experiment_status(config: dict, name: str) -> Status:
+    from .models import registry
+
+    experiment = config["experiments"][name]
+    task = task_status(config, experiment["task"])
+    if not task.runnable:
+        return Status("experiment", name, False, task.reason)
+    if experiment["model"] not in registry.MODELS:
+        return Status("experiment", name, False, f"model {experiment['model']!r} is not implemented yet")
+    return Status("experiment", name, True, "ready")
+
+
+def row_statuses(config: dict) -> list[Status]:
+    out = []
+    for paper, spec in config.get("papers", {}).items():
+        for table, tspec in spec["tables"].items():
+            for row in tspec["rows"]:
+                label = f"{paper} {table} · {row['label']}"
+                if "experiment" in row:
+                    s = experiment_status(config, row["experiment"])
+                    out.append(Status("row", label, s.runnable, s.reason))
+                else:
+                    quoted = "quoted_from" in row
+                    reason = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
+                    out.append(Status("row", label, False, reason, quoted=quoted))
+    return out
+
+
+def all_statuses(config: dict) -> list[Status]:
+    return (
+        [task_status(config, t) for t in config["tasks"]]
+        + [experiment_status(config, e) for e in config.get("experiments", {})]
+        + row_statuses(config)
+    )
+
+
+def runnable_tasks(config: dict) -> list[str]:
+    wanted = config.get("targets", {}).get("tasks", "all")
+    names = list(config["tasks"]) if wanted == "all" else wanted
+    return [t for t in names if task_status(config, t).runnable]
+
+
+def get(config: dict, path: str, default: Any = None) -> Any:
+    node: Any = config
+    for key in path.split("/"):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node

@@ -1,0 +1,1 @@
+"""Everything before training: fetching, corpus readers, tokenization, cleaning, BPE, vocabularies, binarization."""

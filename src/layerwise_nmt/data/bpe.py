@@ -1,0 +1,41 @@
+"""Byte-pair encoding with subword-nmt (learn on the training text; apply on all splits, in parallel)."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import shutil
+import tempfile
+from typing import Iterable
+
+from subword_nmt.apply_bpe import BPE
+from subword_nmt.learn_bpe import learn_bpe as _learn_bpe
+
+from .io import atomic_path
+
+
+def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency: int = 2) -> None:
+    """Joint BPE as prepare-iwslt14.sh does it: `cat train.L1 train.L2 | learn_bpe.py -s MERGES`."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as joined:
+        for path in train_files:
+            with open(path, "rb") as f:
+                shutil.copyfileobj(f, joined)
+    try:
+        with atomic_path(codes_out) as tmp, codecs.open(joined.name, encoding="utf-8") as src, codecs.open(
+            tmp, "w", encoding="utf-8"
+        ) as dst:
+            _learn_bpe(src, dst, merges, min_frequency=min_frequency)
+    finally:
+        os.unlink(joined.name)
+
+
+class Applier:
+    """Factory for `parallel.map_lines`: each worker loads the codes once."""
+
+    def __init__(self, codes: str, separator: str = "@@"):
+        self.codes, self.separator = codes, separator
+
+    def __call__(self):
+        with codecs.open(self.codes, encoding="utf-8") as f:
+            bpe = BPE(f, separator=self.separator)
+        return lambda line: bpe.process_line(line + "\n")[:-1]

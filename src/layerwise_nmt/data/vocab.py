@@ -1,0 +1,75 @@
+"""Vocabularies in fairseq's `dict.txt` format ("symbol count" per line, specials implicit).
+
+Index order follows fairseq's Dictionary so that users can swap dictionaries between the two:
+<s>=0, <pad>=1, </s>=2, <unk>=3, then symbols by descending count (ties alphabetical), padded with
+`madeupwordNNNN` to a multiple of `padding_factor` (fairseq's default 8, which keeps GPU matmuls aligned).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+from .. import UserError
+from .io import atomic_path, read_lines
+
+BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
+SPECIALS = (BOS, PAD, EOS, UNK)
+
+
+class Dictionary:
+    def __init__(self, symbols: list[str], counts: list[int]):
+        self.symbols = list(SPECIALS) + symbols
+        self.counts = [1] * len(SPECIALS) + counts
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        if len(self.index) != len(self.symbols):
+            raise UserError("vocabulary has duplicate symbols")
+
+    bos, pad, eos, unk = (SPECIALS.index(s) for s in SPECIALS)
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    @classmethod
+    def build(cls, counter: Counter, threshold: int = 0, nwords: int = -1, padding_factor: int = 8) -> "Dictionary":
+        ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
+        ranked = [(s, c) for s, c in ranked if c >= threshold and s not in SPECIALS]
+        if nwords >= 0:
+            ranked = ranked[:nwords]
+        symbols, counts = [s for s, _ in ranked], [c for _, c in ranked]
+        while padding_factor > 1 and (len(symbols) + len(SPECIALS)) % padding_factor:
+            symbols.append(f"madeupword{len(symbols) + len(SPECIALS):04d}")
+            counts.append(0)
+        return cls(symbols, counts)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Dictionary":
+        symbols, counts = [], []
+        for number, line in enumerate(read_lines(path), start=1):
+            symbol, _, count = line.rpartition(" ")
+            if not symbol or not count.isdigit():
+                raise UserError(f"{path}:{number}: expected 'symbol count', got {line!r}")
+            symbols.append(symbol)
+            counts.append(int(count))
+        return cls(symbols, counts)
+
+    def save(self, path: str | Path) -> None:
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            for symbol, count in zip(self.symbols[len(SPECIALS):], self.counts[len(SPECIALS):]):
+                f.write(f"{symbol} {count}\n")
+
+    def encode(self, line: str) -> list[int]:
+        """Token ids of a line plus </s>, as fairseq-preprocess binarizes it."""
+        return [self.index.get(tok, self.unk) for tok in line.split()] + [self.eos]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return " ".join(self.symbols[i] for i in ids if i not in (self.bos, self.pad, self.eos))
+
+
+def count_tokens(paths: Iterable[str]) -> Counter:
+    counter: Counter = Counter()
+    for path in paths:
+        for line in read_lines(path):
+            counter.update(line.split())
+    return counter

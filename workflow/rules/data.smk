@@ -1,0 +1,50 @@
+# fetch → extract: raw files from the official URL or a local mirror, always checksummed.
+
+
+def get_source(wildcards):
+    try:
+        return cfg.file_source(config, wildcards.dataset, wildcards.file)
+    except UserError as err:
+        raise WorkflowError(str(err))
+
+
+def get_download(wildcards):
+    return cfg.download_spec(config, wildcards.dataset, wildcards.archive)
+
+
+rule fetch:
+    output:
+        "results/downloads/{dataset}/{archive}",
+    params:
+        url=lambda w: get_download(w)["url"],
+        checksum=lambda w: checksum_flag(cfg.checksum_of(get_download(w))),
+    log:
+        "results/logs/fetch/{dataset}/{archive}.log",
+    retries: 2
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} fetch {params.url:q} {output:q} {params.checksum} 2> {log:q}"
+
+
+rule extract:
+    input:
+        lambda w: get_source(w).path,
+    output:
+        "results/raw/{dataset}/{file}",
+    params:
+        args=lambda w: " ".join(
+            [
+                f"--archive --member {get_source(w).member}" if get_source(w).member else "",
+                "--archive" if get_source(w).is_archive and not get_source(w).member else "",
+                checksum_flag(get_source(w).checksum),
+                checksum_flag(get_source(w).archive_checksum, prefix="archive-"),
+            ]
+        ),
+        where=lambda w: get_source(w).where,
+    log:
+        "results/logs/extract/{dataset}/{file}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} extract {input:q} {output:q} {params.args} --where {params.where:q} 2> {log:q}"

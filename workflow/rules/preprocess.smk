@@ -1,0 +1,160 @@
+# tokenize → assemble (pair, clean, hold out) → learn/apply BPE → vocabularies → binarize.
+
+
+def get_part(wildcards):
+    """The raw file and split spec behind results/{task}/data/tok/{part}.{lang}."""
+    task = task_of(wildcards)
+    name, split = cfg.find_part(task, wildcards.part, wildcards.lang)
+    return raw_path(task["dataset"], name), split
+
+
+def tokenize_args(wildcards):
+    task = task_of(wildcards)
+    split = get_part(wildcards)[1]
+    opts = task.get("tokenize", {})
+    return " ".join(
+        [
+            f"--format {split.get('format', 'plain')}",
+            "--lowercase" if task.get("lowercase") else "",
+            "--normalize-apostrophe" if split.get("normalize_apostrophe") else "",
+            "--no-escape" if not opts.get("escape", True) else "",
+            "--aggressive-dash-splits" if opts.get("aggressive_dash_splits") else "",
+        ]
+    )
+
+
+rule tokenize:
+    input:
+        lambda w: get_part(w)[0],
+    output:
+        "results/{task}/data/tok/{part}.{lang}",
+    params:
+        args=tokenize_args,
+    threads: 2
+    log:
+        "results/logs/{task}/tokenize/{part}.{lang}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
+
+
+def assemble_spec(wildcards):
+    """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt, format)."""
+    task = task_of(wildcards)
+    spec = {}
+    for name, split in task["splits"].items():
+        spec[name] = {key: split[key] for key in ("clean", "hold_out_every") if key in split}
+        spec[name]["parts"] = [
+            [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
+            + [f"results/{wildcards.task}/data/tok/{cfg.part_name(t, lang)}" for lang in (task["src"], task["tgt"])]
+            + [split.get("format", "plain")]
+            for t in split.get("parts", [])
+        ]
+    return spec
+
+
+rule assemble:
+    input:
+        lambda w: [path for split in assemble_spec(w).values() for part in split["parts"] for path in part[:4]],
+    output:
+        multiext("results/{task}/data/text/train.{src}-{tgt}.", "{src}", "{tgt}"),
+        multiext("results/{task}/data/text/valid.{src}-{tgt}.", "{src}", "{tgt}"),
+        multiext("results/{task}/data/text/test.{src}-{tgt}.", "{src}", "{tgt}"),
+        stats="results/{task}/data/text/stats.{src}-{tgt}.json",
+    params:
+        spec=lambda w: json.dumps(assemble_spec(w)),
+    log:
+        "results/logs/{task}/assemble.{src}-{tgt}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
+        " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
+
+
+def train_texts(wildcards, stage="text"):
+    task = task_of(wildcards)
+    return [f"results/{wildcards.task}/data/{stage}/train.{cfg.pair(task)}.{lang}" for lang in (task["src"], task["tgt"])]
+
+
+rule learn_bpe:
+    input:
+        train_texts,
+    output:
+        "results/{task}/data/bpe/code",
+    params:
+        merges=lambda w: task_of(w)["bpe"]["merges"],
+        min_frequency=lambda w: task_of(w)["bpe"].get("min_frequency", 2),
+    log:
+        "results/logs/{task}/learn_bpe.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} learn-bpe {input:q} --out {output:q} --merges {params.merges}"
+        " --min-frequency {params.min_frequency} 2> {log:q}"
+
+
+rule apply_bpe:
+    input:
+        text="results/{task}/data/text/{split}.{pair}.{lang}",
+        codes="results/{task}/data/bpe/code",
+    output:
+        "results/{task}/data/bpe/{split}.{pair}.{lang}",
+    threads: 2
+    log:
+        "results/logs/{task}/apply_bpe/{split}.{pair}.{lang}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} apply-bpe {input.text:q} {output:q} --codes {input.codes:q} --workers {threads} 2> {log:q}"
+
+
+def vocab_params(wildcards):
+    opts = task_of(wildcards).get("vocab", {})
+    return f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
+
+
+rule vocab_joint:
+    input:
+        lambda w: train_texts(w, "bpe"),
+    output:
+        "results/{task}/data/vocab/dict.joint.txt",
+    params:
+        args=vocab_params,
+    log:
+        "results/logs/{task}/vocab.joint.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
+
+
+rule vocab_separate:
+    input:
+        lambda w: f"results/{w.task}/data/bpe/train.{cfg.pair(task_of(w))}.{w.lang}",
+    output:
+        "results/{task}/data/vocab/dict.{lang}.txt",
+    params:
+        args=vocab_params,
+    log:
+        "results/logs/{task}/vocab.{lang}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
+
+
+rule binarize:
+    input:
+        text="results/{task}/data/bpe/{split}.{pair}.{lang}",
+        vocab=lambda w: f"results/{w.task}/data/vocab/dict.{'joint' if w.vocab == 'joint' else w.lang}.txt",
+    output:
+        multiext("results/{task}/data/bin-{vocab}/{split}.{pair}.{lang}", ".tokens.npy", ".offsets.npy"),
+    log:
+        "results/logs/{task}/binarize/{vocab}/{split}.{pair}.{lang}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} binarize {input.text:q} results/{wildcards.task}/data/bin-{wildcards.vocab}/"
+        "{wildcards.split}.{wildcards.pair}.{wildcards.lang} --vocab {input.vocab:q} 2> {log:q}"
