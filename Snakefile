@@ -2,13 +2,11 @@
 # Full reproduction:  snakemake --cores all --use-conda
 # CPU demo:           snakemake --cores all --configfile config/demo.yaml
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
-configfile: "config.yaml"
-
-validate(config, "workflow/schemas/config.schema.yaml")
+configfile: f"{workflow.basedir}/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"

@@ -14,11 +14,15 @@ LWNMT = "python -m layerwise_nmt"
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
 
+from snakemake.utils import validate
+
 try:
-    cfg.validate(config)  # cross-references the schema cannot check (task → dataset, row → experiment, ...)
+    # One-line errors naming the key, plus the cross-references a schema cannot check (task → dataset, ...).
+    cfg.validate(config)
     TARGET_TASKS = cfg.runnable_tasks(config)
 except UserError as err:
     raise WorkflowError(str(err))
+validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
     blocked = [s for s in cfg.all_statuses(config) if not s.runnable and s.state == "blocked"]

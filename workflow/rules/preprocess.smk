@@ -44,7 +44,7 @@ def assemble_spec(wildcards):
     task = task_of(wildcards)
     spec = {}
     for name, split in task["splits"].items():
-        spec[name] = {key: split[key] for key in ("clean", "hold_out_every") if key in split}
+        spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
         spec[name]["parts"] = [
             [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
             + [f"results/{wildcards.task}/data/tok/{cfg.part_name(t, lang)}" for lang in (task["src"], task["tgt"])]

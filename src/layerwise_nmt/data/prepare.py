@@ -50,6 +50,8 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
                     raise UserError(f"{path} has {len(side)} lines, expected {n_raw} (one per segment of its raw "
                                     f"file); delete it and re-run")
             pairs.extend(zip(side_src, side_tgt))
+        if spec.get("max_lines"):  # CI-sized runs: the first N segments only
+            pairs = pairs[: spec["max_lines"]]
         counts: Counter = Counter()
         if spec.get("clean") is not None:
             pairs = list(clean.clean_pairs(pairs, clean.CleanOptions(**spec["clean"]), counts))

@@ -1,0 +1,52 @@
+"""Acceptance: our IWSLT14 test set equals fairseq prepare-iwslt14.sh's, byte for byte, before and after BPE.
+
+Runs the workflow's own rules (extract from the mirror with checksums → tokenize) on the raw XML, then our BPE step
+with fairseq's `code` file. The train split needs the full archive, which is not mirrored here.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import IWSLT_FAIRSEQ, snakemake
+
+PARTS = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
+         "IWSLT14.TED.tst2012"]
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory, mirror):
+    work = tmp_path_factory.mktemp("iwslt")
+    targets = [f"results/iwslt14_deen/data/tok/{p}.de-en.{lang}" for p in PARTS for lang in ("de", "en")]
+    snakemake(work, *targets, mirror=mirror)
+    return work / "results/iwslt14_deen/data/tok"
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_each_xml_set_equals_fairseq_tmp(tokenized, lang):
+    for part in PARTS:
+        ours = (tokenized / f"{part}.de-en.{lang}").read_bytes()
+        assert ours == (IWSLT_FAIRSEQ / "tmp" / f"{part}.de-en.{lang}").read_bytes(), part
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang):
+    test = b"".join((tokenized / f"{part}.de-en.{lang}").read_bytes() for part in PARTS)
+    expected = (IWSLT_FAIRSEQ / "tmp" / f"test.{lang}").read_bytes()
+    assert test.count(b"\n") == 6750
+    assert test == expected
+
+    (tmp_path / "test.tok").write_bytes(test)
+    subprocess.run([sys.executable, "-m", "layerwise_nmt", "apply-bpe", str(tmp_path / "test.tok"),
+                    str(tmp_path / "test.bpe"), "--codes", str(IWSLT_FAIRSEQ / "code"), "--workers", "2"], check=True)
+    assert (tmp_path / "test.bpe").read_bytes() == (IWSLT_FAIRSEQ / f"test.{lang}").read_bytes()
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_valid_bpe_equals_fairseq(mirror, tmp_path, lang):
+    """fairseq's valid set is held-out training text; BPE with its code must reproduce valid.{lang} exactly."""
+    out = tmp_path / "valid.bpe"
+    subprocess.run([sys.executable, "-m", "layerwise_nmt", "apply-bpe", str(IWSLT_FAIRSEQ / "tmp" / f"valid.{lang}"),
+                    str(out), "--codes", str(IWSLT_FAIRSEQ / "code"), "--workers", "2"], check=True)
+    assert out.read_bytes() == (IWSLT_FAIRSEQ / f"valid.{lang}").read_bytes()
