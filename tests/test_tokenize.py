@@ -41,4 +41,4 @@ def test_blank_lines_pass_through():
 def test_two_workers_give_identical_output():
     lines = [f"Line {i}: the U.S. and Dr. No, {i}." for i in range(5000)]
     options = TokenizeOptions("en", lowercase=True)
-    assert list(map_lines(options.build, lines, workers=2, chunk_size=700)) == list(map_lines(options.build, lines))
+    assert map_lines(options.build, lines, workers=2) == map_lines(options.build, lines)

@@ -12,6 +12,7 @@ from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as _learn_bpe
 
 from .io import atomic_path
+from .parallel import map_lines
 
 
 def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency: int = 2) -> None:
@@ -29,8 +30,8 @@ def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency
         os.unlink(joined.name)
 
 
-class Applier:
-    """Factory for `parallel.map_lines`: each worker loads the codes once."""
+class Segmenter:
+    """Factory for `parallel.map_lines` over single words: each worker loads the codes once."""
 
     def __init__(self, codes: str, separator: str = "@@"):
         self.codes, self.separator = codes, separator
@@ -38,4 +39,22 @@ class Applier:
     def __call__(self):
         with codecs.open(self.codes, encoding="utf-8") as f:
             bpe = BPE(f, separator=self.separator)
-        return lambda line: bpe.process_line(line + "\n")[:-1]
+        return lambda word: " ".join(bpe.segment_tokens([word]))
+
+
+def apply(codes: str, lines: list[str], workers: int = 1, separator: str = "@@") -> list[str]:
+    """`apply_bpe.py -c codes` on every line, identical output, with each distinct word segmented once.
+
+    subword-nmt segments words independently (it splits lines on single spaces), so the distinct words are
+    segmented in parallel and lines are then rebuilt by lookup: on 2 cores this beats splitting the lines, where
+    every worker would re-segment the words its shard shares with the others.
+    """
+    cores = [line.strip("\r\n ") for line in lines]  # process_line keeps surrounding whitespace as it was
+    words = list(dict.fromkeys(word for core in cores for word in core.split(" ") if word))
+    table = dict(zip(words, map_lines(Segmenter(codes, separator), words, workers)))
+    out = []
+    for line, core in zip(lines, cores):
+        head = line[: len(line) - len(line.lstrip("\r\n "))]
+        tail = line[len(line.rstrip("\r\n ")):] if core else ""
+        out.append(head + " ".join(table[word] for word in core.split(" ") if word) + tail)
+    return out

@@ -1,42 +1,48 @@
-"""Order-preserving map over lines on several processes: identical output to one process, by construction."""
+"""Split-and-merge map over lines on several processes: identical output to one process, by construction.
+
+The lines are cut into one contiguous shard per worker, balanced by characters (tokenizing cost grows with
+length); forked workers inherit the shards (no pickling of the input) and send back one list each. Per-line
+task queues cost more in inter-process traffic than they gain on 2 cores (benchmarks/preprocess.py).
+"""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import multiprocessing as mp
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable
 
-_worker_fn: Callable[[str], str] | None = None
-
-
-def _init(factory: Callable[[], Callable[[str], str]]) -> None:
-    global _worker_fn
-    _worker_fn = factory()
+Factory = Callable[[], Callable[[str], str]]
+_shared: tuple[Factory, list[list[str]]] | None = None  # set just before forking, read by the workers
 
 
-def _run(chunk: Sequence[str]) -> list[str]:
-    assert _worker_fn is not None
-    return [_worker_fn(line) for line in chunk]
+def _run_shard(index: int) -> list[str]:
+    assert _shared is not None
+    factory, shards = _shared
+    fn = factory()
+    return [fn(line) for line in shards[index]]
 
 
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+def balanced_shards(lines: list[str], n: int) -> list[list[str]]:
+    """n contiguous slices of `lines` with about equal total characters."""
+    cumulative = list(itertools.accumulate(len(line) + 1 for line in lines))
+    total = cumulative[-1] if cumulative else 0
+    cuts = [0] + [bisect.bisect_left(cumulative, total * k / n) for k in range(1, n)] + [len(lines)]
+    return [lines[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
-def map_lines(factory: Callable[[], Callable[[str], str]], lines: Iterable[str], workers: int = 1,
-              chunk_size: int = 2000) -> Iterator[str]:
-    """Apply `factory()` (built once per worker: tokenizers and BPE tables are costly) to every line, in order."""
-    if workers <= 1:
+def map_lines(factory: Factory, lines: Iterable[str], workers: int = 1, min_lines_per_worker: int = 500) -> list[str]:
+    """Apply `factory()` (built once per worker: tokenizers and BPE tables are costly to build) to every line."""
+    global _shared
+    lines = list(lines)
+    workers = max(1, min(workers, len(lines) // min_lines_per_worker))
+    if workers == 1:
         fn = factory()
-        yield from (fn(line) for line in lines)
-        return
-    # fork: the workers inherit the already-imported modules, so start-up costs milliseconds, not seconds.
-    with mp.get_context("fork").Pool(workers, initializer=_init, initargs=(factory,)) as pool:
-        for chunk in pool.imap(_run, _chunks(lines, chunk_size)):
-            yield from chunk
+        return [fn(line) for line in lines]
+    _shared = (factory, balanced_shards(lines, workers))
+    try:
+        with mp.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_run_shard, range(workers), chunksize=1)
+    finally:
+        _shared = None
+    return [line for shard in results for line in shard]

@@ -98,7 +98,7 @@ def learn_bpe(train_files: list[str], codes: str, merges: int, min_frequency: in
 
 
 def apply_bpe(codes: str, text: str, out: str, workers: int = 1) -> int:
-    return write_lines(out, map_lines(bpe.Applier(codes), read_lines(text), workers))
+    return write_lines(out, bpe.apply(codes, list(read_lines(text)), workers))
 
 
 def build_vocab(texts: list[str], out: str, padding_factor: int = 8, threshold: int = 0) -> int:
