@@ -4,12 +4,14 @@ Runs the workflow's own rules (extract from the mirror with checksums → tokeni
 with fairseq's `code` file. The train split needs the full archive, which is not mirrored here.
 """
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import IWSLT_FAIRSEQ, snakemake
+from conftest import IWSLT_FAIRSEQ, ROOT, snakemake
+from layerwise_nmt import config as cfg
 
 PARTS = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
          "IWSLT14.TED.tst2012"]
@@ -41,6 +43,16 @@ def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang)
     subprocess.run([sys.executable, "-m", "layerwise_nmt", "apply-bpe", str(tmp_path / "test.tok"),
                     str(tmp_path / "test.bpe"), "--codes", str(IWSLT_FAIRSEQ / "code"), "--workers", "2"], check=True)
     assert (tmp_path / "test.bpe").read_bytes() == (IWSLT_FAIRSEQ / f"test.{lang}").read_bytes()
+
+    # the git blob ids in config.yaml (what `lwnmt check-reference` compares for users with the full archive)
+    reference = cfg.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen"]["reference"]
+    data = tmp_path / "data"
+    (data / "bpe").mkdir(parents=True)
+    (data / "bpe" / f"test.de-en.{lang}").write_bytes((tmp_path / "test.bpe").read_bytes())
+    expected = {f"bpe/test.de-en.{lang}": reference[f"bpe/test.de-en.{lang}"]}
+    subprocess.run([sys.executable, "-m", "layerwise_nmt", "check-reference", str(data), "--expected",
+                    json.dumps(expected), "--out", str(tmp_path / "check.json")], check=True)
+    assert json.loads((tmp_path / "check.json").read_text())["identical"] == 1
 
 
 @pytest.mark.parametrize("lang", ["de", "en"])

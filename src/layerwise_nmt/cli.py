@@ -81,6 +81,24 @@ def cmd_binarize(a) -> None:
     binarize_file(a.input, a.vocab, a.prefix)
 
 
+def cmd_check_reference(a) -> None:
+    import json
+
+    from .data.fetch import Checksum
+    from .data.io import atomic_path
+
+    report = {}
+    for path, blob in json.loads(a.expected).items():
+        actual = Checksum("git_blob", blob).compute(os.path.join(a.data_dir, path))
+        report[path] = {"expected_git_blob": blob, "git_blob": actual, "identical": actual == blob}
+        if actual != blob:
+            log.warning("%s differs from the reference (git blob %s, expected %s)", path, actual, blob)
+    same = sum(r["identical"] for r in report.values())
+    log.info("%d of %d files identical to the reference", same, len(report))
+    with atomic_path(a.out) as tmp, open(tmp, "w") as f:
+        json.dump({"identical": same, "files": len(report), "by_file": report}, f, indent=2)
+
+
 def cmd_status(a) -> None:
     from . import config as cfg
 
@@ -166,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prefix")
     p.add_argument("--vocab", required=True)
     p.set_defaults(func=cmd_binarize)
+
+    p = sub.add_parser("check-reference", help="compare outputs with a reference's git blob ids (e.g. fairseq)")
+    p.add_argument("data_dir")
+    p.add_argument("--expected", required=True, help='JSON {"relative/path": "git blob id"}')
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_check_reference)
 
     p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
     p.add_argument("--config", **config_arg)

@@ -50,7 +50,8 @@ def task_data_targets(task_name):
     task = config["tasks"][task_name]
     pair, kind = cfg.pair(task), task.get("vocab", {}).get("kind", "joint")
     base = f"results/{task_name}/data"
-    return [f"{base}/text/stats.{pair}.json", f"{base}/vocab/dict.joint.txt"] + [
+    reference = [f"{base}/reference-check.json"] if task.get("reference") else []
+    return reference + [f"{base}/text/stats.{pair}.json", f"{base}/vocab/dict.joint.txt"] + [
         f"{base}/bin-{kind}/{split}.{pair}.{lang}.{ext}.npy"
         for split in cfg.SPLITS
         for lang in (task["src"], task["tgt"])

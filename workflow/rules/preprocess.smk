@@ -158,3 +158,18 @@ rule binarize:
     shell:
         "{LWNMT} binarize {input.text:q} results/{wildcards.task}/data/bin-{wildcards.vocab}/"
         "{wildcards.split}.{wildcards.pair}.{wildcards.lang} --vocab {input.vocab:q} 2> {log:q}"
+
+
+rule check_reference:
+    input:
+        lambda w: [f"results/{w.task}/data/{path}" for path in task_of(w)["reference"]],
+    output:
+        "results/{task}/data/reference-check.json",
+    params:
+        expected=lambda w: json.dumps(task_of(w)["reference"]),
+    log:
+        "results/logs/{task}/check_reference.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"
