@@ -206,13 +206,13 @@ def task_status(config: dict, name: str) -> Status:
 
 
 def experiment_status(config: dict, name: str) -> Status:
-    from .models import registry
+    from .models import MODELS
 
     experiment = config["experiments"][name]
     task = task_status(config, experiment["task"])
     if not task.runnable:
         return Status("experiment", name, False, task.reason)
-    if experiment["model"] not in registry.MODELS:
+    if experiment["model"] not in MODELS:
         return Status("experiment", name, False, f"model {experiment['model']!r} is not implemented yet")
     return Status("experiment", name, True, "ready")
 

@@ -51,7 +51,8 @@ def task_data_targets(task_name):
     pair, kind = cfg.pair(task), task.get("vocab", {}).get("kind", "joint")
     base = f"results/{task_name}/data"
     reference = [f"{base}/reference-check.json"] if task.get("reference") else []
-    return reference + [f"{base}/text/stats.{pair}.json", f"{base}/vocab/dict.joint.txt"] + [
+    vocabs = [f"{base}/vocab/dict.{name}.txt" for name in ("joint", task["src"], task["tgt"])]
+    return reference + vocabs + [f"{base}/text/stats.{pair}.json"] + [
         f"{base}/bin-{kind}/{split}.{pair}.{lang}.{ext}.npy"
         for split in cfg.SPLITS
         for lang in (task["src"], task["tgt"])

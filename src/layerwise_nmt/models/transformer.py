@@ -1,0 +1,328 @@
+"""The shared post-norm Transformer (Vaswani et al. 2017) every paper's variant builds on.
+
+Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary, L layers. Batch-major throughout.
+
+The seam (design.md): `Encoder.forward` returns every layer's states (the embedding output is layer 0) and the
+padding mask; each decoder layer i attends to the source view it is handed, `views[i]`. The baseline hands every
+decoder layer the top encoder layer (`Seq2Seq.source_views`); cross-view decoding, layer fusion and aggregation
+override that one method, or the encoder/decoder stacks, in their own modules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import UserError
+from .registry import register
+
+# name → (d_model, d_ff, heads); layer counts and everything else are separate keys.
+PRESETS = {
+    "small": (256, 1024, 4),  # t2t transformer_small (LWC T1/T3/T4), MLRF's De-En model
+    "iwslt": (512, 1024, 4),  # fairseq transformer_iwslt_de_en
+    "base": (512, 2048, 8),
+    "big": (1024, 4096, 16),
+}
+
+
+@dataclass
+class ModelConfig:
+    """Everything needed to rebuild a model; saved in every checkpoint."""
+
+    src_vocab: int = 0
+    tgt_vocab: int = 0
+    pad: int = 1  # fairseq Dictionary: <s>=0 <pad>=1 </s>=2 <unk>=3
+    eos: int = 2
+    preset: str | None = None  # fills d_model/d_ff/heads unless given explicitly
+    d_model: int = 512
+    d_ff: int = 2048
+    heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1  # residual and embedding dropout
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    # none: three matrices; decoder: target input = output projection (fairseq share_decoder_input_output_embed);
+    # all: one matrix for source, target and output (needs a joint vocabulary; LWC's 19.07M count implies it).
+    tie: str = "decoder"
+    output_bias: bool = False  # MLRF's Eq. 2 has b_o
+    scale_embedding: bool = True  # multiply token embeddings by sqrt(D), as Vaswani et al. and fairseq do
+    max_positions: int = 1024
+    extra: dict[str, Any] = field(default_factory=dict)  # reserved for variant-specific keys of subclasses
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        values = dict(values)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"unknown model setting(s) {', '.join(unknown)} for {cls.__name__}; "
+                            f"known: {', '.join(sorted(known))}")
+        preset = values.get("preset")
+        if preset is not None:
+            if preset not in PRESETS:
+                raise UserError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+            for key, value in zip(("d_model", "d_ff", "heads"), PRESETS[preset]):
+                values.setdefault(key, value)
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        if self.tie not in ("none", "decoder", "all"):
+            raise UserError(f"tie={self.tie!r}; expected none, decoder or all")
+        if self.tie == "all" and self.src_vocab != self.tgt_vocab:
+            raise UserError(f"tie=all needs a joint vocabulary, got {self.src_vocab} source vs {self.tgt_vocab} "
+                            f"target symbols (use the task's bin-joint data)")
+        if self.d_model % self.heads:
+            raise UserError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sinusoidal_positions(n: int, d: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (Vaswani et al. §3.5)."""
+    position = torch.arange(n, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table
+
+
+class Embedding(nn.Module):
+    """Token embedding × sqrt(D) + sinusoidal position, then dropout."""
+
+    def __init__(self, tokens: nn.Embedding, config: ModelConfig):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:  # (B, T) → (B, T, D)
+        x = self.tokens(ids) * self.scale + self.positions[offset:offset + ids.size(1)]
+        return self.dropout(x)
+
+
+def new_token_embedding(vocab: int, config: ModelConfig) -> nn.Embedding:
+    embedding = nn.Embedding(vocab, config.d_model, padding_idx=config.pad)
+    nn.init.normal_(embedding.weight, mean=0.0, std=config.d_model**-0.5)  # fairseq's init
+    nn.init.zeros_(embedding.weight[config.pad])
+    return embedding
+
+
+@dataclass
+class KV:
+    """Keys and values of one attention, (B, H, S, Dh) each; grown step by step for decoder self-attention."""
+
+    k: Tensor
+    v: Tensor
+
+    def reorder(self, order: Tensor) -> "KV":
+        return KV(self.k.index_select(0, order), self.v.index_select(0, order))
+
+
+class MultiheadAttention(nn.Module):
+    def __init__(self, config: ModelConfig, self_attention: bool):
+        super().__init__()
+        d = config.d_model
+        self.heads, self.dropout = config.heads, config.attention_dropout
+        if self_attention:
+            self.qkv = nn.Linear(d, 3 * d)  # one matmul for Q, K, V
+        else:
+            self.q, self.kv = nn.Linear(d, d), nn.Linear(d, 2 * d)
+        self.out = nn.Linear(d, d)
+        for linear in (m for m in self.modules() if isinstance(m, nn.Linear)):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def split(self, x: Tensor) -> Tensor:  # (B, T, D) → (B, H, T, Dh)
+        B, T, D = x.shape
+        return x.view(B, T, self.heads, D // self.heads).transpose(1, 2)
+
+    def project_kv(self, memory: Tensor) -> KV:
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return KV(self.split(k), self.split(v))
+
+    def forward(self, x: Tensor, memory: Tensor | KV | None = None, mask: Tensor | None = None,
+                causal: bool = False, cache: KV | None = None) -> tuple[Tensor, KV | None]:
+        """Self-attention when memory is None (cache: the previous steps' K/V, returned grown), else cross-attention
+        to memory (a tensor, or its precomputed KV). mask: bool, True = may attend, broadcast to (B, H, T, S)."""
+        if memory is None:
+            q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))
+            if cache is not None:
+                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
+                causal = False  # one new query sees every cached key
+            cache = KV(k, v)
+        else:
+            q = self.split(self.q(x))
+            kv = memory if isinstance(memory, KV) else self.project_kv(memory)
+            k, v = kv.k, kv.v
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        B, H, T, Dh = y.shape
+        return self.out(y.transpose(1, 2).reshape(B, T, H * Dh)), cache
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(config.d_model, config.d_ff), nn.Linear(config.d_ff, config.d_model)
+        self.dropout = nn.Dropout(config.activation_dropout)
+        for linear in (self.fc1, self.fc2):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Post-norm: x = LN(x + Drop(SelfAttn(x))); x = LN(x + Drop(FFN(x)))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attn, self.ffn = MultiheadAttention(config, self_attention=True), FeedForward(config)
+        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.norm1(x + self.dropout(self.attn(x, mask=mask)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Post-norm: causal self-attention, cross-attention to this layer's source view, FFN."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiheadAttention(config, self_attention=True)
+        self.cross_attn = MultiheadAttention(config, self_attention=False)
+        self.ffn = FeedForward(config)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(config.d_model) for _ in range(3))
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, view: Tensor | KV, view_mask: Tensor,
+                cache: KV | None = None) -> tuple[Tensor, KV | None]:
+        h, cache = self.self_attn(x, causal=True, cache=cache)
+        x = self.norm1(x + self.dropout(h))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, view, mask=view_mask)[0]))
+        return self.norm3(x + self.dropout(self.ffn(x))), cache
+
+
+@dataclass
+class EncoderOutput:
+    states: list[Tensor]  # L+1 tensors (B, S, D); states[0] is the embedding output, states[-1] the top layer
+    mask: Tensor  # (B, 1, 1, S) bool, True at real tokens
+
+    def reorder(self, order: Tensor) -> "EncoderOutput":
+        return EncoderOutput([s.index_select(0, order) for s in self.states], self.mask.index_select(0, order))
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.embed = Embedding(tokens, config)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.pad = config.pad
+
+    def forward(self, src: Tensor) -> EncoderOutput:  # src (B, S)
+        mask = (src != self.pad)[:, None, None, :]
+        states = [self.embed(src)]
+        for layer in self.layers:
+            states.append(layer(states[-1], mask))
+        return EncoderOutput(states, mask)
+
+
+@dataclass
+class DecoderState:
+    """Incremental decoding: each layer's self-attention K/V so far and its source view's K/V (computed once)."""
+
+    views: list[KV]
+    view_mask: Tensor
+    self_kv: list[KV | None]
+    step: int = 0
+
+    def reorder(self, order: Tensor) -> None:
+        self.views = [kv.reorder(order) for kv in self.views]
+        self.view_mask = self.view_mask.index_select(0, order)
+        self.self_kv = [kv.reorder(order) if kv is not None else None for kv in self.self_kv]
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.embed = Embedding(tokens, config)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+
+    def forward(self, prev: Tensor, views: list[Tensor], view_mask: Tensor) -> list[Tensor]:
+        """prev (B, T) → every layer's states, L+1 tensors (B, T, D); layer i reads views[i]."""
+        states = [self.embed(prev)]
+        for layer, view in zip(self.layers, views):
+            states.append(layer(states[-1], view, view_mask)[0])
+        return states
+
+    def start(self, views: list[Tensor], view_mask: Tensor) -> DecoderState:
+        kvs = [layer.cross_attn.project_kv(view) for layer, view in zip(self.layers, views)]
+        return DecoderState(kvs, view_mask, [None] * len(self.layers))
+
+    def step(self, last: Tensor, state: DecoderState) -> Tensor:
+        """last (B, 1): the newest token → its top-layer state (B, 1, D); state grows by one position."""
+        x = self.embed(last, offset=state.step)
+        for i, layer in enumerate(self.layers):
+            x, state.self_kv[i] = layer(x, state.views[i], state.view_mask, cache=state.self_kv[i])
+        state.step += 1
+        return x
+
+
+@register("transformer")
+class Seq2Seq(nn.Module):
+    """Encoder-decoder Transformer. Variants subclass it and override `source_views` (or the stacks)."""
+
+    config_class = ModelConfig
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        src_tokens = new_token_embedding(config.src_vocab, config)
+        tgt_tokens = src_tokens if config.tie == "all" else new_token_embedding(config.tgt_vocab, config)
+        self.encoder = Encoder(config, src_tokens)
+        self.decoder = Decoder(config, tgt_tokens)
+        self.output = nn.Linear(config.d_model, config.tgt_vocab, bias=config.output_bias)
+        if config.tie in ("decoder", "all"):
+            self.output.weight = tgt_tokens.weight
+        else:
+            nn.init.normal_(self.output.weight, mean=0.0, std=config.d_model**-0.5)
+        if config.output_bias:
+            nn.init.zeros_(self.output.bias)
+
+    def source_views(self, encoded: EncoderOutput) -> list[Tensor]:
+        """Baseline: every decoder layer attends to the top encoder layer S_N."""
+        return [encoded.states[-1]] * self.config.decoder_layers
+
+    def forward(self, src: Tensor, prev: Tensor) -> Tensor:
+        """src (B, S), prev (B, T) = </s> + target[:-1] → logits (B, T, V)."""
+        encoded = self.encoder(src)
+        states = self.decoder(prev, self.source_views(encoded), encoded.mask)
+        return self.output(states[-1])
+
+    # -- incremental decoding: the interface beam search uses ------------------------------------------------
+    def start(self, src: Tensor) -> DecoderState:
+        encoded = self.encoder(src)
+        return self.decoder.start(self.source_views(encoded), encoded.mask)
+
+    def step(self, last: Tensor, state: DecoderState) -> Tensor:
+        """last (B,) → next-token logits (B, V)."""
+        return self.output(self.decoder.step(last[:, None], state))[:, 0]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct parameters (tied matrices counted once), like fairseq's 'num. model params'."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
