@@ -11,9 +11,13 @@ configfile: f"{workflow.basedir}/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/preprocess.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     input:
         [target for task in TARGET_TASKS for target in task_data_targets(task)],
+        table_targets(),
     default_target: True

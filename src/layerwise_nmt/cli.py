@@ -99,6 +99,92 @@ def cmd_check_reference(a) -> None:
         json.dump({"identical": same, "files": len(report), "by_file": report}, f, indent=2)
 
 
+def cmd_train(a) -> None:
+    import json
+
+    import torch
+
+    from .train import train
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    train(json.loads(a.spec), a.data, a.src, a.tgt, a.save_dir, a.final)
+
+
+def cmd_average(a) -> None:
+    from .average import average, last_checkpoints
+
+    average(last_checkpoints(a.save_dir, a.num, a.by), a.out)
+
+
+def cmd_translate(a) -> None:
+    import json
+
+    import torch
+
+    from .data.io import atomic_path
+    from .decode import BeamConfig, load_model, load_vocab_pair, translate
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg = BeamConfig.from_dict(json.loads(a.options))
+    src_vocab, tgt_vocab = load_vocab_pair(a.data, a.src, a.tgt)
+    stats = translate(load_model(a.model), a.input, src_vocab, tgt_vocab, cfg, a.out_prefix,
+                      detok_lang=a.tgt if a.detokenize else None)
+    log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
+             stats["sentences_per_second"])
+    with atomic_path(f"{a.out_prefix}.json") as tmp, open(tmp, "w") as f:
+        json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+
+
+def cmd_score(a) -> None:
+    import json
+
+    from .data.io import atomic_path
+    from .score import ScoreConfig, score_files
+
+    cfg = ScoreConfig.from_dict(json.loads(a.options))
+    result = score_files(a.hyp, a.ref, cfg, a.source)
+    result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
+    if a.meta:
+        result.update(json.loads(a.meta))
+    print(f"BLEU = {result['bleu']:.2f}  ({result['signature']})")
+    with atomic_path(a.out) as tmp, open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+def cmd_table(a) -> None:
+    import json
+
+    from .report.tables import write
+
+    table = write(json.loads(a.spec), a.out_prefix)
+    print(table[["row", "paper", "ours", "delta", "status"]].to_string(index=False))
+
+
+def cmd_params(a) -> None:
+    from . import config as cfg
+    from .params import parameter_rows
+
+    config = cfg.load(*a.config)
+    vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
+    rows = parameter_rows(config, a.experiments or list(config.get("experiments", {})), vocab)
+    if a.format == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=["experiment", "paper", "table", "row", "params",
+                                                        "paper_params"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        return
+    print(f"{'experiment':<34} {'model':<12} {'vocab (src/tgt)':<16} {'params':>12} {'paper':>9}  row")
+    for r in rows:
+        paper = f"{r['paper_params']:.2f}M" if r["paper_params"] is not None else "—"
+        count = f"{r['params']:,}" if r["params"] is not None else r["note"]
+        print(f"{r['experiment']:<34} {r['model']:<12} {r['vocab']:<16} {count:>12} {paper:>9}  "
+              f"{r['paper']} {r['table']} {r['row']}".rstrip())
+
+
 def cmd_status(a) -> None:
     from . import config as cfg
 
@@ -190,6 +276,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expected", required=True, help='JSON {"relative/path": "git blob id"}')
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check_reference)
+
+    p = sub.add_parser("train", help="train (resumes from SAVE_DIR/checkpoint_last.pt if present)")
+    p.add_argument("--spec", required=True, help='JSON {"model": name, "arch": {...}, "train": {...}}')
+    p.add_argument("--data", required=True, help="binarized data directory (bin-joint or bin-separate)")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--save-dir", required=True)
+    p.add_argument("--final", help="where to write the final model (the rule's output)")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("average", help="average the last N checkpoints (fairseq average_checkpoints.py)")
+    p.add_argument("save_dir")
+    p.add_argument("--out", required=True)
+    p.add_argument("--num", "-n", type=int, default=10)
+    p.add_argument("--by", choices=["epoch", "update"], default="epoch")
+    p.set_defaults(func=cmd_average)
+
+    p = sub.add_parser("translate", help="beam-search decode a BPE'd source file")
+    p.add_argument("input", help="BPE'd source text, one sentence per line")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True, help="the binarized data directory the model was trained on")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--out-prefix", required=True, help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok, PREFIX.json")
+    p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
+    p.add_argument("--detokenize", action="store_true")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("score", help="BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)")
+    p.add_argument("hyp")
+    p.add_argument("--ref", nargs="+", required=True)
+    p.add_argument("--source", help="source text (tokenized, no BPE) for length buckets")
+    p.add_argument("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}')
+    p.add_argument("--meta", help="JSON merged into score.json (experiment, seed, ...)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("table", help="regenerate one paper table (md + csv) from score.json files")
+    p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
+    p.add_argument("--out-prefix", required=True)
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("params", help="exact parameter count of each experiment's model beside the paper's")
+    p.add_argument("experiments", nargs="*", help="default: every experiment in the config")
+    p.add_argument("--config", **config_arg)
+    p.add_argument("--vocab", type=int, help="joint vocabulary size (no data needed)")
+    p.add_argument("--src-vocab", type=int)
+    p.add_argument("--tgt-vocab", type=int)
+    p.add_argument("--format", choices=["table", "csv"], default="table")
+    p.set_defaults(func=cmd_params)
 
     p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
     p.add_argument("--config", **config_arg)

@@ -178,6 +178,42 @@ def pair(task: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Experiments
+
+STAGES = ("arch", "train", "decode", "score")
+
+
+def experiment(config: dict, name: str) -> dict:
+    """An experiment with the config's `defaults` filled in (the experiment's keys win, key by key)."""
+    spec = config["experiments"][name]
+    defaults = config.get("defaults", {})
+    task = config["tasks"][spec["task"]]
+    out = {"name": name, "task": spec["task"], "model": spec["model"],
+           "vocab": spec.get("vocab", task.get("vocab", {}).get("kind", "joint")),
+           "average": spec.get("average", defaults.get("average")),
+           "seeds": spec.get("seeds", defaults.get("seeds", [1])),
+           "src": task["src"], "tgt": task["tgt"], "pair": pair(task)}
+    for stage in STAGES:
+        out[stage] = {**defaults.get(stage, {}), **spec.get(stage, {})}
+    return out
+
+
+def experiment_dir(config: dict, name: str, seed: int) -> str:
+    return f"results/{config['experiments'][name]['task']}/{name}/seed{seed}"
+
+
+def tables(config: dict) -> list[tuple[str, str]]:
+    wanted = config.get("targets", {}).get("tables", "all")
+    declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec["tables"]]
+    if wanted == "all":
+        return declared
+    missing = [w for w in wanted if tuple(w.split("/", 1)) not in declared]
+    if missing:
+        raise UserError(f"config key targets/tables: unknown table(s) {', '.join(missing)}; expected <paper>/<table>")
+    return [tuple(w.split("/", 1)) for w in wanted]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # What can run
 
 

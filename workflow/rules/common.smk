@@ -31,6 +31,9 @@ if workflow.is_main_process:
                     f"{blocked[0].reason}); `lwnmt status` lists them all.")
 
 wildcard_constraints:
+    experiment=r"(?!data$)[^/]+",
+    seed=r"\d+",
+    task=r"[^/]+",
     lang=r"[a-z]{2,3}",
     pair=r"[a-z]{2,3}-[a-z]{2,3}",
     split=r"train|valid|test",
@@ -39,6 +42,25 @@ wildcard_constraints:
 
 def task_of(wildcards):
     return config["tasks"][wildcards.task]
+
+
+def experiment_of(wildcards):
+    """The resolved experiment behind results/{task}/{experiment}/seed{seed}/…, checked against the path."""
+    if wildcards.experiment not in config.get("experiments", {}):
+        raise WorkflowError(f"no experiment named {wildcards.experiment!r} in the config")
+    spec = cfg.experiment(config, wildcards.experiment)
+    if spec["task"] != wildcards.task:
+        raise WorkflowError(f"experiment {wildcards.experiment} runs on task {spec['task']}, not {wildcards.task}")
+    return spec
+
+
+def run_dir(wildcards):
+    return f"results/{wildcards.task}/{wildcards.experiment}/seed{wildcards.seed}"
+
+
+def table_targets():
+    """Every targeted table; each depends on the score.json of its runnable rows (see report.smk)."""
+    return [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config) for ext in ("md", "csv")]
 
 
 def raw_path(dataset, name):

@@ -1,0 +1,54 @@
+"""Exact parameter counts of the experiments' models, beside the counts the papers print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import UserError
+from . import config as cfg
+from .data.vocab import Dictionary
+from .models import MODELS, build
+from .models.transformer import count_parameters
+
+
+def vocab_sizes(config: dict, e: dict) -> tuple[int, int] | None:
+    """From the task's prepared vocabularies, when they exist."""
+    vocab_dir = Path(f"results/{e['task']}/data/vocab")
+    names = ["joint", "joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
+    paths = [vocab_dir / f"dict.{n}.txt" for n in names]
+    if not all(p.exists() for p in paths):
+        return None
+    return len(Dictionary.load(paths[0])), len(Dictionary.load(paths[1]))
+
+
+def table_rows_of(config: dict) -> dict[str, list[tuple[str, str, str, float | None]]]:
+    rows: dict[str, list] = {}
+    for paper, spec in config.get("papers", {}).items():
+        for table, tspec in spec["tables"].items():
+            for row in tspec["rows"]:
+                if "experiment" in row:
+                    rows.setdefault(row["experiment"], []).append(
+                        (paper, table, row["label"], row.get("paper", {}).get("params_m")))
+    return rows
+
+
+def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] | None) -> list[dict]:
+    where = table_rows_of(config)
+    out = []
+    for name in experiments:
+        if name not in config.get("experiments", {}):
+            raise UserError(f"unknown experiment {name!r}; `lwnmt params` with no name lists them all")
+        e = cfg.experiment(config, name)
+        sizes = vocab or vocab_sizes(config, e)
+        record = {"experiment": name, "model": e["model"], "params": None, "note": "",
+                  "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—"}
+        if e["model"] not in MODELS:
+            record["note"] = "not implemented"
+        elif sizes is None:
+            record["note"] = "needs --vocab"
+        else:
+            model = build(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]})
+            record["params"] = count_parameters(model)
+        for paper, table, label, params_m in where.get(name, [("", "", "", None)]):
+            out.append({**record, "paper": paper, "table": table, "row": label, "paper_params": params_m})
+    return out

@@ -1,0 +1,435 @@
+"""Training: one linear loop (nanoGPT's shape) with fairseq's semantics.
+
+- batches of `max_tokens` (and/or `max_sentences`), gradient accumulation over `update_freq` batches;
+  gradients are normalised by the number of target tokens of the whole update, across DDP ranks
+  (tokens per update = max_tokens × GPUs × update_freq);
+- Adam(0.9, 0.98, 1e-9); learning rate a pure function of the update number (`lr_at`): fairseq's inverse_sqrt
+  with linear warmup, or Vaswani et al.'s noam schedule; optional RestartAdam (MLRF §4.1, after Denkowski & Neubig
+  2017): after `restart_after_epochs`, fresh Adam moments, a fixed lr and a new batch size;
+- label-smoothed cross-entropy as fairseq computes it; gradient clipping;
+- stops at max_update / max_epoch / a wall-clock budget / early stopping on validation loss;
+- checkpoints every N updates and at each epoch end, written atomically, the last K kept; `checkpoint_last.pt`
+  holds everything needed to resume bit for bit (model, optimizer, schedule position, RNG, data position).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import random
+import re
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from . import UserError
+from .data.batching import ParallelData, collate, epoch_order, make_batches
+from .data.io import atomic_path
+from .models import build
+from .models.transformer import count_parameters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    max_tokens: int | None = 4096
+    max_sentences: int | None = None
+    update_freq: int = 1
+    lr: float = 5e-4  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
+    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | fixed
+    warmup_updates: int = 4000
+    warmup_init_lr: float = 1e-7
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0 = no clipping
+    label_smoothing: float = 0.1
+    max_update: int = 0  # 0 = no limit
+    max_epoch: int = 0
+    max_minutes: float = 0.0  # wall-clock training budget (resumes keep counting)
+    patience: int = 0  # epochs without a better validation loss before stopping; 0 = off
+    restart_after_epochs: int = 0  # RestartAdam: 0 = off
+    restart_lr: float = 5e-5
+    restart_max_sentences: int | None = None
+    restart_max_tokens: int | None = None
+    restart_epochs: int = 0
+    save_interval_updates: int = 0  # 0 = only at epoch ends
+    keep_interval_updates: int = 10
+    keep_last_epochs: int = 10
+    amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
+    log_interval: int = 50
+    seed: int = 1
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"unknown training setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        config = cls(**values)
+        if config.lr_scheduler not in ("inverse_sqrt", "noam", "fixed"):
+            raise UserError(f"lr_scheduler={config.lr_scheduler!r}; expected inverse_sqrt, noam or fixed")
+        if config.amp not in ("none", "bf16", "fp16"):
+            raise UserError(f"amp={config.amp!r}; expected none, bf16 or fp16")
+        if not (config.max_update or config.max_epoch or config.max_minutes):
+            raise UserError("set at least one of max_update, max_epoch, max_minutes")
+        return config
+
+
+def lr_at(update: int, cfg: TrainConfig, d_model: int, restarted: bool = False) -> float:
+    """Learning rate for update number `update` (1-based)."""
+    if restarted:
+        return cfg.restart_lr  # RestartAdam's second stage: fixed lr
+    if cfg.lr_scheduler == "fixed":
+        return cfg.lr
+    if cfg.lr_scheduler == "noam":  # lr = scale · d^-0.5 · min(t^-0.5, t · warmup^-1.5)  (Vaswani et al. Eq. 3)
+        return cfg.lr * d_model**-0.5 * min(update**-0.5, update * cfg.warmup_updates**-1.5)
+    if update < cfg.warmup_updates:  # fairseq inverse_sqrt: linear warmup, then ∝ 1/sqrt(update)
+        return cfg.warmup_init_lr + (cfg.lr - cfg.warmup_init_lr) * update / cfg.warmup_updates
+    return cfg.lr * math.sqrt(cfg.warmup_updates / update)
+
+
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
+    """fairseq's label_smoothed_cross_entropy, summed over non-pad tokens → (loss, nll, correct tokens)."""
+    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    keep = target != pad  # masked, not indexed: boolean indexing costs an index_put in backward
+    nll = -lprobs.gather(-1, target[..., None]).squeeze(-1) * keep
+    smooth = -lprobs.sum(dim=-1) * keep
+    eps_i = epsilon / (lprobs.size(-1) - 1)
+    loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth
+    correct = ((lprobs.argmax(dim=-1) == target) & keep).sum()
+    return loss.sum(), nll.sum().detach(), correct
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Distributed helpers (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK)
+
+
+def world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_reduce_sum(values: list[float]) -> list[float]:
+    if world()[1] == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def init_distributed() -> torch.device:
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One update
+
+
+def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast) -> dict:
+    """Forward/backward over the update's batches; leaves gradients normalised by the update's target tokens
+    (all ranks): grad = Σ_ranks Σ_batches ∇loss_sum / ntokens_total, the same as one process with the union."""
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    inner = model.module if ddp else model
+    loss_sum = nll_sum = correct = ntokens = 0.0
+    for i, batch in enumerate(micro_batches):
+        batch = batch.to(device)
+        sync = nullcontext() if (not ddp or i == len(micro_batches) - 1) else model.no_sync()
+        with sync:
+            with autocast():
+                logits = model(batch.src, batch.prev)
+            loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
+            loss.backward()
+        loss_sum, nll_sum, correct, ntokens = (loss_sum + loss.item(), nll_sum + nll.item(),
+                                               correct + ok.item(), ntokens + batch.ntokens)
+    loss_sum, nll_sum, correct, ntokens = all_reduce_sum([loss_sum, nll_sum, correct, ntokens])
+    scale = world()[1] / max(ntokens, 1.0)  # DDP averaged over ranks; undo that, then divide by all tokens
+    for p in inner.parameters():
+        if p.grad is not None:
+            p.grad.mul_(scale)
+    return {"loss": loss_sum, "nll": nll_sum, "correct": correct, "ntokens": ntokens}
+
+
+@torch.no_grad()
+def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> dict:
+    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    inner.eval()
+    totals = np.zeros(4)
+    for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or 4096, None, cfg.seed):
+        batch = collate(data, ids).to(device)
+        with autocast():
+            logits = inner(batch.src, batch.prev)
+        loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
+        totals += [loss.item(), nll.item(), ok.item(), batch.ntokens]
+    inner.train()
+    loss, nll, correct, ntokens = totals
+    return {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def prune(save_dir: Path, pattern: str, keep: int) -> None:
+    """Delete all but the `keep` newest checkpoints whose names match `pattern` (numbered by its groups)."""
+    found = []
+    for path in save_dir.iterdir():
+        match = re.fullmatch(pattern, path.name)
+        if match:
+            found.append((tuple(int(g) for g in match.groups()), path))
+    for _, path in sorted(found)[: max(0, len(found) - keep)]:
+        path.unlink()
+
+
+class Stop(Exception):
+    """Raised inside the loop by a SIGTERM/SIGUSR1 (preemption): checkpoint, then exit non-zero."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None) -> dict:
+    """Train spec = {model: name, arch: {...}, train: {...}} on data_dir (bin-joint or bin-separate)."""
+    device = init_distributed()
+    rank, world_size = world()
+    cfg = TrainConfig.from_dict(spec.get("train", {}))
+    save_dir_path = Path(save_dir)
+    save_dir_path.mkdir(parents=True, exist_ok=True)
+    last = save_dir_path / "checkpoint_last.pt"
+
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    train_data = ParallelData(data_dir, "train", src, tgt)
+    valid_data = ParallelData(data_dir, "valid", src, tgt)
+    vocab_sizes = _vocab_sizes(data_dir, src, tgt)
+    arch = {**spec.get("arch", {}), "src_vocab": vocab_sizes[0], "tgt_vocab": vocab_sizes[1]}
+    model = build(spec["model"], arch).to(device)
+    if rank == 0:
+        log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
+    optimizer = _adam(model, cfg)
+    use_amp = cfg.amp != "none" and (cfg.amp == "bf16" or device.type == "cuda")
+    dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and device.type == "cuda")
+    autocast = lambda: torch.autocast(device.type, dtype=dtype, enabled=use_amp)  # noqa: E731
+
+    progress = {"update": 0, "epoch": 1, "next_batch": 0, "restarted": False, "elapsed": 0.0,
+                "best_valid": math.inf, "bad_epochs": 0, "history": [], "done": False}
+    if last.exists():
+        state = torch.load(last, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        if state["progress"]["restarted"]:
+            optimizer = _adam(model, cfg)
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        progress = state["progress"]
+        set_rng_state(state["rng"])
+        log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", last, progress["epoch"],
+                 progress["update"], progress["next_batch"])
+    net = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
+    model.train()
+
+    def snapshot() -> dict:
+        return {"model": model.state_dict(), "model_name": spec["model"], "model_config": model.config.to_dict(),
+                "train_config": asdict(cfg), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "progress": progress, "rng": rng_state()}
+
+    def save(*names: str) -> None:
+        if rank != 0:
+            return
+        state = snapshot()
+        weights_only = {k: v for k, v in state.items() if k not in ("optimizer", "scaler", "rng")}
+        for name in names:  # only checkpoint_last.pt is resumed from; the numbered ones are for averaging
+            save_checkpoint(save_dir_path / name, state if name == "checkpoint_last.pt" else weights_only)
+        prune(save_dir_path, r"checkpoint_(\d+)_(\d+)\.pt", cfg.keep_interval_updates)
+        prune(save_dir_path, r"checkpoint(\d+)\.pt", cfg.keep_last_epochs)
+
+    stop_signal = {"hit": None}
+
+    def on_signal(signum, frame):
+        stop_signal["hit"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    started, window = time.time() - progress["elapsed"], {"tokens": 0, "time": time.time()}
+    try:
+        while not progress["done"]:
+            restarted = progress["restarted"]
+            batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, *_batch_limits(cfg, restarted),
+                                   cfg.seed)
+            order = epoch_order(batches, cfg.seed, progress["epoch"])
+            per_update = world_size * cfg.update_freq
+            order = order[: len(order) // per_update * per_update]  # every rank takes the same number of updates
+            stats = np.asarray(progress.setdefault("epoch_stats", [0.0] * 4))
+            for position in range(progress["next_batch"], len(order), per_update):
+                group = order[position:position + per_update]
+                micro = [collate(train_data, ids) for ids in group[rank::world_size]]
+                update = progress["update"] + 1
+                for group_ in optimizer.param_groups:
+                    group_["lr"] = lr_at(update, cfg, model.config.d_model, progress["restarted"])
+                result = accumulate(net, micro, cfg, device, autocast)
+                if cfg.clip_norm > 0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                progress["update"], progress["next_batch"] = update, position + per_update
+                progress["elapsed"] = time.time() - started
+                stats += [result["loss"], result["nll"], result["correct"], result["ntokens"]]
+                progress["epoch_stats"] = stats.tolist()
+                window["tokens"] += result["ntokens"]
+                if rank == 0 and update % cfg.log_interval == 0:
+                    _log_progress(progress, cfg, stats, window, len(order) // per_update, optimizer)
+                out_of_budget = (cfg.max_update and update >= cfg.max_update) or (
+                    cfg.max_minutes and progress["elapsed"] >= cfg.max_minutes * 60)
+                if out_of_budget:
+                    progress["done"] = True
+                    break
+                if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
+                    save(f"checkpoint_{progress['epoch']}_{update}.pt", "checkpoint_last.pt")
+                if stop_signal["hit"] is not None:
+                    raise Stop()
+            _end_epoch(progress, cfg, stats, evaluate(net, valid_data, cfg, device, autocast), optimizer)
+            if not progress["done"] and _should_restart(progress, cfg):
+                progress["restarted"], progress["restart_epoch"] = True, progress["epoch"]
+                optimizer = _adam(model, cfg)  # RestartAdam: fresh moment estimates
+                log.info("RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
+                         progress["epoch"], cfg.restart_lr, *_batch_limits(cfg, True))
+            finished = progress["epoch"]
+            progress["epoch"], progress["next_batch"], progress["epoch_stats"] = finished + 1, 0, [0.0] * 4
+            save(f"checkpoint{finished}.pt", "checkpoint_last.pt")
+            if rank == 0:
+                _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
+            if stop_signal["hit"] is not None and not progress["done"]:
+                raise Stop()
+    except Stop:
+        save("checkpoint_last.pt")
+        log.warning("signal %s: saved checkpoint_last.pt at update %d; exiting so the job can be resumed",
+                    stop_signal["hit"], progress["update"])
+        raise SystemExit(75)  # EX_TEMPFAIL: Snakemake's retries restart the job, which resumes
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if rank == 0 and final:
+        save_checkpoint(Path(final), {"model": model.state_dict(), "model_name": spec["model"],
+                                      "model_config": model.config.to_dict(), "progress": progress})
+    if dist.is_initialized():
+        dist.barrier()
+    return progress
+
+
+def _adam(model, cfg: TrainConfig) -> torch.optim.Adam:
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+                            weight_decay=cfg.weight_decay)
+
+
+def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | None]:
+    """(max_tokens, max_sentences) of the current stage; RestartAdam's stage may change the batch size."""
+    if restarted and (cfg.restart_max_tokens or cfg.restart_max_sentences):
+        return cfg.restart_max_tokens, cfg.restart_max_sentences
+    return cfg.max_tokens, cfg.max_sentences
+
+
+def _vocab_sizes(data_dir: str, src: str, tgt: str) -> tuple[int, int]:
+    from .data.vocab import Dictionary
+
+    vocab_dir = Path(data_dir).parent / "vocab"
+    if Path(data_dir).name == "bin-joint":
+        n = len(Dictionary.load(vocab_dir / "dict.joint.txt"))
+        return n, n
+    return len(Dictionary.load(vocab_dir / f"dict.{src}.txt")), len(Dictionary.load(vocab_dir / f"dict.{tgt}.txt"))
+
+
+def _should_restart(progress: dict, cfg: TrainConfig) -> bool:
+    return bool(cfg.restart_after_epochs) and not progress["restarted"] and progress["epoch"] >= cfg.restart_after_epochs
+
+
+def _end_epoch(progress: dict, cfg: TrainConfig, stats: np.ndarray, valid: dict, optimizer) -> None:
+    loss, nll, correct, ntokens = stats
+    ntokens = max(ntokens, 1.0)
+    row = {"epoch": progress["epoch"], "update": progress["update"], "minutes": round(progress["elapsed"] / 60, 3),
+           "lr": optimizer.param_groups[0]["lr"], "train_loss": loss / ntokens / math.log(2),
+           "train_nll": nll / ntokens / math.log(2), "train_accuracy": correct / ntokens,
+           "valid_loss": valid["loss"], "valid_nll": valid["nll"], "valid_accuracy": valid["accuracy"]}
+    progress["history"].append(row)
+    log.info("epoch %d done: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
+             row["epoch"], row["update"], row["train_loss"], valid["loss"], valid["nll"], 2 ** valid["nll"],
+             valid["accuracy"])
+    if valid["loss"] < progress["best_valid"]:
+        progress["best_valid"], progress["bad_epochs"] = valid["loss"], 0
+    else:
+        progress["bad_epochs"] += 1
+    if cfg.patience and progress["bad_epochs"] >= cfg.patience:
+        log.info("early stop: no better validation loss for %d epochs", cfg.patience)
+        progress["done"] = True
+    last_epoch = cfg.max_epoch
+    if progress.get("restarted") and cfg.restart_epochs:
+        last_epoch = progress["restart_epoch"] + cfg.restart_epochs
+    if last_epoch and progress["epoch"] >= last_epoch:
+        progress["done"] = True
+
+
+def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer) -> None:
+    now = time.time()
+    tps = window["tokens"] / max(now - window["time"], 1e-9)
+    window["tokens"], window["time"] = 0, now
+    loss = stats[0] / max(stats[3], 1) / math.log(2)
+    remaining = []
+    if cfg.max_update:
+        remaining.append((cfg.max_update - progress["update"]) * progress["elapsed"] / progress["update"])
+    if cfg.max_minutes:
+        remaining.append(cfg.max_minutes * 60 - progress["elapsed"])
+    if cfg.max_epoch:
+        done = (progress["epoch"] - 1) * updates_per_epoch + progress["next_batch"] / max(1, cfg.update_freq)
+        remaining.append((cfg.max_epoch * updates_per_epoch - done) * progress["elapsed"] / max(done, 1))
+    eta = f"{min(remaining) / 60:.1f} min" if remaining else "?"
+    log.info("epoch %d update %d: loss %.3f, lr %.2e, %.0f target tokens/s, %.1f min elapsed, ETA %s",
+             progress["epoch"], progress["update"], loss, optimizer.param_groups[0]["lr"], tps,
+             progress["elapsed"] / 60, eta)
+
+
+def _write_history(path: Path, history: list[dict]) -> None:
+    if not history:
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(history[0]))
+        writer.writeheader()
+        writer.writerows(history)

@@ -1,0 +1,101 @@
+"""Beam search against a scripted toy decoder (hand-set probabilities, exact tokens and scores), and on a model."""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from layerwise_nmt.decode import BeamConfig, beam_search
+from layerwise_nmt.models import build
+
+EOS, PAD = 2, 1
+
+
+@dataclass
+class ToyConfig:
+    max_positions: int = 64
+
+
+@dataclass
+class ToyState:
+    rows: torch.Tensor  # which source sentence each row belongs to
+    prefix: list
+
+    def reorder(self, order):
+        self.rows = self.rows.index_select(0, order)
+        self.prefix = [self.prefix[i] for i in order.tolist()]
+
+
+class ToyDecoder:
+    """Next-token probabilities depend only on the prefix, from a table; everything else gets ~0."""
+
+    config = ToyConfig()
+
+    def __init__(self, table, vocab=6):
+        self.table, self.vocab = table, vocab
+
+    def start(self, src):
+        return ToyState(torch.arange(src.size(0)), [() for _ in range(src.size(0))])
+
+    def step(self, last, state):
+        state.prefix = [p + (int(t),) for p, t in zip(state.prefix, last.tolist())]
+        logits = torch.full((len(state.prefix), self.vocab), -1e9)
+        for row, prefix in enumerate(state.prefix):
+            for token, p in self.table.get(prefix, {EOS: 1.0}).items():
+                logits[row, token] = math.log(p)
+        return logits
+
+
+def test_beam_finds_the_better_long_hypothesis_and_scores_exactly():
+    # start (</s>) → 3 (0.6) | 4 (0.4); after 3: </s> 0.5, 5 0.5; after 4: 5 (1.0) then </s> (1.0)
+    table = {(EOS,): {3: 0.6, 4: 0.4}, (EOS, 3): {EOS: 0.6, 5: 0.4}, (EOS, 4): {5: 1.0}, (EOS, 4, 5): {EOS: 1.0},
+             (EOS, 3, 5): {EOS: 1.0}}
+    src = torch.tensor([[3, 3, EOS]])
+    greedyish = beam_search(ToyDecoder(table), src, BeamConfig(beam=1, lenpen=0.0, max_len_a=0, max_len_b=5))[0]
+    assert greedyish[0].tokens == [3, EOS] and math.isclose(greedyish[0].raw_score, math.log(0.6 * 0.6), rel_tol=1e-6)
+    beam = beam_search(ToyDecoder(table), src, BeamConfig(beam=2, lenpen=0.0, max_len_a=0, max_len_b=5))[0]
+    assert beam[0].tokens == [4, 5, EOS] and math.isclose(beam[0].score, math.log(0.4), rel_tol=1e-6)
+    assert [h.tokens for h in beam] == [[4, 5, EOS], [3, EOS]]
+
+
+def test_length_penalties():
+    table = {(EOS,): {3: 0.6, 4: 0.4}, (EOS, 3): {EOS: 0.6, 5: 0.4}, (EOS, 4): {5: 1.0}, (EOS, 4, 5): {EOS: 1.0},
+             (EOS, 3, 5): {EOS: 1.0}}
+    src = torch.tensor([[3, EOS]])
+    for name, alpha, expected in [("fairseq", 1.0, lambda s, n: s / n), ("gnmt", 0.6, lambda s, n: s / ((5 + n) / 6) ** 0.6)]:
+        hyps = beam_search(ToyDecoder(table), src, BeamConfig(beam=2, lenpen=alpha, length_penalty=name,
+                                                             max_len_a=0, max_len_b=5))[0]
+        for h in hyps:
+            assert math.isclose(h.score, expected(h.raw_score, len(h.tokens)), rel_tol=1e-6)
+
+
+def test_length_limit_forces_eos():
+    table = {}
+    always = {t: 0.5 for t in (3, 4)}
+
+    class Endless(ToyDecoder):
+        def step(self, last, state):
+            logits = super().step(last, state)
+            logits[:, 3:5] = math.log(0.5)
+            logits[:, EOS] = -1e9
+            return logits
+
+    hyps = beam_search(Endless(table), torch.tensor([[3, 3, EOS]]), BeamConfig(beam=2, max_len_a=1.0, max_len_b=1))[0]
+    assert all(len(h.tokens) == 5 and h.tokens[-1] == EOS for h in hyps)  # a·3 + b = 4 tokens, then </s>
+    del always
+
+
+def test_batched_beam_equals_one_sentence_at_a_time():
+    torch.manual_seed(0)
+    model = build("transformer", dict(src_vocab=40, tgt_vocab=40, d_model=32, d_ff=64, heads=4, encoder_layers=2,
+                                      decoder_layers=2, tie="all")).eval()
+    src = torch.randint(4, 40, (4, 6))
+    src[:, -1] = EOS
+    src[2, 3:] = PAD
+    src[2, 2] = EOS
+    cfg = BeamConfig(beam=3, max_len_a=1.0, max_len_b=3)
+    together = beam_search(model, src, cfg)
+    for i in range(4):
+        alone = beam_search(model, src[i:i + 1, : int((src[i] != PAD).sum())], cfg)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
+        assert all(math.isclose(a.score, b.score, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(alone, together[i]))

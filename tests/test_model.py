@@ -1,0 +1,95 @@
+"""The shared Transformer: the seam (all layer states, per-layer views), causality, cached decoding, counts."""
+
+import pytest
+import torch
+
+from layerwise_nmt import UserError
+from layerwise_nmt.models import build
+from layerwise_nmt.models.transformer import PRESETS, count_parameters
+
+
+def tiny(**kw):
+    settings = dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, encoder_layers=2, decoder_layers=3,
+                    dropout=0.0, tie="all")
+    settings.update(kw)
+    torch.manual_seed(0)
+    return build("transformer", settings).eval()
+
+
+def batch():
+    src = torch.randint(4, 50, (3, 7))
+    src[1, 5:] = 1  # padding
+    prev = torch.randint(4, 50, (3, 6))
+    prev[:, 0] = 2
+    return src, prev
+
+
+def test_encoder_returns_every_layer_and_the_embedding():
+    model = tiny()
+    out = model.encoder(batch()[0])
+    assert len(out.states) == 3 and all(s.shape == (3, 7, 32) for s in out.states)
+    assert out.mask.shape == (3, 1, 1, 7) and not out.mask[1, 0, 0, 5:].any()
+
+
+def test_baseline_hands_every_decoder_layer_the_top_encoder_layer():
+    model = tiny()
+    encoded = model.encoder(batch()[0])
+    views = model.source_views(encoded)
+    assert len(views) == 3 and all(v is encoded.states[-1] for v in views)
+
+
+def test_decoder_is_causal_and_source_padding_is_ignored():
+    model = tiny()
+    src, prev = batch()
+    logits = model(src, prev)
+    changed = prev.clone()
+    changed[:, 4] = 7
+    assert torch.allclose(model(src, changed)[:, :4], logits[:, :4], atol=1e-6)
+    assert not torch.allclose(model(src, changed)[:, 4:], logits[:, 4:], atol=1e-4)
+    padded = src.clone()
+    padded[1, 5:] = 1
+    src_other_pad = torch.cat([src, torch.full((3, 2), 1)], dim=1)  # more padding changes nothing
+    assert torch.allclose(model(src_other_pad, prev), logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("amp", [False, True])
+def test_cached_steps_equal_full_recomputation(amp):
+    model = tiny()
+    src, prev = batch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        full = model(src, prev).float()
+        state = model.start(src)
+        steps = torch.stack([model.step(prev[:, t], state).float() for t in range(prev.size(1))], dim=1)
+    assert torch.allclose(full, steps, atol=1e-4 if not amp else 5e-2)
+
+
+def test_reorder_follows_the_beam():
+    model = tiny()
+    src, prev = batch()
+    with torch.no_grad():
+        state = model.start(src)
+        model.step(prev[:, 0], state)
+        state.reorder(torch.tensor([2, 0, 1]))
+        moved = model.step(prev[[2, 0, 1], 1], state)
+        reference = model(src[[2, 0, 1]], prev[[2, 0, 1], :2])[:, 1]
+    assert torch.allclose(moved, reference, atol=1e-5)
+
+
+def test_tying_and_counts():
+    d, ff = PRESETS["small"][:2]
+    untied = tiny(tie="none", d_model=d, d_ff=ff, src_vocab=100, tgt_vocab=80)
+    shared = tiny(tie="decoder", d_model=d, d_ff=ff, src_vocab=100, tgt_vocab=80)
+    joint = tiny(tie="all", d_model=d, d_ff=ff, src_vocab=100, tgt_vocab=100)
+    assert count_parameters(untied) - count_parameters(shared) == 80 * d
+    assert joint.encoder.embed.tokens.weight is joint.decoder.embed.tokens.weight is joint.output.weight
+    with pytest.raises(UserError, match="joint vocabulary"):
+        tiny(tie="all", src_vocab=100, tgt_vocab=80)
+    with pytest.raises(UserError, match="unknown model setting.*layerz"):
+        tiny(layerz=3)
+
+
+def test_mlrf_backbone_count_is_the_papers():
+    """MLRF T2: 3+3 layers, d=256, untied embeddings and output layer with bias: 10.97M with 8,389/6,428 types."""
+    model = build("transformer", dict(src_vocab=8389, tgt_vocab=6428, preset="small", encoder_layers=3,
+                                      decoder_layers=3, tie="none", output_bias=True))
+    assert round(count_parameters(model) / 1e6, 2) == 10.97

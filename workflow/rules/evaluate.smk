@@ -1,0 +1,48 @@
+# decode (beam search on the test set) → score (sacrebleu).
+
+
+def model_for_decoding(wildcards):
+    name = "averaged.pt" if experiment_of(wildcards)["average"] else "model.pt"
+    return f"{run_dir(wildcards)}/{name}"
+
+
+rule translate:
+    input:
+        model=model_for_decoding,
+        src=lambda w: f"results/{w.task}/data/bpe/test.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
+        data=train_inputs,
+    output:
+        multiext("results/{task}/{experiment}/seed{seed}/test", ".bpe", ".txt", ".json"),
+    params:
+        data=data_dir,
+        e=experiment_of,
+        options=lambda w: json.dumps(experiment_of(w)["decode"]),
+        prefix=lambda w: f"{run_dir(w)}/test",
+    threads: 2
+    log:
+        "results/{task}/{experiment}/seed{seed}/translate.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.e[src]}"
+        " --tgt {params.e[tgt]} --options {params.options:q} --out-prefix {params.prefix} --threads {threads}"
+        " 2> {log:q}"
+
+
+rule score:
+    input:
+        hyp="results/{task}/{experiment}/seed{seed}/test.txt",
+        ref=lambda w: f"results/{w.task}/data/text/test.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
+        src=lambda w: f"results/{w.task}/data/text/test.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
+    output:
+        "results/{task}/{experiment}/seed{seed}/score.json",
+    params:
+        options=lambda w: json.dumps(experiment_of(w)["score"]),
+        meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": "test"}),
+    log:
+        "results/{task}/{experiment}/seed{seed}/score.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "{LWNMT} score {input.hyp:q} --ref {input.ref:q} --source {input.src:q} --options {params.options:q}"
+        " --meta {params.meta:q} --out {output:q} 2> {log:q}"

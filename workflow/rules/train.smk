@@ -1,0 +1,65 @@
+# train (per experiment × seed) → average.
+
+
+def train_inputs(wildcards):
+    e = experiment_of(wildcards)
+    base = f"results/{e['task']}/data"
+    vocab = ["joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
+    return [f"{base}/vocab/dict.{v}.txt" for v in vocab] + [
+        f"{base}/bin-{e['vocab']}/{split}.{e['pair']}.{lang}.{ext}.npy"
+        for split in ("train", "valid")
+        for lang in (e["src"], e["tgt"])
+        for ext in ("tokens", "offsets")
+    ]
+
+
+def train_spec(wildcards):
+    e = experiment_of(wildcards)
+    return json.dumps({"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}})
+
+
+def data_dir(wildcards):
+    e = experiment_of(wildcards)
+    return f"results/{e['task']}/data/bin-{e['vocab']}"
+
+
+rule train:
+    input:
+        train_inputs,
+    output:
+        # The final model is the only output: checkpoints/ survives a failed or preempted job, and the retry
+        # resumes from checkpoints/checkpoint_last.pt.
+        "results/{task}/{experiment}/seed{seed}/model.pt",
+    params:
+        spec=train_spec,
+        data=data_dir,
+        pair=lambda w: experiment_of(w),
+        run=run_dir,
+    threads: 2
+    retries: 2
+    log:
+        "results/{task}/{experiment}/seed{seed}/train.log",
+    benchmark:
+        "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{LWNMT} train --spec {params.spec:q} --data {params.data} --src {params.pair[src]} --tgt {params.pair[tgt]}"
+        " --save-dir {params.run}/checkpoints --final {output:q} --threads {threads} 2>> {log:q}"
+
+
+rule average:
+    input:
+        "results/{task}/{experiment}/seed{seed}/model.pt",
+    output:
+        "results/{task}/{experiment}/seed{seed}/averaged.pt",
+    params:
+        run=run_dir,
+        num=lambda w: experiment_of(w)["average"].get("num", 10),
+        by=lambda w: experiment_of(w)["average"].get("by", "epoch"),
+    log:
+        "results/{task}/{experiment}/seed{seed}/average.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{LWNMT} average {params.run}/checkpoints --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
