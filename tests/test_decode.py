@@ -99,3 +99,41 @@ def test_batched_beam_equals_one_sentence_at_a_time():
         alone = beam_search(model, src[i:i + 1, : int((src[i] != PAD).sum())], cfg)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
         assert all(math.isclose(a.score, b.score, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(alone, together[i]))
+
+
+class Recompute:
+    """The same model decoded without any cache: every step re-runs the full forward pass over the prefix."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def start(self, src):
+        return _Prefixes(src)
+
+    def step(self, last, state):
+        state.prefix = torch.cat([state.prefix, last[:, None]], dim=1)
+        return self.model(state.src, state.prefix)[:, -1]
+
+
+class _Prefixes:
+    def __init__(self, src):
+        self.src, self.prefix = src, torch.zeros(src.size(0), 0, dtype=torch.long)
+
+    def reorder(self, order):
+        self.src, self.prefix = self.src.index_select(0, order), self.prefix.index_select(0, order)
+
+
+def test_cached_beam_search_equals_full_recomputation():
+    torch.manual_seed(1)
+    model = build("transformer", dict(src_vocab=40, tgt_vocab=40, d_model=32, d_ff=64, heads=4, encoder_layers=2,
+                                      decoder_layers=2, tie="all")).eval()
+    src = torch.randint(4, 40, (5, 7))
+    src[:, -1] = EOS
+    src[3, 4:] = PAD
+    src[3, 3] = EOS
+    for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
+                BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):
+        cached, full = beam_search(model, src, cfg), beam_search(Recompute(model), src, cfg)
+        for a, b in zip(cached, full):
+            assert [h.tokens for h in a] == [h.tokens for h in b]
+            assert all(math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b))

@@ -1,10 +1,12 @@
 """The workflow as users run it: DAGs build, the CI-sized data run completes, config errors name the key."""
 
+import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from conftest import ROOT, snakemake
@@ -21,7 +23,8 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     assert "binarize" in out and "tokenize" in out
 
 
-def test_ci_sized_data_run(tmp_path, mirror):
+def test_ci_sized_run_data_to_table(tmp_path, mirror):
+    """The whole DAG on 400 real sentences: data, train (2 seeds), average, decode, score, table."""
     snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), mirror=mirror)
     data = tmp_path / "results/multi30k_ci/data"
     stats = yaml.safe_load((data / "text/stats.de-en.json").read_text())
@@ -37,6 +40,25 @@ def test_ci_sized_data_run(tmp_path, mirror):
             assert vocab.decode(dataset[i]) == lines[i]
         assert dataset.tokens.dtype == np.uint16
     assert (tmp_path / "results/logs/multi30k_ci/assemble.de-en.log").exists()
+
+    runs = [tmp_path / f"results/multi30k_ci/ci.transformer/seed{s}" for s in (1, 2)]
+    for run in runs:
+        score = json.loads((run / "score.json").read_text())
+        assert 0.0 <= score["bleu"] <= 100.0 and score["signature"].startswith("nrefs:1|case:lc")
+        assert [b["sentences"] for b in score["buckets"]] and sum(b["sentences"] for b in score["buckets"]) == 100
+        assert len((run / "test.txt").read_text(encoding="utf-8").splitlines()) == 100
+        assert "@@" not in (run / "test.txt").read_text(encoding="utf-8")
+        assert len(list((run / "checkpoints").glob("checkpoint[0-9]*.pt"))) == 3
+        metrics = (run / "metrics.csv").read_text().splitlines()
+        assert len(metrics) == 4 and "valid_accuracy" in metrics[0]
+        assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == ["checkpoint2.pt",
+                                                                                       "checkpoint3.pt"]
+    table = (tmp_path / "results/tables/ci/T1.md").read_text()
+    bleus = [json.loads((run / "score.json").read_text())["bleu"] for run in runs]
+    mean = sum(bleus) / 2
+    assert f"{mean:.2f} ± " in table and "(n=2)" in table
+    assert "| MIXER (quoted row) | 20.73 | — | — | quoted from Ranzato et al. 2016 |" in table
+    assert "model 'not_yet_implemented' is not implemented yet" in table
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                              mirror=mirror).stdout

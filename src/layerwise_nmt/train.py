@@ -46,7 +46,9 @@ class TrainConfig:
     max_sentences: int | None = None
     update_freq: int = 1
     lr: float = 5e-4  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
-    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | fixed
+    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | polynomial_decay | fixed
+    total_num_update: int = 0  # polynomial_decay: lr reaches end_learning_rate here (fairseq's name)
+    end_learning_rate: float = 0.0
     warmup_updates: int = 4000
     warmup_init_lr: float = 1e-7
     adam_betas: tuple[float, float] = (0.9, 0.98)
@@ -77,8 +79,11 @@ class TrainConfig:
         if unknown:
             raise UserError(f"unknown training setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         config = cls(**values)
-        if config.lr_scheduler not in ("inverse_sqrt", "noam", "fixed"):
-            raise UserError(f"lr_scheduler={config.lr_scheduler!r}; expected inverse_sqrt, noam or fixed")
+        if config.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "fixed"):
+            raise UserError(f"lr_scheduler={config.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay "
+                            f"or fixed")
+        if config.lr_scheduler == "polynomial_decay" and not config.total_num_update:
+            raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
         if config.amp not in ("none", "bf16", "fp16"):
             raise UserError(f"amp={config.amp!r}; expected none, bf16 or fp16")
         if not (config.max_update or config.max_epoch or config.max_minutes):
@@ -94,9 +99,12 @@ def lr_at(update: int, cfg: TrainConfig, d_model: int, restarted: bool = False) 
         return cfg.lr
     if cfg.lr_scheduler == "noam":  # lr = scale · d^-0.5 · min(t^-0.5, t · warmup^-1.5)  (Vaswani et al. Eq. 3)
         return cfg.lr * d_model**-0.5 * min(update**-0.5, update * cfg.warmup_updates**-1.5)
-    if update < cfg.warmup_updates:  # fairseq inverse_sqrt: linear warmup, then ∝ 1/sqrt(update)
+    if update < cfg.warmup_updates:  # linear warmup (fairseq's inverse_sqrt and polynomial_decay)
         return cfg.warmup_init_lr + (cfg.lr - cfg.warmup_init_lr) * update / cfg.warmup_updates
-    return cfg.lr * math.sqrt(cfg.warmup_updates / update)
+    if cfg.lr_scheduler == "polynomial_decay":  # then linearly down to end_learning_rate (fairseq, power 1)
+        left = max(0.0, 1 - (update - cfg.warmup_updates) / max(1, cfg.total_num_update - cfg.warmup_updates))
+        return cfg.end_learning_rate + (cfg.lr - cfg.end_learning_rate) * left
+    return cfg.lr * math.sqrt(cfg.warmup_updates / update)  # inverse_sqrt: ∝ 1/sqrt(update)
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
@@ -252,7 +260,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     autocast = lambda: torch.autocast(device.type, dtype=dtype, enabled=use_amp)  # noqa: E731
 
     progress = {"update": 0, "epoch": 1, "next_batch": 0, "restarted": False, "elapsed": 0.0,
-                "best_valid": math.inf, "bad_epochs": 0, "history": [], "done": False}
+                "best_valid": math.inf, "bad_epochs": 0, "history": [], "early_stopped": False}
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
@@ -290,10 +298,9 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGUSR1)}
     started, window = time.time() - progress["elapsed"], {"tokens": 0, "time": time.time()}
     try:
-        while not progress["done"]:
-            restarted = progress["restarted"]
-            batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, *_batch_limits(cfg, restarted),
-                                   cfg.seed)
+        while not _finished(progress, cfg):
+            batches = make_batches(train_data.src.sizes, train_data.tgt.sizes,
+                                   *_batch_limits(cfg, progress["restarted"]), cfg.seed)
             order = epoch_order(batches, cfg.seed, progress["epoch"])
             per_update = world_size * cfg.update_freq
             order = order[: len(order) // per_update * per_update]  # every rank takes the same number of updates
@@ -302,8 +309,8 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                 group = order[position:position + per_update]
                 micro = [collate(train_data, ids) for ids in group[rank::world_size]]
                 update = progress["update"] + 1
-                for group_ in optimizer.param_groups:
-                    group_["lr"] = lr_at(update, cfg, model.config.d_model, progress["restarted"])
+                for param_group in optimizer.param_groups:
+                    param_group["lr"] = lr_at(update, cfg, model.config.d_model, progress["restarted"])
                 result = accumulate(net, micro, cfg, device, autocast)
                 if cfg.clip_norm > 0:
                     scaler.unscale_(optimizer)
@@ -318,17 +325,20 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                 window["tokens"] += result["ntokens"]
                 if rank == 0 and update % cfg.log_interval == 0:
                     _log_progress(progress, cfg, stats, window, len(order) // per_update, optimizer)
-                out_of_budget = (cfg.max_update and update >= cfg.max_update) or (
-                    cfg.max_minutes and progress["elapsed"] >= cfg.max_minutes * 60)
-                if out_of_budget:
-                    progress["done"] = True
+                if _finished(progress, cfg):
                     break
                 if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
                     save(f"checkpoint_{progress['epoch']}_{update}.pt", "checkpoint_last.pt")
                 if stop_signal["hit"] is not None:
                     raise Stop()
-            _end_epoch(progress, cfg, stats, evaluate(net, valid_data, cfg, device, autocast), optimizer)
-            if not progress["done"] and _should_restart(progress, cfg):
+            valid = evaluate(net, valid_data, cfg, device, autocast)
+            if progress["next_batch"] < len(order):  # the budget ran out mid-epoch: keep the position, so that
+                _record(progress, stats, valid, optimizer, partial=True)  # a larger budget continues exactly here
+                save(f"checkpoint_{progress['epoch']}_{progress['update']}.pt", "checkpoint_last.pt")
+                break
+            _record(progress, stats, valid, optimizer, partial=False)
+            _early_stopping(progress, cfg, valid)
+            if _should_restart(progress, cfg):
                 progress["restarted"], progress["restart_epoch"] = True, progress["epoch"]
                 optimizer = _adam(model, cfg)  # RestartAdam: fresh moment estimates
                 log.info("RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
@@ -338,8 +348,10 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
             save(f"checkpoint{finished}.pt", "checkpoint_last.pt")
             if rank == 0:
                 _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
-            if stop_signal["hit"] is not None and not progress["done"]:
+            if stop_signal["hit"] is not None and not _finished(progress, cfg):
                 raise Stop()
+        if rank == 0:
+            _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
     except Stop:
         save("checkpoint_last.pt")
         log.warning("signal %s: saved checkpoint_last.pt at update %d; exiting so the job can be resumed",
@@ -382,29 +394,41 @@ def _should_restart(progress: dict, cfg: TrainConfig) -> bool:
     return bool(cfg.restart_after_epochs) and not progress["restarted"] and progress["epoch"] >= cfg.restart_after_epochs
 
 
-def _end_epoch(progress: dict, cfg: TrainConfig, stats: np.ndarray, valid: dict, optimizer) -> None:
+def _finished(progress: dict, cfg: TrainConfig) -> bool:
+    """Whether the budget is spent; recomputed from the config, so a resumed run may be given a larger one."""
+    last_epoch = cfg.max_epoch
+    if progress["restarted"] and cfg.restart_epochs:
+        last_epoch = progress["restart_epoch"] + cfg.restart_epochs
+    return bool(
+        progress["early_stopped"]
+        or (cfg.max_update and progress["update"] >= cfg.max_update)
+        or (cfg.max_minutes and progress["elapsed"] >= cfg.max_minutes * 60)
+        or (last_epoch and progress["epoch"] > last_epoch)
+    )
+
+
+def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: bool) -> None:
     loss, nll, correct, ntokens = stats
     ntokens = max(ntokens, 1.0)
-    row = {"epoch": progress["epoch"], "update": progress["update"], "minutes": round(progress["elapsed"] / 60, 3),
-           "lr": optimizer.param_groups[0]["lr"], "train_loss": loss / ntokens / math.log(2),
-           "train_nll": nll / ntokens / math.log(2), "train_accuracy": correct / ntokens,
-           "valid_loss": valid["loss"], "valid_nll": valid["nll"], "valid_accuracy": valid["accuracy"]}
+    row = {"epoch": progress["epoch"], "partial": partial, "update": progress["update"],
+           "minutes": round(progress["elapsed"] / 60, 3), "lr": optimizer.param_groups[0]["lr"],
+           "train_loss": loss / ntokens / math.log(2), "train_nll": nll / ntokens / math.log(2),
+           "train_accuracy": correct / ntokens, "valid_loss": valid["loss"], "valid_nll": valid["nll"],
+           "valid_accuracy": valid["accuracy"]}
     progress["history"].append(row)
-    log.info("epoch %d done: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
-             row["epoch"], row["update"], row["train_loss"], valid["loss"], valid["nll"], 2 ** valid["nll"],
-             valid["accuracy"])
+    log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
+             row["epoch"], " (stopped mid-epoch)" if partial else " done", row["update"], row["train_loss"],
+             valid["loss"], valid["nll"], 2 ** valid["nll"], valid["accuracy"])
+
+
+def _early_stopping(progress: dict, cfg: TrainConfig, valid: dict) -> None:
     if valid["loss"] < progress["best_valid"]:
         progress["best_valid"], progress["bad_epochs"] = valid["loss"], 0
     else:
         progress["bad_epochs"] += 1
     if cfg.patience and progress["bad_epochs"] >= cfg.patience:
         log.info("early stop: no better validation loss for %d epochs", cfg.patience)
-        progress["done"] = True
-    last_epoch = cfg.max_epoch
-    if progress.get("restarted") and cfg.restart_epochs:
-        last_epoch = progress["restart_epoch"] + cfg.restart_epochs
-    if last_epoch and progress["epoch"] >= last_epoch:
-        progress["done"] = True
+        progress["early_stopped"] = True
 
 
 def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer) -> None:

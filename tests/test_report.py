@@ -1,0 +1,28 @@
+"""Tables come from score.json files and the config's paper numbers; rows we did not run say why."""
+
+import json
+
+import pandas as pd
+
+from layerwise_nmt.report.tables import NOT_RUN, write
+
+
+def test_table_cells_from_fixture_scores(tmp_path):
+    scores = []
+    for seed, bleu in ((1, 34.0), (2, 35.0), (3, 36.0)):
+        path = tmp_path / f"score{seed}.json"
+        path.write_text(json.dumps({"bleu": bleu}))
+        scores.append(str(path))
+    spec = {"paper": "lwc", "table": "T1", "caption": "test", "scale": "fixture", "metric": "bleu", "rows": [
+        {"label": "ours", "paper": {"bleu": 35.07}, "state": "ok", "scores": scores},
+        {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
+        {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked", "reason": "dataset pending (issue #10)"},
+    ]}
+    table = write(spec, str(tmp_path / "T1"))
+    ours, quoted, blocked = table.to_dict("records")
+    assert ours["ours"] == "35.00 ± 1.00 (n=3)" and ours["delta"] == "-0.07" and ours["paper"] == "35.07"
+    assert quoted["ours"] == NOT_RUN and quoted["status"] == "quoted from Ranzato et al." and quoted["paper"] == "21.83"
+    assert blocked["ours"] == NOT_RUN and "issue #10" in blocked["status"]
+    md = (tmp_path / "T1.md").read_text()
+    assert "| ours | 35.07 | 35.00 ± 1.00 (n=3) | -0.07 | ours |" in md and "Scale: fixture" in md
+    assert pd.read_csv(tmp_path / "T1.csv")["ours_mean"].iloc[0] == 35.0

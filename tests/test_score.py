@@ -1,0 +1,48 @@
+"""Scoring variants: all through sacrebleu; checks of the conventions the papers rely on."""
+
+import math
+
+import pytest
+import sacrebleu
+
+from layerwise_nmt import UserError
+from layerwise_nmt.score import ScoreConfig, bleu, bucket_bleu, compound_split, paired_bootstrap, seeds_summary, t_test
+
+HYP = ["the cat sat on the mat .", "a well-known fact", "Hello World"]
+REF = ["the cat sat on a mat .", "a well-known fact", "hello world"]
+
+
+def test_tokenized_bleu_is_sacrebleu_with_tokenize_none():
+    ours = bleu(HYP, [REF], ScoreConfig())["bleu"]
+    assert math.isclose(ours, sacrebleu.corpus_bleu(HYP, [REF], tokenize="none", force=True).score)
+    lowered = bleu(HYP, [REF], ScoreConfig(lowercase=True))
+    assert lowered["bleu"] > ours and "case:lc" in lowered["signature"]
+
+
+def test_compound_split_follows_t2t_convention():
+    assert compound_split("a well-known long-term fact") == "a well ##AT##-##AT## known long ##AT##-##AT## term fact"
+    assert compound_split("a-b-c") == "a ##AT##-##AT## b-c"  # non-overlapping, as Perl's s///g
+    assert "compound-split" in bleu(HYP, [REF], ScoreConfig(compound_split=True))["signature"]
+
+
+def test_buckets_partition_the_sentences():
+    sources = ["one two", "one two three four five", "x " * 12]
+    buckets = bucket_bleu(HYP, [REF], sources, ScoreConfig(buckets=(3, 10)))
+    assert [b["sentences"] for b in buckets] == [1, 1, 1]
+    assert [b["bucket"] for b in buckets] == ["[0, 3)", "[3, 10)", ">= 10"]
+
+
+def test_mismatched_reference_length_is_an_error():
+    with pytest.raises(UserError, match="3 hypotheses but reference 1 has 2 lines"):
+        bleu(HYP, [REF[:2]], ScoreConfig())
+
+
+def test_significance_helpers():
+    refs = [[f"sentence number {i} is here ." for i in range(60)]]
+    good = [f"sentence number {i} is here ." for i in range(60)]
+    bad = [f"sentence {i} here" for i in range(60)]
+    result = paired_bootstrap(bad, good, refs, ScoreConfig(), samples=200)
+    assert result["p_value"] < 0.05
+    assert seeds_summary([35.0, 36.0, 37.0]) == {"n": 3, "mean": 36.0, "sd": 1.0}
+    assert t_test([30.0, 30.1, 29.9], [35.0, 35.2, 34.8]) < 0.01
+    assert t_test([30.0], [35.0, 35.2]) is None

@@ -1,0 +1,167 @@
+"""Training semantics that matter for trust: exact resume, preemption, DDP equivalence, RestartAdam, schedules."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from layerwise_nmt.average import average, last_checkpoints
+from layerwise_nmt.data.batching import ParallelData, collate, make_batches
+from layerwise_nmt.data.binarize import binarize
+from layerwise_nmt.data.vocab import Dictionary
+from layerwise_nmt.train import TrainConfig, accumulate, lr_at, train
+
+ARCH = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
+        "dropout": 0.1}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A toy reversal task, binarized like the workflow's bin-joint data."""
+    root = tmp_path_factory.mktemp("toy")
+    rng = np.random.RandomState(0)
+    words = [f"w{i}" for i in range(30)]
+    texts = {"train": 240, "valid": 24}
+    (root / "vocab").mkdir()
+    from collections import Counter
+    vocab = Dictionary.build(Counter({w: 1 for w in words}))
+    vocab.save(root / "vocab" / "dict.joint.txt")
+    (root / "bin-joint").mkdir()
+    for split, n in texts.items():
+        src = [" ".join(rng.choice(words, rng.randint(2, 9))) for _ in range(n)]
+        tgt = [" ".join(reversed(s.split())) for s in src]
+        for lang, lines in (("de", src), ("en", tgt)):
+            path = root / f"{split}.{lang}"
+            path.write_text("\n".join(lines) + "\n")
+            binarize(str(path), vocab, str(root / "bin-joint" / f"{split}.de-en.{lang}"))
+    return root / "bin-joint"
+
+
+def spec(**train):
+    return {"model": "transformer", "arch": ARCH,
+            "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, **train}}
+
+
+def final_state(save_dir: Path) -> dict:
+    return torch.load(save_dir / "checkpoint_last.pt", weights_only=False)
+
+
+def test_resume_is_bit_for_bit(data, tmp_path):
+    train(spec(max_update=14, save_interval_updates=4), str(data), "de", "en", str(tmp_path / "a"))
+    train(spec(max_update=6, save_interval_updates=4), str(data), "de", "en", str(tmp_path / "b"))
+    stopped = final_state(tmp_path / "b")["progress"]
+    assert stopped["update"] == 6 and stopped["next_batch"] > 0  # stopped mid-epoch, position kept
+    train(spec(max_update=14, save_interval_updates=4), str(data), "de", "en", str(tmp_path / "b"))
+    a, b = final_state(tmp_path / "a"), final_state(tmp_path / "b")
+    assert a["progress"]["update"] == b["progress"]["update"] == 14
+    for key, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][key]), key
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
+
+
+def test_sigterm_saves_and_the_retry_resumes(data, tmp_path):
+    save_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec(max_update=100000,
+           save_interval_updates=1000)), "--data", str(data), "--src", "de", "--tgt", "en", "--save-dir",
+           str(save_dir), "--final", str(tmp_path / "model.pt"), "--threads", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:  # at least one epoch done
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err[-2000:]
+    saved = final_state(save_dir)["progress"]
+    epoch_ckpt = torch.load(save_dir / "checkpoint1.pt", weights_only=False)["progress"]
+    assert saved["update"] > epoch_ckpt["update"]  # saved at the signal, not only at the last checkpoint
+    assert "signal" in err and not (tmp_path / "model.pt").exists()
+    resumed = json.loads(cmd[cmd.index("--spec") + 1])
+    resumed["train"]["max_update"] = saved["update"] + 3
+    cmd[cmd.index("--spec") + 1] = json.dumps(resumed)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"resumed from {save_dir / 'checkpoint_last.pt'}: epoch {saved['epoch']}, update {saved['update']}" in result.stderr
+    assert torch.load(tmp_path / "model.pt", weights_only=False)["progress"]["update"] == saved["update"] + 3
+
+
+def _ddp_worker(rank, data, out, init):
+    torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    grads = _grads(data, rank_batches=[rank], world_size=2)
+    torch.save(grads, f"{out}/grads{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def _grads(data, rank_batches, world_size):
+    from layerwise_nmt.models import build
+
+    torch.manual_seed(0)
+    model = build("transformer", {**ARCH, "dropout": 0.0, "src_vocab": 40, "tgt_vocab": 40})
+    pd = ParallelData(data, "train", "de", "en")
+    batches = make_batches(pd.src.sizes, pd.tgt.sizes, 120, None, seed=1)[:2]
+    net = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
+    cfg = TrainConfig.from_dict({"max_update": 1})
+    stats = accumulate(net, [collate(pd, batches[i]) for i in rank_batches], cfg, torch.device("cpu"),
+                       lambda: torch.autocast("cpu", enabled=False))
+    return {"stats": stats, **{name: p.grad.clone() for name, p in model.named_parameters()}}
+
+
+def test_ddp_two_gloo_processes_equal_one_process_with_both_batches(data, tmp_path):
+    single = _grads(data, rank_batches=[0, 1], world_size=1)
+    torch.multiprocessing.spawn(_ddp_worker, args=(data, str(tmp_path), f"file://{tmp_path}/rdzv"), nprocs=2)
+    for rank in (0, 1):
+        ddp = torch.load(tmp_path / f"grads{rank}.pt", weights_only=False)
+        assert math.isclose(ddp["stats"]["loss"], single["stats"]["loss"], rel_tol=1e-6)
+        assert ddp["stats"]["ntokens"] == single["stats"]["ntokens"]
+        for name, grad in single.items():
+            if name != "stats":
+                assert torch.allclose(ddp[name], grad, atol=1e-6, rtol=1e-4), name
+
+
+def test_restart_adam_resets_moments_and_switches_batches_and_lr(data, tmp_path):
+    train(spec(max_epoch=1, restart_after_epochs=1, restart_epochs=1, restart_lr=1e-5, restart_max_sentences=3),
+          str(data), "de", "en", str(tmp_path / "r"))
+    state = final_state(tmp_path / "r")
+    history = state["progress"]["history"]
+    assert [row["epoch"] for row in history] == [1, 2] and state["progress"]["restarted"]
+    second_stage_updates = history[1]["update"] - history[0]["update"]
+    assert second_stage_updates == len(make_batches(*_sizes(data), None, 3, seed=1))  # 3-sentence batches
+    steps = {int(s["step"]) for s in state["optimizer"]["state"].values()}
+    assert steps == {second_stage_updates}  # fresh Adam moments at the restart
+    assert history[1]["lr"] == 1e-5
+
+
+def _sizes(data):
+    pd = ParallelData(data, "train", "de", "en")
+    return pd.src.sizes, pd.tgt.sizes
+
+
+def test_schedules():
+    cfg = TrainConfig.from_dict({"lr": 5e-4, "warmup_updates": 4000, "warmup_init_lr": 1e-7, "max_update": 1})
+    assert math.isclose(lr_at(4000, cfg, 512), 5e-4)
+    assert math.isclose(lr_at(16000, cfg, 512), 2.5e-4)
+    assert lr_at(2000, cfg, 512) == pytest.approx(1e-7 + (5e-4 - 1e-7) / 2)
+    noam = TrainConfig.from_dict({"lr": 1.0, "lr_scheduler": "noam", "warmup_updates": 16000, "max_update": 1})
+    assert lr_at(16000, noam, 256) == pytest.approx(256**-0.5 * 16000**-0.5)  # MLRF's peak: 4.9e-4
+    assert lr_at(16000, noam, 256) == pytest.approx(4.94e-4, rel=1e-2)
+    assert lr_at(5, noam, 256, restarted=True) == noam.restart_lr
+
+
+def test_average_is_the_mean_with_newest_metadata(tmp_path):
+    for epoch, value in ((1, 1.0), (2, 2.0), (3, 6.0)):
+        torch.save({"model": {"w": torch.full((2,), value), "n": torch.tensor([epoch])}, "model_name": "transformer",
+                    "model_config": {"epoch": epoch}}, tmp_path / f"checkpoint{epoch}.pt")
+    paths = last_checkpoints(tmp_path, 2, "epoch")
+    assert [p.name for p in paths] == ["checkpoint2.pt", "checkpoint3.pt"]
+    average(paths, tmp_path / "avg.pt")
+    avg = torch.load(tmp_path / "avg.pt", weights_only=False)
+    assert torch.equal(avg["model"]["w"], torch.full((2,), 4.0)) and avg["model_config"] == {"epoch": 3}
