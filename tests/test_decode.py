@@ -85,14 +85,20 @@ def test_length_limit_forces_eos():
     del always
 
 
-def test_batched_beam_equals_one_sentence_at_a_time():
-    torch.manual_seed(0)
+def small_model_and_sources(seed: int, n: int, length: int, padded: int):
+    """A random 2+2-layer model and n sources ending in </s>; sentence `padded` is shorter (right-padded)."""
+    torch.manual_seed(seed)
     model = build("transformer", dict(src_vocab=40, tgt_vocab=40, d_model=32, d_ff=64, heads=4, encoder_layers=2,
                                       decoder_layers=2, tie="all")).eval()
-    src = torch.randint(4, 40, (4, 6))
+    src = torch.randint(4, 40, (n, length))
     src[:, -1] = EOS
-    src[2, 3:] = PAD
-    src[2, 2] = EOS
+    src[padded, length // 2:] = PAD
+    src[padded, length // 2 - 1] = EOS
+    return model, src
+
+
+def test_batched_beam_equals_one_sentence_at_a_time():
+    model, src = small_model_and_sources(seed=0, n=4, length=6, padded=2)
     cfg = BeamConfig(beam=3, max_len_a=1.0, max_len_b=3)
     together = beam_search(model, src, cfg)
     for i in range(4):
@@ -124,13 +130,7 @@ class _Prefixes:
 
 
 def test_cached_beam_search_equals_full_recomputation():
-    torch.manual_seed(1)
-    model = build("transformer", dict(src_vocab=40, tgt_vocab=40, d_model=32, d_ff=64, heads=4, encoder_layers=2,
-                                      decoder_layers=2, tie="all")).eval()
-    src = torch.randint(4, 40, (5, 7))
-    src[:, -1] = EOS
-    src[3, 4:] = PAD
-    src[3, 3] = EOS
+    model, src = small_model_and_sources(seed=1, n=5, length=8, padded=3)
     for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
                 BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):
         cached, full = beam_search(model, src, cfg), beam_search(Recompute(model), src, cfg)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +24,15 @@ from . import UserError
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class BeamConfig:
+class BeamConfig(Settings):
+    kind = "decoding setting"
+
     beam: int = 5
     lenpen: float = 1.0
     length_penalty: str = "fairseq"  # fairseq | gnmt
@@ -38,16 +41,9 @@ class BeamConfig:
     batch_size: int = 64  # sentences per batch (fairseq --batch-size)
     amp: str = "none"  # none | bf16
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "BeamConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"unknown decoding setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        config = cls(**values)
-        if config.length_penalty not in ("fairseq", "gnmt"):
-            raise UserError(f"length_penalty={config.length_penalty!r}; expected fairseq or gnmt")
-        return config
+    def check(self) -> None:
+        if self.length_penalty not in ("fairseq", "gnmt"):
+            raise UserError(f"length_penalty={self.length_penalty!r}; expected fairseq or gnmt")
 
     def penalty(self, length: int) -> float:
         if self.length_penalty == "gnmt":

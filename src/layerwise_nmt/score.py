@@ -12,34 +12,36 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
 from . import UserError
 from .data.io import read_lines
+from .settings import Settings
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 
 
 @dataclass
-class ScoreConfig:
+class ScoreConfig(Settings):
+    kind = "scoring setting"
+
     tokenize: str = "none"  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
     lowercase: bool = False
     compound_split: bool = False
     buckets: tuple[int, ...] = ()  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "ScoreConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"unknown scoring setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        config = cls(**{k: tuple(v) if k == "buckets" else v for k, v in values.items()})
-        if config.tokenize not in sacrebleu.BLEU.TOKENIZERS:
-            raise UserError(f"tokenize={config.tokenize!r}; sacrebleu knows {', '.join(sacrebleu.BLEU.TOKENIZERS)}")
-        return config
+    def prepare(cls, values: dict) -> dict:
+        if "buckets" in values:
+            values["buckets"] = tuple(values["buckets"])
+        return values
+
+    def check(self) -> None:
+        if self.tokenize not in sacrebleu.BLEU.TOKENIZERS:
+            raise UserError(f"tokenize={self.tokenize!r}; sacrebleu knows {', '.join(sacrebleu.BLEU.TOKENIZERS)}")
 
 
 def compound_split(line: str) -> str:

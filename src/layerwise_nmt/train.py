@@ -23,7 +23,7 @@ import re
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +36,15 @@ from .data.batching import ParallelData, collate, epoch_order, make_batches
 from .data.io import atomic_path
 from .models import build
 from .models.transformer import count_parameters
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Settings):
+    kind = "training setting"
+
     max_tokens: int | None = 4096
     max_sentences: int | None = None
     update_freq: int = 1
@@ -72,23 +75,16 @@ class TrainConfig:
     log_interval: int = 50
     seed: int = 1
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"unknown training setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        config = cls(**values)
-        if config.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "fixed"):
-            raise UserError(f"lr_scheduler={config.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay "
+    def check(self) -> None:
+        if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "fixed"):
+            raise UserError(f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay "
                             f"or fixed")
-        if config.lr_scheduler == "polynomial_decay" and not config.total_num_update:
+        if self.lr_scheduler == "polynomial_decay" and not self.total_num_update:
             raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
-        if config.amp not in ("none", "bf16", "fp16"):
-            raise UserError(f"amp={config.amp!r}; expected none, bf16 or fp16")
-        if not (config.max_update or config.max_epoch or config.max_minutes):
+        if self.amp not in ("none", "bf16", "fp16"):
+            raise UserError(f"amp={self.amp!r}; expected none, bf16 or fp16")
+        if not (self.max_update or self.max_epoch or self.max_minutes):
             raise UserError("set at least one of max_update, max_epoch, max_minutes")
-        return config
 
 
 def lr_at(update: int, cfg: TrainConfig, d_model: int, restarted: bool = False) -> float:

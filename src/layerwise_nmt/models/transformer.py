@@ -11,14 +11,13 @@ override that one method, or the encoder/decoder stacks, in their own modules.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
-
+from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import UserError
+from ..settings import Settings
 from .registry import register
 
 # name → (d_model, d_ff, heads); layer counts and everything else are separate keys.
@@ -31,8 +30,10 @@ PRESETS = {
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Settings):
     """Everything needed to rebuild a model; saved in every checkpoint."""
+
+    kind = "model setting"
 
     src_vocab: int = 0
     tgt_vocab: int = 0
@@ -53,25 +54,16 @@ class ModelConfig:
     output_bias: bool = False  # MLRF's Eq. 2 has b_o
     scale_embedding: bool = True  # multiply token embeddings by sqrt(D), as Vaswani et al. and fairseq do
     max_positions: int = 1024
-    extra: dict[str, Any] = field(default_factory=dict)  # reserved for variant-specific keys of subclasses
 
     @classmethod
-    def from_dict(cls, values: dict) -> "ModelConfig":
-        values = dict(values)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"unknown model setting(s) {', '.join(unknown)} for {cls.__name__}; "
-                            f"known: {', '.join(sorted(known))}")
+    def prepare(cls, values: dict) -> dict:
         preset = values.get("preset")
         if preset is not None:
             if preset not in PRESETS:
                 raise UserError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
             for key, value in zip(("d_model", "d_ff", "heads"), PRESETS[preset]):
                 values.setdefault(key, value)
-        config = cls(**values)
-        config.check()
-        return config
+        return values
 
     def check(self) -> None:
         if self.tie not in ("none", "decoder", "all"):

@@ -23,7 +23,8 @@ def build(spec: dict) -> pd.DataFrame:
         values = [json.loads(Path(p).read_text())["bleu"] for p in row.get("scores", [])]
         summary = seeds_summary(values)
         if row["state"] == "ok" and values:
-            ours = f"{summary['mean']:.2f} ± {summary['sd']:.2f} (n={summary['n']})"
+            spread = f" ± {summary['sd']:.2f}" if summary["n"] > 1 else ""
+            ours = f"{summary['mean']:.2f}{spread} (n={summary['n']})"
             delta = f"{summary['mean'] - paper:+.2f}" if paper is not None else NOT_RUN
             status = "ours"
         else:

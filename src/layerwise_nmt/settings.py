@@ -1,0 +1,31 @@
+"""The typed settings of each stage (model, training, decoding, scoring) share one way in from the config."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from . import UserError
+
+
+class Settings:
+    """Mixin for the stage dataclasses: `from_dict` rejects unknown keys by name, then `check()` validates values."""
+
+    kind = "setting"  # what the error calls a key: "model setting", "training setting", ...
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"unknown {cls.kind}(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        settings = cls(**cls.prepare(dict(values)))
+        settings.check()
+        return settings
+
+    @classmethod
+    def prepare(cls, values: dict) -> dict:
+        """Fill in derived values before construction (e.g. a preset's sizes)."""
+        return values
+
+    def check(self) -> None:
+        """Raise UserError naming the key whose value is wrong."""
