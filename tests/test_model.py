@@ -64,15 +64,23 @@ def test_cached_steps_equal_full_recomputation(amp):
 
 
 def test_reorder_follows_the_beam():
+    """Two sentences × two beams: rows move within a sentence's beams, or a finished sentence leaves."""
     model = tiny()
     src, prev = batch()
+    src2 = src[:2].repeat_interleave(2, dim=0)  # rows: s0b0 s0b1 s1b0 s1b1
+    prev2 = torch.stack([prev[0], prev[1], prev[2], prev[0]])
     with torch.no_grad():
-        state = model.start(src)
-        model.step(prev[:, 0], state)
-        state.reorder(torch.tensor([2, 0, 1]))
-        moved = model.step(prev[[2, 0, 1], 1], state)
-        reference = model(src[[2, 0, 1]], prev[[2, 0, 1], :2])[:, 1]
-    assert torch.allclose(moved, reference, atol=1e-5)
+        state = model.start(src2)
+        model.step(prev2[:, 0], state)
+        model.step(prev2[:, 1], state)
+        state.reorder(torch.tensor([1, 1, 3, 2]))  # within beams
+        moved = model.step(prev2[[1, 1, 3, 2], 2], state)
+        expected = model(src2, prev2[[1, 1, 3, 2], :3])[:, 2]
+        assert torch.allclose(moved, expected, atol=1e-5)
+        state.reorder(torch.tensor([2, 3]))  # sentence 0 finished: only sentence 1's beams stay
+        kept = model.step(prev2[[3, 2], 3], state)
+        expected = model(src2[[2, 3]], prev2[[3, 2], :4])[:, 3]
+        assert torch.allclose(kept, expected, atol=1e-5)
 
 
 def test_tying_and_counts():

@@ -260,8 +260,12 @@ class DecoderState:
     step: int = 0
 
     def reorder(self, order: Tensor) -> None:
-        self.views = [kv.reorder(order) for kv in self.views]
-        self.view_mask = self.view_mask.index_select(0, order)
+        """Keep/reorder batch rows. Beam search only moves rows within a sentence's beams, whose source views are
+        identical, so the views need selecting only when finished sentences leave the batch (fairseq's trick:
+        copying every layer's source K/V at every step would cost more than the decoder step itself)."""
+        if order.numel() != self.view_mask.size(0):
+            self.views = [kv.reorder(order) for kv in self.views]
+            self.view_mask = self.view_mask.index_select(0, order)
         self.self_kv = [kv.reorder(order) if kv is not None else None for kv in self.self_kv]
 
 
