@@ -123,12 +123,13 @@ def cmd_translate(a) -> None:
     import torch
 
     from .data.io import atomic_path
-    from .decode import BeamConfig, load_model, load_vocab_pair, translate
+    from .data.vocab import load_pair
+    from .decode import BeamConfig, load_model, translate
 
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg = BeamConfig.from_dict(json.loads(a.options))
-    src_vocab, tgt_vocab = load_vocab_pair(a.data, a.src, a.tgt)
+    src_vocab, tgt_vocab = load_pair(a.data, a.src, a.tgt)
     stats = translate(load_model(a.model), a.input, src_vocab, tgt_vocab, cfg, a.out_prefix,
                       detok_lang=a.tgt if a.detokenize else None)
     log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],

@@ -149,11 +149,3 @@ def load_model(path: str | Path):
     model = build(state["model_name"], state["model_config"])
     model.load_state_dict(state["model"])
     return model.eval()
-
-
-def load_vocab_pair(data_dir: str | Path, src: str, tgt: str) -> tuple[Dictionary, Dictionary]:
-    vocab_dir = Path(data_dir).parent / "vocab"
-    if Path(data_dir).name == "bin-joint":
-        joint = Dictionary.load(vocab_dir / "dict.joint.txt")
-        return joint, joint
-    return Dictionary.load(vocab_dir / f"dict.{src}.txt"), Dictionary.load(vocab_dir / f"dict.{tgt}.txt")

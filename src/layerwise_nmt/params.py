@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from . import UserError
 from . import config as cfg
-from .data.vocab import Dictionary
+from .data.vocab import load_pair
 from .models import MODELS, build
 from .models.transformer import count_parameters
 
 
-def vocab_sizes(config: dict, e: dict) -> tuple[int, int] | None:
+def vocab_sizes(e: dict) -> tuple[int, int] | None:
     """From the task's prepared vocabularies, when they exist."""
-    vocab_dir = Path(f"results/{e['task']}/data/vocab")
-    names = ["joint", "joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
-    paths = [vocab_dir / f"dict.{n}.txt" for n in names]
-    if not all(p.exists() for p in paths):
+    try:
+        src, tgt = load_pair(f"results/{e['task']}/data/bin-{e['vocab']}", e["src"], e["tgt"])
+    except FileNotFoundError:
         return None
-    return len(Dictionary.load(paths[0])), len(Dictionary.load(paths[1]))
+    return len(src), len(tgt)
 
 
 def table_rows_of(config: dict) -> dict[str, list[tuple[str, str, str, float | None]]]:
@@ -39,7 +36,7 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
         if name not in config.get("experiments", {}):
             raise UserError(f"unknown experiment {name!r}; `lwnmt params` with no name lists them all")
         e = cfg.experiment(config, name)
-        sizes = vocab or vocab_sizes(config, e)
+        sizes = vocab or vocab_sizes(e)
         record = {"experiment": name, "model": e["model"], "params": None, "note": "",
                   "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—"}
         if e["model"] not in MODELS:

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from . import UserError
 from .data.batching import ParallelData, collate, epoch_order, make_batches
 from .data.io import atomic_path
+from .data.vocab import load_pair
 from .models import build
 from .models.transformer import count_parameters
 from .settings import Settings
@@ -244,13 +245,15 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     torch.manual_seed(cfg.seed)
     train_data = ParallelData(data_dir, "train", src, tgt)
     valid_data = ParallelData(data_dir, "valid", src, tgt)
-    vocab_sizes = _vocab_sizes(data_dir, src, tgt)
-    arch = {**spec.get("arch", {}), "src_vocab": vocab_sizes[0], "tgt_vocab": vocab_sizes[1]}
+    src_vocab, tgt_vocab = load_pair(data_dir, src, tgt)
+    arch = {**spec.get("arch", {}), "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
     model = build(spec["model"], arch).to(device)
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     optimizer = _adam(model, cfg)
     use_amp = cfg.amp != "none" and (cfg.amp == "bf16" or device.type == "cuda")
+    if cfg.amp == "fp16" and device.type != "cuda":
+        log.warning("amp=fp16 needs a GPU; training in fp32 (amp=bf16 works on this CPU)")
     dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and device.type == "cuda")
     autocast = lambda: torch.autocast(device.type, dtype=dtype, enabled=use_amp)  # noqa: E731
@@ -260,8 +263,6 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
-        if state["progress"]["restarted"]:
-            optimizer = _adam(model, cfg)
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         progress = state["progress"]
@@ -374,16 +375,6 @@ def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | 
     if restarted and (cfg.restart_max_tokens or cfg.restart_max_sentences):
         return cfg.restart_max_tokens, cfg.restart_max_sentences
     return cfg.max_tokens, cfg.max_sentences
-
-
-def _vocab_sizes(data_dir: str, src: str, tgt: str) -> tuple[int, int]:
-    from .data.vocab import Dictionary
-
-    vocab_dir = Path(data_dir).parent / "vocab"
-    if Path(data_dir).name == "bin-joint":
-        n = len(Dictionary.load(vocab_dir / "dict.joint.txt"))
-        return n, n
-    return len(Dictionary.load(vocab_dir / f"dict.{src}.txt")), len(Dictionary.load(vocab_dir / f"dict.{tgt}.txt"))
 
 
 def _should_restart(progress: dict, cfg: TrainConfig) -> bool:

@@ -73,3 +73,13 @@ def count_tokens(paths: Iterable[str]) -> Counter:
         for line in read_lines(path):
             counter.update(line.split())
     return counter
+
+
+def load_pair(data_dir: str | Path, src: str, tgt: str) -> tuple["Dictionary", "Dictionary"]:
+    """The (source, target) dictionaries of a binarized data directory: bin-joint → vocab/dict.joint.txt twice,
+    bin-separate → vocab/dict.<src>.txt and vocab/dict.<tgt>.txt."""
+    vocab_dir = Path(data_dir).parent / "vocab"
+    if Path(data_dir).name == "bin-joint":
+        joint = Dictionary.load(vocab_dir / "dict.joint.txt")
+        return joint, joint
+    return Dictionary.load(vocab_dir / f"dict.{src}.txt"), Dictionary.load(vocab_dir / f"dict.{tgt}.txt")
