@@ -165,3 +165,11 @@ def test_average_is_the_mean_with_newest_metadata(tmp_path):
     average(paths, tmp_path / "avg.pt")
     avg = torch.load(tmp_path / "avg.pt", weights_only=False)
     assert torch.equal(avg["model"]["w"], torch.full((2,), 4.0)) and avg["model_config"] == {"epoch": 3}
+
+
+def test_early_stopping_on_validation_bleu(data, tmp_path):
+    train(spec(max_epoch=30, patience=2, early_stop_metric="bleu", lr=1e-9, warmup_updates=1), str(data), "de",
+          "en", str(tmp_path / "e"))
+    history = final_state(tmp_path / "e")["progress"]["history"]
+    assert all(0.0 <= row["valid_bleu"] <= 100.0 for row in history)
+    assert len(history) < 30  # a model that cannot learn (lr 1e-9) stops after `patience` epochs without gain

@@ -63,7 +63,9 @@ class TrainConfig(Settings):
     max_update: int = 0  # 0 = no limit
     max_epoch: int = 0
     max_minutes: float = 0.0  # wall-clock training budget (resumes keep counting)
-    patience: int = 0  # epochs without a better validation loss before stopping; 0 = off
+    patience: int = 0  # epochs without a better validation score before stopping; 0 = off
+    early_stop_metric: str = "loss"  # loss | bleu (beam search on the validation set each epoch: slower)
+    valid_beam: int = 1  # beam size for validation BLEU
     restart_after_epochs: int = 0  # RestartAdam: 0 = off
     restart_lr: float = 5e-5
     restart_max_sentences: int | None = None
@@ -82,6 +84,8 @@ class TrainConfig(Settings):
                             f"or fixed")
         if self.lr_scheduler == "polynomial_decay" and not self.total_num_update:
             raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
+        if self.early_stop_metric not in ("loss", "bleu"):
+            raise UserError(f"early_stop_metric={self.early_stop_metric!r}; expected loss or bleu")
         if self.amp not in ("none", "bf16", "fp16"):
             raise UserError(f"amp={self.amp!r}; expected none, bf16 or fp16")
         if not (self.max_update or self.max_epoch or self.max_minutes):
@@ -184,9 +188,28 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
             logits = inner(batch.src, batch.prev)
         loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
         totals += [loss.item(), nll.item(), ok.item(), batch.ntokens]
-    inner.train()
     loss, nll, correct, ntokens = totals
-    return {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
+    result = {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
+    if cfg.early_stop_metric == "bleu":
+        result["bleu"] = valid_bleu(inner, data, cfg, device, autocast)
+    inner.train()
+    return result
+
+
+def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
+    """Tokenized BLEU of beam search on the validation set, BPE removed on both sides (sacrebleu)."""
+    from .decode import BeamConfig, beam_search
+    from .score import ScoreConfig, bleu
+
+    beam = BeamConfig(beam=cfg.valid_beam)
+    hyps, refs = [], []
+    for ids in make_batches(data.src.sizes, data.tgt.sizes, None, 64, cfg.seed):
+        batch = collate(data, ids).to(device)
+        with autocast():
+            results = beam_search(model, batch.src, beam, eos=model.config.eos, pad=model.config.pad)
+        hyps += [" ".join(map(str, r[0].tokens[:-1])) for r in results]
+        refs += [" ".join(map(str, data.tgt[i][:-1])) for i in ids]
+    return bleu(hyps, [refs], ScoreConfig())["bleu"]  # on token ids: BLEU over BPE units, enough to rank epochs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -259,7 +282,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     autocast = lambda: torch.autocast(device.type, dtype=dtype, enabled=use_amp)  # noqa: E731
 
     progress = {"update": 0, "epoch": 1, "next_batch": 0, "restarted": False, "elapsed": 0.0,
-                "best_valid": math.inf, "bad_epochs": 0, "history": [], "early_stopped": False}
+                "best_valid": -math.inf, "bad_epochs": 0, "history": [], "early_stopped": False}
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
@@ -401,7 +424,7 @@ def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: 
            "minutes": round(progress["elapsed"] / 60, 3), "lr": optimizer.param_groups[0]["lr"],
            "train_loss": loss / ntokens / math.log(2), "train_nll": nll / ntokens / math.log(2),
            "train_accuracy": correct / ntokens, "valid_loss": valid["loss"], "valid_nll": valid["nll"],
-           "valid_accuracy": valid["accuracy"]}
+           "valid_accuracy": valid["accuracy"], "valid_bleu": valid.get("bleu", "")}
     progress["history"].append(row)
     log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
              row["epoch"], " (stopped mid-epoch)" if partial else " done", row["update"], row["train_loss"],
@@ -409,12 +432,13 @@ def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: 
 
 
 def _early_stopping(progress: dict, cfg: TrainConfig, valid: dict) -> None:
-    if valid["loss"] < progress["best_valid"]:
-        progress["best_valid"], progress["bad_epochs"] = valid["loss"], 0
+    score = -valid["loss"] if cfg.early_stop_metric == "loss" else valid["bleu"]  # higher is better
+    if score > progress["best_valid"]:
+        progress["best_valid"], progress["bad_epochs"] = score, 0
     else:
         progress["bad_epochs"] += 1
     if cfg.patience and progress["bad_epochs"] >= cfg.patience:
-        log.info("early stop: no better validation loss for %d epochs", cfg.patience)
+        log.info("early stop: no better validation %s for %d epochs", cfg.early_stop_metric, cfg.patience)
         progress["early_stopped"] = True
 
 
