@@ -84,3 +84,124 @@ def task_data_targets(task_name):
 
 def checksum_flag(checksum, prefix=""):
     return f"--{prefix}{checksum[0].replace('_', '-')} {checksum[1]}" if checksum else ""
+
+
+# --- fetch / extract (data.smk) -------------------------------------------------------------------
+
+
+def get_source(wildcards):
+    try:
+        return cfg.file_source(config, wildcards.dataset, wildcards.file)
+    except UserError as err:
+        raise WorkflowError(str(err))
+
+
+def get_download(wildcards):
+    return cfg.download_spec(config, wildcards.dataset, wildcards.archive)
+
+
+# --- preprocessing (preprocess.smk) ---------------------------------------------------------------
+
+
+def get_part(wildcards):
+    """The raw file and split spec behind results/{task}/data/tok/{part}.{lang}."""
+    task = task_of(wildcards)
+    name, split = cfg.find_part(task, wildcards.part, wildcards.lang)
+    return raw_path(task["dataset"], name), split
+
+
+def tokenize_args(wildcards):
+    task = task_of(wildcards)
+    split = get_part(wildcards)[1]
+    opts = task.get("tokenize", {})
+    return " ".join(
+        [
+            f"--format {split.get('format', 'plain')}",
+            "--lowercase" if task.get("lowercase") else "",
+            "--normalize-apostrophe" if split.get("normalize_apostrophe") else "",
+            "--no-escape" if not opts.get("escape", True) else "",
+            "--aggressive-dash-splits" if opts.get("aggressive_dash_splits") else "",
+        ]
+    )
+
+
+def assemble_spec(wildcards):
+    """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt, format)."""
+    task = task_of(wildcards)
+    spec = {}
+    for name, split in task["splits"].items():
+        spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
+        spec[name]["parts"] = [
+            [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
+            + [f"results/{wildcards.task}/data/tok/{cfg.part_name(t, lang)}" for lang in (task["src"], task["tgt"])]
+            + [split.get("format", "plain")]
+            for t in split.get("parts", [])
+        ]
+    return spec
+
+
+def train_texts(wildcards, stage="text"):
+    task = task_of(wildcards)
+    return [f"results/{wildcards.task}/data/{stage}/train.{cfg.pair(task)}.{lang}" for lang in (task["src"], task["tgt"])]
+
+
+def vocab_params(wildcards):
+    opts = task_of(wildcards).get("vocab", {})
+    return f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
+
+
+# --- training (train.smk) -------------------------------------------------------------------------
+
+
+def train_inputs(wildcards):
+    e = experiment_of(wildcards)
+    base = f"results/{e['task']}/data"
+    vocab = ["joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
+    return [f"{base}/vocab/dict.{v}.txt" for v in vocab] + [
+        f"{base}/bin-{e['vocab']}/{split}.{e['pair']}.{lang}.{ext}.npy"
+        for split in ("train", "valid")
+        for lang in (e["src"], e["tgt"])
+        for ext in ("tokens", "offsets")
+    ]
+
+
+def train_spec(wildcards):
+    e = experiment_of(wildcards)
+    return json.dumps({"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}})
+
+
+def data_dir(wildcards):
+    e = experiment_of(wildcards)
+    return f"results/{e['task']}/data/bin-{e['vocab']}"
+
+
+# --- decoding and scoring (evaluate.smk) ----------------------------------------------------------
+
+
+def model_for_decoding(wildcards):
+    name = "averaged.pt" if experiment_of(wildcards)["average"] else "model.pt"
+    return f"{run_dir(wildcards)}/{name}"
+
+
+# --- tables (report.smk) --------------------------------------------------------------------------
+
+
+def table_spec(paper, table):
+    """Rows resolved to (paper numbers, run state and reason, score.json paths of every seed)."""
+    spec = config["papers"][paper]["tables"][table]
+    rows = []
+    for row in spec["rows"]:
+        out = {"label": row["label"], "paper": row.get("paper", {})}
+        if "experiment" in row:
+            status = cfg.experiment_status(config, row["experiment"])
+            out["state"], out["reason"] = status.state, status.reason
+            if status.runnable:
+                e = cfg.experiment(config, row["experiment"])
+                out["scores"] = [f"{cfg.experiment_dir(config, e['name'], s)}/score.json" for s in e["seeds"]]
+        else:
+            quoted = "quoted_from" in row
+            out["state"] = "quoted" if quoted else "blocked"
+            out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
+        rows.append(out)
+    return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
+            "metric": spec.get("metric", "bleu"), "rows": rows}

@@ -1,17 +1,6 @@
 # fetch → extract: raw files from the official URL or a local mirror, always checksummed.
 
 
-def get_source(wildcards):
-    try:
-        return cfg.file_source(config, wildcards.dataset, wildcards.file)
-    except UserError as err:
-        raise WorkflowError(str(err))
-
-
-def get_download(wildcards):
-    return cfg.download_spec(config, wildcards.dataset, wildcards.archive)
-
-
 rule fetch:
     output:
         "results/downloads/{dataset}/{archive}",

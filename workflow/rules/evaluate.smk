@@ -1,11 +1,6 @@
 # decode (beam search on the test set) → score (sacrebleu).
 
 
-def model_for_decoding(wildcards):
-    name = "averaged.pt" if experiment_of(wildcards)["average"] else "model.pt"
-    return f"{run_dir(wildcards)}/{name}"
-
-
 rule translate:
     input:
         model=model_for_decoding,

@@ -1,28 +1,6 @@
 # tokenize → assemble (pair, clean, hold out) → learn/apply BPE → vocabularies → binarize.
 
 
-def get_part(wildcards):
-    """The raw file and split spec behind results/{task}/data/tok/{part}.{lang}."""
-    task = task_of(wildcards)
-    name, split = cfg.find_part(task, wildcards.part, wildcards.lang)
-    return raw_path(task["dataset"], name), split
-
-
-def tokenize_args(wildcards):
-    task = task_of(wildcards)
-    split = get_part(wildcards)[1]
-    opts = task.get("tokenize", {})
-    return " ".join(
-        [
-            f"--format {split.get('format', 'plain')}",
-            "--lowercase" if task.get("lowercase") else "",
-            "--normalize-apostrophe" if split.get("normalize_apostrophe") else "",
-            "--no-escape" if not opts.get("escape", True) else "",
-            "--aggressive-dash-splits" if opts.get("aggressive_dash_splits") else "",
-        ]
-    )
-
-
 rule tokenize:
     input:
         lambda w: get_part(w)[0],
@@ -37,21 +15,6 @@ rule tokenize:
         "../../envs/preprocess.yaml"
     shell:
         "{LWNMT} tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
-
-
-def assemble_spec(wildcards):
-    """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt, format)."""
-    task = task_of(wildcards)
-    spec = {}
-    for name, split in task["splits"].items():
-        spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
-        spec[name]["parts"] = [
-            [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
-            + [f"results/{wildcards.task}/data/tok/{cfg.part_name(t, lang)}" for lang in (task["src"], task["tgt"])]
-            + [split.get("format", "plain")]
-            for t in split.get("parts", [])
-        ]
-    return spec
 
 
 rule assemble:
@@ -71,11 +34,6 @@ rule assemble:
     shell:
         "{LWNMT} assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
-
-
-def train_texts(wildcards, stage="text"):
-    task = task_of(wildcards)
-    return [f"results/{wildcards.task}/data/{stage}/train.{cfg.pair(task)}.{lang}" for lang in (task["src"], task["tgt"])]
 
 
 rule learn_bpe:
@@ -108,11 +66,6 @@ rule apply_bpe:
         "../../envs/preprocess.yaml"
     shell:
         "{LWNMT} apply-bpe {input.text:q} {output:q} --codes {input.codes:q} --workers {threads} 2> {log:q}"
-
-
-def vocab_params(wildcards):
-    opts = task_of(wildcards).get("vocab", {})
-    return f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
 
 
 rule vocab_joint:

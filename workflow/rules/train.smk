@@ -1,28 +1,6 @@
 # train (per experiment × seed) → average.
 
 
-def train_inputs(wildcards):
-    e = experiment_of(wildcards)
-    base = f"results/{e['task']}/data"
-    vocab = ["joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
-    return [f"{base}/vocab/dict.{v}.txt" for v in vocab] + [
-        f"{base}/bin-{e['vocab']}/{split}.{e['pair']}.{lang}.{ext}.npy"
-        for split in ("train", "valid")
-        for lang in (e["src"], e["tgt"])
-        for ext in ("tokens", "offsets")
-    ]
-
-
-def train_spec(wildcards):
-    e = experiment_of(wildcards)
-    return json.dumps({"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}})
-
-
-def data_dir(wildcards):
-    e = experiment_of(wildcards)
-    return f"results/{e['task']}/data/bin-{e['vocab']}"
-
-
 rule train:
     input:
         train_inputs,
