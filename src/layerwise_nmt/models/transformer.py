@@ -162,15 +162,18 @@ class MultiheadAttention(nn.Module):
         return KV(self.split(k), self.split(v))
 
     def forward(self, x: Tensor, memory: Tensor | KV | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: KV | None = None) -> tuple[Tensor, KV | None]:
-        """Self-attention when memory is None (cache: the previous steps' K/V, returned grown), else cross-attention
-        to memory (a tensor, or its precomputed KV). mask: bool, True = may attend, broadcast to (B, H, T, S)."""
+                causal: bool = False, cache: KV | None = None, prefix: KV | None = None) -> tuple[Tensor, KV | None]:
+        """Self-attention when memory is None (cache: the previous steps' K/V, returned grown; prefix: fixed K/V
+        placed before them, e.g. LWC's source half), else cross-attention to memory (a tensor, or its precomputed
+        KV). mask: bool, True = may attend, broadcast to (B, H, T, S)."""
         if memory is None:
             q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))
             if cache is not None:
                 k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
                 causal = False  # one new query sees every cached key
             cache = KV(k, v)
+            if prefix is not None:
+                k, v = torch.cat([prefix.k, k], dim=2), torch.cat([prefix.v, v], dim=2)
         else:
             q = self.split(self.q(x))
             kv = memory if isinstance(memory, KV) else self.project_kv(memory)
