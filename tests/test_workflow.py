@@ -103,7 +103,7 @@ def test_status_says_why_rows_cannot_run():
     assert "multi30k_deen" in out
     assert "blocked" in out and "issue #10" in out
     assert "needs data the user must supply" in out
-    assert "quoted" in out and "is not implemented yet" in out
+    assert "quoted" in out and "lwc.t1.deen.lwc_small" in out
 
 
 def test_every_pending_task_is_reported_not_built():
