@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
-from .transformer import KV, Embedding, FeedForward, ModelConfig, MultiheadAttention, new_token_embedding
+from .transformer import KV, Embedding, EncoderLayer, ModelConfig, new_token_embedding
 
 
 @dataclass
@@ -37,24 +37,6 @@ class CoordinationConfig(ModelConfig):
         super().check()
         if self.tie != "all":
             raise UserError("model lwc shares one token table between source, target and output: tie must be 'all'")
-
-
-class CoordinationLayer(nn.Module):
-    """One shared layer: mixed attention over [source; target] + FFN, post-norm."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.attn, self.ffn = MultiheadAttention(config, self_attention=True), FeedForward(config)
-        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x: Tensor, mask: Tensor, prefix: KV | None = None,
-                cache: KV | None = None) -> tuple[Tensor, KV]:
-        """x (B, T, D); prefix: keys/values prepended and not grown (the source, when decoding);
-        cache: the target keys/values so far. Returns the new states and x's keys/values (cache grown)."""
-        h, kv = self.attn(x, mask=mask, cache=cache, prefix=prefix)
-        x = self.norm1(x + self.dropout(h))
-        return self.norm2(x + self.dropout(self.ffn(x))), kv
 
 
 @dataclass
@@ -83,7 +65,7 @@ class LayerWiseCoordination(nn.Module):
         self.language = nn.Parameter(torch.zeros(2, config.d_model)) if config.language_embeddings else None
         if self.language is not None:
             nn.init.normal_(self.language, std=config.d_model**-0.5)
-        self.layers = nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers))
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))  # shared by both halves
 
     def embed_half(self, ids: Tensor, half: int, offset: int = 0) -> Tensor:
         x = self.embed(ids, offset=offset)
@@ -95,14 +77,14 @@ class LayerWiseCoordination(nn.Module):
         x = torch.cat([self.embed_half(src, 0), self.embed_half(prev, 1)], dim=1)  # (B, S+T, D)
         mask = mixed_attention_mask(src != self.config.pad, T)
         for layer in self.layers:
-            x, _ = layer(x, mask)
+            x, _ = layer.attend(x, mask)
         return x[:, S:] @ self.tokens.weight.t()
 
     def start(self, src: Tensor) -> CoordinationState:
         source_mask = (src != self.config.pad)[:, None, None, :]
         x, kvs = self.embed_half(src, 0), []
         for layer in self.layers:  # the source half never sees the target: compute it once
-            x, kv = layer(x, source_mask)
+            x, kv = layer.attend(x, source_mask)
             kvs.append(kv)
         return CoordinationState(kvs, source_mask, [None] * len(self.layers))
 
@@ -112,7 +94,7 @@ class LayerWiseCoordination(nn.Module):
         mask = torch.cat([state.source_mask, state.source_mask.new_ones(*state.source_mask.shape[:3],
                                                                           state.step + 1)], dim=-1)
         for i, layer in enumerate(self.layers):
-            x, state.target[i] = layer(x, mask, prefix=state.source[i], cache=state.target[i])
+            x, state.target[i] = layer.attend(x, mask, prefix=state.source[i], cache=state.target[i])
         state.step += 1
         return (x @ self.tokens.weight.t())[:, 0]
 

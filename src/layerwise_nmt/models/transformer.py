@@ -206,8 +206,15 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        x = self.norm1(x + self.dropout(self.attn(x, mask=mask)[0]))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        return self.attend(x, mask)[0]
+
+    def attend(self, x: Tensor, mask: Tensor, prefix: KV | None = None,
+               cache: KV | None = None) -> tuple[Tensor, KV]:
+        """The layer, also returning x's keys/values (cache grown); prefix: fixed keys/values placed first.
+        LWC runs its shared [source; target] layers through this."""
+        h, kv = self.attn(x, mask=mask, cache=cache, prefix=prefix)
+        x = self.norm1(x + self.dropout(h))
+        return self.norm2(x + self.dropout(self.ffn(x))), kv
 
 
 class DecoderLayer(nn.Module):
