@@ -32,3 +32,14 @@ def snakemake(workdir: Path, *args: str, mirror: Path | None = None, check: bool
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+def assert_target_prefix_only(model, src, prev, position: int = 4) -> None:
+    """Changing target token `position` leaves the outputs at earlier positions unchanged (and changes later ones)."""
+    import torch
+
+    logits = model(src, prev)
+    changed = prev.clone()
+    changed[:, position] = 9 if int(prev[0, position]) != 9 else 7
+    assert torch.allclose(model(src, changed)[:, :position], logits[:, :position], atol=1e-6)
+    assert not torch.allclose(model(src, changed)[:, position:], logits[:, position:], atol=1e-4)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
-from .transformer import KV, Embedding, EncoderLayer, ModelConfig, new_token_embedding
+from .transformer import KV, Embedding, EncoderLayer, ModelConfig, new_token_embedding, reorder_beams
 
 
 @dataclass
@@ -47,10 +47,7 @@ class CoordinationState:
     step: int = 0
 
     def reorder(self, order: Tensor) -> None:
-        if order.numel() != self.source_mask.size(0):  # beams of a sentence share the source (see DecoderState)
-            self.source = [kv.reorder(order) for kv in self.source]
-            self.source_mask = self.source_mask.index_select(0, order)
-        self.target = [kv.reorder(order) if kv is not None else None for kv in self.target]
+        self.source, self.source_mask, self.target = reorder_beams(order, self.source, self.source_mask, self.target)
 
 
 @register("lwc")

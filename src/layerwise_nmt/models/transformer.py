@@ -270,13 +270,18 @@ class DecoderState:
     step: int = 0
 
     def reorder(self, order: Tensor) -> None:
-        """Keep/reorder batch rows. Beam search only moves rows within a sentence's beams, whose source views are
-        identical, so the views need selecting only when finished sentences leave the batch (fairseq's trick:
-        copying every layer's source K/V at every step would cost more than the decoder step itself)."""
-        if order.numel() != self.view_mask.size(0):
-            self.views = [kv.reorder(order) for kv in self.views]
-            self.view_mask = self.view_mask.index_select(0, order)
-        self.self_kv = [kv.reorder(order) if kv is not None else None for kv in self.self_kv]
+        self.views, self.view_mask, self.self_kv = reorder_beams(order, self.views, self.view_mask, self.self_kv)
+
+
+def reorder_beams(order: Tensor, source: list[KV], source_mask: Tensor,
+                  growing: list[KV | None]) -> tuple[list[KV], Tensor, list[KV | None]]:
+    """Keep/reorder batch rows of a decoding state. Beam search only moves rows within a sentence's beams, whose
+    source K/V are identical, so those need selecting only when finished sentences leave the batch (fairseq's
+    trick: copying every layer's source K/V at every step would cost more than the decoder step itself)."""
+    if order.numel() != source_mask.size(0):
+        source = [kv.reorder(order) for kv in source]
+        source_mask = source_mask.index_select(0, order)
+    return source, source_mask, [kv.reorder(order) if kv is not None else None for kv in growing]
 
 
 class Decoder(nn.Module):
