@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = (ROOT / ".." / "shared" / "data-mirror").resolve()
@@ -36,10 +37,45 @@ def snakemake(workdir: Path, *args: str, mirror: Path | None = None, check: bool
 
 def assert_target_prefix_only(model, src, prev, position: int = 4) -> None:
     """Changing target token `position` leaves the outputs at earlier positions unchanged (and changes later ones)."""
-    import torch
 
     logits = model(src, prev)
     changed = prev.clone()
     changed[:, position] = 9 if int(prev[0, position]) != 9 else 7
     assert torch.allclose(model(src, changed)[:, :position], logits[:, :position], atol=1e-6)
     assert not torch.allclose(model(src, changed)[:, position:], logits[:, position:], atol=1e-4)
+
+
+class Recompute:
+    """The same model decoded without any cache: every step re-runs the full forward pass over the prefix."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def start(self, src):
+        return _Prefixes(src)
+
+    def step(self, last, state):
+        state.prefix = torch.cat([state.prefix, last[:, None]], dim=1)
+        return self.model(state.src, state.prefix)[:, -1]
+
+
+class _Prefixes:
+    def __init__(self, src):
+        self.src, self.prefix = src, torch.zeros(src.size(0), 0, dtype=torch.long)
+
+    def reorder(self, order):
+        self.src, self.prefix = self.src.index_select(0, order), self.prefix.index_select(0, order)
+
+
+def assert_cached_beam_equals_recompute(model, src) -> None:
+    """Beam search with the model's incremental state returns the hypotheses and scores of full recomputation."""
+    import math
+
+    from layerwise_nmt.decode import BeamConfig, beam_search
+
+    for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
+                BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):
+        cached, full = beam_search(model, src, cfg), beam_search(Recompute(model), src, cfg)
+        for a, b in zip(cached, full):
+            assert [h.tokens for h in a] == [h.tokens for h in b]
+            assert all(math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b))

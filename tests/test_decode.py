@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from conftest import assert_cached_beam_equals_recompute
 from layerwise_nmt.decode import BeamConfig, beam_search
 from layerwise_nmt.models import build
 
@@ -107,33 +108,6 @@ def test_batched_beam_equals_one_sentence_at_a_time():
         assert all(math.isclose(a.score, b.score, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(alone, together[i]))
 
 
-class Recompute:
-    """The same model decoded without any cache: every step re-runs the full forward pass over the prefix."""
-
-    def __init__(self, model):
-        self.model, self.config = model, model.config
-
-    def start(self, src):
-        return _Prefixes(src)
-
-    def step(self, last, state):
-        state.prefix = torch.cat([state.prefix, last[:, None]], dim=1)
-        return self.model(state.src, state.prefix)[:, -1]
-
-
-class _Prefixes:
-    def __init__(self, src):
-        self.src, self.prefix = src, torch.zeros(src.size(0), 0, dtype=torch.long)
-
-    def reorder(self, order):
-        self.src, self.prefix = self.src.index_select(0, order), self.prefix.index_select(0, order)
-
-
 def test_cached_beam_search_equals_full_recomputation():
     model, src = small_model_and_sources(seed=1, n=5, length=8, padded=3)
-    for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
-                BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):
-        cached, full = beam_search(model, src, cfg), beam_search(Recompute(model), src, cfg)
-        for a, b in zip(cached, full):
-            assert [h.tokens for h in a] == [h.tokens for h in b]
-            assert all(math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b))
+    assert_cached_beam_equals_recompute(model, src)

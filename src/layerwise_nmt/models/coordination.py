@@ -7,12 +7,22 @@
                                                      source rows see the source only)
     logits = h^N_target · E^T                       (one table for source input, target input and output)
 
-So target position i in layer l attends to layer l−1 of the source: decoder layer l reads encoder layer l−1.
-Decoding: the source half is computed once and each layer's source keys/values are kept as a static prefix of
-that layer's attention; the target keys/values grow step by step (`CoordinationState`).
+Because source rows never see the target (Eq. 3), the stack is run as two passes per layer that are exactly the
+masked attention over the concatenation: the source half alone, then the target half with that layer's source
+keys/values as a fixed prefix of its own (causal) keys. Target position i in layer l therefore reads layer l−1 of
+the source: decoder layer l reads encoder layer l−1. Decoding computes the source pass once and grows only the
+target keys/values (`CoordinationState`); it costs S² + T(S+T) attention scores instead of (S+T)².
 
-Status: the shared-parameter model of Table 1 (this module). The Table 3 ablations (no sharing, no mixed
-attention, no language/position embedding) and the §5.4 context-gate baseline are issue #4's remaining work.
+Table 3 ablations (config flags):
+- share_layers=false, layers=7: every level has a source layer and a target layer with their own parameters; the
+  target layer applies its own K/V projections to the source states of level l−1 (mixed attention kept).
+- mixed_attention=false: the target half runs causal self-attention, then a separate attention to the same-level
+  source states, "as usual" (§5.3). The paper prints 19.07M for it, which a separate cross-attention cannot give
+  (22.75M at 14 layers). Our reading: the second attention reuses the layer's own Q/K/V/O projections (the layer is
+  still one parameter set serving both roles) and only adds its post-norm LayerNorm: +2·d per layer, 19,077,120
+  parameters at V=31.3K (prints 19.08M).
+- language_embeddings=false: no L_src/L_tgt (−2·d = −512 parameters, the paper's count is unchanged at 2 decimals).
+- position_embeddings=false (ModelConfig): no PE at all.
 """
 
 from __future__ import annotations
@@ -29,9 +39,11 @@ from .transformer import KV, Embedding, EncoderLayer, ModelConfig, new_token_emb
 
 @dataclass
 class CoordinationConfig(ModelConfig):
-    layers: int = 14  # shared layers (LWC-small: 14 ≈ the parameters of a 6+6 Transformer-small)
+    layers: int = 14  # levels (LWC-small: 14 shared layers ≈ the parameters of a 6+6 Transformer-small)
     tie: str = "all"  # the paper's single token table (its 19.07M count implies it)
     language_embeddings: bool = True  # L_src, L_tgt (Table 3 ablation: off)
+    share_layers: bool = True  # one parameter set per level for both halves (Table 3 ablation: off, with 7 layers)
+    mixed_attention: bool = True  # Eq. 3 (Table 3 ablation: off = self-attention, then source attention)
 
     def check(self) -> None:
         super().check()
@@ -39,11 +51,33 @@ class CoordinationConfig(ModelConfig):
             raise UserError("model lwc shares one token table between source, target and output: tie must be 'all'")
 
 
+class CoordinationLayer(EncoderLayer):
+    """One level. As a source layer it is the plain EncoderLayer (`attend`); `target` runs the target half."""
+
+    def __init__(self, config: CoordinationConfig):
+        super().__init__(config)
+        self.source_norm = None if config.mixed_attention else nn.LayerNorm(config.d_model)
+
+    def target(self, x: Tensor, source: KV, source_mask: Tensor, cache: KV | None = None) -> tuple[Tensor, KV]:
+        """x (B, T, D): level l−1 target states; source: this layer's K/V of level l−1 source states;
+        cache: the earlier target positions' K/V (incremental decoding) → (B, T, D), K/V grown."""
+        B, T = x.shape[:2]
+        past = cache.k.size(2) if cache is not None else 0
+        causal = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)[None, None]
+        if self.source_norm is None:  # Eq. 3: one softmax over the source keys and the target keys ≤ i
+            mask = torch.cat([source_mask.expand(B, 1, T, -1), causal.expand(B, 1, T, past + T)], dim=-1)
+            return self.attend(x, mask, prefix=source, cache=cache)
+        h, cache = self.attn(x, mask=causal, cache=cache)  # w/o mixed attention: two attentions, same projections
+        x = self.norm1(x + self.dropout(h))
+        x = self.source_norm(x + self.dropout(self.attn(x, memory=source, mask=source_mask)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x))), cache
+
+
 @dataclass
 class CoordinationState:
-    source: list[KV]  # per layer: the source half's keys/values (B, H, S, Dh), fixed
+    source: list[KV]  # per level: the target layer's keys/values of the level l−1 source states (B, H, S, Dh)
     source_mask: Tensor  # (B, 1, 1, S) True at real source tokens
-    target: list[KV | None]  # per layer: target keys/values so far
+    target: list[KV | None]  # per level: target keys/values so far
     step: int = 0
 
     def reorder(self, order: Tensor) -> None:
@@ -62,46 +96,44 @@ class LayerWiseCoordination(nn.Module):
         self.language = nn.Parameter(torch.zeros(2, config.d_model)) if config.language_embeddings else None
         if self.language is not None:
             nn.init.normal_(self.language, std=config.d_model**-0.5)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))  # shared by both halves
+        self.layers = nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers))
+        self.target_layers = (None if config.share_layers else
+                              nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers)))
+
+    def target_stack(self) -> nn.ModuleList:
+        return self.layers if self.target_layers is None else self.target_layers
 
     def embed_half(self, ids: Tensor, half: int, offset: int = 0) -> Tensor:
         x = self.embed(ids, offset=offset)
         return x + self.language[half] if self.language is not None else x
 
+    def encode(self, src: Tensor) -> tuple[list[KV], list[Tensor], Tensor]:
+        """The source half, which never sees the target: src (B, S) → per level the target layer's K/V of the
+        level l−1 source states, the states of every level (L+1 tensors (B, S, D)) and the mask (B, 1, 1, S)."""
+        mask = (src != self.config.pad)[:, None, None, :]
+        states, kvs = [self.embed_half(src, 0)], []
+        for layer, target_layer in zip(self.layers, self.target_stack()):
+            x, kv = layer.attend(states[-1], mask)
+            kvs.append(kv if target_layer is layer else target_layer.attn.project_kv(states[-1]))
+            states.append(x)
+        return kvs, states, mask
+
     def forward(self, src: Tensor, prev: Tensor) -> Tensor:
         """src (B, S) right-padded, ends with </s>; prev (B, T) starts with <sos> (= </s>) → logits (B, T, V)."""
-        S, T = src.size(1), prev.size(1)
-        x = torch.cat([self.embed_half(src, 0), self.embed_half(prev, 1)], dim=1)  # (B, S+T, D)
-        mask = mixed_attention_mask(src != self.config.pad, T)
-        for layer in self.layers:
-            x, _ = layer.attend(x, mask)
-        return x[:, S:] @ self.tokens.weight.t()
+        source, _, mask = self.encode(src)
+        x = self.embed_half(prev, 1)
+        for layer, kv in zip(self.target_stack(), source):
+            x, _ = layer.target(x, kv, mask)
+        return x @ self.tokens.weight.t()
 
     def start(self, src: Tensor) -> CoordinationState:
-        source_mask = (src != self.config.pad)[:, None, None, :]
-        x, kvs = self.embed_half(src, 0), []
-        for layer in self.layers:  # the source half never sees the target: compute it once
-            x, kv = layer.attend(x, source_mask)
-            kvs.append(kv)
-        return CoordinationState(kvs, source_mask, [None] * len(self.layers))
+        source, _, mask = self.encode(src)
+        return CoordinationState(source, mask, [None] * len(source))
 
     def step(self, last: Tensor, state: CoordinationState) -> Tensor:
         """last (B,) → next-token logits (B, V)."""
         x = self.embed_half(last[:, None], 1, offset=state.step)
-        mask = torch.cat([state.source_mask, state.source_mask.new_ones(*state.source_mask.shape[:3],
-                                                                          state.step + 1)], dim=-1)
-        for i, layer in enumerate(self.layers):
-            x, state.target[i] = layer.attend(x, mask, prefix=state.source[i], cache=state.target[i])
+        for i, layer in enumerate(self.target_stack()):
+            x, state.target[i] = layer.target(x, state.source[i], state.source_mask, cache=state.target[i])
         state.step += 1
         return (x @ self.tokens.weight.t())[:, 0]
-
-
-def mixed_attention_mask(source_real: Tensor, T: int) -> Tensor:
-    """Eq. 3 with padding: (B, S) bool → (B, 1, S+T, S+T) bool, True = may attend."""
-    B, S = source_real.shape
-    device = source_real.device
-    keys_src = source_real[:, None, None, :].expand(B, 1, S + T, S)  # every row sees the real source keys
-    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    keys_tgt = torch.zeros(S + T, T, dtype=torch.bool, device=device)
-    keys_tgt[S:] = causal  # target rows see targets ≤ i; source rows never see the target
-    return torch.cat([keys_src, keys_tgt[None, None].expand(B, 1, S + T, T)], dim=-1)

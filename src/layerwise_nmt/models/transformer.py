@@ -53,6 +53,7 @@ class ModelConfig(Settings):
     tie: str = "decoder"
     output_bias: bool = False  # MLRF's Eq. 2 has b_o
     scale_embedding: bool = True  # multiply token embeddings by sqrt(D), as Vaswani et al. and fairseq do
+    position_embeddings: bool = True  # sinusoidal positions (LWC Table 3 ablates them)
     max_positions: int = 1024
 
     @classmethod
@@ -89,13 +90,16 @@ def sinusoidal_positions(n: int, d: int) -> Tensor:
 
 
 class Embedding(nn.Module):
-    """Token embedding × sqrt(D) + sinusoidal position, then dropout."""
+    """Token embedding × sqrt(D) + sinusoidal position (unless config.position_embeddings is off), then dropout."""
 
     def __init__(self, tokens: nn.Embedding, config: ModelConfig):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
+        positions = sinusoidal_positions(config.max_positions, config.d_model)
+        if not config.position_embeddings:
+            positions.zero_()
+        self.register_buffer("positions", positions, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:  # (B, T) → (B, T, D)
@@ -157,8 +161,18 @@ class MultiheadAttention(nn.Module):
         B, T, D = x.shape
         return x.view(B, T, self.heads, D // self.heads).transpose(1, 2)
 
+    def project_q(self, x: Tensor) -> Tensor:  # (B, T, D) → (B, H, T, Dh)
+        if hasattr(self, "q"):
+            return self.split(self.q(x))
+        d = x.size(-1)  # a self-attention module's query slice, for the same projections used on a memory
+        return self.split(F.linear(x, self.qkv.weight[:d], self.qkv.bias[:d]))
+
     def project_kv(self, memory: Tensor) -> KV:
-        k, v = self.kv(memory).chunk(2, dim=-1)
+        if hasattr(self, "kv"):
+            k, v = self.kv(memory).chunk(2, dim=-1)
+        else:
+            d = memory.size(-1)
+            k, v = F.linear(memory, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
         return KV(self.split(k), self.split(v))
 
     def forward(self, x: Tensor, memory: Tensor | KV | None = None, mask: Tensor | None = None,
@@ -175,7 +189,7 @@ class MultiheadAttention(nn.Module):
             if prefix is not None:
                 k, v = torch.cat([prefix.k, k], dim=2), torch.cat([prefix.v, v], dim=2)
         else:
-            q = self.split(self.q(x))
+            q = self.project_q(x)
             kv = memory if isinstance(memory, KV) else self.project_kv(memory)
             k, v = kv.k, kv.v
         y = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
@@ -232,8 +246,12 @@ class DecoderLayer(nn.Module):
                 cache: KV | None = None) -> tuple[Tensor, KV | None]:
         h, cache = self.self_attn(x, causal=True, cache=cache)
         x = self.norm1(x + self.dropout(h))
-        x = self.norm2(x + self.dropout(self.cross_attn(x, view, mask=view_mask)[0]))
+        x = self.add_source(x, self.cross_attn(x, view, mask=view_mask)[0])
         return self.norm3(x + self.dropout(self.ffn(x))), cache
+
+    def add_source(self, x: Tensor, context: Tensor) -> Tensor:
+        """The residual step that merges the source context into the target states (context gates replace it)."""
+        return self.norm2(x + self.dropout(context))
 
 
 @dataclass
@@ -285,10 +303,10 @@ def reorder_beams(order: Tensor, source: list[KV], source_mask: Tensor,
 
 
 class Decoder(nn.Module):
-    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding, layer: type = DecoderLayer):
         super().__init__()
         self.embed = Embedding(tokens, config)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.layers = nn.ModuleList(layer(config) for _ in range(config.decoder_layers))
 
     def forward(self, prev: Tensor, views: list[Tensor], view_mask: Tensor) -> list[Tensor]:
         """prev (B, T) → every layer's states, L+1 tensors (B, T, D); layer i reads views[i]."""
@@ -315,6 +333,7 @@ class Seq2Seq(nn.Module):
     """Encoder-decoder Transformer. Variants subclass it and override `source_views` (or the stacks)."""
 
     config_class = ModelConfig
+    decoder_layer = DecoderLayer  # variants that change the decoder layer itself (e.g. context gates) override it
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -322,7 +341,7 @@ class Seq2Seq(nn.Module):
         src_tokens = new_token_embedding(config.src_vocab, config)
         tgt_tokens = src_tokens if config.tie == "all" else new_token_embedding(config.tgt_vocab, config)
         self.encoder = Encoder(config, src_tokens)
-        self.decoder = Decoder(config, tgt_tokens)
+        self.decoder = Decoder(config, tgt_tokens, self.decoder_layer)
         self.output = nn.Linear(config.d_model, config.tgt_vocab, bias=config.output_bias)
         if config.tie in ("decoder", "all"):
             self.output.weight = tgt_tokens.weight
