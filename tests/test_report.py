@@ -26,3 +26,18 @@ def test_table_cells_from_fixture_scores(tmp_path):
     md = (tmp_path / "T1.md").read_text()
     assert "| ours | 35.07 | 35.00 ± 1.00 (n=3) | -0.07 | ours |" in md and "Scale: fixture" in md
     assert pd.read_csv(tmp_path / "T1.csv")["ours_mean"].iloc[0] == 35.0
+
+
+def test_parameter_columns_when_the_paper_prints_counts(tmp_path):
+    score = tmp_path / "score.json"
+    score.write_text(json.dumps({"bleu": 33.0, "decoding": {"params": 19_077_120}}))
+    spec = {"paper": "lwc", "table": "T3", "metric": "bleu", "rows": [
+        {"label": "w/o mixed attention", "paper": {"bleu": 33.77, "params_m": 19.07}, "state": "ok",
+         "scores": [str(score)]},
+        {"label": "w/o sharing", "paper": {"bleu": 33.96, "params_m": 19.07}, "state": "blocked", "reason": "x"},
+    ]}
+    ran, blocked = write(spec, str(tmp_path / "T3")).to_dict("records")
+    assert ran["params (paper)"] == "19.07M" and ran["params (ours)"] == "19.08M"
+    assert blocked["params (ours)"] == NOT_RUN
+    assert "| w/o mixed attention | 33.77 | 33.00 (n=1) | -0.77 | 19.07M | 19.08M | ours |" in (
+        tmp_path / "T3.md").read_text()

@@ -21,6 +21,14 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     args = ["-n"] + (["--configfile", str(ROOT / configfile)] if configfile else [])
     out = snakemake(tmp_path, *args).stdout
     assert "binarize" in out and "tokenize" in out
+    config = cfg.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
+    runnable = {row["experiment"] for p, t in cfg.tables(config) for row in config["papers"][p]["tables"][t]["rows"]
+                if "experiment" in row and cfg.experiment_status(config, row["experiment"]).runnable}
+    assert runnable
+    for name in runnable:  # every runnable table row: train → (average) → decode → score
+        run = cfg.experiment_dir(config, name, cfg.experiment(config, name)["seeds"][0])
+        for output in ("model.pt", "test.bpe", "score.json"):
+            assert f"{run}/{output}" in out, f"{name}: no job makes {output}"
 
 
 def test_ci_sized_run_data_to_table(tmp_path, mirror):
@@ -87,6 +95,27 @@ def test_dangling_reference_is_named():
     config["experiments"]["lwc.t1.deen.lwc_small"]["task"] = "iwslt99"
     with pytest.raises(UserError, match=r"experiments/lwc.t1.deen.lwc_small/task: unknown task 'iwslt99'"):
         cfg.validate(config)
+
+
+def test_extends_overrides_key_by_key_and_names_bad_parents():
+    config = load_full()
+    cfg.validate(config)
+    ablation = cfg.experiment(config, "lwc.t3.no_sharing")
+    base = cfg.experiment(config, "lwc.t1.deen.lwc_small")
+    assert ablation["arch"] == {**base["arch"], "layers": 7, "share_layers": False}
+    assert ablation["train"] == base["train"] and ablation["decode"] == base["decode"]
+    assert "description" not in config["experiments"]["lwc.t3.no_language_embedding"]  # never inherited
+    cfg.validate(config)  # resolving again changes nothing
+    assert cfg.experiment(config, "lwc.t3.no_sharing") == ablation
+
+    unknown = load_full()
+    unknown["experiments"]["lwc.t3.no_sharing"]["extends"] = "nope"
+    with pytest.raises(UserError, match="experiments/lwc.t3.no_sharing/extends: unknown experiment 'nope'"):
+        cfg.validate(unknown)
+    cycle = load_full()
+    cycle["experiments"]["lwc.t1.deen.lwc_small"]["extends"] = "lwc.t4.lwc10"
+    with pytest.raises(UserError, match=r"/extends: cycle .*lwc.t4.lwc10"):
+        cfg.validate(cycle)
 
 
 def test_snakemake_rejects_unknown_key(tmp_path):

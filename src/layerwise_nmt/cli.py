@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from . import UserError
 
@@ -125,13 +126,16 @@ def cmd_translate(a) -> None:
     from .data.io import atomic_path
     from .data.vocab import load_pair
     from .decode import BeamConfig, load_model, translate
+    from .models.transformer import count_parameters
 
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg = BeamConfig.from_dict(json.loads(a.options))
     src_vocab, tgt_vocab = load_pair(a.data, a.src, a.tgt)
-    stats = translate(load_model(a.model), a.input, src_vocab, tgt_vocab, cfg, a.out_prefix,
+    model = load_model(a.model)
+    stats = translate(model, a.input, src_vocab, tgt_vocab, cfg, a.out_prefix,
                       detok_lang=a.tgt if a.detokenize else None)
+    stats["params"] = count_parameters(model)
     log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
              stats["sentences_per_second"])
     with atomic_path(f"{a.out_prefix}.json") as tmp, open(tmp, "w") as f:
@@ -149,6 +153,8 @@ def cmd_score(a) -> None:
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
     if a.meta:
         result.update(json.loads(a.meta))
+    if a.decoding:  # the translate step's record: model size and decoding speed travel with the score
+        result["decoding"] = json.loads(Path(a.decoding).read_text())
     print(f"BLEU = {result['bleu']:.2f}  ({result['signature']})")
     with atomic_path(a.out) as tmp, open(tmp, "w") as f:
         json.dump(result, f, indent=2)
@@ -313,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="source text (tokenized, no BPE) for length buckets")
     p.add_argument("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}')
     p.add_argument("--meta", help="JSON merged into score.json (experiment, seed, ...)")
+    p.add_argument("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_score)
 

@@ -49,6 +49,7 @@ def validate(config: dict) -> None:
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise UserError(f"config key {where}: {error.message}")
+    resolve_extends(config.get("experiments", {}))
     datasets, tasks, experiments = config["datasets"], config["tasks"], config.get("experiments", {})
     for name, task in tasks.items():
         if task["dataset"] not in datasets:
@@ -78,6 +79,33 @@ def validate(config: dict) -> None:
                         f"config key papers/{paper}/tables/{table}/rows/{i}/experiment: "
                         f"unknown experiment {row['experiment']!r}"
                     )
+
+
+def resolve_extends(experiments: dict) -> None:
+    """`extends: <experiment>` (ablations and sweeps as a few overrides of one row): the experiment starts as a
+    copy of that one's settings (its description aside), and its own keys win, key by key within a stage. In place;
+    a resolved experiment has no `extends` key left, so resolving twice changes nothing."""
+
+    def resolved(name: str, chain: tuple[str, ...]) -> dict:
+        spec = experiments[name]
+        parent = spec.get("extends")
+        if parent is None:
+            return spec
+        if parent not in experiments:
+            raise UserError(f"config key experiments/{name}/extends: unknown experiment {parent!r}")
+        if parent in chain:
+            raise UserError(f"config key experiments/{name}/extends: cycle {' → '.join(chain + (parent,))}")
+        base = {k: (dict(v) if isinstance(v, dict) else v)
+                for k, v in resolved(parent, chain + (parent,)).items() if k != "description"}
+        own = {k: v for k, v in spec.items() if k != "extends"}
+        experiments[name] = deep_update(base, own)
+        return experiments[name]
+
+    for name in list(experiments):
+        resolved(name, (name,))
+        missing = [k for k in ("task", "model") if k not in experiments[name]]
+        if missing:
+            raise UserError(f"config key experiments/{name}: missing {' and '.join(missing)} (set it or `extends`)")
 
 
 # ---------------------------------------------------------------------------------------------------------------

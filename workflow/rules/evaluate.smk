@@ -27,6 +27,7 @@ rule translate:
 rule score:
     input:
         hyp="results/{task}/{experiment}/seed{seed}/test.txt",
+        decoding="results/{task}/{experiment}/seed{seed}/test.json",
         ref=lambda w: f"results/{w.task}/data/text/test.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
         src=lambda w: f"results/{w.task}/data/text/test.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
     output:
@@ -40,4 +41,4 @@ rule score:
         "../../envs/report.yaml"
     shell:
         "{LWNMT} score {input.hyp:q} --ref {input.ref:q} --source {input.src:q} --options {params.options:q}"
-        " --meta {params.meta:q} --out {output:q} 2> {log:q}"
+        " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"

@@ -17,10 +17,12 @@ NOT_RUN = "—"
 def build(spec: dict) -> pd.DataFrame:
     """spec: {metric, rows: [{label, paper: {metric: value}, state: ok|blocked|quoted, reason, scores: [paths]}]}"""
     metric = spec.get("metric", "bleu")
+    with_params = any("params_m" in row.get("paper", {}) for row in spec["rows"])
     records = []
     for row in spec["rows"]:
         paper = row.get("paper", {}).get(metric)
-        values = [json.loads(Path(p).read_text())["bleu"] for p in row.get("scores", [])]
+        scores = [json.loads(Path(p).read_text()) for p in row.get("scores", [])]
+        values = [s["bleu"] for s in scores]
         summary = seeds_summary(values)
         if row["state"] == "ok" and values:
             spread = f" ± {summary['sd']:.2f}" if summary["n"] > 1 else ""
@@ -30,9 +32,15 @@ def build(spec: dict) -> pd.DataFrame:
         else:
             ours, delta = NOT_RUN, NOT_RUN
             status = row.get("reason", "not run yet")
-        records.append({"row": row["label"], "paper": f"{paper:.2f}" if paper is not None else NOT_RUN,
-                        "ours": ours, "delta": delta, "status": status,
-                        "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]})
+        record = {"row": row["label"], "paper": f"{paper:.2f}" if paper is not None else NOT_RUN,
+                  "ours": ours, "delta": delta, "status": status,
+                  "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]}
+        if with_params:  # "#parameter" columns (LWC T3): the paper's printed M beside our model's exact count
+            paper_params = row.get("paper", {}).get("params_m")
+            ours_params = {s["decoding"]["params"] for s in scores if "params" in s.get("decoding", {})}
+            record["params (paper)"] = f"{paper_params:.2f}M" if paper_params is not None else NOT_RUN
+            record["params (ours)"] = f"{ours_params.pop() / 1e6:.2f}M" if len(ours_params) == 1 else NOT_RUN
+        records.append(record)
     return pd.DataFrame.from_records(records)
 
 
@@ -40,7 +48,8 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     table = build(spec)
     with atomic_path(f"{out_prefix}.csv") as tmp:
         table.to_csv(tmp, index=False)
-    shown = table[["row", "paper", "ours", "delta", "status"]]
+    shown = table[["row", "paper", "ours", "delta"] + [c for c in table.columns if c.startswith("params (")]
+                  + ["status"]]
     lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
     if spec.get("scale"):
         lines += [f"Scale: {spec['scale']}", ""]
