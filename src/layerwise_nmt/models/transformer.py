@@ -54,6 +54,9 @@ class ModelConfig(Settings):
     output_bias: bool = False  # MLRF's Eq. 2 has b_o
     scale_embedding: bool = True  # multiply token embeddings by sqrt(D), as Vaswani et al. and fairseq do
     position_embeddings: bool = True  # sinusoidal positions (LWC Table 3 ablates them)
+    # xavier: fairseq's (Xavier-uniform projections, zero biases); fan_in: every Linear U(±1/sqrt(fan_in)) for
+    # weights and biases (MLRF §4.2). Token embeddings are N(0, d^-0.5) either way.
+    init: str = "xavier"
     max_positions: int = 1024
 
     @classmethod
@@ -67,6 +70,8 @@ class ModelConfig(Settings):
         return values
 
     def check(self) -> None:
+        if self.init not in ("xavier", "fan_in"):
+            raise UserError(f"init={self.init!r}; expected xavier or fan_in")
         if self.tie not in ("none", "decoder", "all"):
             raise UserError(f"tie={self.tie!r}; expected none, decoder or all")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
@@ -319,13 +324,14 @@ class Decoder(nn.Module):
         kvs = [layer.cross_attn.project_kv(view) for layer, view in zip(self.layers, views)]
         return DecoderState(kvs, view_mask, [None] * len(self.layers))
 
-    def step(self, last: Tensor, state: DecoderState) -> Tensor:
-        """last (B, 1): the newest token → its top-layer state (B, 1, D); state grows by one position."""
-        x = self.embed(last, offset=state.step)
+    def step(self, last: Tensor, state: DecoderState) -> list[Tensor]:
+        """last (B, 1): the newest token → its states in every layer, L+1 tensors (B, 1, D); state grows by one."""
+        states = [self.embed(last, offset=state.step)]
         for i, layer in enumerate(self.layers):
-            x, state.self_kv[i] = layer(x, state.views[i], state.view_mask, cache=state.self_kv[i])
+            x, state.self_kv[i] = layer(states[-1], state.views[i], state.view_mask, cache=state.self_kv[i])
+            states.append(x)
         state.step += 1
-        return x
+        return states
 
 
 @register("transformer")
@@ -354,11 +360,15 @@ class Seq2Seq(nn.Module):
         """Baseline: every decoder layer attends to the top encoder layer S_N."""
         return [encoded.states[-1]] * self.config.decoder_layers
 
+    def predict(self, states: list[Tensor]) -> Tensor:
+        """Every decoder layer's states (L+1 tensors (B, T, D)) → logits (B, T, V). Baseline: the top layer only,
+        softmax(W_o z^L + b_o) (MLRF Eq. 2); decoder-side fusion overrides it."""
+        return self.output(states[-1])
+
     def forward(self, src: Tensor, prev: Tensor) -> Tensor:
         """src (B, S), prev (B, T) = </s> + target[:-1] → logits (B, T, V)."""
         encoded = self.encoder(src)
-        states = self.decoder(prev, self.source_views(encoded), encoded.mask)
-        return self.output(states[-1])
+        return self.predict(self.decoder(prev, self.source_views(encoded), encoded.mask))
 
     # -- incremental decoding: the interface beam search uses ------------------------------------------------
     def start(self, src: Tensor) -> DecoderState:
@@ -367,7 +377,7 @@ class Seq2Seq(nn.Module):
 
     def step(self, last: Tensor, state: DecoderState) -> Tensor:
         """last (B,) → next-token logits (B, V)."""
-        return self.output(self.decoder.step(last[:, None], state))[:, 0]
+        return self.predict(self.decoder.step(last[:, None], state))[:, 0]
 
 
 def count_parameters(model: nn.Module) -> int:
