@@ -173,3 +173,11 @@ def test_early_stopping_on_validation_bleu(data, tmp_path):
     history = final_state(tmp_path / "e")["progress"]["history"]
     assert all(0.0 <= row["valid_bleu"] <= 100.0 for row in history)
     assert len(history) < 30  # a model that cannot learn (lr 1e-9) stops after `patience` epochs without gain
+
+
+def test_sentence_batches_and_length_filter():
+    src, tgt = np.array([3, 5, 9, 4, 12, 6]), np.array([4, 5, 7, 3, 5, 11])  # sizes include </s>
+    batches = make_batches(src, tgt, None, 2, seed=1, skip_longer_than=8)  # drops pairs 4 (12) and 5 (11)
+    kept = sorted(i for b in batches for i in b)
+    assert kept == [0, 1, 2, 3] and all(len(b) <= 2 for b in batches)
+    assert sorted(i for b in make_batches(src, tgt, None, 2, seed=1) for i in b) == list(range(6))

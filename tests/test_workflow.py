@@ -27,7 +27,7 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     assert runnable
     for name in runnable:  # every runnable table row: train → (average) → decode → score
         run = cfg.experiment_dir(config, name, cfg.experiment(config, name)["seeds"][0])
-        for output in ("model.pt", "test.bpe", "score.json"):
+        for output in ("model.pt", "test.bpe", "test.score.json"):
             assert f"{run}/{output}" in out, f"{name}: no job makes {output}"
 
 
@@ -51,7 +51,7 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
 
     runs = [tmp_path / f"results/multi30k_ci/ci.transformer/seed{s}" for s in (1, 2)]
     for run in runs:
-        score = json.loads((run / "score.json").read_text())
+        score = json.loads((run / "test.score.json").read_text())
         assert 0.0 <= score["bleu"] <= 100.0 and score["signature"].startswith("nrefs:1|case:lc")
         assert [b["sentences"] for b in score["buckets"]] and sum(b["sentences"] for b in score["buckets"]) == 100
         assert len((run / "test.txt").read_text(encoding="utf-8").splitlines()) == 100
@@ -62,7 +62,7 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
         assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == ["checkpoint2.pt",
                                                                                        "checkpoint3.pt"]
     table = (tmp_path / "results/tables/ci/T1.md").read_text()
-    bleus = [json.loads((run / "score.json").read_text())["bleu"] for run in runs]
+    bleus = [json.loads((run / "test.score.json").read_text())["bleu"] for run in runs]
     mean = sum(bleus) / 2
     assert f"{mean:.2f} ± " in table and "(n=2)" in table
     assert "| MIXER (quoted row) | 20.73 | — | — | quoted from Ranzato et al. 2016 |" in table

@@ -230,6 +230,17 @@ def experiment_dir(config: dict, name: str, seed: int) -> str:
     return f"results/{config['experiments'][name]['task']}/{name}/seed{seed}"
 
 
+def metrics_of(table: dict) -> list[str]:
+    """A table's BLEU columns: "bleu" (= test), or "<split>_bleu" read from that split's `<split>.score.json`
+    (valid_bleu, test_bleu; NIST's mt04_bleu etc. once its test sets are splits)."""
+    metric = table.get("metric", "bleu")
+    return [metric] if isinstance(metric, str) else list(metric)
+
+
+def split_of(metric: str) -> str:
+    return "test" if metric == "bleu" else metric.removesuffix("_bleu")
+
+
 def tables(config: dict) -> list[tuple[str, str]]:
     wanted = config.get("targets", {}).get("tables", "all")
     declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec["tables"]]

@@ -44,8 +44,11 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
         elif sizes is None:
             record["note"] = "needs --vocab"
         else:
-            model = build(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]})
-            record["params"] = count_parameters(model)
+            try:
+                model = build(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]})
+                record["params"] = count_parameters(model)
+            except UserError as err:  # e.g. a tied model asked about separate vocabulary sizes
+                record["note"] = str(err)
         for paper, table, label, params_m in where.get(name, [("", "", "", None)]):
             out.append({**record, "paper": paper, "table": table, "row": label, "paper_params": params_m})
     return out

@@ -49,6 +49,7 @@ class TrainConfig(Settings):
     max_tokens: int | None = 4096
     max_sentences: int | None = None
     update_freq: int = 1
+    skip_longer_than: int = 0  # leave out training pairs with more subword units on either side (0 = keep all)
     lr: float = 5e-4  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
     lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | polynomial_decay | fixed
     total_num_update: int = 0  # polynomial_decay: lr reaches end_learning_rate here (fairseq's name)
@@ -320,7 +321,8 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     try:
         while not _finished(progress, cfg):
             batches = make_batches(train_data.src.sizes, train_data.tgt.sizes,
-                                   *_batch_limits(cfg, progress["restarted"]), cfg.seed)
+                                   *_batch_limits(cfg, progress["restarted"]), cfg.seed,
+                                   skip_longer_than=cfg.skip_longer_than)
             order = epoch_order(batches, cfg.seed, progress["epoch"])
             per_update = world_size * cfg.update_freq
             order = order[: len(order) // per_update * per_update]  # every rank takes the same number of updates

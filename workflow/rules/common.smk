@@ -187,8 +187,9 @@ def model_for_decoding(wildcards):
 
 
 def table_spec(paper, table):
-    """Rows resolved to (paper numbers, run state and reason, score.json paths of every seed)."""
+    """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
     spec = config["papers"][paper]["tables"][table]
+    splits = sorted({cfg.split_of(m) for m in cfg.metrics_of(spec)})
     rows = []
     for row in spec["rows"]:
         out = {"label": row["label"], "paper": row.get("paper", {})}
@@ -197,11 +198,12 @@ def table_spec(paper, table):
             out["state"], out["reason"] = status.state, status.reason
             if status.runnable:
                 e = cfg.experiment(config, row["experiment"])
-                out["scores"] = [f"{cfg.experiment_dir(config, e['name'], s)}/score.json" for s in e["seeds"]]
+                out["scores"] = {split: [f"{cfg.experiment_dir(config, e['name'], s)}/{split}.score.json"
+                                         for s in e["seeds"]] for split in splits}
         else:
             quoted = "quoted_from" in row
             out["state"] = "quoted" if quoted else "blocked"
             out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
-            "metric": spec.get("metric", "bleu"), "rows": rows}
+            "metric": cfg.metrics_of(spec), "rows": rows}

@@ -1,21 +1,21 @@
-# decode (beam search on the test set) → score (sacrebleu).
+# decode (beam search on the test or validation set) → score (sacrebleu): {split}.{bpe,txt,json,score.json}.
 
 
 rule translate:
     input:
         model=model_for_decoding,
-        src=lambda w: f"results/{w.task}/data/bpe/test.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
+        src=lambda w: f"results/{w.task}/data/bpe/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
         data=train_inputs,
     output:
-        multiext("results/{task}/{experiment}/seed{seed}/test", ".bpe", ".txt", ".json"),
+        multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".json"),
     params:
         data=data_dir,
         e=experiment_of,
         options=lambda w: json.dumps(experiment_of(w)["decode"]),
-        prefix=lambda w: f"{run_dir(w)}/test",
+        prefix=lambda w: f"{run_dir(w)}/{w.split}",
     threads: 2
     log:
-        "results/{task}/{experiment}/seed{seed}/translate.log",
+        "results/{task}/{experiment}/seed{seed}/translate.{split}.log",
     conda:
         "../../envs/train.yaml"
     shell:
@@ -26,17 +26,17 @@ rule translate:
 
 rule score:
     input:
-        hyp="results/{task}/{experiment}/seed{seed}/test.txt",
-        decoding="results/{task}/{experiment}/seed{seed}/test.json",
-        ref=lambda w: f"results/{w.task}/data/text/test.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
-        src=lambda w: f"results/{w.task}/data/text/test.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
+        hyp="results/{task}/{experiment}/seed{seed}/{split}.txt",
+        decoding="results/{task}/{experiment}/seed{seed}/{split}.json",
+        ref=lambda w: f"results/{w.task}/data/text/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
+        src=lambda w: f"results/{w.task}/data/text/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
     output:
-        "results/{task}/{experiment}/seed{seed}/score.json",
+        "results/{task}/{experiment}/seed{seed}/{split}.score.json",
     params:
         options=lambda w: json.dumps(experiment_of(w)["score"]),
-        meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": "test"}),
+        meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": w.split}),
     log:
-        "results/{task}/{experiment}/seed{seed}/score.log",
+        "results/{task}/{experiment}/seed{seed}/score.{split}.log",
     conda:
         "../../envs/report.yaml"
     shell:

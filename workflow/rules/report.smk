@@ -3,7 +3,8 @@
 
 rule table:
     input:
-        lambda w: [path for row in table_spec(w.paper, w.table)["rows"] for path in row.get("scores", [])],
+        lambda w: [path for row in table_spec(w.paper, w.table)["rows"]
+                   for paths in row.get("scores", {}).values() for path in paths],
     output:
         multiext("results/tables/{paper}/{table}", ".md", ".csv"),
     params:

@@ -34,16 +34,20 @@ class ParallelData:
 
 
 def make_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int | None, max_sentences: int | None,
-                 seed: int, max_positions: int = 1024) -> list[np.ndarray]:
-    """Length-sorted batches of sentence indices (fixed for a dataset and seed; shuffle them per epoch)."""
+                 seed: int, max_positions: int = 1024, skip_longer_than: int = 0) -> list[np.ndarray]:
+    """Length-sorted batches of sentence indices (fixed for a dataset and seed; shuffle them per epoch).
+    skip_longer_than: leave out pairs with more than this many subword units on either side (</s> not counted;
+    MLRF's "more than 100 sub-word units"); 0 keeps every pair."""
     if not max_tokens and not max_sentences:
         raise UserError("set max_tokens or max_sentences (or both)")
     sizes = np.maximum(src_sizes, tgt_sizes)
-    too_long = np.flatnonzero(sizes > max_positions)
+    keep = sizes - 1 <= skip_longer_than if skip_longer_than else np.ones(len(sizes), dtype=bool)
+    too_long = np.flatnonzero(keep & (sizes > max_positions))
     if len(too_long):
         raise UserError(f"{len(too_long)} sentence pairs are longer than max_positions={max_positions} "
                         f"(e.g. pair {too_long[0]} with {sizes[too_long[0]]} tokens); filter them or raise the limit")
     order = np.random.RandomState(seed).permutation(len(sizes))
+    order = order[keep[order]]
     order = order[np.lexsort((src_sizes[order], tgt_sizes[order]))]  # by target, then source length
     batches, start, longest = [], 0, 0
     for end, i in enumerate(order):
