@@ -58,3 +58,33 @@ def test_valid_and_test_columns_read_their_own_split(tmp_path):
     assert quoted["paper valid_bleu"] == NOT_RUN and quoted["paper test_bleu"] == "20.73"
     header = (tmp_path / "T2.md").read_text().splitlines()[4]
     assert header.startswith("| row | paper valid_bleu | ours valid_bleu | delta valid_bleu | paper test_bleu")
+
+
+def test_figures_draw_what_ran_and_name_what_did_not(tmp_path):
+    from layerwise_nmt.report.figures import write as draw
+
+    metrics = tmp_path / "metrics.csv"
+    pd.DataFrame({"epoch": [1, 2, 2], "partial": [False, True, False], "update": [10, 15, 20],
+                  "train_accuracy": [0.3, 0.4, 0.5], "valid_accuracy": [0.35, 0.4, 0.45]}).to_csv(metrics, index=False)
+    spec = {"paper": "mlrf", "figure": "F4", "kind": "accuracy_curves", "rows": [
+        {"label": "baseline", "metrics": str(metrics)},
+        {"label": "Dec-SA", "state": "blocked", "reason": "dataset pending"}]}
+    missing = draw(spec, str(tmp_path / "F4"))
+    assert missing == ["Dec-SA: dataset pending"]
+    assert (tmp_path / "F4.png").stat().st_size > 1000 and (tmp_path / "F4.pdf").exists()
+    drawn = pd.read_csv(tmp_path / "F4.csv")
+    assert list(drawn["update"]) == [10, 20]  # the mid-epoch (partial) record is not a curve point
+
+    scores = {}
+    for name, bleu in (("base", 30.0), ("h1", 29.0), ("h4a", 31.0), ("h4b", 32.0)):
+        scores[name] = tmp_path / f"{name}.json"
+        scores[name].write_text(json.dumps({"bleu": bleu}))
+    spec = {"paper": "mlrf", "figure": "F3", "kind": "sweep", "xlabel": "n_hop", "rows": [
+        {"label": "baseline", "series": "baseline", "baseline": True, "scores": [str(scores["base"])]},
+        {"label": "n_hop=4", "series": "Dec-SA", "x": 4, "paper": 33.29,
+         "scores": [str(scores["h4a"]), str(scores["h4b"])]},
+        {"label": "n_hop=1", "series": "Dec-SA", "x": 1, "scores": [str(scores["h1"])]}]}
+    assert draw(spec, str(tmp_path / "F3")) == []
+    points = pd.read_csv(tmp_path / "F3.csv").set_index("row")
+    assert points.loc["n_hop=4", "ours_mean"] == 31.5 and points.loc["n_hop=4", "seeds"] == 2
+    assert points.loc["baseline", "ours_mean"] == 30.0

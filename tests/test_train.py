@@ -181,3 +181,29 @@ def test_sentence_batches_and_length_filter():
     kept = sorted(i for b in batches for i in b)
     assert kept == [0, 1, 2, 3] and all(len(b) <= 2 for b in batches)
     assert sorted(i for b in make_batches(src, tgt, None, 2, seed=1) for i in b) == list(range(6))
+
+
+def test_warm_start_copies_every_tensor_and_leaves_new_ones_at_their_default(data, tmp_path):
+    from layerwise_nmt.models import build
+    from layerwise_nmt.train import warm_start
+
+    train(spec(max_epoch=1), str(data), "de", "en", str(tmp_path / "base"), str(tmp_path / "base.pt"))
+    trained = torch.load(tmp_path / "base.pt", weights_only=False)["model"]
+    fusion = {**ARCH, "src_vocab": 40, "tgt_vocab": 40, "decoder_fusion": "sa", "d_a": 16, "d_f": 16,
+              "output_bias": False, "init": "xavier"}
+    torch.manual_seed(7)
+    fresh = build("mlrf", fusion).state_dict()
+    torch.manual_seed(7)
+    model = build("mlrf", fusion)
+    new = warm_start(model, str(tmp_path / "base.pt"))
+    assert new and all(k.startswith(("decoder_fusion.", "layer_embedding")) for k in new)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in trained.items())  # bit for bit
+    assert all(torch.equal(state[k], fresh[k]) for k in new)  # default initialisation, untouched
+    with pytest.raises(Exception, match="warm starts need the same sizes"):
+        warm_start(build("mlrf", {**fusion, "d_model": 64, "d_ff": 64}), str(tmp_path / "base.pt"))
+
+    # through the trainer: the run starts from the baseline and logs the new tensors
+    result = train({**spec(max_epoch=1), "model": "mlrf", "arch": fusion, "init_from": str(tmp_path / "base.pt")},
+                   str(data), "de", "en", str(tmp_path / "warm"), str(tmp_path / "warm.pt"))
+    assert (tmp_path / "warm.pt").exists() and result is not None

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -65,8 +66,18 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     bleus = [json.loads((run / "test.score.json").read_text())["bleu"] for run in runs]
     mean = sum(bleus) / 2
     assert f"{mean:.2f} ± " in table and "(n=2)" in table
-    assert "| MIXER (quoted row) | 20.73 | — | — | quoted from Ranzato et al. 2016 |" in table
+    assert "| MIXER (quoted row) | — | — | — | 20.73 | — | — | quoted from Ranzato et al. 2016 |" in table
     assert "model 'not_yet_implemented' is not implemented yet" in table
+    csv = pd.read_csv(tmp_path / "results/tables/ci/T1.csv").set_index("row")
+    for label, experiment in (("LWC, 2 shared layers", "ci.lwc"), ("MLRF Both-FNN-SA", "ci.mlrf")):
+        run = tmp_path / f"results/multi30k_ci/{experiment}/seed1"
+        for split in ("valid", "test"):  # each model trained, decoded both splits and was scored
+            score = json.loads((run / f"{split}.score.json").read_text())
+            assert score["split"] == split and score["decoding"]["params"] > 0
+            assert csv.loc[label, f"ours_mean {split}_bleu"] == pytest.approx(score["bleu"])
+    for figure in ("curves", "sweep"):
+        assert (tmp_path / f"results/figures/ci/{figure}.png").stat().st_size > 1000
+    assert len(pd.read_csv(tmp_path / "results/figures/ci/curves.csv").query("row == 'MLRF'")) == 3  # 3 epochs
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                              mirror=mirror).stdout

@@ -165,8 +165,17 @@ def cmd_table(a) -> None:
 
     from .report.tables import write
 
-    table = write(json.loads(a.spec), a.out_prefix)
-    print(table[["row", "paper", "ours", "delta", "status"]].to_string(index=False))
+    write(json.loads(a.spec), a.out_prefix)
+    print(Path(f"{a.out_prefix}.md").read_text(encoding="utf-8"))
+
+
+def cmd_figure(a) -> None:
+    import json
+
+    from .report.figures import write
+
+    missing = write(json.loads(a.spec), a.out_prefix)
+    print(f"wrote {a.out_prefix}.png and .pdf" + (f"; not drawn: {'; '.join(missing)}" if missing else ""))
 
 
 def cmd_params(a) -> None:
@@ -327,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
     p.add_argument("--out-prefix", required=True)
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("figure", help="draw one paper figure (png + pdf) from our runs")
+    p.add_argument("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)")
+    p.add_argument("--out-prefix", required=True)
+    p.set_defaults(func=cmd_figure)
 
     p = sub.add_parser("params", help="exact parameter count of each experiment's model beside the paper's")
     p.add_argument("experiments", nargs="*", help="default: every experiment in the config")

@@ -68,17 +68,26 @@ def validate(config: dict) -> None:
                             f"config key tasks/{name}/splits: part {part!r} needs file "
                             f"{part.format(lang=lang)!r}, which datasets/{task['dataset']}/files does not declare"
                         )
-    for name, experiment in experiments.items():
-        if experiment["task"] not in tasks:
-            raise UserError(f"config key experiments/{name}/task: unknown task {experiment['task']!r}")
+    for name, spec in experiments.items():
+        if spec["task"] not in tasks:
+            raise UserError(f"config key experiments/{name}/task: unknown task {spec['task']!r}")
+        parent = spec.get("warm_start")
+        if parent is not None:
+            if parent not in experiments:
+                raise UserError(f"config key experiments/{name}/warm_start: unknown experiment {parent!r}")
+            data = [(experiments[n]["task"], experiment(config, n)["vocab"]) for n in (name, parent)]
+            if data[0] != data[1]:
+                raise UserError(f"config key experiments/{name}/warm_start: {parent!r} trains on other data "
+                                f"({'/'.join(data[1])} vs {'/'.join(data[0])})")
     for paper, spec in config.get("papers", {}).items():
-        for table, tspec in spec["tables"].items():
-            for i, row in enumerate(tspec["rows"]):
-                if "experiment" in row and row["experiment"] not in experiments:
-                    raise UserError(
-                        f"config key papers/{paper}/tables/{table}/rows/{i}/experiment: "
-                        f"unknown experiment {row['experiment']!r}"
-                    )
+        for kind in ("tables", "figures"):
+            for table, tspec in spec.get(kind, {}).items():
+                for i, row in enumerate(tspec["rows"]):
+                    if "experiment" in row and row["experiment"] not in experiments:
+                        raise UserError(
+                            f"config key papers/{paper}/{kind}/{table}/rows/{i}/experiment: "
+                            f"unknown experiment {row['experiment']!r}"
+                        )
 
 
 def resolve_extends(experiments: dict) -> None:
@@ -216,7 +225,7 @@ def experiment(config: dict, name: str) -> dict:
     spec = config["experiments"][name]
     defaults = config.get("defaults", {})
     task = config["tasks"][spec["task"]]
-    out = {"name": name, "task": spec["task"], "model": spec["model"],
+    out = {"name": name, "task": spec["task"], "model": spec["model"], "warm_start": spec.get("warm_start"),
            "vocab": spec.get("vocab", task.get("vocab", {}).get("kind", "joint")),
            "average": spec.get("average", defaults.get("average")),
            "seeds": spec.get("seeds", defaults.get("seeds", [1])),
@@ -241,14 +250,16 @@ def split_of(metric: str) -> str:
     return "test" if metric == "bleu" else metric.removesuffix("_bleu")
 
 
-def tables(config: dict) -> list[tuple[str, str]]:
-    wanted = config.get("targets", {}).get("tables", "all")
-    declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec["tables"]]
+def tables(config: dict, kind: str = "tables") -> list[tuple[str, str]]:
+    """The targeted (paper, table) pairs; kind="figures" for the targeted (paper, figure) pairs."""
+    wanted = config.get("targets", {}).get(kind, "all")
+    declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec.get(kind, {})]
     if wanted == "all":
         return declared
     missing = [w for w in wanted if tuple(w.split("/", 1)) not in declared]
     if missing:
-        raise UserError(f"config key targets/tables: unknown table(s) {', '.join(missing)}; expected <paper>/<table>")
+        raise UserError(f"config key targets/{kind}: unknown {kind[:-1]}(s) {', '.join(missing)}; "
+                        f"expected <paper>/<{kind[:-1]}>")
     return [tuple(w.split("/", 1)) for w in wanted]
 
 
@@ -289,6 +300,10 @@ def experiment_status(config: dict, name: str) -> Status:
         return Status("experiment", name, False, task.reason)
     if experiment["model"] not in MODELS:
         return Status("experiment", name, False, f"model {experiment['model']!r} is not implemented yet")
+    if experiment.get("warm_start"):
+        parent = experiment_status(config, experiment["warm_start"])
+        if not parent.runnable:
+            return Status("experiment", name, False, f"warm start from {experiment['warm_start']}: {parent.reason}")
     return Status("experiment", name, True, "ready")
 
 

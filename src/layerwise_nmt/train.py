@@ -274,6 +274,11 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     model = build(spec["model"], arch).to(device)
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
+    if spec.get("init_from") and not last.exists():
+        new = warm_start(model, spec["init_from"])
+        if rank == 0:
+            log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
+                     ", ".join(new) or "none")
     optimizer = _adam(model, cfg)
     use_amp = cfg.amp != "none" and (cfg.amp == "bf16" or device.type == "cuda")
     if cfg.amp == "fp16" and device.type != "cuda":
@@ -404,6 +409,23 @@ def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | 
 
 def _should_restart(progress: dict, cfg: TrainConfig) -> bool:
     return bool(cfg.restart_after_epochs) and not progress["restarted"] and progress["epoch"] >= cfg.restart_after_epochs
+
+
+def warm_start(model: torch.nn.Module, path: str) -> list[str]:
+    """Continued learning (GCA §3.3; Dou et al. §4): copy every tensor of a trained model into `model`, whose extra
+    parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names."""
+    trained = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    own = model.state_dict()
+    homeless = [k for k in trained if k not in own]
+    if homeless:
+        raise UserError(f"{path}: tensor {homeless[0]!r} (and {len(homeless) - 1} more) has no place in model "
+                        f"{type(model).__name__}; warm starts need the same backbone")
+    wrong = [k for k in trained if trained[k].shape != own[k].shape]
+    if wrong:
+        raise UserError(f"{path}: tensor {wrong[0]!r} has shape {tuple(trained[wrong[0]].shape)}, the model expects "
+                        f"{tuple(own[wrong[0]].shape)}; warm starts need the same sizes and vocabulary")
+    model.load_state_dict(trained, strict=False)
+    return [k for k in own if k not in trained]
 
 
 def _finished(progress: dict, cfg: TrainConfig) -> bool:

@@ -59,8 +59,10 @@ def run_dir(wildcards):
 
 
 def table_targets():
-    """Every targeted table; each depends on the score.json of its runnable rows (see report.smk)."""
-    return [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config) for ext in ("md", "csv")]
+    """Every targeted table and figure; each depends on its runnable rows' score.json / model (see report.smk)."""
+    return [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config) for ext in ("md", "csv")] + [
+        f"results/figures/{paper}/{figure}.{ext}" for paper, figure in cfg.tables(config, "figures")
+        for ext in ("png", "pdf", "csv")]
 
 
 def raw_path(dataset, name):
@@ -165,9 +167,20 @@ def train_inputs(wildcards):
     ]
 
 
+def warm_start_model(wildcards):
+    """The trained model a continued-learning run starts from: the parent's run with the same seed, else its first."""
+    e = experiment_of(wildcards)
+    if not e["warm_start"]:
+        return []
+    parent = cfg.experiment(config, e["warm_start"])
+    seed = int(wildcards.seed) if int(wildcards.seed) in parent["seeds"] else parent["seeds"][0]
+    return [f"{cfg.experiment_dir(config, parent['name'], seed)}/model.pt"]
+
+
 def train_spec(wildcards):
     e = experiment_of(wildcards)
-    return json.dumps({"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}})
+    spec = {"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}}
+    return json.dumps(spec | ({"init_from": warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
 
 
 def data_dir(wildcards):
@@ -207,3 +220,24 @@ def table_spec(paper, table):
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
             "metric": cfg.metrics_of(spec), "rows": rows}
+
+
+def figure_spec(paper, figure):
+    """Rows resolved to run files: metrics.csv (first seed) for curves, every seed's test.score.json for sweeps."""
+    spec = config["papers"][paper]["figures"][figure]
+    rows = []
+    for row in spec["rows"]:
+        out = dict(row)
+        status = cfg.experiment_status(config, row["experiment"])
+        out["state"], out["reason"] = status.state, status.reason
+        if status.runnable:
+            e = cfg.experiment(config, row["experiment"])
+            runs = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
+            if spec["kind"] == "accuracy_curves":
+                out["metrics"], out["needs"] = f"{runs[0]}/metrics.csv", [f"{runs[0]}/model.pt"]
+            else:
+                out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
+        rows.append(out)
+    return {"paper": paper, "figure": figure, "kind": spec["kind"], "caption": spec.get("caption", ""),
+            "xlabel": spec.get("xlabel", ""), "rows": rows}
+

@@ -1,4 +1,4 @@
-# collect → tables: each paper table from its rows' score.json files and the paper numbers in the config.
+# collect → tables and figures: each from its rows' score.json / metrics.csv files and the paper numbers in config.
 
 
 rule table:
@@ -16,3 +16,20 @@ rule table:
     shell:
         "{LWNMT} table --spec {params.spec:q} --out-prefix results/tables/{wildcards.paper}/{wildcards.table}"
         " 2> {log:q}"
+
+
+rule figure:
+    input:
+        lambda w: [path for row in figure_spec(w.paper, w.figure)["rows"] for path in row.get("needs", [])],
+    output:
+        multiext("results/figures/{paper}/{figure}", ".png", ".pdf", ".csv"),
+    params:
+        spec=lambda w: json.dumps(figure_spec(w.paper, w.figure)),
+    log:
+        "results/logs/figures/{paper}/{figure}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "{LWNMT} figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.paper}/{wildcards.figure}"
+        " 2> {log:q}"
+

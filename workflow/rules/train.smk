@@ -4,6 +4,7 @@
 rule train:
     input:
         train_inputs,
+        warm_start_model,
     output:
         # The final model is the only output: checkpoints/ survives a failed or preempted job, and the retry
         # resumes from checkpoints/checkpoint_last.pt.

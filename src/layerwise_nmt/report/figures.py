@@ -1,0 +1,94 @@
+"""The papers' figures, regenerated from our runs (PNG + PDF), with the paper's printed values overlaid when any.
+
+A figure spec (resolved by the workflow from config `papers.<paper>.figures.<name>`):
+    {paper, figure, kind, caption, xlabel, rows: [{label, series, x, baseline, paper, metrics, scores, state}]}
+kinds:
+    accuracy_curves  train (dashed) and valid (solid) token accuracy per epoch end, one colour per row (MLRF F4)
+    sweep            BLEU against x, one line per series; `baseline` rows are dashed horizontal lines (MLRF F3,
+                     LWC T4)
+Rows that did not run are listed under the plot with their reason, never drawn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..data.io import atomic_path  # noqa: E402
+from ..score import seeds_summary  # noqa: E402
+
+
+def accuracy_curves(spec: dict, ax) -> pd.DataFrame:
+    drawn = []
+    for i, row in enumerate(r for r in spec["rows"] if r.get("metrics")):
+        history = pd.read_csv(row["metrics"])
+        history = history[~history["partial"].astype(bool)] if "partial" in history else history
+        colour = f"C{i}"
+        ax.plot(history["update"], 100 * history["train_accuracy"], "--", color=colour, label=f"{row['label']} train")
+        ax.plot(history["update"], 100 * history["valid_accuracy"], "-", marker="o", markersize=3, color=colour,
+                label=f"{row['label']} valid")
+        drawn.append(history[["epoch", "update", "train_accuracy", "valid_accuracy"]].assign(row=row["label"]))
+    ax.set_xlabel("update")
+    ax.set_ylabel("token accuracy (%)")
+    return pd.concat(drawn) if drawn else pd.DataFrame(columns=["row", "epoch", "update"])
+
+
+def sweep(spec: dict, ax) -> pd.DataFrame:
+    series: dict[str, list] = {}
+    drawn = []
+    for row in spec["rows"]:
+        series.setdefault(row.get("series", ""), []).append(row)
+    for i, (name, rows) in enumerate(series.items()):
+        colour = f"C{i}"
+        ours = [(row.get("x"), seeds_summary([json.loads(Path(p).read_text())["bleu"] for p in row["scores"]]))
+                for row in rows if row.get("scores")]
+        drawn += [{"series": name, "row": row["label"], "x": row.get("x"), "paper": row.get("paper")}
+                  | {"ours_mean": s["mean"], "ours_sd": s["sd"], "seeds": s["n"]}
+                  for row, (_, s) in zip([r for r in rows if r.get("scores")], ours)]
+        baseline = [row for row in rows if row.get("baseline")]
+        if baseline and ours:
+            ax.axhline(ours[0][1]["mean"], linestyle="--", color=colour, label=f"{name or baseline[0]['label']}")
+        elif ours:
+            xs, summaries = zip(*sorted(ours, key=lambda item: item[0]))
+            ax.errorbar(xs, [s["mean"] for s in summaries], yerr=[s["sd"] for s in summaries], marker="o",
+                        color=colour, capsize=3, label=f"{name} (ours)".strip())
+        printed = sorted((row["x"], row["paper"]) for row in rows if row.get("paper") is not None and "x" in row)
+        if printed:
+            xs, values = zip(*printed)
+            ax.plot(xs, values, linestyle=":", marker="s", fillstyle="none", color=colour,
+                    label=f"{name} (paper)".strip())
+    ax.set_xlabel(spec.get("xlabel", ""))
+    ax.set_ylabel("BLEU")
+    return pd.DataFrame.from_records(drawn, columns=["series", "row", "x", "paper", "ours_mean", "ours_sd", "seeds"])
+
+
+KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep}
+
+
+def write(spec: dict, out_prefix: str) -> list[str]:
+    """Draw the figure; writes <out_prefix>.png, .pdf and .csv (the numbers drawn) and returns the rows it could not
+    draw, with reasons."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    data = KINDS[spec["kind"]](spec, ax)
+    with atomic_path(f"{out_prefix}.csv") as tmp:
+        data.to_csv(tmp, index=False)
+    missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
+               if not (row.get("metrics") or row.get("scores"))]
+    ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    if missing:  # say what is absent instead of drawing it
+        fig.text(0.01, 0.01, "not drawn — " + "; ".join(missing), fontsize=6, wrap=True, va="bottom")
+        fig.subplots_adjust(bottom=0.25)
+    for ext in ("png", "pdf"):
+        with atomic_path(f"{out_prefix}.{ext}") as tmp:
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return missing
