@@ -19,16 +19,19 @@ The gate starts at zero weights (z = 0.5), where LN((x + c)/2) = LN(x + c): trai
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
+from .. import UserError
 from .registry import register
 from .transformer import DecoderLayer, ModelConfig, Seq2Seq
 
 
 class GatedDecoderLayer(DecoderLayer):
-    def __init__(self, config: ModelConfig):
-        super().__init__(config)
+    def __init__(self, config: ModelConfig, index: int = 0):
+        super().__init__(config, index)
         self.gate = nn.Parameter(torch.zeros(3, config.d_model))  # w_x, w_c, b
 
     def add_source(self, x: Tensor, context: Tensor) -> Tensor:
@@ -37,6 +40,15 @@ class GatedDecoderLayer(DecoderLayer):
         return self.norm2((1 - z) * x + z * context)
 
 
+@dataclass
+class ContextGateConfig(ModelConfig):
+    def check(self) -> None:
+        super().check()
+        if self.backbone != "transformer":
+            raise UserError("context gates are written for the Transformer decoder layer: backbone must be transformer")
+
+
 @register("context_gate")
 class ContextGateTransformer(Seq2Seq):
+    config_class = ContextGateConfig
     decoder_layer = GatedDecoderLayer

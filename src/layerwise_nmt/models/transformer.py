@@ -20,6 +20,9 @@ from .. import UserError
 from ..settings import Settings
 from .registry import register
 
+# backbone name → (encoder layer class, decoder layer class); models/dynamic_conv.py adds the convolutional ones.
+BACKBONES: dict[str, tuple[type, type]] = {}
+
 # name → (d_model, d_ff, heads); layer counts and everything else are separate keys.
 PRESETS = {
     "small": (256, 1024, 4),  # t2t transformer_small (LWC T1/T3/T4), MLRF's De-En model
@@ -57,10 +60,17 @@ class ModelConfig(Settings):
     # xavier: fairseq's (Xavier-uniform projections, zero biases); fan_in: every Linear U(±1/sqrt(fan_in)) for
     # weights and biases (MLRF §4.2). Token embeddings are N(0, d^-0.5) either way.
     init: str = "xavier"
+    # transformer, or a convolutional backbone registered in BACKBONES (dynamic_conv, lightweight_conv: Wu et al.
+    # 2019) whose blocks keep the encoder-decoder attention, so every cross-view strategy applies to it too.
+    backbone: str = "transformer"
+    kernel_sizes: tuple[int, ...] = (3, 7, 15, 31, 31, 31, 31)  # conv backbones: kernel width per layer
+    weight_dropout: float = 0.1  # conv backbones: dropout on the normalised kernel weights
     max_positions: int = 1024
 
     @classmethod
     def prepare(cls, values: dict) -> dict:
+        if "kernel_sizes" in values:
+            values["kernel_sizes"] = tuple(values["kernel_sizes"])
         preset = values.get("preset")
         if preset is not None:
             if preset not in PRESETS:
@@ -70,6 +80,11 @@ class ModelConfig(Settings):
         return values
 
     def check(self) -> None:
+        if self.backbone != "transformer" and self.backbone not in BACKBONES:
+            raise UserError(f"backbone={self.backbone!r}; expected transformer or one of {', '.join(BACKBONES)}")
+        if self.backbone != "transformer" and max(self.encoder_layers, self.decoder_layers) > len(self.kernel_sizes):
+            raise UserError(f"kernel_sizes has {len(self.kernel_sizes)} entries for up to "
+                            f"{max(self.encoder_layers, self.decoder_layers)} layers")
         if self.init not in ("xavier", "fan_in"):
             raise UserError(f"init={self.init!r}; expected xavier or fan_in")
         if self.tie not in ("none", "decoder", "all"):
@@ -218,7 +233,7 @@ class FeedForward(nn.Module):
 class EncoderLayer(nn.Module):
     """Post-norm: x = LN(x + Drop(SelfAttn(x))); x = LN(x + Drop(FFN(x)))."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, index: int = 0):
         super().__init__()
         self.attn, self.ffn = MultiheadAttention(config, self_attention=True), FeedForward(config)
         self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
@@ -239,7 +254,7 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Post-norm: causal self-attention, cross-attention to this layer's source view, FFN."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, index: int = 0):
         super().__init__()
         self.self_attn = MultiheadAttention(config, self_attention=True)
         self.cross_attn = MultiheadAttention(config, self_attention=False)
@@ -269,10 +284,10 @@ class EncoderOutput:
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding, layer: type = None):
         super().__init__()
         self.embed = Embedding(tokens, config)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.layers = nn.ModuleList((layer or EncoderLayer)(config, i) for i in range(config.encoder_layers))
         self.pad = config.pad
 
     def forward(self, src: Tensor) -> EncoderOutput:  # src (B, S)
@@ -285,11 +300,12 @@ class Encoder(nn.Module):
 
 @dataclass
 class DecoderState:
-    """Incremental decoding: each layer's self-attention K/V so far and its source view's K/V (computed once)."""
+    """Incremental decoding: each layer's self-attention K/V so far (a convolution's input window for conv
+    backbones) and its source view's K/V (computed once)."""
 
     views: list[KV]
     view_mask: Tensor
-    self_kv: list[KV | None]
+    self_kv: list
     step: int = 0
 
     def reorder(self, order: Tensor) -> None:
@@ -311,7 +327,7 @@ class Decoder(nn.Module):
     def __init__(self, config: ModelConfig, tokens: nn.Embedding, layer: type = DecoderLayer):
         super().__init__()
         self.embed = Embedding(tokens, config)
-        self.layers = nn.ModuleList(layer(config) for _ in range(config.decoder_layers))
+        self.layers = nn.ModuleList(layer(config, i) for i in range(config.decoder_layers))
 
     def forward(self, prev: Tensor, views: list[Tensor], view_mask: Tensor) -> list[Tensor]:
         """prev (B, T) → every layer's states, L+1 tensors (B, T, D); layer i reads views[i]."""
@@ -322,7 +338,9 @@ class Decoder(nn.Module):
 
     def start(self, views: list[Tensor], view_mask: Tensor) -> DecoderState:
         kvs = [layer.cross_attn.project_kv(view) for layer, view in zip(self.layers, views)]
-        return DecoderState(kvs, view_mask, [None] * len(self.layers))
+        growing = [layer.empty_cache(view) if hasattr(layer, "empty_cache") else None  # conv layers' windows
+                   for layer, view in zip(self.layers, views)]
+        return DecoderState(kvs, view_mask, growing)
 
     def step(self, last: Tensor, state: DecoderState) -> list[Tensor]:
         """last (B, 1): the newest token → its states in every layer, L+1 tensors (B, 1, D); state grows by one."""
@@ -346,8 +364,9 @@ class Seq2Seq(nn.Module):
         self.config = config
         src_tokens = new_token_embedding(config.src_vocab, config)
         tgt_tokens = src_tokens if config.tie == "all" else new_token_embedding(config.tgt_vocab, config)
-        self.encoder = Encoder(config, src_tokens)
-        self.decoder = Decoder(config, tgt_tokens, self.decoder_layer)
+        encoder_layer, decoder_layer = BACKBONES.get(config.backbone, (EncoderLayer, self.decoder_layer))
+        self.encoder = Encoder(config, src_tokens, encoder_layer)
+        self.decoder = Decoder(config, tgt_tokens, decoder_layer)
         self.output = nn.Linear(config.d_model, config.tgt_vocab, bias=config.output_bias)
         if config.tie in ("decoder", "all"):
             self.output.weight = tgt_tokens.weight
