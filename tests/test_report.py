@@ -88,3 +88,21 @@ def test_figures_draw_what_ran_and_name_what_did_not(tmp_path):
     points = pd.read_csv(tmp_path / "F3.csv").set_index("row")
     assert points.loc["n_hop=4", "ours_mean"] == 31.5 and points.loc["n_hop=4", "seeds"] == 2
     assert points.loc["baseline", "ours_mean"] == 30.0
+
+
+def test_length_bucket_figure_averages_seeds_per_bucket(tmp_path):
+    from layerwise_nmt.report.figures import write as draw
+
+    def score(name, bleus):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"bleu": 0, "buckets": [
+            {"bucket": b, "sentences": n, "bleu": v} for b, n, v in zip(["[0, 10)", ">= 10"], [5, 3], bleus)]}))
+        return str(path)
+
+    spec = {"paper": "gca", "figure": "F3", "kind": "length_buckets", "rows": [
+        {"label": "baseline", "scores": [score("b1", [30, 20]), score("b2", [32, 22])]},
+        {"label": "full", "scores": [score("f1", [31, 25])]}]}
+    assert draw(spec, str(tmp_path / "F3")) == []
+    drawn = pd.read_csv(tmp_path / "F3.csv").set_index(["row", "bucket"])
+    assert drawn.loc[("baseline", "[0, 10)"), "ours_mean"] == 31 and drawn.loc[("baseline", ">= 10"), "seeds"] == 2
+    assert drawn.loc[("full", ">= 10"), "ours_mean"] == 25

@@ -30,6 +30,10 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
         run = cfg.experiment_dir(config, name, cfg.experiment(config, name)["seeds"][0])
         for output in ("model.pt", "test.bpe", "test.score.json"):
             assert f"{run}/{output}" in out, f"{name}: no job makes {output}"
+        parent = cfg.experiment(config, name)["warm_start"]
+        if parent:  # continued learning: the run's train job reads its baseline's trained model
+            job = next(block for block in out.split("\nrule ") if f"output: {run}/model.pt" in block)
+            assert f"{cfg.experiment_dir(config, parent, 1)}/model.pt" in job.split("output:")[0]
 
 
 def test_ci_sized_run_data_to_table(tmp_path, mirror):

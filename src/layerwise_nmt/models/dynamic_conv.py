@@ -2,7 +2,7 @@
 
 A convolution block replaces self-attention; everything else is the Transformer's (post-norm):
 
-    h = GLU(W_1 x)                                   input projection d → 2d, gated back to d
+    h = GLU(W_1 x)                                   input projection d → 2d, gated back to d (or W_1 x, d → d)
     DynamicConv: w_t = softmax_k(W_w h_t) ∈ R^{H×K}  kernel predicted from the current position, per head
     LightConv:   w   = softmax_k(W)       ∈ R^{H×K}  one kernel per head, shared by positions
     c_t[r] = Σ_k w_{t,head(r),k} · h_{t−p+k}[r]      depthwise over the d channels (d/H channels share a head's kernel)
@@ -38,7 +38,8 @@ class Convolution(nn.Module):
         super().__init__()
         d, self.heads, self.kernel = config.d_model, config.heads, kernel
         self.left = kernel - 1 if causal else kernel // 2
-        self.inp = nn.Linear(d, 2 * d)  # → GLU
+        self.glu = config.conv_glu
+        self.inp = nn.Linear(d, 2 * d if self.glu else d)
         if dynamic:
             self.predict = nn.Linear(d, self.heads * kernel, bias=False)
         else:
@@ -59,7 +60,7 @@ class Convolution(nn.Module):
     def forward(self, x: Tensor, pad: Tensor | None = None, cache: ConvCache | None = None
                 ) -> tuple[Tensor, ConvCache | None]:
         """x (B, T, D); pad (B, T) True at padding (zeroed before convolving); cache: causal decoding only."""
-        h = F.glu(self.inp(x), dim=-1)
+        h = F.glu(self.inp(x), dim=-1) if self.glu else self.inp(x)
         if pad is not None:
             h = h.masked_fill(pad[..., None], 0.0)
         B, T, D = h.shape

@@ -65,6 +65,7 @@ class ModelConfig(Settings):
     backbone: str = "transformer"
     kernel_sizes: tuple[int, ...] = (3, 7, 15, 31, 31, 31, 31)  # conv backbones: kernel width per layer
     weight_dropout: float = 0.1  # conv backbones: dropout on the normalised kernel weights
+    conv_glu: bool = True  # conv backbones: GLU on the input projection (fairseq's IWSLT recipe turns it off)
     max_positions: int = 1024
 
     @classmethod

@@ -6,6 +6,8 @@ kinds:
     accuracy_curves  train (dashed) and valid (solid) token accuracy per epoch end, one colour per row (MLRF F4)
     sweep            BLEU against x, one line per series; `baseline` rows are dashed horizontal lines (MLRF F3,
                      LWC T4)
+    length_buckets   BLEU by source-length bucket (score.buckets), bars per row, the gain over the first row on a
+                     second axis (GCA F3, Dou F4)
 Rows that did not run are listed under the plot with their reason, never drawn.
 """
 
@@ -68,7 +70,44 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
     return pd.DataFrame.from_records(drawn, columns=["series", "row", "x", "paper", "ours_mean", "ours_sd", "seeds"])
 
 
-KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep}
+def length_buckets(spec: dict, ax) -> pd.DataFrame:
+    """BLEU per source-length bucket (mean over seeds), one bar group per bucket, and on a second axis each later
+    row's gain over the first (GCA Figure 3, Dou Figure 4)."""
+    rows = [row for row in spec["rows"] if row.get("scores")]
+    drawn = []
+    for row in rows:
+        per_seed = [json.loads(Path(p).read_text())["buckets"] for p in row["scores"]]
+        for i, bucket in enumerate(per_seed[0]):
+            summary = seeds_summary([seed[i]["bleu"] for seed in per_seed])
+            drawn.append({"row": row["label"], "bucket": bucket["bucket"], "sentences": bucket["sentences"],
+                          "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]})
+    table = pd.DataFrame.from_records(drawn, columns=["row", "bucket", "sentences", "ours_mean", "ours_sd", "seeds"])
+    if table.empty:
+        return table
+    buckets = list(dict.fromkeys(table["bucket"]))
+    width = 0.8 / len(rows)
+    for i, row in enumerate(rows):
+        values = table[table["row"] == row["label"]].set_index("bucket").reindex(buckets)
+        ax.bar([b + i * width for b in range(len(buckets))], values["ours_mean"], width, color=f"C{i}",
+               label=row["label"])
+    ax.set_xticks([b + width * (len(rows) - 1) / 2 for b in range(len(buckets))],
+                  [f"{b}\n({n})" for b, n in zip(buckets, table.groupby("bucket", sort=False)["sentences"].first())])
+    ax.set_xlabel("source length in words (sentences)")
+    ax.set_ylabel("BLEU")
+    if len(rows) > 1:
+        gain = ax.twinx()
+        first = table[table["row"] == rows[0]["label"]].set_index("bucket").reindex(buckets)["ours_mean"]
+        for i, row in enumerate(rows[1:], start=1):
+            other = table[table["row"] == row["label"]].set_index("bucket").reindex(buckets)["ours_mean"]
+            gain.plot([b + width * (len(rows) - 1) / 2 for b in range(len(buckets))], other - first, "-",
+                      marker="D", color="k" if len(rows) == 2 else f"C{i}", label=f"gain of {row['label']}")
+        gain.axhline(0, color="grey", linewidth=0.5)
+        gain.set_ylabel(f"BLEU gain over {rows[0]['label']}")
+        gain.legend(loc="lower right", fontsize=8)
+    return table
+
+
+KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": length_buckets}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
