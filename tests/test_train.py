@@ -207,3 +207,20 @@ def test_warm_start_copies_every_tensor_and_leaves_new_ones_at_their_default(dat
     result = train({**spec(max_epoch=1), "model": "mlrf", "arch": fusion, "init_from": str(tmp_path / "base.pt")},
                    str(data), "de", "en", str(tmp_path / "warm"), str(tmp_path / "warm.pt"))
     assert (tmp_path / "warm.pt").exists() and result is not None
+
+
+def test_the_models_auxiliary_loss_joins_the_gradient(data, tmp_path):
+    from layerwise_nmt.models import build
+
+    arch = {**ARCH, "src_vocab": 40, "tgt_vocab": 40, "encoder_layers": 2, "decoder_layers": 2,
+            "aggregation": "hierarchical", "dropout": 0.0}
+    pd_ = ParallelData(data, "train", "de", "en")
+    batch = collate(pd_, make_batches(pd_.src.sizes, pd_.tgt.sizes, 120, None, seed=1)[0])
+    cfg = TrainConfig.from_dict({"max_update": 1, "label_smoothing": 0.0})
+    grads = {}
+    for lam in (0.0, 1.0):
+        torch.manual_seed(0)
+        model = build("deep", {**arch, "diversity": lam})
+        accumulate(model, [batch], cfg, torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
+        grads[lam] = model.encoder.layers[0].ffn.fc1.weight.grad.clone()
+    assert not torch.allclose(grads[0.0], grads[1.0])  # the diversity term reaches the backbone's gradients

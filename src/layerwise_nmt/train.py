@@ -167,7 +167,8 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast) -> dict
             with autocast():
                 logits = model(batch.src, batch.prev)
             loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
-            loss.backward()
+            extra = getattr(inner, "auxiliary_loss", None)  # a per-token term the model asks for (Dou's −λ·L_div)
+            (loss if extra is None else loss + extra * batch.ntokens).backward()
         loss_sum, nll_sum, correct, ntokens = (loss_sum + loss.item(), nll_sum + nll.item(),
                                                correct + ok.item(), ntokens + batch.ntokens)
     loss_sum, nll_sum, correct, ntokens = all_reduce_sum([loss_sum, nll_sum, correct, ntokens])

@@ -1,0 +1,291 @@
+"""Exploiting deep representations (Dou et al. 2018, EMNLP): aggregate the layers of each stack.
+
+H^0 = embeddings, H^l = LAYER(H^{l−1}), l = 1 … L (L = 6). The stack's output Ĥ replaces H^L: as the decoder's
+memory (encoder side) or as the softmax input (decoder side).
+
+    dense          H^l = LAYER(H^{l−1}) + Σ_{i<l} H^i  (i ≥ 1), Ĥ = H^L                       (Eq. 4)
+    linear         Ĥ = Σ_l W_l H^l                                                             (Eq. 5)
+    iterative      Ĥ^1 = H^1, Ĥ^l = AGG(H^l, Ĥ^{l−1}), Ĥ = Ĥ^L; beside the backbone           (Eqs. 6-7)
+    hierarchical   Ĥ^1 = AGG(H^1, H^2), Ĥ^i = AGG(H^{2i−1}, H^{2i}, Ĥ^{i−1}), Ĥ = Ĥ^{L/2}; each node feeds
+                   the next sub-tree: H^{2i+1} = LAYER(Ĥ^i)                                    (§3.2, CNN-like tree)
+    AGG(x, y[, z]) = LN(FF([x; y; z]) + x + y + z), FF = Linear(n·d → d_ff) → σ → Linear(d_ff → d)
+    multi-layer attention (k): in layers l > k, C_{−i} = ATT_i(H^{l−1}, H^{l−i}) for i = 1 … k, and
+                   C^l = AGG(C_{−1}, …, C_{−k}) replaces the self-attention output             (Eq. 8)
+    diversity      L_div = mean_l mean_n (1 − cos²(H^l_n, H^{l+1}_n)), maximised: loss −= λ·L_div (Eqs. 9-10)
+
+The printed increments over Transformer-Base pin the readings (tests/test_deep_repr.py): d_ff-sized AGG hidden
+layers; iterative = 5 AGG₂ per stack (+31.5M), hierarchical = 1 AGG₂ + 2 AGG₃ (+23.1M); multi-layer attention only
+in layers l > k, each extra attended layer with its own full attention (+33.6M for k=2, +37.8M for k=3). Eq. 5
+literally adds 6·d² per stack (+3.1M); the paper prints +14.7M, which it cannot give: we implement the equation.
+Table 4 options: agg_residual all|top|none, agg_function sigmoid|relu|attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .. import UserError
+from .registry import register
+from .transformer import (KV, DecoderLayer, DecoderState, EncoderLayer, EncoderOutput, ModelConfig,
+                          MultiheadAttention, Seq2Seq, attention)
+
+AGGREGATIONS = ("none", "dense", "linear", "iterative", "hierarchical")
+
+
+@dataclass
+class DeepConfig(ModelConfig):
+    aggregation: str = "none"
+    mla_k: int = 0  # multi-layer attention over the k layers below (0 = off; the paper uses 2 and 3)
+    diversity: float = 0.0  # λ of the layer-diversity term (the paper: 1.0)
+    apply_to: str = "both"  # encoder | decoder | both (Table 3)
+    agg_residual: str = "all"  # all | top | none (Table 4)
+    agg_function: str = "sigmoid"  # sigmoid | relu | attention (Table 4)
+    tie: str = "none"  # THUMT: source, target and softmax matrices untied, no softmax bias
+    input_bias: bool = True  # THUMT adds a learned d-vector to the encoder input
+
+    def check(self) -> None:
+        super().check()
+        for key, allowed in (("aggregation", AGGREGATIONS), ("apply_to", ("encoder", "decoder", "both")),
+                             ("agg_residual", ("all", "top", "none")),
+                             ("agg_function", ("sigmoid", "relu", "attention"))):
+            if getattr(self, key) not in allowed:
+                raise UserError(f"{key}={getattr(self, key)!r}; expected one of {', '.join(allowed)}")
+        if self.aggregation == "hierarchical" and (self.encoder_layers % 2 or self.decoder_layers % 2):
+            raise UserError("hierarchical aggregation (filter size 2) needs an even number of layers")
+
+
+class Aggregation(nn.Module):
+    """AGG over n inputs of (…, D) → (…, D)."""
+
+    def __init__(self, n: int, config: DeepConfig):
+        super().__init__()
+        d, self.residual, self.function = config.d_model, config.agg_residual, config.agg_function
+        if self.function == "attention":  # a Transformer self-attention over the n inputs at each position
+            self.attn = MultiheadAttention(config, self_attention=True)
+        else:
+            self.ff = nn.Sequential(nn.Linear(n * d, config.d_ff), nn.Sigmoid() if self.function == "sigmoid"
+                                    else nn.ReLU(), nn.Linear(config.d_ff, d))
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        if self.function == "attention":
+            stacked = torch.stack(inputs, dim=-2)  # (…, n, D): attend across the inputs
+            shape = stacked.shape
+            mixed = self.attn(stacked.reshape(-1, *shape[-2:]))[0].reshape(shape).mean(dim=-2)
+        else:
+            mixed = self.ff(torch.cat(inputs, dim=-1))
+        residual = {"all": sum(inputs), "top": inputs[0], "none": 0}[self.residual]  # inputs[0]: the newest layer
+        return self.norm(mixed + residual)
+
+    def shares(self) -> Tensor:
+        """Dou Eq. 11: s_j = Σ|W_j| / Σ_j' Σ|W_j'| over the first FF matrix's block for each input j."""
+        blocks = self.ff[0].weight.abs().split(self.ff[0].in_features // self.n_inputs, dim=1)
+        totals = torch.stack([b.sum() for b in blocks])
+        return totals / totals.sum()
+
+    @property
+    def n_inputs(self) -> int:
+        return self.ff[0].in_features // self.norm.normalized_shape[0]
+
+
+class StackAggregation(nn.Module):
+    """Runs one stack under an aggregation strategy. `layer(i, x)` applies backbone layer i (0-based) to x."""
+
+    def __init__(self, kind: str, layers: int, config: DeepConfig):
+        super().__init__()
+        self.kind = kind
+        if kind == "linear":
+            self.weights = nn.Parameter(torch.stack([torch.eye(config.d_model) / layers] * layers))  # W_l: (L, D, D)
+        if kind == "iterative":
+            self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
+        if kind == "hierarchical":
+            self.nodes = nn.ModuleList(Aggregation(2 if i == 0 else 3, config) for i in range(layers // 2))
+
+    def forward(self, x: Tensor, layer, layers: int) -> tuple[list[Tensor], Tensor]:
+        """x = H^0 → (backbone states H^0 … H^L, the stack's output Ĥ)."""
+        states = [x]
+        if self.kind == "hierarchical":
+            node_out = None
+            for i in range(layers // 2):
+                first = layer(2 * i, states[-1] if node_out is None else node_out)  # H^{2i+1} = LAYER(Ĥ^i)
+                second = layer(2 * i + 1, first)
+                states += [first, second]
+                inputs = (second, first) if node_out is None else (second, first, node_out)
+                node_out = self.nodes[i](*inputs)
+            return states, node_out
+        for i in range(layers):
+            h = layer(i, states[-1])
+            if self.kind == "dense":
+                h = h + sum(states[1:], torch.zeros_like(h))  # + Σ_{i<l} H^i, without the embeddings
+            states.append(h)
+        if self.kind == "linear":
+            return states, torch.einsum("lbtd,led->bte", torch.stack(states[1:]), self.weights)
+        if self.kind == "iterative":
+            out = states[1]
+            for node, h in zip(self.nodes, states[2:]):
+                out = node(h, out)
+            return states, out
+        return states, states[-1]
+
+
+@dataclass
+class KVList:
+    """A multi-layer attention's keys/values, one KV per attended layer (its decoding cache)."""
+
+    kvs: list[KV]
+
+    def __getitem__(self, i: int) -> KV:
+        return self.kvs[i]
+
+    def reorder(self, order: Tensor) -> "KVList":
+        return KVList([kv.reorder(order) for kv in self.kvs])
+
+
+class MultiLayerAttention(nn.Module):
+    """Eq. 8: C_{−i} = ATT_i(Q from H^{l−1}, K/V from H^{l−i}), i = 1 … k; C = AGG(C_{−1}, …, C_{−k})."""
+
+    def __init__(self, config: DeepConfig, k: int):
+        super().__init__()
+        self.heads, self.dropout = config.heads, config.attention_dropout
+        self.attns = nn.ModuleList(MultiheadAttention(config, self_attention=True) for _ in range(k))
+        self.agg = Aggregation(k, config)
+
+    def forward(self, lower: list[Tensor], mask: Tensor | None, causal: bool,
+                caches: "KVList | None" = None) -> tuple[Tensor, "KVList"]:
+        """lower: [H^{l−1}, H^{l−2}, …, H^{l−k}] at the new positions; caches: their K/V at earlier positions."""
+        query, contexts, grown = lower[0], [], []
+        for i, (attn, h) in enumerate(zip(self.attns, lower)):
+            q, kv = attn.project_q(query), attn.project_kv(h)
+            cache = caches[i] if caches is not None else None
+            if cache is not None:  # incremental decoding: this step's keys after the earlier ones
+                kv = KV(torch.cat([cache.k, kv.k], dim=2), torch.cat([cache.v, kv.v], dim=2))
+            grown.append(kv)
+            y = attention(q, kv.k, kv.v, mask, causal and cache is None, self.dropout if self.training else 0.0)
+            B, H, T, Dh = y.shape
+            contexts.append(attn.out(y.transpose(1, 2).reshape(B, T, H * Dh)))
+        return self.agg(*contexts), KVList(grown)
+
+
+class MLAEncoderLayer(EncoderLayer):
+    def __init__(self, config: DeepConfig, k: int):
+        super().__init__(config)
+        del self.attn  # replaced by the k attentions of Eq. 8
+        self.mla = MultiLayerAttention(config, k)
+
+    def forward(self, lower: list[Tensor], mask: Tensor) -> Tensor:
+        x = self.norm1(lower[0] + self.dropout(self.mla(lower, mask, causal=False)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class MLADecoderLayer(DecoderLayer):
+    def __init__(self, config: DeepConfig, k: int):
+        super().__init__(config)
+        del self.self_attn  # replaced by the k attentions of Eq. 8
+        self.mla = MultiLayerAttention(config, k)
+
+    def forward(self, lower: list[Tensor], view, view_mask: Tensor, cache: KVList | None = None):
+        h, cache = self.mla(lower, None, causal=True, caches=cache)
+        x = self.norm1(lower[0] + self.dropout(h))
+        x = self.add_source(x, self.cross_attn(x, view, mask=view_mask)[0])
+        return self.norm3(x + self.dropout(self.ffn(x))), cache
+
+
+def diversity(states: list[Tensor], keep: Tensor) -> Tensor:
+    """Eq. 10 over adjacent backbone layers: mean over l and real positions of 1 − cos²(H^l_n, H^{l+1}_n)."""
+    terms = [(1 - F.cosine_similarity(a.float(), b.float(), dim=-1) ** 2)[keep].mean()
+             for a, b in zip(states[1:-1], states[2:])]
+    return torch.stack(terms).mean()
+
+
+@register("deep")
+class DeepTransformer(Seq2Seq):
+    config_class = DeepConfig
+
+    def __init__(self, config: DeepConfig):
+        super().__init__(config)
+        sides = {"encoder", "decoder"} if config.apply_to == "both" else {config.apply_to}
+        k = config.mla_k
+        for side, stack, mla in (("encoder", self.encoder, MLAEncoderLayer), ("decoder", self.decoder, MLADecoderLayer)):
+            if k and side in sides:  # layers l > k only: every attended layer is a real layer (the counts say so)
+                for i in range(k, len(stack.layers)):
+                    stack.layers[i] = mla(config, k)
+        self.encoder_agg = StackAggregation(config.aggregation if "encoder" in sides else "none",
+                                            config.encoder_layers, config)
+        self.decoder_agg = StackAggregation(config.aggregation if "decoder" in sides else "none",
+                                            config.decoder_layers, config)
+        self.input_bias = nn.Parameter(torch.zeros(config.d_model)) if config.input_bias else None
+        self.auxiliary_loss: Tensor | None = None  # −λ·L_div of the last training forward (the trainer adds it)
+
+    @staticmethod
+    def lower(stack: nn.Module, i: int, x: Tensor, states: list[Tensor]):
+        """Layer i's input: x, or [x, H^{i−1}, …] (k layers) for a multi-layer attention layer."""
+        if isinstance(stack.layers[i], (MLAEncoderLayer, MLADecoderLayer)):
+            k = len(stack.layers[i].mla.attns)
+            return [x] + [states[i - j] for j in range(1, k)]
+        return x
+
+    def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor, Tensor]:
+        """src (B, S) → backbone states H^0 … H^L, the stack's output Ĥ (B, S, D), the mask (B, 1, 1, S)."""
+        mask = (src != self.config.pad)[:, None, None, :]
+        x = self.encoder.embed(src)
+        if self.input_bias is not None:
+            x = x + self.input_bias
+        states: list[Tensor] = []
+
+        def layer(i: int, h: Tensor) -> Tensor:
+            return self.encoder.layers[i](self.lower(self.encoder, i, h, states), mask)
+
+        states_out, out = self._run(self.encoder_agg, x, layer, states, self.config.encoder_layers)
+        return states_out, out, mask
+
+    def decode(self, prev: Tensor, views: list, view_mask: Tensor, caches: list | None = None,
+               offset: int = 0) -> tuple[list[Tensor], Tensor, list]:
+        x = self.decoder.embed(prev, offset=offset)
+        states: list[Tensor] = []
+        grown: list = []
+
+        def layer(i: int, h: Tensor) -> Tensor:
+            out, cache = self.decoder.layers[i](self.lower(self.decoder, i, h, states), views[i], view_mask,
+                                                cache=caches[i] if caches is not None else None)
+            grown.append(cache)
+            return out
+
+        states_out, out = self._run(self.decoder_agg, x, layer, states, self.config.decoder_layers)
+        return states_out, out, grown
+
+    @staticmethod
+    def _run(aggregation: StackAggregation, x: Tensor, layer, states: list[Tensor], layers: int):
+        """StackAggregation with `states` kept current for the multi-layer attention's look-back."""
+        def tracked(i: int, h: Tensor) -> Tensor:
+            if not states:
+                states.append(x)
+            out = layer(i, h)
+            states.append(out)
+            return out
+
+        return aggregation(x, tracked, layers)
+
+    def forward(self, src: Tensor, prev: Tensor) -> Tensor:
+        enc_states, memory, mask = self.encode(src)
+        dec_states, out, _ = self.decode(prev, [memory] * self.config.decoder_layers, mask)
+        self.auxiliary_loss = None
+        if self.training and self.config.diversity:  # maximise L_div (Eq. 9): the loss gets −λ·L_div
+            l_div = (diversity(enc_states, mask[:, 0, 0]) + diversity(dec_states, prev != self.config.pad)) / 2
+            self.auxiliary_loss = -self.config.diversity * l_div
+        return self.output(out)
+
+    def start(self, src: Tensor) -> DecoderState:
+        _, memory, mask = self.encode(src)
+        kvs = [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
+        return DecoderState(kvs, mask, [None] * self.config.decoder_layers)
+
+    def step(self, last: Tensor, state: DecoderState) -> Tensor:
+        _, out, state.self_kv = self.decode(last[:, None], state.views, state.view_mask, state.self_kv,
+                                            offset=state.step)
+        state.step += 1
+        return self.output(out)[:, 0]
+

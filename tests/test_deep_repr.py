@@ -1,0 +1,107 @@
+"""Exploiting deep representations (Dou et al. 2018): printed increments, the tree's wiring, diversity, causality."""
+
+import pytest
+import torch
+
+from conftest import assert_cached_beam_equals_recompute, assert_target_prefix_only
+from layerwise_nmt.models import build
+from layerwise_nmt.models.deep_repr import Aggregation, diversity
+from layerwise_nmt.models.transformer import count_parameters
+
+EOS, PAD = 2, 1
+BASE = dict(src_vocab=30000, tgt_vocab=30000, preset="base")
+
+
+@pytest.mark.parametrize("settings, printed", [
+    ({"aggregation": "dense"}, 0.0), ({"aggregation": "iterative"}, 31.5), ({"aggregation": "hierarchical"}, 23.1),
+    ({"mla_k": 2}, 33.6), ({"mla_k": 3}, 37.8)])
+def test_increments_over_transformer_base_equal_the_printed_ones(settings, printed):
+    base = count_parameters(build("deep", BASE))
+    assert round((count_parameters(build("deep", {**BASE, **settings})) - base) / 1e6, 1) == printed
+
+
+def test_big_hierarchical_and_the_linear_combination_count():
+    big = dict(BASE, preset="big")
+    extra = count_parameters(build("deep", {**big, "aggregation": "hierarchical"})) - count_parameters(build("deep", big))
+    assert round(extra / 1e6) == 92  # what Table 2's Big rows imply
+    linear = count_parameters(build("deep", {**BASE, "aggregation": "linear"})) - count_parameters(build("deep", BASE))
+    assert linear == 2 * 6 * 512 * 512  # Eq. 5 literally; the paper prints +14.7M
+
+
+def tiny(**kw):
+    torch.manual_seed(0)
+    settings = dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=4, decoder_layers=4,
+                    dropout=0.0)
+    return build("deep", {**settings, **kw}).eval()
+
+
+def batch():
+    torch.manual_seed(1)
+    src = torch.randint(4, 40, (3, 7))
+    src[:, -1] = EOS
+    src[1, 5:] = PAD
+    src[1, 4] = EOS
+    prev = torch.randint(4, 40, (3, 6))
+    prev[:, 0] = EOS
+    return src, prev
+
+
+def test_diversity_is_zero_for_identical_and_one_for_orthogonal_layers_and_its_gradient_separates_them():
+    keep = torch.ones(1, 2, dtype=torch.bool)
+    a = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])
+    assert diversity([None, a, a.clone(), 3 * a], keep).item() == pytest.approx(0.0, abs=1e-6)
+    b = torch.tensor([[[0.0, 5.0], [-1.0, 0.0]]])
+    assert diversity([None, a, b], keep).item() == pytest.approx(1.0)
+    x = torch.tensor([[[1.0, 0.2]]], requires_grad=True)
+    y = torch.tensor([[[1.0, 0.0]]])
+    before = diversity([None, x, y], torch.ones(1, 1, dtype=torch.bool))
+    (-before).backward()  # the loss gets −λ·L_div
+    with torch.no_grad():
+        after = diversity([None, x - 0.1 * x.grad, y], torch.ones(1, 1, dtype=torch.bool))
+    assert after > before
+
+
+def test_hierarchical_tree_wiring_matches_the_equations():
+    model = tiny(aggregation="hierarchical")
+    calls, layer_inputs = [], []
+    for node in model.encoder_agg.nodes:
+        node.register_forward_hook(lambda m, args, out: calls.append((args, out)))
+    for layer in model.encoder.layers:
+        layer.register_forward_pre_hook(lambda m, args: layer_inputs.append(args[0]))
+    src, _ = batch()
+    with torch.no_grad():
+        states, out, _ = model.encode(src)
+    H = states  # H^0 … H^4
+    (node1_in, node1), (node2_in, node2) = calls
+    assert len(node1_in) == 2 and torch.equal(node1_in[0], H[2]) and torch.equal(node1_in[1], H[1])  # AGG(H^1, H^2)
+    assert len(node2_in) == 3 and torch.equal(node2_in[0], H[4]) and torch.equal(node2_in[1], H[3])
+    assert torch.equal(node2_in[2], node1)  # Ĥ^2 = AGG(H^3, H^4, Ĥ^1)
+    assert torch.equal(layer_inputs[2], node1)  # fed back: H^3 = LAYER(Ĥ^1), not LAYER(H^2)
+    assert torch.equal(out, node2)
+
+
+def test_auxiliary_loss_only_when_training_with_diversity():
+    model = tiny(aggregation="hierarchical", diversity=1.0).train()
+    model(*batch())
+    assert model.auxiliary_loss is not None and -1.0 <= model.auxiliary_loss.item() < 0
+    model.eval()
+    model(*batch())
+    assert model.auxiliary_loss is None
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("settings", [
+    dict(aggregation="dense"), dict(aggregation="linear"), dict(aggregation="iterative"),
+    dict(aggregation="hierarchical"), dict(mla_k=2), dict(mla_k=3), dict(aggregation="hierarchical", apply_to="decoder"),
+    dict(aggregation="hierarchical", agg_function="attention"), dict(aggregation="hierarchical", agg_residual="top")])
+def test_causal_and_cached_decoding_for_every_variant(settings):
+    model = tiny(**settings)
+    src, prev = batch()
+    assert_target_prefix_only(model, src, prev)
+    assert_cached_beam_equals_recompute(model, src)
+
+
+def test_aggregation_shares_sum_to_one():
+    node = Aggregation(3, build("deep", dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2)).config)
+    shares = node.shares()
+    assert shares.shape == (3,) and torch.isclose(shares.sum(), torch.tensor(1.0))
