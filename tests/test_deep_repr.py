@@ -105,3 +105,12 @@ def test_aggregation_shares_sum_to_one():
     node = Aggregation(3, build("deep", dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2)).config)
     shares = node.shares()
     assert shares.shape == (3,) and torch.isclose(shares.sum(), torch.tensor(1.0))
+
+
+@torch.no_grad()
+def test_odd_depth_tree_ends_with_a_two_input_node():
+    model = tiny(aggregation="hierarchical", encoder_layers=3, decoder_layers=3)
+    assert [node.n_inputs for node in model.encoder_agg.nodes] == [2, 2]
+    src, prev = batch()
+    assert_target_prefix_only(model, src, prev)
+    assert_cached_beam_equals_recompute(model, src)

@@ -8,6 +8,7 @@ memory (encoder side) or as the softmax input (decoder side).
     iterative      Ĥ^1 = H^1, Ĥ^l = AGG(H^l, Ĥ^{l−1}), Ĥ = Ĥ^L; beside the backbone           (Eqs. 6-7)
     hierarchical   Ĥ^1 = AGG(H^1, H^2), Ĥ^i = AGG(H^{2i−1}, H^{2i}, Ĥ^{i−1}), Ĥ = Ĥ^{L/2}; each node feeds
                    the next sub-tree: H^{2i+1} = LAYER(Ĥ^i)                                    (§3.2, CNN-like tree)
+                   (odd L, e.g. the 3-layer demo: the last node is AGG(H^L, Ĥ^{prev}), an AGG₂)
     AGG(x, y[, z]) = LN(FF([x; y; z]) + x + y + z), FF = Linear(n·d → d_ff) → σ → Linear(d_ff → d)
     multi-layer attention (k): in layers l > k, C_{−i} = ATT_i(H^{l−1}, H^{l−i}) for i = 1 … k, and
                    C^l = AGG(C_{−1}, …, C_{−k}) replaces the self-attention output             (Eq. 8)
@@ -54,8 +55,6 @@ class DeepConfig(ModelConfig):
                              ("agg_function", ("sigmoid", "relu", "attention"))):
             if getattr(self, key) not in allowed:
                 raise UserError(f"{key}={getattr(self, key)!r}; expected one of {', '.join(allowed)}")
-        if self.aggregation == "hierarchical" and (self.encoder_layers % 2 or self.decoder_layers % 2):
-            raise UserError("hierarchical aggregation (filter size 2) needs an even number of layers")
 
 
 class Aggregation(nn.Module):
@@ -102,20 +101,21 @@ class StackAggregation(nn.Module):
             self.weights = nn.Parameter(torch.stack([torch.eye(config.d_model) / layers] * layers))  # W_l: (L, D, D)
         if kind == "iterative":
             self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
-        if kind == "hierarchical":
-            self.nodes = nn.ModuleList(Aggregation(2 if i == 0 else 3, config) for i in range(layers // 2))
+        if kind == "hierarchical":  # a sub-tree per 2 layers; with odd L the last one holds H^L alone (AGG₂)
+            sizes = [min(2, layers - 2 * i) + (i > 0) for i in range((layers + 1) // 2)]
+            self.nodes = nn.ModuleList(Aggregation(n, config) for n in sizes)
 
     def forward(self, x: Tensor, layer, layers: int) -> tuple[list[Tensor], Tensor]:
         """x = H^0 → (backbone states H^0 … H^L, the stack's output Ĥ)."""
         states = [x]
         if self.kind == "hierarchical":
             node_out = None
-            for i in range(layers // 2):
-                first = layer(2 * i, states[-1] if node_out is None else node_out)  # H^{2i+1} = LAYER(Ĥ^i)
-                second = layer(2 * i + 1, first)
-                states += [first, second]
-                inputs = (second, first) if node_out is None else (second, first, node_out)
-                node_out = self.nodes[i](*inputs)
+            for i, node in enumerate(self.nodes):
+                block = [layer(2 * i, states[-1] if node_out is None else node_out)]  # H^{2i+1} = LAYER(Ĥ^i)
+                if 2 * i + 1 < layers:
+                    block.append(layer(2 * i + 1, block[0]))
+                states += block
+                node_out = node(*reversed(block), *([node_out] if node_out is not None else []))
             return states, node_out
         for i in range(layers):
             h = layer(i, states[-1])
