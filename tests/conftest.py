@@ -35,6 +35,20 @@ def snakemake(workdir: Path, *args: str, mirror: Path | None = None, check: bool
     return result
 
 
+def toy_batch(src_vocab: int = 40, tgt_vocab: int = 40):
+    """3 sources of 7 ids ending in </s> (sentence 1 right-padded after 5) and 3 decoder inputs of 6 starting with
+    </s>, for the model tests."""
+    eos, pad = 2, 1
+    torch.manual_seed(1)
+    src = torch.randint(4, src_vocab, (3, 7))
+    src[:, -1] = eos
+    src[1, 5:] = pad
+    src[1, 4] = eos
+    prev = torch.randint(4, tgt_vocab, (3, 6))
+    prev[:, 0] = eos
+    return src, prev
+
+
 def assert_target_prefix_only(model, src, prev, position: int = 4) -> None:
     """Changing target token `position` leaves the outputs at earlier positions unchanged (and changes later ones)."""
 
@@ -79,3 +93,10 @@ def assert_cached_beam_equals_recompute(model, src) -> None:
         for a, b in zip(cached, full):
             assert [h.tokens for h in a] == [h.tokens for h in b]
             assert all(math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b))
+
+
+def assert_autoregressive(model, src, prev, position: int = 4) -> None:
+    """The decoder contract every model keeps: causal in the target, and cached beam search = recomputation."""
+    assert_target_prefix_only(model, src, prev, position)
+    assert_cached_beam_equals_recompute(model, src)
+

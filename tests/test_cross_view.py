@@ -3,11 +3,10 @@
 import pytest
 import torch
 
-from conftest import assert_cached_beam_equals_recompute, assert_target_prefix_only
+from conftest import assert_autoregressive, toy_batch
 from layerwise_nmt.models import build
 from layerwise_nmt.models.transformer import count_parameters
 
-EOS, PAD = 2, 1
 SETTINGS = dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
                 dropout=0.0, tie="all")
 
@@ -17,15 +16,8 @@ def tiny(**kw):
     return build("cross_view", {**SETTINGS, **kw}).eval()
 
 
-def batch():
-    torch.manual_seed(1)
-    src = torch.randint(4, 40, (3, 7))
-    src[:, -1] = EOS
-    src[1, 5:] = PAD
-    src[1, 4] = EOS
-    prev = torch.randint(4, 40, (3, 6))
-    prev[:, 0] = EOS
-    return src, prev
+
+batch = toy_batch
 
 
 def memories(model, src, prev):
@@ -80,8 +72,7 @@ def test_soft_integration_starts_layer_one_exactly_at_the_baseline_under_gca():
 def test_causal_and_cached_decoding(kw):
     model = tiny(**kw)
     src, prev = batch()
-    assert_target_prefix_only(model, src, prev)
-    assert_cached_beam_equals_recompute(model, src)
+    assert_autoregressive(model, src, prev)
 
 
 def test_parameter_counts():
@@ -122,8 +113,7 @@ def test_conv_backbones_are_causal_cached_and_padding_blind(backbone):
     torch.manual_seed(0)
     model = build("transformer", {**CONV, "backbone": backbone}).eval()
     src, prev = batch()
-    assert_target_prefix_only(model, src, prev, position=2)  # a kernel of 7 reaches back past the whole prefix
-    assert_cached_beam_equals_recompute(model, src)
+    assert_autoregressive(model, src, prev, position=2)  # a kernel of 7 reaches back past the whole prefix
     encoded = model.encoder(src).states[-1]
     shorter = model.encoder(src[1:2, :5]).states[-1]  # sentence 1 without its padding
     assert torch.allclose(encoded[1, :5], shorter[0], atol=1e-5)  # padded positions never leak into real ones

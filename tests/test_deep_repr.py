@@ -3,12 +3,11 @@
 import pytest
 import torch
 
-from conftest import assert_cached_beam_equals_recompute, assert_target_prefix_only
+from conftest import assert_autoregressive, toy_batch
 from layerwise_nmt.models import build
 from layerwise_nmt.models.deep_repr import Aggregation, diversity
 from layerwise_nmt.models.transformer import count_parameters
 
-EOS, PAD = 2, 1
 BASE = dict(src_vocab=30000, tgt_vocab=30000, preset="base")
 
 
@@ -35,15 +34,8 @@ def tiny(**kw):
     return build("deep", {**settings, **kw}).eval()
 
 
-def batch():
-    torch.manual_seed(1)
-    src = torch.randint(4, 40, (3, 7))
-    src[:, -1] = EOS
-    src[1, 5:] = PAD
-    src[1, 4] = EOS
-    prev = torch.randint(4, 40, (3, 6))
-    prev[:, 0] = EOS
-    return src, prev
+
+batch = toy_batch
 
 
 def test_diversity_is_zero_for_identical_and_one_for_orthogonal_layers_and_its_gradient_separates_them():
@@ -97,8 +89,7 @@ def test_auxiliary_loss_only_when_training_with_diversity():
 def test_causal_and_cached_decoding_for_every_variant(settings):
     model = tiny(**settings)
     src, prev = batch()
-    assert_target_prefix_only(model, src, prev)
-    assert_cached_beam_equals_recompute(model, src)
+    assert_autoregressive(model, src, prev)
 
 
 def test_aggregation_shares_sum_to_one():
@@ -112,5 +103,4 @@ def test_odd_depth_tree_ends_with_a_two_input_node():
     model = tiny(aggregation="hierarchical", encoder_layers=3, decoder_layers=3)
     assert [node.n_inputs for node in model.encoder_agg.nodes] == [2, 2]
     src, prev = batch()
-    assert_target_prefix_only(model, src, prev)
-    assert_cached_beam_equals_recompute(model, src)
+    assert_autoregressive(model, src, prev)
