@@ -106,3 +106,43 @@ def test_length_bucket_figure_averages_seeds_per_bucket(tmp_path):
     drawn = pd.read_csv(tmp_path / "F3.csv").set_index(["row", "bucket"])
     assert drawn.loc[("baseline", "[0, 10)"), "ours_mean"] == 31 and drawn.loc[("baseline", ">= 10"), "seeds"] == 2
     assert drawn.loc[("full", ">= 10"), "ours_mean"] == 25
+
+
+def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):
+    import torch
+
+    from layerwise_nmt.models import build
+    from layerwise_nmt.report.figures import write as draw
+
+    paths = []
+    for layers in (6, 3):
+        model = build("deep", dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, aggregation="hierarchical",
+                                   encoder_layers=layers, decoder_layers=layers))
+        paths.append(tmp_path / f"deep{layers}.pt")
+        torch.save({"model_name": "deep", "model_config": model.config.to_dict(), "model": model.state_dict()},
+                   paths[-1])
+    spec = {"paper": "dou", "figure": "F5", "kind": "aggregation_shares", "rows": [
+        {"label": "6 layers", "model": str(paths[0])}, {"label": "3 layers", "model": str(paths[1])}]}
+    assert draw(spec, str(tmp_path / "F5")) == []
+    shares = pd.read_csv(tmp_path / "F5.csv")
+    assert shares.groupby(["row", "node"])["share"].sum().round(6).eq(1).all()  # each node's shares sum to 1
+    assert len(shares.query("row == '6 layers'")) == 2 + 3 + 3 and len(shares.query("row == '3 layers'")) == 2 + 2
+
+
+def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
+    rows = []
+    for name, minutes, sents in (("base", 10.0, 8.0), ("mla", 12.5, 6.0)):
+        run = tmp_path / name
+        run.mkdir()
+        pd.DataFrame({"update": [500, 1000], "minutes": [5.0, minutes]}).to_csv(run / "metrics.csv", index=False)
+        (run / "test.score.json").write_text(json.dumps({"bleu": 27.0, "decoding": {"sentences_per_second": sents}}))
+        rows.append({"label": name, "state": "ok", "runs": [str(run)], "scores": {"test": [str(run / "test.score.json")]},
+                     "paper": {"bleu": 27.64, "train_steps_per_s": 1.82 if name == "base" else 1.19,
+                               "decode_sents_per_s": 1.33 if name == "base" else 1.05}})
+    rows.append({"label": "blocked", "state": "blocked", "reason": "no data", "paper": {"train_steps_per_s": 1.12}})
+    base, mla, blocked = write({"paper": "dou", "table": "T1", "speeds": True, "rows": rows},
+                               str(tmp_path / "T1")).to_dict("records")
+    assert base["train speed (ours)"] == "1.00×" and mla["train speed (ours)"] == "0.80×"
+    assert mla["decode speed (ours)"] == "0.75×" and mla["decode speed (paper)"] == "0.79×"  # 1.05 / 1.33
+    assert mla["train speed (paper)"] == "0.65×" and blocked["train speed (ours)"] == NOT_RUN
+    assert blocked["train speed (paper)"] == "0.62×"

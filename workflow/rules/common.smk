@@ -213,17 +213,19 @@ def table_spec(paper, table):
                 e = cfg.experiment(config, row["experiment"])
                 out["scores"] = {split: [f"{cfg.experiment_dir(config, e['name'], s)}/{split}.score.json"
                                          for s in e["seeds"]] for split in splits}
+                out["runs"] = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
         else:
             quoted = "quoted_from" in row
             out["state"] = "quoted" if quoted else "blocked"
             out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
-            "metric": cfg.metrics_of(spec), "rows": rows}
+            "metric": cfg.metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows}
 
 
 def figure_spec(paper, figure):
-    """Rows resolved to run files: metrics.csv (first seed) for curves, every seed's test.score.json for sweeps."""
+    """Rows resolved to run files: metrics.csv or model.pt (first seed) for curves and shares, every seed's
+    test.score.json for sweeps and length buckets."""
     spec = config["papers"][paper]["figures"][figure]
     rows = []
     for row in spec["rows"]:
@@ -235,6 +237,9 @@ def figure_spec(paper, figure):
             runs = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
             if spec["kind"] == "accuracy_curves":
                 out["metrics"], out["needs"] = f"{runs[0]}/metrics.csv", [f"{runs[0]}/model.pt"]
+            elif spec["kind"] == "aggregation_shares":
+                out["model"] = f"{runs[0]}/model.pt"
+                out["needs"] = [out["model"]]
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)

@@ -8,6 +8,7 @@ kinds:
                      LWC T4)
     length_buckets   BLEU by source-length bucket (score.buckets), bars per row, the gain over the first row on a
                      second axis (GCA F3, Dou F4)
+    aggregation_shares  Eq. 11's share of each input in each encoder aggregation node of a trained model (Dou F5)
 Rows that did not run are listed under the plot with their reason, never drawn.
 """
 
@@ -107,7 +108,48 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     return table
 
 
-KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": length_buckets}
+def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
+    """Dou Figure 5: the share s_j (Eq. 11) of each input in each encoder aggregation node of a trained model, one
+    heat map per row side by side (columns sum to 1); empty cells where a node has fewer inputs."""
+    from ..decode import load_model
+
+    rows = [row for row in spec["rows"] if row.get("model")]
+    drawn = []
+    for row in rows:
+        nodes = load_model(row["model"]).encoder_agg.nodes
+        for i, node in enumerate(nodes, start=1):
+            names = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"][: node.n_inputs] if node.n_inputs > 1 else ["H^{2i-1}"]
+            if i > 1 and node.n_inputs == 2:  # odd depth: the last node holds one layer and the previous node
+                names = ["H^{2i-1}", "Ĥ^{i-1}"]
+            drawn += [{"row": row["label"], "node": f"Ĥ^{i}", "input": name, "share": float(share)}
+                      for name, share in zip(names, node.shares().detach())]
+    table = pd.DataFrame.from_records(drawn, columns=["row", "node", "input", "share"])
+    if table.empty:
+        return table
+    inputs = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"]
+    grid = [table[table["row"] == row["label"]].pivot(index="input", columns="node", values="share")
+            .reindex(inputs) for row in rows]
+    joined = pd.concat(grid, axis=1)
+    image = ax.imshow(joined.to_numpy(dtype=float), cmap="Greys", vmin=0, vmax=1, aspect="auto")
+    ax.set_yticks(range(len(inputs)), [f"${name}$" for name in inputs])
+    ax.set_xticks(range(joined.shape[1]), [f"${c}$" for c in joined.columns])
+    for (y, x), value in pd.DataFrame(joined.to_numpy(dtype=float)).stack().items():
+        if pd.notna(value):  # a node with fewer inputs leaves its cell empty
+            ax.text(x, y, f"{value:.2f}", ha="center", va="center", color="white" if value > 0.5 else "black",
+                    fontsize=8)
+    edges = [g.shape[1] for g in grid]
+    for k, row in enumerate(rows):
+        start = sum(edges[:k])
+        ax.text(start + edges[k] / 2 - 0.5, -0.75, row["label"], ha="center", fontsize=9)
+        if k:
+            ax.axvline(start - 0.5, color="red", linewidth=1.5)
+    ax.figure.colorbar(image, ax=ax, label="share of the node's first FF weights")
+    ax.set_xlabel("aggregation node (encoder)")
+    return table
+
+
+KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": length_buckets,
+         "aggregation_shares": aggregation_shares}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
@@ -118,8 +160,8 @@ def write(spec: dict, out_prefix: str) -> list[str]:
     with atomic_path(f"{out_prefix}.csv") as tmp:
         data.to_csv(tmp, index=False)
     missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
-               if not (row.get("metrics") or row.get("scores"))]
-    ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10)
+               if not (row.get("metrics") or row.get("scores") or row.get("model"))]
+    ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10, pad=18 if spec["kind"] == "aggregation_shares" else 6)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)

@@ -39,7 +39,36 @@ def build(spec: dict) -> pd.DataFrame:
             record["params (paper)"] = f"{paper_params:.2f}M" if paper_params is not None else NOT_RUN
             record["params (ours)"] = f"{ours_params.pop() / 1e6:.2f}M" if len(ours_params) == 1 else NOT_RUN
         records.append(record)
+    if spec.get("speeds"):
+        add_speed_ratios(records, spec["rows"])
     return pd.DataFrame.from_records(records)
+
+
+def run_speeds(row: dict) -> tuple[float | None, float | None]:
+    """(training updates/s, decoding sentences/s) of a row's runs, averaged over seeds; None when not run.
+    Training speed: the last metrics.csv record's update / wall minutes (validation included, as in a P40 log)."""
+    train, decode = [], []
+    for run in row.get("runs", []):
+        metrics, score = Path(run) / "metrics.csv", Path(run) / "test.score.json"
+        if metrics.exists():
+            last = pd.read_csv(metrics).iloc[-1]
+            train.append(last["update"] / max(last["minutes"] * 60, 1e-9))
+        if score.exists():
+            decode.append(json.loads(score.read_text()).get("decoding", {}).get("sentences_per_second"))
+    mean = lambda xs: sum(xs) / len(xs) if xs and None not in xs else None  # noqa: E731
+    return mean(train), mean(decode)
+
+
+def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
+    """Dou T1's speed columns as ratios to the first row (hardware-independent), the paper's beside ours."""
+    ours = [run_speeds(row) if row["state"] == "ok" else (None, None) for row in rows]
+    paper = [(row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s"))
+             for row in rows]
+    for k, name in enumerate(("train speed", "decode speed")):
+        for record, p, o in zip(records, paper, ours):
+            p_ratio = f"{p[k] / paper[0][k]:.2f}×" if p[k] and paper[0][k] else NOT_RUN
+            o_ratio = f"{o[k] / ours[0][k]:.2f}×" if o[k] and ours[0][k] else NOT_RUN
+            record[f"{name} (paper)"], record[f"{name} (ours)"] = p_ratio, o_ratio
 
 
 def cells(paper: float | None, scores: list[dict], ran: bool) -> dict:
@@ -59,7 +88,7 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     with atomic_path(f"{out_prefix}.csv") as tmp:
         table.to_csv(tmp, index=False)
     shown = table[[c for c in table.columns if c == "row" or c.split(" ")[0] in ("paper", "ours", "delta")
-                   or c.startswith("params (")] + ["status"]]
+                   or c.startswith(("params (", "train speed (", "decode speed ("))] + ["status"]]
     lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
     if spec.get("scale"):
         lines += [f"Scale: {spec['scale']}", ""]
