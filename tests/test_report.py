@@ -64,8 +64,9 @@ def test_figures_draw_what_ran_and_name_what_did_not(tmp_path):
     from layerwise_nmt.report.figures import write as draw
 
     metrics = tmp_path / "metrics.csv"
-    pd.DataFrame({"epoch": [1, 2, 2], "partial": [False, True, False], "update": [10, 15, 20],
-                  "train_accuracy": [0.3, 0.4, 0.5], "valid_accuracy": [0.35, 0.4, 0.45]}).to_csv(metrics, index=False)
+    pd.DataFrame({"epoch": [1, 2, 2, 3], "partial": [False, True, True, True], "update": [10, 15, 15, 20],
+                  "train_accuracy": [0.3, 0.4, 0.41, 0.5], "valid_accuracy": [0.35, 0.4, 0.41, 0.45]}).to_csv(
+        metrics, index=False)
     spec = {"paper": "mlrf", "figure": "F4", "kind": "accuracy_curves", "rows": [
         {"label": "baseline", "metrics": str(metrics)},
         {"label": "Dec-SA", "state": "blocked", "reason": "dataset pending"}]}
@@ -73,7 +74,7 @@ def test_figures_draw_what_ran_and_name_what_did_not(tmp_path):
     assert missing == ["Dec-SA: dataset pending"]
     assert (tmp_path / "F4.png").stat().st_size > 1000 and (tmp_path / "F4.pdf").exists()
     drawn = pd.read_csv(tmp_path / "F4.csv")
-    assert list(drawn["update"]) == [10, 20]  # the mid-epoch (partial) record is not a curve point
+    assert list(drawn["update"]) == [10, 15, 20] and drawn["train_accuracy"].iloc[1] == 0.41  # resumed: later wins
 
     scores = {}
     for name, bleu in (("base", 30.0), ("h1", 29.0), ("h4a", 31.0), ("h4b", 32.0)):

@@ -23,7 +23,8 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     out = snakemake(tmp_path, *args).stdout
     assert "binarize" in out and "tokenize" in out
     config = cfg.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
-    runnable = {row["experiment"] for p, t in cfg.tables(config) for row in config["papers"][p]["tables"][t]["rows"]
+    runnable = {row["experiment"] for kind in ("tables", "figures") for p, t in cfg.tables(config, kind)
+                for row in config["papers"][p][kind][t]["rows"]
                 if "experiment" in row and cfg.experiment_status(config, row["experiment"]).runnable}
     assert runnable
     for name in runnable:  # every runnable table row: train → (average) → decode → score

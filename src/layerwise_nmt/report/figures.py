@@ -30,8 +30,9 @@ from ..score import seeds_summary  # noqa: E402
 def accuracy_curves(spec: dict, ax) -> pd.DataFrame:
     drawn = []
     for i, row in enumerate(r for r in spec["rows"] if r.get("metrics")):
-        history = pd.read_csv(row["metrics"])
-        history = history[~history["partial"].astype(bool)] if "partial" in history else history
+        # every record is a measurement at its update (a partial one: the budget ended mid-epoch); a resumed run
+        # may record an update twice, the later record wins
+        history = pd.read_csv(row["metrics"]).drop_duplicates("update", keep="last").sort_values("update")
         colour = f"C{i}"
         ax.plot(history["update"], 100 * history["train_accuracy"], "--", color=colour, label=f"{row['label']} train")
         ax.plot(history["update"], 100 * history["valid_accuracy"], "-", marker="o", markersize=3, color=colour,
