@@ -224,3 +224,16 @@ def test_the_models_auxiliary_loss_joins_the_gradient(data, tmp_path):
         accumulate(model, [batch], cfg, torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
         grads[lam] = model.encoder.layers[0].ffn.fc1.weight.grad.clone()
     assert not torch.allclose(grads[0.0], grads[1.0])  # the diversity term reaches the backbone's gradients
+
+
+def test_changed_settings_set_old_checkpoints_aside_instead_of_resuming(data, tmp_path):
+    save = tmp_path / "run" / "checkpoints"
+    train(spec(max_epoch=1), str(data), "de", "en", str(save))
+    first = final_state(save)["progress"]["update"]
+    train(spec(max_epoch=2), str(data), "de", "en", str(save))  # a larger budget resumes
+    assert [r["epoch"] for r in final_state(save)["progress"]["history"]] == [1, 2]
+    train(spec(max_epoch=1, lr=0.001), str(data), "de", "en", str(save))  # another lr: a new run
+    state = final_state(save)
+    assert [r["epoch"] for r in state["progress"]["history"]] == [1] and state["progress"]["update"] == first
+    aside = tmp_path / "run" / "checkpoints.superseded-1"
+    assert (aside / "checkpoint_last.pt").exists() and (aside / "checkpoint2.pt").exists()

@@ -275,6 +275,14 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     model = build(spec["model"], arch).to(device)
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
+    settings = resume_key(spec)
+    if last.exists() and torch.load(last, map_location="cpu", weights_only=False).get("settings") != settings:
+        if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
+            aside = set_aside(save_dir_path)
+            log.warning("%s: model or training settings changed since this checkpoint; moved %s to %s and "
+                        "starting afresh", last, save_dir_path, aside)
+        if world_size > 1:
+            dist.barrier()
     if spec.get("init_from") and not last.exists():
         new = warm_start(model, spec["init_from"])
         if rank == 0:
@@ -304,6 +312,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
 
     def snapshot() -> dict:
         return {"model": model.state_dict(), "model_name": spec["model"], "model_config": model.config.to_dict(),
+                "settings": settings,
                 "train_config": asdict(cfg), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                 "progress": progress, "rng": rng_state()}
 
@@ -410,6 +419,27 @@ def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | 
 
 def _should_restart(progress: dict, cfg: TrainConfig) -> bool:
     return bool(cfg.restart_after_epochs) and not progress["restarted"] and progress["epoch"] >= cfg.restart_after_epochs
+
+
+# Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself.
+RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
+                     "keep_interval_updates", "save_interval_updates")
+
+
+def resume_key(spec: dict) -> dict:
+    """What must match for a checkpoint to be resumed: model, architecture, training (budget aside), warm start."""
+    train = {k: v for k, v in spec.get("train", {}).items() if k not in RESUMABLE_CHANGES}
+    return {"model": spec["model"], "arch": spec.get("arch", {}), "train": train, "init_from": spec.get("init_from")}
+
+
+def set_aside(save_dir: Path) -> Path:
+    """Rename a checkpoint directory to the first free <name>.superseded-<n> and recreate it empty."""
+    n = 1
+    while (aside := save_dir.with_name(f"{save_dir.name}.superseded-{n}")).exists():
+        n += 1
+    save_dir.rename(aside)
+    save_dir.mkdir(parents=True)
+    return aside
 
 
 def warm_start(model: torch.nn.Module, path: str) -> list[str]:
