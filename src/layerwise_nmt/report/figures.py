@@ -139,7 +139,7 @@ def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
             ax.text(x, y, f"{value:.2f}", ha="center", va="center", color="white" if value > 0.5 else "black",
                     fontsize=8)
     edges = [g.shape[1] for g in grid]
-    for k, row in enumerate(rows):
+    for k, row in enumerate(rows if len(rows) > 1 else []):  # a single model is named in the title instead
         start = sum(edges[:k])
         ax.text(start + edges[k] / 2 - 0.5, -0.75, row["label"], ha="center", fontsize=9)
         if k:
@@ -162,7 +162,12 @@ def write(spec: dict, out_prefix: str) -> list[str]:
         data.to_csv(tmp, index=False)
     missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
                if not (row.get("metrics") or row.get("scores") or row.get("model"))]
-    ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10, pad=18 if spec["kind"] == "aggregation_shares" else 6)
+    named = [row["label"] for row in spec["rows"] if row.get("model")]
+    if spec["kind"] == "aggregation_shares" and len(named) == 1:
+        ax.set_title(f"{spec['paper']} {spec['figure']}: {named[0]}", fontsize=10)
+    else:
+        ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10,
+                     pad=24 if spec["kind"] == "aggregation_shares" else 6)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
