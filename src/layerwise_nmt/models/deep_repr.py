@@ -150,7 +150,7 @@ class MultiLayerAttention(nn.Module):
 
     def __init__(self, config: DeepConfig, k: int):
         super().__init__()
-        self.heads, self.dropout = config.heads, config.attention_dropout
+        self.dropout = config.attention_dropout
         self.attns = nn.ModuleList(MultiheadAttention(config, self_attention=True) for _ in range(k))
         self.agg = Aggregation(k, config)
 
