@@ -276,14 +276,16 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     settings = resume_key(spec)
-    if last.exists() and torch.load(last, map_location="cpu", weights_only=False).get("settings") != settings:
+    state = torch.load(last, map_location="cpu", weights_only=False) if last.exists() else None
+    if state is not None and state.get("settings") != settings:
+        state = None
         if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
             aside = set_aside(save_dir_path)
             log.warning("%s: model or training settings changed since this checkpoint; moved %s to %s and "
                         "starting afresh", last, save_dir_path, aside)
         if world_size > 1:
             dist.barrier()
-    if spec.get("init_from") and not last.exists():
+    if spec.get("init_from") and state is None:
         new = warm_start(model, spec["init_from"])
         if rank == 0:
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
@@ -298,8 +300,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
 
     progress = {"update": 0, "epoch": 1, "next_batch": 0, "restarted": False, "elapsed": 0.0,
                 "best_valid": -math.inf, "bad_epochs": 0, "history": [], "early_stopped": False}
-    if last.exists():
-        state = torch.load(last, map_location="cpu", weights_only=False)
+    if state is not None:  # resume: checkpoint_last.pt, made with these settings
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -307,6 +308,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
         set_rng_state(state["rng"])
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", last, progress["epoch"],
                  progress["update"], progress["next_batch"])
+    state = None  # its tensors are in the model and optimizer now
     net = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
     model.train()
 
