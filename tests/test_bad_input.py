@@ -38,14 +38,14 @@ def write(path: Path, text: str) -> Path:
 def test_mismatched_line_counts(tmp_path):
     a, b = write(tmp_path / "a.de", "eins\nzwei\n"), write(tmp_path / "a.en", "one\n")
     with pytest.raises(UserError, match=r"a.de has 2 segments but .*a.en has 1"):
-        readers.read_parallel(str(a), str(b), "plain")
+        readers.check_parallel(str(a), str(b), "plain")
 
 
 def test_xml_ids_that_do_not_pair_up(tmp_path):
     a = write(tmp_path / "a.xml", '<seg id="1"> A </seg>\n<seg id="2"> B </seg>\n')
     b = write(tmp_path / "b.xml", '<seg id="1"> A </seg>\n<seg id="3"> B </seg>\n')
     with pytest.raises(UserError, match=r"ids do not pair up at segment 2 \(id 2 vs 3\)"):
-        readers.read_parallel(str(a), str(b), "xml")
+        readers.check_parallel(str(a), str(b), "xml")
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):

@@ -13,9 +13,9 @@ def test_word_table_bpe_equals_process_line_on_whitespace_edge_cases(mirror):
     with codecs.open(codes, encoding="utf-8") as f:
         reference = BPE(f)
     lines = ["", " ", "  a  b ", "hello world", " leading", "trailing ", "a  double", "\r", "x\r", "über@@ alles"]
-    assert bpe.apply(codes, lines) == [reference.process_line(line) for line in lines]
+    assert list(bpe.apply(codes, lines)) == [reference.process_line(line) for line in lines]
     many = [f"wort{i % 700} und noch {i}" for i in range(3000)]
-    assert bpe.apply(codes, many, workers=2) == [reference.process_line(line) for line in many]
+    assert list(bpe.apply(codes, many, workers=2, block_lines=700)) == [reference.process_line(line) for line in many]
 
 
 def test_dictionary_follows_fairseq_order_and_padding(tmp_path):

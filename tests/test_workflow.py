@@ -27,11 +27,12 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     for kind in ("tables", "figures"):
         for p, t in cfg.tables(config, kind):
             spec = config["papers"][p][kind][t]
-            decoded = kind == "tables" or spec["kind"] in ("sweep", "length_buckets")
+            splits = ({cfg.split_of(m) for m in cfg.metrics_of(spec)} if kind == "tables"
+                      else {"test"} if spec["kind"] in ("sweep", "length_buckets") else set())
             for row in spec["rows"]:
                 if "experiment" in row and cfg.experiment_status(config, row["experiment"]).runnable:
                     needs.setdefault(row["experiment"], {"model.pt"}).update(
-                        {"test.bpe", "test.score.json"} if decoded else set())
+                        {f"{split}.{ext}" for split in splits for ext in ("bpe", "score.json")})
     assert needs
     for name, outputs in needs.items():  # every runnable row: train → (average) → decode → score
         run = cfg.experiment_dir(config, name, cfg.experiment(config, name)["seeds"][0])
@@ -152,13 +153,37 @@ def test_status_says_why_rows_cannot_run():
     out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
                          capture_output=True, text=True, check=True).stdout
     assert "multi30k_deen" in out
-    assert "blocked" in out and "issue #10" in out
-    assert "needs data the user must supply" in out
+    assert "blocked" in out and "nist_zhen" in out
+    assert "needs licensed data the user must supply: set datasets/nist-zh-en/user_path" in out
     assert "quoted" in out and "lwc.t1.deen.lwc_small" in out
 
 
-def test_every_pending_task_is_reported_not_built():
+def test_only_the_licensed_task_waits_for_user_data():
     config = cfg.load(ROOT / "config.yaml")
     runnable = set(cfg.runnable_tasks(config))
-    assert runnable == {"iwslt14_deen", "iwslt14_deen_bpe32k", "multi30k_deen"}
-    assert all(not cfg.task_status(config, t).runnable for t in set(config["tasks"]) - runnable)
+    assert runnable == set(config["tasks"]) - {"nist_zhen"}
+    assert not cfg.task_status(config, "nist_zhen").runnable
+
+
+def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
+    """fetch → extract → tokenize → assemble → BPE → binarize for every task of the full config; with a NIST
+    user_path, its extra multi-reference test sets are decoded and scored against normalised references."""
+    overlay = tmp_path / "nist.yaml"
+    overlay.write_text(yaml.safe_dump({"datasets": {"nist-zh-en": {"user_path": str(tmp_path / "ldc")}}}))
+    config = cfg.load(ROOT / "config.yaml", overlay)
+    assert "lacks train.zh" in cfg.task_status(config, "nist_zhen").reason
+    for entry_name, entry in config["datasets"]["nist-zh-en"]["files"].items():
+        (tmp_path / "ldc" / entry.get("path", entry_name)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "ldc" / entry.get("path", entry_name)).touch()
+    out = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config.yaml"), str(overlay)).stdout
+    for name, task in config["tasks"].items():
+        kind = task.get("vocab", {}).get("kind", "joint")
+        for split in task["splits"]:
+            path = f"results/{name}/data/bin-{kind}/{split}.{task['src']}-{task['tgt']}.{task['tgt']}.tokens.npy"
+            assert path in out, f"{name}: no job binarizes {split}"
+    assert "results/downloads/wmt14-en-fr/training-giga-fren.tar" in out
+    assert "results/raw/wmt14-en-fr/giga-fren.release2.fixed.en.gz" in out  # an archive inside an archive
+    for split in ("mt04", "mt05", "mt06", "mt08"):
+        assert f"results/nist_zhen/mlrf.t3.dec_sa4/seed1/{split}.score.json" in out
+    assert "results/nist_zhen/data/ref/mt04.zh-en.en" in out
+    assert "results/wmt16_enro/data/ref/test.en-ro.ro" in out  # 13a BLEU: normalised, untokenized references

@@ -16,22 +16,26 @@ log = logging.getLogger("layerwise_nmt")
 def _checksum_args(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--sha256", help="expected sha256 of the resulting file")
+    group.add_argument("--md5", help="expected md5 of the resulting file")
     group.add_argument("--git-blob", help="expected git blob id (`git hash-object`) of the resulting file")
 
 
 def cmd_fetch(a) -> None:
     from .data.fetch import checksum_from, download
 
-    download(a.url, a.out, checksum_from(a.sha256, a.git_blob))
+    if a.manual:  # terms of use: a person downloads it
+        raise UserError(f"{Path(a.out).name} cannot be downloaded by the workflow: {a.manual} "
+                        f"(data mirror layout: <data_mirror>/<dataset mirror dir>/{Path(a.out).name})")
+    download(a.url, a.out, checksum_from(a.sha256, a.git_blob, a.md5))
 
 
 def cmd_extract(a) -> None:
-    from .data.fetch import Checksum, checksum_from, copy_verified, extract_member
+    from .data.fetch import checksum_from, copy_verified, extract_member
 
-    if a.archive_sha256 or a.archive_git_blob:  # an archive taken from a mirror is checked before use
-        kind, value = ("sha256", a.archive_sha256) if a.archive_sha256 else ("git_blob", a.archive_git_blob)
-        Checksum(kind, value).verify(a.input, a.input, a.where)
-    checksum = checksum_from(a.sha256, a.git_blob)
+    archive_checksum = checksum_from(a.archive_sha256, a.archive_git_blob, a.archive_md5)
+    if archive_checksum is not None:  # an archive taken from a mirror is checked before use
+        archive_checksum.verify(a.input, a.input, a.where)
+    checksum = checksum_from(a.sha256, a.git_blob, a.md5)
     if a.archive:
         extract_member(a.input, a.member, a.out, checksum, a.where)
     else:
@@ -39,12 +43,22 @@ def cmd_extract(a) -> None:
 
 
 def cmd_tokenize(a) -> None:
+    import json
+
     from .data.prepare import tokenize_file
     from .data.tokenize import TokenizeOptions
 
-    options = TokenizeOptions(a.lang, escape=not a.no_escape, aggressive_dash_splits=a.aggressive_dash_splits,
-                              lowercase=a.lowercase, normalize_apostrophe=a.normalize_apostrophe)
-    tokenize_file(a.input, a.out, a.format, options, a.workers)
+    try:
+        options = TokenizeOptions(a.lang, **json.loads(a.options))
+    except TypeError as err:
+        raise UserError(f"--options: {err}; expected keys of TokenizeOptions (src/layerwise_nmt/data/tokenize.py)")
+    tokenize_file(a.input, a.out, a.format, options, a.workers, normalize_only=a.normalize_only)
+
+
+def cmd_concat(a) -> None:
+    from .data.prepare import concatenate
+
+    concatenate(a.parts, a.out, a.max_lines)
 
 
 def cmd_assemble(a) -> None:
@@ -73,7 +87,7 @@ def cmd_apply_bpe(a) -> None:
 def cmd_vocab(a) -> None:
     from .data.prepare import build_vocab
 
-    build_vocab(a.texts, a.out, a.padding_factor, a.threshold)
+    build_vocab(a.texts, a.out, a.padding_factor, a.threshold, a.nwords)
 
 
 def cmd_binarize(a) -> None:
@@ -224,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fetch", help="download a file (retries, resume, checksum)")
     p.add_argument("url")
     p.add_argument("out")
+    p.add_argument("--manual", help="the file needs a manual download; this says how (the command only reports it)")
     _checksum_args(p)
     p.set_defaults(func=cmd_fetch)
 
@@ -234,21 +249,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--member", help="path inside the archive")
     p.add_argument("--archive-sha256")
     p.add_argument("--archive-git-blob")
+    p.add_argument("--archive-md5")
     p.add_argument("--where", default="its official URL", help="where to get the file again (for errors)")
     _checksum_args(p)
     p.set_defaults(func=cmd_extract)
 
-    p = sub.add_parser("tokenize", help="read segments of a raw file and Moses-tokenize them")
+    p = sub.add_parser("tokenize", help="read segments of a raw file, normalise and tokenize them")
     p.add_argument("input")
     p.add_argument("out")
     p.add_argument("--lang", required=True)
-    p.add_argument("--format", default="plain", choices=["plain", "xml", "ted_tags"])
-    p.add_argument("--lowercase", action="store_true")
-    p.add_argument("--no-escape", action="store_true")
-    p.add_argument("--aggressive-dash-splits", "-a", action="store_true")
-    p.add_argument("--normalize-apostrophe", action="store_true")
+    p.add_argument("--format", default="plain", choices=["plain", "xml", "wmt", "ted_tags"])
+    p.add_argument("--options", default="{}",
+                   help='JSON, e.g. {"tokenizer": "moses", "aggressive_dash_splits": true, "lowercase": true}')
+    p.add_argument("--normalize-only", action="store_true",
+                   help="normalise without tokenizing (the references of detokenized BLEU)")
     p.add_argument("--workers", "-j", type=int, default=1)
     p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("concat", help="concatenate files line by line (an evaluation split's references)")
+    p.add_argument("parts", nargs="+")
+    p.add_argument("--out", required=True)
+    p.add_argument("--max-lines", type=int)
+    p.set_defaults(func=cmd_concat)
 
     p = sub.add_parser("assemble", help="pair, clean and split tokenized parts into train/valid/test")
     p.add_argument("--spec", required=True,
@@ -270,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("apply-bpe", help="apply BPE codes (subword-nmt)")
     p.add_argument("input")
     p.add_argument("out")
-    p.add_argument("--codes", "-c", required=True)
+    p.add_argument("--codes", "-c", help="BPE codes; without them the text is copied (word-level tasks)")
     p.add_argument("--workers", "-j", type=int, default=1)
     p.set_defaults(func=cmd_apply_bpe)
 
@@ -279,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--padding-factor", type=int, default=8)
     p.add_argument("--threshold", type=int, default=0)
+    p.add_argument("--nwords", type=int, default=-1, help="keep the N most frequent symbols (word-level tasks)")
     p.set_defaults(func=cmd_vocab)
 
     p = sub.add_parser("binarize", help="token ids of a BPE text as memory-mappable .npy files")

@@ -145,15 +145,21 @@ class FileSource:
 
 
 def checksum_of(entry: dict) -> tuple[str, str] | None:
-    for kind in ("sha256", "git_blob"):
+    for kind in ("sha256", "md5", "git_blob"):
         if entry.get(kind):
             return kind, entry[kind]
     return None
 
 
 def file_source(config: dict, dataset: str, name: str) -> FileSource:
+    """Where one raw file of a dataset comes from, in this order: the user's directory (licensed data), the data
+    mirror (the file itself, its `mirror` copy, or its archive), else the official download. An archive may itself
+    be a file of the dataset (an archive inside an archive: IWSLT's per-pair .tgz in the campaign .tgz)."""
     spec = config["datasets"][dataset]
     entry = spec["files"][name]
+    if "user_path" in spec:
+        path = Path(spec["user_path"]).expanduser() / entry.get("path", name)
+        return FileSource(str(path), None, False, checksum_of(entry), f"datasets/{dataset}/user_path ({path})")
     archive_name = entry.get("archive")
     archive = spec.get("archives", {}).get(archive_name, {}) if archive_name else {}
     member = entry.get("path")
@@ -162,6 +168,12 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     if mirror is not None:
         base = mirror / spec.get("mirror", dataset)
         where = f"the data mirror {base} or {url}"
+        copy = entry.get("mirror")
+        if copy and (base / copy["path"]).is_file():
+            compressed = copy["path"].endswith(".gz")
+            return FileSource(str(base / copy["path"]), None, compressed,
+                              checksum_of(entry) if compressed else checksum_of(copy), where,
+                              checksum_of(copy) if compressed else None)
         if member and (base / member).is_file():
             return FileSource(str(base / member), None, False, checksum_of(entry), where)
         if archive_name and (base / archive_name).is_file():
@@ -170,6 +182,8 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
         if not archive_name and (base / name).is_file():
             return FileSource(str(base / name), None, False, checksum_of(entry), where)
         # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
+    if archive_name in spec.get("files", {}):
+        return FileSource(f"results/raw/{dataset}/{archive_name}", member, True, checksum_of(entry), url)
     if archive_name:
         return FileSource(download_path(dataset, archive_name), member, True, checksum_of(entry), url)
     return FileSource(download_path(dataset, name), None, False, checksum_of(entry), url)
@@ -208,6 +222,18 @@ def find_part(task: dict, part: str, lang: str) -> tuple[str, dict]:
             if part_name(template, lang) == f"{part}.{lang}":
                 return template.format(lang=lang), split
     raise UserError(f"no split of this task has a part named {part!r}")
+
+
+def tokenize_options(task: dict, lang: str, split: dict) -> dict:
+    """TokenizeOptions fields for one side of one part: the task's `tokenize` entry, its per-language overrides
+    (`tokenize: {ro: {romanian: true}}`), the split's own overrides, the task's lowercasing and the split's
+    apostrophe mapping."""
+    out: dict = {}
+    for entry in (task.get("tokenize", {}), split.get("tokenize", {})):
+        out.update({k: v for k, v in entry.items() if not isinstance(v, dict)})
+        out.update(entry.get(lang, {}))
+    return {**out, "lowercase": bool(task.get("lowercase")),
+            "normalize_apostrophe": bool(split.get("normalize_apostrophe"))}
 
 
 def pair(task: dict) -> str:
@@ -286,8 +312,15 @@ def task_status(config: dict, name: str) -> Status:
     if "pending" in dataset:
         return Status("task", name, False, f"dataset {task['dataset']}: {dataset['pending']}")
     if "user_path" in dataset and not dataset["user_path"]:
-        return Status("task", name, False, f"needs data the user must supply: set datasets/{task['dataset']}/"
-                      f"user_path ({dataset.get('description', '')})")
+        return Status("task", name, False, f"needs licensed data the user must supply: set datasets/"
+                      f"{task['dataset']}/user_path (its description in config.yaml lists the files)")
+    if dataset.get("user_path"):
+        root = Path(dataset["user_path"]).expanduser()
+        missing = [entry.get("path", file) for file, entry in dataset.get("files", {}).items()
+                   if not (root / entry.get("path", file)).is_file()]
+        if missing:
+            return Status("task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks "
+                          f"{', '.join(missing)}")
     return Status("task", name, True, "ready")
 
 

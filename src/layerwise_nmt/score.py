@@ -110,10 +110,20 @@ def t_test(baseline: list[float], system: list[float]) -> float | None:
     return float(ttest_ind(system, baseline, equal_var=False).pvalue)
 
 
+def reference_streams(path: str, n: int) -> list[list[str]]:
+    """The references in one file: N lines, or K × N lines holding K references one after the other (the
+    workflow's multi-reference NIST sets)."""
+    lines = list(read_lines(path))
+    if n == 0 or len(lines) % n:
+        raise UserError(f"{path} has {len(lines)} lines; expected the {n} hypotheses' count or a multiple of it "
+                        f"(one block per reference)")
+    return [lines[k:k + n] for k in range(0, len(lines), n)]
+
+
 def score_files(hyp_path: str, ref_paths: list[str], cfg: ScoreConfig, src_path: str | None = None) -> dict:
     hyps = list(read_lines(hyp_path))
-    refs = [list(read_lines(p)) for p in ref_paths]
-    result = {"hyp": hyp_path, "refs": ref_paths, **bleu(hyps, refs, cfg)}
+    refs = [stream for p in ref_paths for stream in reference_streams(p, len(hyps))]
+    result = {"hyp": hyp_path, "refs": ref_paths, "references": len(refs), **bleu(hyps, refs, cfg)}
     if cfg.buckets:
         if src_path is None:
             raise UserError("length buckets need the source file")

@@ -36,7 +36,7 @@ wildcard_constraints:
     task=r"[^/]+",
     lang=r"[a-z]{2,3}",
     pair=r"[a-z]{2,3}-[a-z]{2,3}",
-    split=r"train|valid|test",
+    split=r"[a-z]+\d*",
     vocab=r"joint|separate",
 
 
@@ -78,7 +78,7 @@ def task_data_targets(task_name):
     vocabs = [f"{base}/vocab/dict.{name}.txt" for name in ("joint", task["src"], task["tgt"])]
     return reference + vocabs + [f"{base}/text/stats.{pair}.json"] + [
         f"{base}/bin-{kind}/{split}.{pair}.{lang}.{ext}.npy"
-        for split in cfg.SPLITS
+        for split in task["splits"]
         for lang in (task["src"], task["tgt"])
         for ext in ("tokens", "offsets")
     ]
@@ -113,25 +113,28 @@ def get_part(wildcards):
 
 
 def tokenize_args(wildcards):
+    name, split = get_part(wildcards)
+    options = cfg.tokenize_options(task_of(wildcards), wildcards.lang, split)
+    return f"--format {split.get('format', 'plain')} --options {json.dumps(options)!r}"
+
+
+def reference_parts(wildcards):
+    """The normalised (untokenized) parts of an evaluation split: what detokenized BLEU compares against."""
     task = task_of(wildcards)
-    split = get_part(wildcards)[1]
-    opts = task.get("tokenize", {})
-    return " ".join(
-        [
-            f"--format {split.get('format', 'plain')}",
-            "--lowercase" if task.get("lowercase") else "",
-            "--normalize-apostrophe" if split.get("normalize_apostrophe") else "",
-            "--no-escape" if not opts.get("escape", True) else "",
-            "--aggressive-dash-splits" if opts.get("aggressive_dash_splits") else "",
-        ]
-    )
+    split = task["splits"][wildcards.split]
+    if not split.get("parts"):
+        raise WorkflowError(f"tasks/{wildcards.task}/splits/{wildcards.split} is held out of the training text: "
+                            f"it has no untokenized reference for detokenized BLEU (score.tokenize must be none)")
+    return [f"results/{wildcards.task}/data/norm/{cfg.part_name(t, wildcards.lang)}" for t in split["parts"]]
 
 
 def assemble_spec(wildcards):
-    """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt, format)."""
+    """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt, format):
+    train/valid/test, or the one extra evaluation split named by the wildcard (NIST's mt04, ...)."""
     task = task_of(wildcards)
+    names = [wildcards.split] if hasattr(wildcards, "split") else list(cfg.SPLITS)
     spec = {}
-    for name, split in task["splits"].items():
+    for name, split in ((n, task["splits"][n]) for n in names):
         spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
         spec[name]["parts"] = [
             [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
@@ -149,7 +152,8 @@ def train_texts(wildcards, stage="text"):
 
 def vocab_params(wildcards):
     opts = task_of(wildcards).get("vocab", {})
-    return f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
+    return (f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
+            f" --nwords {opts.get('words', -1)}")
 
 
 # --- training (train.smk) -------------------------------------------------------------------------
@@ -189,6 +193,10 @@ def data_dir(wildcards):
 
 
 # --- decoding and scoring (evaluate.smk) ----------------------------------------------------------
+
+
+def tokenized_bleu(wildcards):
+    return experiment_of(wildcards)["score"].get("tokenize", "none") == "none"
 
 
 def model_for_decoding(wildcards):

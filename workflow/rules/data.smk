@@ -7,13 +7,14 @@ rule fetch:
     params:
         url=lambda w: get_download(w)["url"],
         checksum=lambda w: checksum_flag(cfg.checksum_of(get_download(w))),
+        manual=lambda w: f"--manual {get_download(w)['manual']!r}" if "manual" in get_download(w) else "",
     log:
         "results/logs/fetch/{dataset}/{archive}.log",
     retries: 2
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} fetch {params.url:q} {output:q} {params.checksum} 2> {log:q}"
+        "{LWNMT} fetch {params.url:q} {output:q} {params.checksum} {params.manual} 2> {log:q}"
 
 
 rule extract:

@@ -1,4 +1,6 @@
-# decode (beam search on the test or validation set) → score (sacrebleu): {split}.{bpe,txt,json,score.json}.
+# decode (beam search on the test or validation set) → score (sacrebleu): {split}.{bpe,txt,detok,json,score.json}.
+# Tokenized BLEU (score.tokenize: none) compares {split}.txt with the tokenized reference text; detokenized BLEU
+# (13a, zh, ...) compares the Moses-detokenized {split}.detok with the normalised but untokenized references.
 
 
 rule translate:
@@ -7,7 +9,7 @@ rule translate:
         src=lambda w: f"results/{w.task}/data/bpe/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
         data=train_inputs,
     output:
-        multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".json"),
+        multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".detok", ".json"),
     params:
         data=data_dir,
         e=experiment_of,
@@ -20,15 +22,16 @@ rule translate:
         "../../envs/train.yaml"
     shell:
         "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.e[src]}"
-        " --tgt {params.e[tgt]} --options {params.options:q} --out-prefix {params.prefix} --threads {threads}"
+        " --tgt {params.e[tgt]} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
         " 2> {log:q}"
 
 
 rule score:
     input:
-        hyp="results/{task}/{experiment}/seed{seed}/{split}.txt",
+        hyp=lambda w: f"{run_dir(w)}/{w.split}.{'txt' if tokenized_bleu(w) else 'detok'}",
         decoding="results/{task}/{experiment}/seed{seed}/{split}.json",
-        ref=lambda w: f"results/{w.task}/data/text/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
+        ref=lambda w: f"results/{w.task}/data/{'text' if tokenized_bleu(w) else 'ref'}/{w.split}."
+                      f"{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
         src=lambda w: f"results/{w.task}/data/text/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
     output:
         "results/{task}/{experiment}/seed{seed}/{split}.score.json",

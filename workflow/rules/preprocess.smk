@@ -17,6 +17,37 @@ rule tokenize:
         "{LWNMT} tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
 
 
+rule normalize:
+    input:
+        lambda w: get_part(w)[0],
+    output:
+        "results/{task}/data/norm/{part}.{lang}",
+    params:
+        args=tokenize_args,
+    log:
+        "results/logs/{task}/normalize/{part}.{lang}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --normalize-only 2> {log:q}"
+
+
+rule references:
+    input:
+        reference_parts,
+    output:
+        "results/{task}/data/ref/{split}.{pair}.{lang}",
+    params:
+        max_lines=lambda w: task_of(w)["splits"][w.split].get("max_lines"),
+    log:
+        "results/logs/{task}/references/{split}.{pair}.{lang}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} concat {input:q} --out {output:q}"
+        " $([ '{params.max_lines}' = None ] || echo --max-lines {params.max_lines}) 2> {log:q}"
+
+
 rule assemble:
     input:
         lambda w: [path for split in assemble_spec(w).values() for part in split["parts"] for path in part[:4]],
@@ -29,6 +60,25 @@ rule assemble:
         spec=lambda w: json.dumps(assemble_spec(w)),
     log:
         "results/logs/{task}/assemble.{src}-{tgt}.log",
+    conda:
+        "../../envs/preprocess.yaml"
+    shell:
+        "{LWNMT} assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
+        " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
+
+
+rule assemble_eval:
+    input:
+        lambda w: [path for split in assemble_spec(w).values() for part in split["parts"] for path in part[:4]],
+    output:
+        multiext("results/{task}/data/text/{split}.{src}-{tgt}.", "{src}", "{tgt}"),
+        stats="results/{task}/data/text/stats.{split}.{src}-{tgt}.json",
+    wildcard_constraints:
+        split=r"(?!(?:train|valid|test)\.)[a-z]+\d*",  # the three standard splits come from `assemble`
+    params:
+        spec=lambda w: json.dumps(assemble_spec(w)),
+    log:
+        "results/logs/{task}/assemble.{split}.{src}-{tgt}.log",
     conda:
         "../../envs/preprocess.yaml"
     shell:
@@ -56,16 +106,18 @@ rule learn_bpe:
 rule apply_bpe:
     input:
         text="results/{task}/data/text/{split}.{pair}.{lang}",
-        codes="results/{task}/data/bpe/code",
+        codes=lambda w: ["results/{task}/data/bpe/code"] if task_of(w).get("bpe") else [],
     output:
         "results/{task}/data/bpe/{split}.{pair}.{lang}",
+    params:
+        codes=lambda w, input: f"--codes {input.codes}" if input.codes else "",  # word-level tasks: a copy
     threads: 2
     log:
         "results/logs/{task}/apply_bpe/{split}.{pair}.{lang}.log",
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} apply-bpe {input.text:q} {output:q} --codes {input.codes:q} --workers {threads} 2> {log:q}"
+        "{LWNMT} apply-bpe {input.text:q} {output:q} {params.codes} --workers {threads} 2> {log:q}"
 
 
 rule vocab_joint:

@@ -6,13 +6,13 @@ import codecs
 import os
 import shutil
 import tempfile
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as _learn_bpe
 
 from .io import atomic_path
-from .parallel import map_lines
+from .parallel import blocks, map_lines
 
 
 def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency: int = 2) -> None:
@@ -42,19 +42,21 @@ class Segmenter:
         return lambda word: " ".join(bpe.segment_tokens([word]))
 
 
-def apply(codes: str, lines: list[str], workers: int = 1, separator: str = "@@") -> list[str]:
+def apply(codes: str, lines: Iterable[str], workers: int = 1, separator: str = "@@",
+          block_lines: int = 500_000) -> Iterator[str]:
     """`apply_bpe.py -c codes` on every line, identical output, with each distinct word segmented once.
 
     subword-nmt segments words independently (it splits lines on single spaces), so the distinct words are
     segmented in parallel and lines are then rebuilt by lookup: on 2 cores this beats splitting the lines, where
-    every worker would re-segment the words its shard shares with the others.
+    every worker would re-segment the words its shard shares with the others. Lines are read in blocks; the word
+    table grows to the corpus vocabulary, the lines never stay in memory.
     """
-    cores = [line.strip("\r\n ") for line in lines]  # process_line keeps surrounding whitespace as it was
-    words = list(dict.fromkeys(word for core in cores for word in core.split(" ") if word))
-    table = dict(zip(words, map_lines(Segmenter(codes, separator), words, workers)))
-    out = []
-    for line, core in zip(lines, cores):
-        head = line[: len(line) - len(line.lstrip("\r\n "))]
-        tail = line[len(line.rstrip("\r\n ")):] if core else ""
-        out.append(head + " ".join(table[word] for word in core.split(" ") if word) + tail)
-    return out
+    table: dict[str, str] = {}
+    for block in blocks(lines, block_lines):
+        cores = [line.strip("\r\n ") for line in block]  # process_line keeps surrounding whitespace as it was
+        new = list(dict.fromkeys(w for core in cores for w in core.split(" ") if w and w not in table))
+        table.update(zip(new, map_lines(Segmenter(codes, separator), new, workers)))
+        for line, core in zip(block, cores):
+            head = line[: len(line) - len(line.lstrip("\r\n "))]
+            tail = line[len(line.rstrip("\r\n ")):] if core else ""
+            yield head + " ".join(table[word] for word in core.split(" ") if word) + tail

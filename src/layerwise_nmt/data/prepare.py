@@ -6,90 +6,161 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .. import UserError
 from . import bpe, clean, readers
 from .binarize import binarize
-from .io import atomic_path, read_lines, write_lines
-from .parallel import map_lines
+from .io import atomic_path, count_lines, read_lines, write_lines
+from .parallel import map_stream
 from .tokenize import TokenizeOptions
 from .vocab import Dictionary, count_tokens
 
 log = logging.getLogger(__name__)
 
 
-def tokenize_file(raw: str, out: str, fmt: str, options: TokenizeOptions, workers: int = 1) -> int:
-    segments, _ = readers.READERS[fmt](raw)
-    n = write_lines(out, map_lines(options.build, segments, workers))
-    log.info("tokenized %d segments of %s → %s", n, raw, out)
+def tokenize_file(raw: str, out: str, fmt: str, options: TokenizeOptions, workers: int = 1,
+                  normalize_only: bool = False) -> int:
+    """Tokenize (or, with normalize_only, only normalise: the references of detokenized BLEU, all of them for a
+    multi-reference set) a raw file."""
+    segments = readers.read_all_references(raw, fmt) if normalize_only else readers.READERS[fmt](raw)[0]
+    build = functools.partial(options.build, normalize_only=normalize_only)
+    n = write_lines(out, progress(map_stream(build, segments, workers), f"tokenize {Path(raw).name}"))
+    log.info("%s %d segments of %s → %s", "normalised" if normalize_only else "tokenized", n, raw, out)
     return n
 
 
-def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
-    """Build train/valid/test text from tokenized parts.
+def progress(lines: Iterable[str], what: str, every: int = 1_000_000) -> Iterator[str]:
+    """Log a line count with lines/s every `every` lines (the rules' logs show how far a big corpus got)."""
+    start = time.perf_counter()
+    for n, line in enumerate(lines, start=1):
+        if n % every == 0:
+            log.info("%s: %d lines (%.0f lines/s)", what, n, n / (time.perf_counter() - start))
+        yield line
 
-    splits[split] = {parts: [(raw_src, raw_tgt, tok_src, tok_tgt, format), ...], clean: {...}, hold_out_every: k};
-    outputs[split] = (src_path, tgt_path). Pairing is checked on the raw files (equal counts, matching <seg> ids).
+
+def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
+    """Build train/valid/test text from tokenized parts, streaming (no split is held in memory).
+
+    splits[split] = {parts: [(raw_src, raw_tgt, tok_src, tok_tgt, format), ...], clean: {...}, hold_out_every: k,
+    max_lines: n}; outputs[split] = (src_path, tgt_path). Pairing is checked on the raw files (equal counts,
+    matching <seg> ids) and every tokenized file must have one line per raw segment.
     """
     stats: dict = {}
-    texts: dict[str, list[tuple[str, str]]] = {}
-    for split in ("train", "valid", "test"):
+    held_out = {split: spec["hold_out_every"] for split, spec in splits.items() if spec.get("hold_out_every")}
+    for split in sorted(splits, key=lambda name: name != "train"):  # train first: held-out splits come from it
         spec = splits[split]
-        if spec.get("hold_out_every"):
+        if split in held_out:
             continue
-        pairs: list[tuple[str, str]] = []
-        for raw_src, raw_tgt, tok_src, tok_tgt, fmt in spec["parts"]:
-            n_raw = len(readers.read_parallel(raw_src, raw_tgt, fmt)[0])
-            side_src, side_tgt = list(read_lines(tok_src)), list(read_lines(tok_tgt))
-            for path, side in ((tok_src, side_src), (tok_tgt, side_tgt)):
-                if len(side) != n_raw:
-                    raise UserError(f"{path} has {len(side)} lines, expected {n_raw} (one per segment of its raw "
-                                    f"file); delete it and re-run")
-            pairs.extend(zip(side_src, side_tgt))
-        if spec.get("max_lines"):  # CI-sized runs: the first N segments only
-            pairs = pairs[: spec["max_lines"]]
         counts: Counter = Counter()
+        pairs = itertools.islice(_paired_lines(spec["parts"]), spec.get("max_lines"))
         if spec.get("clean") is not None:
-            pairs = list(clean.clean_pairs(pairs, clean.CleanOptions(**spec["clean"]), counts))
+            pairs = clean.clean_pairs(pairs, clean.CleanOptions(**spec["clean"]), counts)
         elif split == "train":
-            kept = [(s, t) for s, t in pairs if s.strip() and t.strip()]
-            counts.update(read=len(pairs), empty=len(pairs) - len(kept), kept=len(kept))
-            pairs = kept
+            pairs = _drop_empty(pairs, counts)
         else:
-            _require_nonempty(pairs, spec["parts"], split)
-            counts.update(read=len(pairs), kept=len(pairs))
+            pairs = _require_nonempty(pairs, spec["parts"], split, counts)
+        if split == "train" and held_out:  # prepare-iwslt14.sh: every k-th cleaned training line is validation
+            (other, k), = held_out.items()
+            written = _write_held_out(pairs, k, outputs["train"], outputs[other])
+            stats[other] = {"held_out_of_train_every": k, "kept": written[1]}
+            counts["after_hold_out"] = written[0]
+        else:
+            n = _write_pairs(pairs, outputs[split])
+            if split == "train":
+                counts["after_hold_out"] = n
         for reason in ("empty", "too_long", "too_short", "ratio"):
             if counts[reason]:
                 log.warning("%s: dropped %d pairs (%s)", split, counts[reason], reason.replace("_", " "))
-        texts[split] = pairs
-        stats[split] = dict(counts)
-    for split in ("valid", "test"):
-        k = splits[split].get("hold_out_every")
-        if k:  # prepare-iwslt14.sh: every k-th cleaned training line is validation, the rest is train
-            train = texts["train"]
-            texts[split] = list(clean.every_kth(train, k, held_out=True))
-            texts["train"] = list(clean.every_kth(train, k, held_out=False))
-            stats[split] = {"held_out_of_train_every": k, "kept": len(texts[split])}
-    stats["train"]["after_hold_out"] = len(texts["train"])
-    for split, pairs in texts.items():
-        write_lines(outputs[split][0], (s for s, _ in pairs))
-        write_lines(outputs[split][1], (t for _, t in pairs))
-        log.info("%s: %d pairs", split, len(pairs))
+        stats[split] = {**dict(counts), **stats.get(split, {})}
+        log.info("%s: %s", split, dict(counts))
     with atomic_path(stats_out) as tmp:
         Path(tmp).write_text(json.dumps(stats, indent=2) + "\n")
     return stats
 
 
-def _require_nonempty(pairs, part_files, split: str) -> None:
+def _paired_lines(parts) -> Iterator[tuple[str, str]]:
+    for raw_src, raw_tgt, tok_src, tok_tgt, fmt in parts:
+        n_raw = readers.check_parallel(raw_src, raw_tgt, fmt)
+        n = 0
+        for n, pair in enumerate(itertools.zip_longest(read_lines(tok_src), read_lines(tok_tgt)), start=1):
+            if None in pair:
+                break
+            yield pair
+        n_src, n_tgt = count_lines(tok_src), count_lines(tok_tgt)
+        for path, lines in ((tok_src, n_src), (tok_tgt, n_tgt)):
+            if lines != n_raw:
+                raise UserError(f"{path} has {lines} lines, expected {n_raw} (one per segment of its raw "
+                                f"file); delete it and re-run")
+
+
+def _drop_empty(pairs, counts: Counter) -> Iterator[tuple[str, str]]:
+    for s, t in pairs:
+        counts["read"] += 1
+        if s.strip() and t.strip():
+            counts["kept"] += 1
+            yield s, t
+        else:
+            counts["empty"] += 1
+
+
+def _write_pairs(pairs, paths: tuple[str, str]) -> int:
+    n = 0
+    with atomic_path(paths[0]) as tmp_src, atomic_path(paths[1]) as tmp_tgt, \
+            open(tmp_src, "w", encoding="utf-8", newline="\n") as f_src, \
+            open(tmp_tgt, "w", encoding="utf-8", newline="\n") as f_tgt:
+        for s, t in pairs:
+            f_src.write(s + "\n")
+            f_tgt.write(t + "\n")
+            n += 1
+    return n
+
+
+def _write_held_out(pairs, k: int, train_paths, held_paths) -> tuple[int, int]:
+    """awk 'NR%k==0' → held-out split, 'NR%k!=0' → train (1-based line numbers of the cleaned training text)."""
+    counts = [0, 0]
+
+    def route():
+        for number, pair in enumerate(pairs, start=1):
+            yield number % k == 0, pair
+
+    with atomic_path(train_paths[0]) as t0, atomic_path(train_paths[1]) as t1, \
+            atomic_path(held_paths[0]) as h0, atomic_path(held_paths[1]) as h1:
+        files = [open(p, "w", encoding="utf-8", newline="\n") for p in (t0, t1, h0, h1)]
+        try:
+            for is_held, (s, t) in route():
+                a, b = files[2:] if is_held else files[:2]
+                a.write(s + "\n")
+                b.write(t + "\n")
+                counts[is_held] += 1
+        finally:
+            for f in files:
+                f.close()
+    return counts[0], counts[1]
+
+
+def _require_nonempty(pairs, part_files, split: str, counts: Counter) -> Iterator[tuple[str, str]]:
     for number, (s, t) in enumerate(pairs, start=1):
         if not s.strip() or not t.strip():
             files = ", ".join(p[2] if not s.strip() else p[3] for p in part_files)
             raise UserError(f"{split} line {number} (of {files}): empty segment; evaluation sets must not have "
                             f"empty lines (remove the pair from both sides)")
+        counts["read"] += 1
+        counts["kept"] += 1
+        yield s, t
+
+
+def concatenate(parts: list[str], out: str, max_lines: int | None = None) -> int:
+    """An evaluation split's references (normalised, untokenized) from its parts, in order."""
+    lines = itertools.chain.from_iterable(read_lines(p) for p in parts)
+    return write_lines(out, itertools.islice(lines, max_lines))
 
 
 def learn_bpe(train_files: list[str], codes: str, merges: int, min_frequency: int = 2) -> None:
@@ -97,12 +168,14 @@ def learn_bpe(train_files: list[str], codes: str, merges: int, min_frequency: in
     log.info("learned %d BPE merges from %s → %s", merges, " + ".join(train_files), codes)
 
 
-def apply_bpe(codes: str, text: str, out: str, workers: int = 1) -> int:
-    return write_lines(out, bpe.apply(codes, list(read_lines(text)), workers))
+def apply_bpe(codes: str | None, text: str, out: str, workers: int = 1) -> int:
+    """Segment with BPE codes; without codes (word-level vocabularies: MLRF's NIST) the text is kept as it is."""
+    lines = bpe.apply(codes, read_lines(text), workers) if codes else read_lines(text)
+    return write_lines(out, progress(lines, f"apply-bpe {Path(text).name}"))
 
 
-def build_vocab(texts: list[str], out: str, padding_factor: int = 8, threshold: int = 0) -> int:
-    vocab = Dictionary.build(count_tokens(texts), threshold=threshold, padding_factor=padding_factor)
+def build_vocab(texts: list[str], out: str, padding_factor: int = 8, threshold: int = 0, nwords: int = -1) -> int:
+    vocab = Dictionary.build(count_tokens(texts), threshold=threshold, nwords=nwords, padding_factor=padding_factor)
     vocab.save(out)
     log.info("vocabulary of %d symbols (with 4 specials) from %s → %s", len(vocab), " + ".join(texts), out)
     return len(vocab)
