@@ -90,7 +90,10 @@ def test_compound_splitting_matches_luong_et_al_hyphen_convention(mirror):
 def test_fairseq_wmt_test_recipe_on_newstest2014(mirror, tmp_path):
     """The wmt14_ende test split as configured: SGML, apostrophe mapping, tokenizer -a, no punctuation
     normalisation (fairseq's prepare-wmt14en2de.sh test branch)."""
+    from snakemake.utils import validate
+
     config = cfg.load(ROOT / "config.yaml")
+    validate(config, str(cfg.SCHEMA))  # as the Snakefile does: schema defaults must not undo the overrides
     task = config["tasks"]["wmt14_ende"]
     options = cfg.tokenize_options(task, "en", task["splits"]["test"])
     assert options["aggressive_dash_splits"] and not options["normalize_punctuation"]
@@ -103,7 +106,7 @@ def test_fairseq_wmt_test_recipe_on_newstest2014(mirror, tmp_path):
     train = cfg.tokenize_options(task, "en", task["splits"]["train"])
     assert train["normalize_punctuation"] and train["remove_non_printing"]
     ro = cfg.tokenize_options(config["tasks"]["wmt16_enro"], "ro", {})
-    assert ro["romanian"] and "romanian" not in cfg.tokenize_options(config["tasks"]["wmt16_enro"], "en", {})
+    assert ro["romanian"] and ro["normalize_punctuation"] and ro["aggressive_dash_splits"] and "romanian" not in cfg.tokenize_options(config["tasks"]["wmt16_enro"], "en", {})
 
 
 def test_jieba_segments_chinese_and_moses_tokenizes_the_rest():

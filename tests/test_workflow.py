@@ -89,6 +89,18 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
             assert csv.loc[label, f"ours_mean {split}_bleu"] == pytest.approx(score["bleu"])
     for figure in ("curves", "sweep"):
         assert (tmp_path / f"results/figures/ci/{figure}.png").stat().st_size > 1000
+    # WMT16 En-Ro from the mirror's plain copies of the SGML sets: Romanian normalised before tokenizing, and
+    # detokenized BLEU compares the detokenized output with the normalised, untokenized references
+    enro = tmp_path / "results/wmt16_enro_ci"
+    refs = (enro / "data/ref/test.en-ro.ro").read_text(encoding="utf-8").splitlines()
+    tokenized = (enro / "data/text/test.en-ro.ro").read_text(encoding="utf-8").splitlines()
+    assert len(refs) == len(tokenized) == 50 and not set("șțăâîȘȚĂÂÎ") & set("".join(refs + tokenized))
+    assert any(" @-@ " in line for line in tokenized) and not any(" @-@ " in line for line in refs)
+    assert not any("„" in line for line in refs)  # normalize-punctuation ran on the references too
+    score = json.loads((enro / "ci.enro/seed1/test.score.json").read_text())
+    assert score["hyp"].endswith("test.detok") and "tok:13a" in score["signature"]
+    assert score["refs"] == ["results/wmt16_enro_ci/data/ref/test.en-ro.ro"]
+    assert "Transformer 1+1" in (tmp_path / "results/tables/ci/T2.md").read_text()
     assert len(pd.read_csv(tmp_path / "results/figures/ci/curves.csv").query("row == 'MLRF'")) == 3  # 3 epochs
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
