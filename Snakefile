@@ -7,6 +7,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 configfile: f"{workflow.basedir}/config.yaml"
+report: "workflow/report/workflow.rst"  # snakemake --report report.zip: every table and figure, by paper
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"

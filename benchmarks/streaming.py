@@ -3,10 +3,11 @@ so their peak RSS must stay flat as the corpus grows (WMT14 En-Fr has 36M pairs;
 
 The corpus is real text repeated: the mirror's newstest2013/2014 En-De (6,003 pairs) concatenated N times, run
 through `lwnmt tokenize` (with the WMT options: normalize-punctuation, -a), `lwnmt assemble` (clean-corpus-n) and
-`lwnmt apply-bpe` (fairseq's IWSLT14 codes) as the Snakemake rules call them, at two sizes. Each step is a fresh
-process; its peak RSS is read from the kernel (ru_maxrss of the finished child).
+`lwnmt apply-bpe` (fairseq's IWSLT14 codes) as the Snakemake rules call them, at two sizes, both larger than the
+200,000-line blocks the steps work in (so both peaks are a full block's). Each step is a fresh process; its peak
+RSS is read from the kernel (ru_maxrss of the finished child and the workers it waited for).
 
-    python benchmarks/streaming.py [--small 50000] [--large 400000] [--json benchmarks/results/streaming.json]
+    python benchmarks/streaming.py [--small 400000] [--large 1200000] [--json benchmarks/results/streaming.json]
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def run(lines: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", type=int, default=50_000)
-    parser.add_argument("--large", type=int, default=400_000)
+    parser.add_argument("--small", type=int, default=400_000)
+    parser.add_argument("--large", type=int, default=1_200_000)
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/streaming.json"))
     args = parser.parse_args()
     results = [run(args.small), run(args.large)]

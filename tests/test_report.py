@@ -147,3 +147,59 @@ def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
     assert mla["decode speed (ours)"] == "0.75×" and mla["decode speed (paper)"] == "0.79×"  # 1.05 / 1.33
     assert mla["train speed (paper)"] == "0.65×" and blocked["train speed (ours)"] == NOT_RUN
     assert blocked["train speed (paper)"] == "0.62×"
+
+
+def _scores(tmp_path, name, bleus, hyp_lines=None, ref=None):
+    paths = []
+    for seed, bleu in enumerate(bleus, start=1):
+        record = {"bleu": bleu, "options": {"tokenize": "none", "lowercase": False, "buckets": []}}
+        if hyp_lines is not None:
+            hyp = tmp_path / f"{name}{seed}.txt"
+            hyp.write_text("\n".join(hyp_lines) + "\n")
+            record.update(hyp=str(hyp), refs=[str(ref)])
+        path = tmp_path / f"{name}{seed}.score.json"
+        path.write_text(json.dumps(record))
+        paths.append(str(path))
+    return {"test": paths}
+
+
+def test_significance_marks_follow_the_declared_test(tmp_path):
+    """t-test over seeds (GCA): † only where ours beats the compared row at p < 0.01; sign test (Dou) on the
+    first seeds' sentences; the p-values land in the CSV, the legend says which test, the .tex is written."""
+    base = _scores(tmp_path, "base", [34.0, 34.1, 33.9, 34.0, 34.1])
+    strong = _scores(tmp_path, "strong", [35.9, 36.0, 35.8, 36.1, 35.9])
+    noisy = _scores(tmp_path, "noisy", [33.0, 36.0, 34.5, 35.5, 34.0])
+    spec = {"paper": "gca", "table": "T2", "metric": "bleu", "significance": {"test": "t_test", "p": 0.01, "mark": "†"},
+            "rows": [
+                {"label": "De-En Transformer", "paper": {"bleu": 34.7}, "state": "ok", "scores": base},
+                {"label": "De-En + Cross-View Dec. †", "paper": {"bleu": 35.9}, "state": "ok", "scores": strong,
+                 "baseline_scores": base},
+                {"label": "noisy", "paper": {"bleu": 35.0}, "state": "ok", "scores": noisy, "baseline_scores": base},
+                {"label": "worse", "paper": {"bleu": 30.0}, "state": "ok", "scores": base, "baseline_scores": strong},
+            ]}
+    table = write(spec, str(tmp_path / "T2")).set_index("row")
+    assert table.loc["De-En + Cross-View Dec. †", "ours"] == "35.94 ± 0.11 † (n=5)"
+    assert table.loc["De-En + Cross-View Dec. †", "delta"] == "+0.04"
+    assert table.loc["noisy", "ours"] == "34.60 ± 1.19 (n=5)" and table.loc["noisy", "p"] > 0.01
+    assert "†" not in table.loc["worse", "ours"] and table.loc["worse", "p"] < 0.01  # significant, but worse
+    assert "†" not in table.loc["De-En Transformer", "ours"]
+    md = (tmp_path / "T2.md").read_text()
+    assert "† = better than the row it is compared with at p < 0.01 (Welch's t-test over seeds)" in md
+    tex = (tmp_path / "T2.tex").read_text()
+    assert "\\begin{table}" in tex and "35.94 ± 0.11 † (n=5)" in tex and "\\caption{gca T2" in tex
+
+    ref = tmp_path / "ref.en"
+    ref.write_text("\n".join(f"the cat number {i} sat on the mat" for i in range(30)) + "\n")
+    good = [f"the cat number {i} sat on the mat" for i in range(30)]
+    bad = [f"a cat {i} sat" for i in range(30)]
+    spec = {"paper": "dou", "table": "T2", "metric": "bleu", "significance": {"test": "sign_test"}, "rows": [
+        {"label": "base", "state": "ok", "scores": _scores(tmp_path, "b", [20.0], bad, ref)},
+        {"label": "deep †", "paper": {"bleu": 28.78}, "state": "ok",
+         "scores": _scores(tmp_path, "d", [90.0], good, ref), "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
+        {"label": "deep, same output", "state": "ok", "scores": _scores(tmp_path, "s", [20.0], bad, ref),
+         "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
+    ]}
+    table = write(spec, str(tmp_path / "D2")).set_index("row")
+    assert table.loc["deep †", "ours"] == "90.00 † (n=1)" and table.loc["deep †", "p"] < 1e-6
+    assert table.loc["deep, same output", "p"] == 1.0 and "†" not in table.loc["deep, same output", "ours"]
+    assert "sign test (Collins et al. 2005)" in (tmp_path / "D2.md").read_text()

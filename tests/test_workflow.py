@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pandas as pd
@@ -87,8 +88,16 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
             score = json.loads((run / f"{split}.score.json").read_text())
             assert score["split"] == split and score["decoding"]["params"] > 0
             assert csv.loc[label, f"ours_mean {split}_bleu"] == pytest.approx(score["bleu"])
-    for figure in ("curves", "sweep"):
+    for figure in ("curves", "sweep", "attention"):
         assert (tmp_path / f"results/figures/ci/{figure}.png").stat().st_size > 1000
+    maps = pd.read_csv(tmp_path / "results/figures/ci/attention.csv")
+    for label, group in maps.groupby("row"):  # every attention row sums to 1 (fusion: over layers, per hop)
+        assert group.groupby("i")["weight"].sum().round(4).eq(1.0).all(), label
+    lwc = maps[maps["row"] == "LWC: layer 1 mixed attention"]
+    assert lwc["j"].nunique() > maps[maps["row"].str.startswith("Transformer")]["j"].nunique()  # [source | target]
+    last = lwc[lwc["i"] == lwc["i"].max()]  # causal: the first target word sees no later target word
+    first = lwc[lwc["i"] == 0]
+    assert first[first["j"] > first["j"].max() - lwc["i"].max()]["weight"].sum() == 0 and len(last) == len(first)
     # WMT16 En-Ro from the mirror's plain copies of the SGML sets: Romanian normalised before tokenizing, and
     # detokenized BLEU compares the detokenized output with the normalised, untokenized references
     enro = tmp_path / "results/wmt16_enro_ci"
@@ -105,6 +114,14 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                              mirror=mirror).stdout
+    # the Snakemake report: every table and figure, grouped by paper, with its caption
+    snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"),
+              mirror=mirror)
+    with zipfile.ZipFile(tmp_path / "report.zip") as report:
+        names = report.namelist()
+        assert {"T1.html", "T2.html", "curves.png", "sweep.png"} <= {n.rsplit("/", 1)[-1] for n in names}
+        index = next(report.read(n).decode() for n in names if n.endswith("report.html"))
+        assert "CI: the whole DAG on 400 sentences" in index and "WMT16 En" in index
 
 
 def load_full():

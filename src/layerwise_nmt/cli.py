@@ -215,6 +215,22 @@ def cmd_params(a) -> None:
               f"{r['paper']} {r['table']} {r['row']}".rstrip())
 
 
+def cmd_plan(a) -> None:
+    from . import config as cfg
+    from .plan import plan, render, rows
+
+    records = plan(cfg.load(*a.config))
+    if a.format == "csv":
+        import csv
+
+        table = rows(records, a.tflops)
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+        return
+    print(render(records, a.tflops))
+
+
 def cmd_status(a) -> None:
     from . import config as cfg
 
@@ -373,6 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt-vocab", type=int)
     p.add_argument("--format", choices=["table", "csv"], default="table")
     p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser("plan", help="GPU-hours each table needs, estimated before running anything")
+    p.add_argument("--config", **config_arg)
+    p.add_argument("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s per GPU (default 100)")
+    p.add_argument("--format", choices=["table", "csv"], default="table")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
     p.add_argument("--config", **config_arg)

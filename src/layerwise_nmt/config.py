@@ -83,11 +83,10 @@ def validate(config: dict) -> None:
         for kind in ("tables", "figures"):
             for table, tspec in spec.get(kind, {}).items():
                 for i, row in enumerate(tspec["rows"]):
-                    if "experiment" in row and row["experiment"] not in experiments:
-                        raise UserError(
-                            f"config key papers/{paper}/{kind}/{table}/rows/{i}/experiment: "
-                            f"unknown experiment {row['experiment']!r}"
-                        )
+                    for key in ("experiment", "compare_to"):
+                        if key in row and row[key] not in experiments:
+                            raise UserError(f"config key papers/{paper}/{kind}/{table}/rows/{i}/{key}: "
+                                            f"unknown experiment {row[key]!r}")
 
 
 def resolve_extends(experiments: dict) -> None:

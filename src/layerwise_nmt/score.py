@@ -96,6 +96,21 @@ def paired_bootstrap(baseline: list[str], system: list[str], refs: list[list[str
             "samples": samples}
 
 
+def sign_test(baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
+    """Collins et al. 2005's sign test, as Dou et al. use it: per sentence, does the system's sentence BLEU beat the
+    baseline's? Ties are dropped; the two-sided binomial p-value of the wins among the rest."""
+    from scipy.stats import binomtest
+
+    m = BLEU(tokenize=cfg.tokenize, lowercase=cfg.lowercase, force=True, effective_order=True)
+    wins = losses = 0
+    for i, (b, s) in enumerate(zip(prepare(baseline, cfg), prepare(system, cfg))):
+        ref = [prepare([r[i]], cfg)[0] for r in refs]
+        delta = m.sentence_score(s, ref).score - m.sentence_score(b, ref).score
+        wins, losses = wins + (delta > 0), losses + (delta < 0)
+    p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+    return {"wins": wins, "losses": losses, "ties": len(system) - wins - losses, "p_value": float(p)}
+
+
 def seeds_summary(values: list[float]) -> dict:
     return {"n": len(values), "mean": statistics.fmean(values) if values else None,
             "sd": statistics.stdev(values) if len(values) > 1 else 0.0 if values else None}

@@ -60,7 +60,8 @@ def run_dir(wildcards):
 
 def table_targets():
     """Every targeted table and figure; each depends on its runnable rows' score.json / model (see report.smk)."""
-    return [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config) for ext in ("md", "csv")] + [
+    return [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config)
+            for ext in ("md", "csv", "tex", "html")] + [
         f"results/figures/{paper}/{figure}.{ext}" for paper, figure in cfg.tables(config, "figures")
         for ext in ("png", "pdf", "csv")]
 
@@ -211,6 +212,12 @@ def table_spec(paper, table):
     """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
     spec = config["papers"][paper]["tables"][table]
     splits = sorted({cfg.split_of(m) for m in cfg.metrics_of(spec)})
+
+    def score_paths(name):
+        e = cfg.experiment(config, name)
+        return {split: [f"{cfg.experiment_dir(config, name, s)}/{split}.score.json" for s in e["seeds"]]
+                for split in splits}
+
     rows = []
     for row in spec["rows"]:
         out = {"label": row["label"], "paper": row.get("paper", {})}
@@ -219,16 +226,26 @@ def table_spec(paper, table):
             out["state"], out["reason"] = status.state, status.reason
             if status.runnable:
                 e = cfg.experiment(config, row["experiment"])
-                out["scores"] = {split: [f"{cfg.experiment_dir(config, e['name'], s)}/{split}.score.json"
-                                         for s in e["seeds"]] for split in splits}
+                out["scores"] = score_paths(e["name"])
                 out["runs"] = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
+                if row.get("compare_to") and cfg.experiment_status(config, row["compare_to"]).runnable:
+                    out["baseline_scores"] = score_paths(row["compare_to"])
         else:
             quoted = "quoted_from" in row
             out["state"] = "quoted" if quoted else "blocked"
             out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
-            "metric": cfg.metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows}
+            "metric": cfg.metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
+            "significance": spec.get("significance")}
+
+
+def report_caption(paper, kind, name):
+    """A table's or figure's caption for the Snakemake report (reStructuredText: one paragraph)."""
+    spec = config["papers"][paper][kind][name]
+    scale = f" Scale: {spec['scale']}." if spec.get("scale") else ""
+    title = config["papers"][paper].get("title", paper)
+    return " ".join(f"**{title}, {name}.** {spec.get('caption', '')}{scale}".split())
 
 
 def figure_spec(paper, figure):
@@ -248,6 +265,12 @@ def figure_spec(paper, figure):
             elif spec["kind"] == "aggregation_shares":
                 out["model"] = f"{runs[0]}/model.pt"
                 out["needs"] = [out["model"]]
+            elif spec["kind"] == "attention":  # the model teacher-forced on its own translation of one sentence
+                out.update(model=f"{runs[0]}/model.pt", hypothesis=f"{runs[0]}/test.bpe", src=e["src"],
+                           tgt=e["tgt"], data=f"results/{e['task']}/data/bin-{e['vocab']}",
+                           source=f"results/{e['task']}/data/bpe/test.{e['pair']}.{e['src']}",
+                           sentence=spec.get("sentence", 0))
+                out["needs"] = [out["model"], out["hypothesis"]]
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)

@@ -3,12 +3,21 @@
 
 rule table:
     input:
-        lambda w: [path for row in table_spec(w.paper, w.table)["rows"]
-                   for paths in row.get("scores", {}).values() for path in paths],
+        lambda w: sorted({path for row in table_spec(w.paper, w.table)["rows"]
+                          for key in ("scores", "baseline_scores")
+                          for paths in row.get(key, {}).values() for path in paths}),
     output:
-        multiext("results/tables/{paper}/{table}", ".md", ".csv"),
+        multiext("results/tables/{paper}/{table}", ".md", ".csv", ".tex"),
+        report(
+            "results/tables/{paper}/{table}.html",
+            caption="../report/table.rst",
+            category="{paper}",
+            subcategory="tables",
+            labels={"paper": "{paper}", "table": "{table}"},
+        ),
     params:
         spec=lambda w: json.dumps(table_spec(w.paper, w.table)),
+        caption=lambda w: report_caption(w.paper, "tables", w.table),
     log:
         "results/logs/tables/{paper}/{table}.log",
     conda:
@@ -22,9 +31,17 @@ rule figure:
     input:
         lambda w: [path for row in figure_spec(w.paper, w.figure)["rows"] for path in row.get("needs", [])],
     output:
-        multiext("results/figures/{paper}/{figure}", ".png", ".pdf", ".csv"),
+        report(
+            "results/figures/{paper}/{figure}.png",
+            caption="../report/figure.rst",
+            category="{paper}",
+            subcategory="figures",
+            labels={"paper": "{paper}", "figure": "{figure}"},
+        ),
+        multiext("results/figures/{paper}/{figure}", ".pdf", ".csv"),
     params:
         spec=lambda w: json.dumps(figure_spec(w.paper, w.figure)),
+        caption=lambda w: report_caption(w.paper, "figures", w.figure),
     log:
         "results/logs/figures/{paper}/{figure}.log",
     conda:

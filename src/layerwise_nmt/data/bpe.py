@@ -43,7 +43,7 @@ class Segmenter:
 
 
 def apply(codes: str, lines: Iterable[str], workers: int = 1, separator: str = "@@",
-          block_lines: int = 500_000) -> Iterator[str]:
+          block_lines: int = 200_000) -> Iterator[str]:
     """`apply_bpe.py -c codes` on every line, identical output, with each distinct word segmented once.
 
     subword-nmt segments words independently (it splits lines on single spaces), so the distinct words are

@@ -155,16 +155,23 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool
     if not (q.device.type == "cpu" and torch.is_autocast_enabled("cpu")):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
                                               dropout_p=dropout)
+    return F.dropout(attention_weights(q, k, mask, causal), dropout, training=dropout > 0) @ v
+
+
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    """softmax(QK^T/sqrt(Dh) + mask): (B, H, T, S)."""
     scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
     if causal and mask is None:
         T, S = scores.shape[-2:]
         mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return F.dropout(scores.softmax(dim=-1), dropout, training=dropout > 0) @ v
+    return scores.softmax(dim=-1)
 
 
 class MultiheadAttention(nn.Module):
+    record_weights = False  # set on an instance to keep its latest attention map (figures: LWC F2-4 style)
+
     def __init__(self, config: ModelConfig, self_attention: bool):
         super().__init__()
         d = config.d_model
@@ -213,6 +220,8 @@ class MultiheadAttention(nn.Module):
             q = self.project_q(x)
             kv = memory if isinstance(memory, KV) else self.project_kv(memory)
             k, v = kv.k, kv.v
+        if self.record_weights:  # mean over heads of the latest call: (B, T, S)
+            self.last_weights = attention_weights(q, k, mask, causal).mean(dim=1).detach()
         y = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
         B, H, T, Dh = y.shape
         return self.out(y.transpose(1, 2).reshape(B, T, H * Dh)), cache

@@ -9,6 +9,7 @@ kinds:
     length_buckets   BLEU by source-length bucket (score.buckets), bars per row, the gain over the first row on a
                      second axis (GCA F3, Dou F4)
     aggregation_shares  Eq. 11's share of each input in each encoder aggregation node of a trained model (Dou F5)
+    attention        one test sentence's attention maps in trained models (LWC F2-4, MLRF F5)
 Rows that did not run are listed under the plot with their reason, never drawn.
 """
 
@@ -149,21 +150,85 @@ def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
     return table
 
 
+def attention_maps(spec: dict, ax) -> pd.DataFrame:
+    """One sentence's attention in a trained model, one heat map per row, the model teacher-forced on its own
+    translation: a decoder cross-attention (target × source: LWC F2-4's baseline), LWC's mixed attention (target ×
+    [source | target]: the coordination) or an MLRF fusion's layer attention (hop × layer, mean over target words:
+    MLRF F5). Rows name the module (`module`: a name from model.named_modules())."""
+    import torch
+
+    from ..data.io import read_lines
+    from ..data.vocab import load_pair
+    from ..decode import load_model
+
+    rows = [row for row in spec["rows"] if row.get("model")]
+    fig = ax.figure
+    ax.set_axis_off()
+    if not rows:
+        return pd.DataFrame(columns=["row", "i", "y", "j", "x", "weight"])
+    axes = fig.subplots(1, len(rows), squeeze=False)[0]
+    drawn = []
+    for row, axis in zip(rows, axes):
+        src_vocab, tgt_vocab = load_pair(row["data"], row["src"], row["tgt"])
+        source = list(read_lines(row["source"]))[row["sentence"]]
+        target = list(read_lines(row["hypothesis"]))[row["sentence"]]
+        model = load_model(row["model"])
+        module = dict(model.named_modules())[row["module"]]
+        module.record_weights = True
+        src = torch.tensor([src_vocab.encode(source)])
+        tgt = tgt_vocab.encode(target)
+        with torch.no_grad():
+            model(src, torch.tensor([[tgt_vocab.eos] + tgt[:-1]]))
+        weights = module.last_weights[0]
+        src_words, tgt_words = source.split() + ["</s>"], target.split() + ["</s>"]
+        mixed = False
+        if weights.dim() == 3:  # layer fusion (T, n_hop, L'): mean over target words
+            grid = weights.mean(dim=0)
+            ys = [f"hop {h + 1}" for h in range(grid.size(0))]
+            first = grid.size(1) == len(model.decoder.layers)
+            xs = [f"z^{l + (1 if first else 0)}" for l in range(grid.size(1))]
+        else:
+            grid = weights[-len(tgt_words):]  # LWC: the target half's rows
+            ys = tgt_words
+            mixed = grid.size(1) > len(src_words)  # LWC: columns = [source (+ its extra tokens) | target]
+            width = grid.size(1) - len(tgt_words) if mixed else grid.size(1)
+            inputs = ["</s>"] + tgt_words[:-1]  # LWC's target keys are the decoder inputs (shifted right)
+            xs = (src_words + ["<s>"] * width)[:width] + (inputs if mixed else [])
+        image = axis.imshow(grid.numpy(), cmap="Greys", vmin=0, aspect="auto")
+        fig.colorbar(image, ax=axis, fraction=0.04)
+        fusion = weights.dim() == 3
+        axis.set_xlabel("layer" if fusion else "source | target (decoder inputs)" if mixed else "source",
+                        fontsize=8)
+        axis.set_ylabel("hop (mean over target words)" if fusion else "output word", fontsize=8)
+        axis.set_xticks(range(len(xs)), xs, rotation=90, fontsize=6)
+        axis.set_yticks(range(len(ys)), ys, fontsize=6)
+        if weights.dim() == 2 and mixed:
+            axis.axvline(width - 0.5, color="red", linewidth=1)
+        axis.set_title(f"{row['label']}\n{row['module']}", fontsize=8)
+        drawn += [{"row": row["label"], "i": i, "y": y, "j": j, "x": x, "weight": float(grid[i, j])}
+                  for i, y in enumerate(ys) for j, x in enumerate(xs)]
+    return pd.DataFrame.from_records(drawn)
+
+
 KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": length_buckets,
-         "aggregation_shares": aggregation_shares}
+         "aggregation_shares": aggregation_shares, "attention": attention_maps}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
     """Draw the figure; writes <out_prefix>.png, .pdf and .csv (the numbers drawn) and returns the rows it could not
     draw, with reasons."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    wide = spec["kind"] == "attention" and len(spec["rows"]) > 1
+    fig, ax = plt.subplots(figsize=(6 * len(spec["rows"]), 5.5) if wide else (7, 4.2))
     data = KINDS[spec["kind"]](spec, ax)
     with atomic_path(f"{out_prefix}.csv") as tmp:
         data.to_csv(tmp, index=False)
     missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
                if not (row.get("metrics") or row.get("scores") or row.get("model"))]
     named = [row["label"] for row in spec["rows"] if row.get("model")]
-    if spec["kind"] == "aggregation_shares" and len(named) == 1:
+    if spec["kind"] == "attention":
+        fig.suptitle(f"{spec['paper']} {spec['figure']}: sentence {spec['rows'][0].get('sentence', 0) + 1} of the "
+                     f"test set", fontsize=10)
+    elif spec["kind"] == "aggregation_shares" and len(named) == 1:
         ax.set_title(f"{spec['paper']} {spec['figure']}: {named[0]}", fontsize=10)
     else:
         ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10,

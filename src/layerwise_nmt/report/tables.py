@@ -1,5 +1,6 @@
-"""One paper table: per row the paper's printed number, ours (mean ± sd over seeds, n), Δ, and a status for rows
-we did not run — never an empty or invented cell."""
+"""One paper table: per row the paper's printed number, ours (mean ± sd over seeds, n), Δ, the paper's significance
+mark where our run passes the paper's test against the row it compares to, and a status for rows we did not run —
+never an empty or invented cell. Written as Markdown, CSV (with the raw numbers and p-values) and LaTeX."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import metrics_of, split_of
-from ..data.io import atomic_path
-from ..score import seeds_summary
+from ..data.io import atomic_path, read_lines
+from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
 
 NOT_RUN = "—"
+TESTS = {"t_test": "Welch's t-test over seeds", "sign_test": "sign test (Collins et al. 2005), first seeds",
+         "bootstrap": "paired bootstrap resampling (Koehn 2004), first seeds"}
 
 
 def build(spec: dict) -> pd.DataFrame:
@@ -21,16 +24,23 @@ def build(spec: dict) -> pd.DataFrame:
     three per metric, suffixed with its name (e.g. "ours valid_bleu")."""
     metrics = metrics_of(spec)
     with_params = any("params_m" in row.get("paper", {}) for row in spec["rows"])
+    test = spec.get("significance")
     records = []
     for row in spec["rows"]:
-        scores = {split: [json.loads(Path(p).read_text()) for p in paths]
-                  for split, paths in row.get("scores", {}).items()}
+        scores = load_scores(row.get("scores", {}))
+        baseline = load_scores(row.get("baseline_scores", {}))
         record = {"row": row["label"]}
         ran = row["state"] == "ok" and any(scores.values())
         for metric in metrics:
             suffix = f" {metric}" if len(metrics) > 1 else ""
-            record.update({f"{k}{suffix}": v for k, v in cells(row.get("paper", {}).get(metric),
-                                                                 scores.get(split_of(metric), []), ran).items()})
+            split = split_of(metric)
+            cell = cells(row.get("paper", {}).get(metric), scores.get(split, []), ran)
+            if test and ran and baseline.get(split):
+                cell["p"] = p_value(test["test"], baseline[split], scores[split])
+                better = cell["ours_mean"] > seeds_summary([b["bleu"] for b in baseline[split]])["mean"]
+                if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and better:
+                    cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
+            record.update({f"{k}{suffix}": v for k, v in cell.items()})
         record["status"] = "ours" if ran else row.get("reason", "not run yet")
         if with_params:  # "#parameter" columns (LWC T3): the paper's printed M beside our model's exact count
             paper_params = row.get("paper", {}).get("params_m")
@@ -42,6 +52,22 @@ def build(spec: dict) -> pd.DataFrame:
     if spec.get("speeds"):
         add_speed_ratios(records, spec["rows"])
     return pd.DataFrame.from_records(records)
+
+
+def load_scores(paths: dict) -> dict[str, list[dict]]:
+    return {split: [json.loads(Path(p).read_text()) for p in files] for split, files in paths.items()}
+
+
+def p_value(test: str, baseline: list[dict], system: list[dict]) -> float | None:
+    """The table's declared test of `system` against `baseline` (score.json records of each seed)."""
+    if test == "t_test":
+        return t_test([b["bleu"] for b in baseline], [s["bleu"] for s in system])
+    hyps, base = list(read_lines(system[0]["hyp"])), list(read_lines(baseline[0]["hyp"]))
+    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps))]
+    cfg = ScoreConfig.from_dict(system[0]["options"])
+    if test == "sign_test":
+        return sign_test(base, hyps, refs, cfg)["p_value"]
+    return paired_bootstrap(base, hyps, refs, cfg)["p_value"]
 
 
 def run_speeds(row: dict) -> tuple[float | None, float | None]:
@@ -92,11 +118,28 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
     if spec.get("scale"):
         lines += [f"Scale: {spec['scale']}", ""]
-    lines += [f"Metric: {', '.join(metrics_of(spec))}; paper = printed in the paper (never ours); "
-              f"ours = mean ± sd over seeds; {NOT_RUN} = not run, with the reason in status.", ""]
+    lines += [legend(spec), ""]
     lines.append("| " + " | ".join(shown.columns) + " |")
     lines.append("|" + "|".join("---" for _ in shown.columns) + "|")
     lines += ["| " + " | ".join(str(v) for v in record) + " |" for record in shown.itertuples(index=False)]
     with atomic_path(f"{out_prefix}.md") as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    caption = f"{spec['paper']} {spec['table']}: {spec.get('caption', '')} {legend(spec)}"
+    latex = shown.to_latex(index=False, caption=caption, label=f"tab:{spec['paper']}-{spec['table']}",
+                           longtable=len(shown) > 25, escape=True)
+    with atomic_path(f"{out_prefix}.tex") as tmp:
+        Path(tmp).write_text(latex, encoding="utf-8")
+    html = f"<p>{legend(spec)}</p>\n" + shown.to_html(index=False, border=0, classes="lwnmt-table")
+    with atomic_path(f"{out_prefix}.html") as tmp:
+        Path(tmp).write_text(html, encoding="utf-8")
     return table
+
+
+def legend(spec: dict) -> str:
+    text = (f"Metric: {', '.join(metrics_of(spec))}; paper = printed in the paper (never ours); "
+            f"ours = mean ± sd over seeds; {NOT_RUN} = not run, with the reason in status.")
+    test = spec.get("significance")
+    if test:
+        text += (f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
+                 f" ({TESTS[test['test']]}), as the paper marks it.")
+    return text

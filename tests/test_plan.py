@@ -1,0 +1,35 @@
+"""`lwnmt plan`: GPU-hours per table from exact parameter counts and the configured training budgets."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from layerwise_nmt import config as cfg
+from layerwise_nmt.params import parameter_rows
+from layerwise_nmt.plan import experiment_cost, plan
+
+
+def test_cost_is_six_n_d_over_the_assumed_throughput():
+    config = cfg.load(ROOT / "config.yaml")
+    cost = experiment_cost(config, "gca.ende.transformer")  # 30K updates × 3,584 tokens × update_freq 128
+    assert cost.tokens == 2 * 30_000 * 3584 * 128 and not cost.upper_bound
+    exact = parameter_rows(config, ["gca.ende.transformer"], (32768, 32768))[0]["params"]
+    assert cost.params == exact  # the meta-device count equals the real model's
+    assert cost.gpu_hours(100) == pytest.approx(6 * exact * cost.tokens / 1e14 / 3600)
+    epochs = experiment_cost(config, "mlrf.t2.baseline")  # epoch-bounded, with early stopping or not
+    e = cfg.experiment(config, "mlrf.t2.baseline")
+    assert epochs.tokens == 2 * (e["train"]["max_epoch"] + (e["train"].get("restart_epochs") or 0)) * 160239 * 27
+
+
+def test_plan_prints_every_table_of_the_full_config():
+    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "plan", "--tflops", "50"], capture_output=True,
+                         text=True, check=True, cwd=ROOT).stdout
+    config = cfg.load(ROOT / "config.yaml")
+    for paper, table in cfg.tables(config):
+        assert f"\n{paper} {table} " in out
+    assert "50 TFLOP/s" in out and "distinct experiments" in out
+    records = {(r["paper"], r["table"]): r for r in plan(config)}
+    assert records[("mlrf", "T3")]["blocked"]  # NIST: rows costed, and said to need the user's data
+    assert "need data or code not here yet" in out
