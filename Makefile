@@ -10,11 +10,11 @@ LWNMT_DATA_MIRROR ?= $(if $(MIRROR),$(abspath $(MIRROR)))
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test bench-preprocess clean
+.PHONY: demo test test-slurm readme bench-preprocess clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,slurm]'
 	touch $@
 
 # One thread per training job: two small models training side by side get 1.17x the throughput of one job on
@@ -23,7 +23,18 @@ demo: $(VENV)/.installed
 	snakemake --cores all --configfile config/demo.yaml --set-threads train=1
 
 test: $(VENV)/.installed
-	python -m pytest -q
+	python -m pytest -q -m "not slurm"
+
+# The workflow through a real one-node SLURM cluster started here (root, Debian: apt installs slurm, munge,
+# MariaDB); the daemons this target started are stopped afterwards, by PID, whatever the outcome.
+test-slurm: $(VENV)/.installed
+	bash scripts/slurm-up.sh
+	LWNMT_REQUIRE_SLURM=1 python -m pytest -q -m slurm; status=$$?; bash scripts/slurm-down.sh; exit $$status
+
+# After `make demo`: the README's results section from the demo's own table and figures.
+readme: $(VENV)/.installed
+	python -m layerwise_nmt readme --table results/tables/demo/T1.md \
+		--figure results/figures/demo/buckets.png results/figures/demo/attention.png
 
 bench-preprocess: $(VENV)/.installed
 	python benchmarks/preprocess.py

@@ -203,3 +203,24 @@ def test_significance_marks_follow_the_declared_test(tmp_path):
     assert table.loc["deep †", "ours"] == "90.00 † (n=1)" and table.loc["deep †", "p"] < 1e-6
     assert table.loc["deep, same output", "p"] == 1.0 and "†" not in table.loc["deep, same output", "ours"]
     assert "sign test (Collins et al. 2005)" in (tmp_path / "D2.md").read_text()
+
+
+def test_readme_results_section_is_replaced_between_its_markers(tmp_path):
+    import pytest
+
+    from layerwise_nmt import UserError
+    from layerwise_nmt.report.readme import END, START, update
+
+    readme, table, figure = tmp_path / "README.md", tmp_path / "T1.md", tmp_path / "buckets.png"
+    readme.write_text(f"# x\n\nbefore\n{START}\nold table\n{END}\nafter\n")
+    table.write_text("# demo T1: caption\n\nScale: demo\n\n| row | ours |\n|---|---|\n| baseline | 29.74 (n=1) |\n")
+    figure.write_bytes(b"\x89PNG fake")
+    update(str(readme), str(table), [str(figure)], docs=str(tmp_path / "docs"))
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
+    assert "| baseline | 29.74 (n=1) |" in text and (tmp_path / "docs/buckets.png").read_bytes() == b"\x89PNG fake"
+    update(str(readme), str(table), [], docs=str(tmp_path / "docs"))  # idempotent apart from what changed
+    assert readme.read_text().count(START) == 1
+    (tmp_path / "plain.md").write_text("no markers\n")
+    with pytest.raises(UserError, match="no results markers"):
+        update(str(tmp_path / "plain.md"), str(table), [])

@@ -237,3 +237,56 @@ def test_changed_settings_set_old_checkpoints_aside_instead_of_resuming(data, tm
     assert [r["epoch"] for r in state["progress"]["history"]] == [1] and state["progress"]["update"] == first
     aside = tmp_path / "run" / "checkpoints.superseded-1"
     assert (aside / "checkpoint_last.pt").exists() and (aside / "checkpoint2.pt").exists()
+
+
+def test_gpu_claims_are_exclusive_and_released_with_the_process(tmp_path, monkeypatch):
+    """The local allocator: concurrent jobs get disjoint devices; a dead job's devices are free again; SLURM's
+    allocation is left alone."""
+    from layerwise_nmt import UserError
+    from layerwise_nmt.gpus import claim
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    code = ("import os, sys, time; from layerwise_nmt.gpus import claim; h = claim(int(sys.argv[1]), sys.argv[2]);"
+            " print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)")
+    first = subprocess.Popen([sys.executable, "-c", code, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline().strip() == "0,1"
+    mine = claim(1, tmp_path, timeout=0, poll=0.01)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2" and len(mine) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    with pytest.raises(UserError, match="no 1 free GPU"):
+        claim(1, tmp_path, timeout=0, poll=0.01)
+    first.kill()
+    first.wait()
+    assert claim(2, tmp_path, timeout=5, poll=0.05) and os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+    with pytest.raises(UserError, match="asks for 4 GPUs but only 2 are visible"):
+        claim(4, tmp_path)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert claim(1, tmp_path) == [] and os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(data, tmp_path):
+    """`lwnmt train --ranks 2`: torchrun, two gloo ranks, update_freq 4 → 2 batches per rank; a SIGTERM to the
+    job reaches both ranks, which checkpoint and exit; the retry resumes."""
+    save_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec(max_update=100000,
+           update_freq=4, save_interval_updates=1000)), "--data", str(data), "--src", "de", "--tgt", "en",
+           "--save-dir", str(save_dir), "--final", str(tmp_path / "model.pt"), "--threads", "1", "--ranks", "2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "not a multiple" not in err, err[-3000:]
+    assert "data-parallel: 2 ranks (gloo), 2 batches per rank per update" in err
+    state = final_state(save_dir)
+    assert state["progress"]["update"] >= 1 and not (tmp_path / "model.pt").exists()
+    resumed = json.loads(cmd[cmd.index("--spec") + 1])
+    resumed["train"]["max_update"] = state["progress"]["update"] + 2
+    cmd[cmd.index("--spec") + 1] = json.dumps(resumed)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from" in result.stderr
+    assert torch.load(tmp_path / "model.pt", weights_only=False)["progress"]["update"] == state["progress"]["update"] + 2

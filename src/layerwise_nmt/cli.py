@@ -119,8 +119,14 @@ def cmd_train(a) -> None:
 
     import torch
 
+    from .gpus import claim, run_ranks, under_torchrun
     from .train import train
 
+    ranks = a.ranks or a.gpus
+    if not under_torchrun():
+        locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
+        if ranks > 1:  # data-parallel: this process becomes torchrun's parent and waits for the ranks
+            sys.exit(run_ranks(ranks, sys.argv[1:]))
     if a.threads:
         torch.set_num_threads(a.threads)
     train(json.loads(a.spec), a.data, a.src, a.tgt, a.save_dir, a.final)
@@ -140,8 +146,10 @@ def cmd_translate(a) -> None:
     from .data.io import atomic_path
     from .data.vocab import load_pair
     from .decode import BeamConfig, load_model, translate
+    from .gpus import claim
     from .models.transformer import count_parameters
 
+    locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg = BeamConfig.from_dict(json.loads(a.options))
@@ -229,6 +237,12 @@ def cmd_plan(a) -> None:
         writer.writerows(table)
         return
     print(render(records, a.tflops))
+
+
+def cmd_readme(a) -> None:
+    from .report.readme import update
+
+    update(a.readme, a.table, a.figure)
 
 
 def cmd_status(a) -> None:
@@ -340,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-dir", required=True)
     p.add_argument("--final", help="where to write the final model (the rule's output)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)")
+    p.add_argument("--gpus", type=int, default=0,
+                   help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
+    p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
+    p.add_argument("--gpu-locks", default="results/.gpu-locks", help="lock files of the GPU allocator")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("average", help="average the last N checkpoints (fairseq average_checkpoints.py)")
@@ -359,6 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
     p.add_argument("--detokenize", action="store_true")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
+    p.add_argument("--gpu-locks", default="results/.gpu-locks")
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("score", help="BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)")
@@ -395,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s per GPU (default 100)")
     p.add_argument("--format", choices=["table", "csv"], default="table")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("readme", help="put a run's table and figures into the README's results section")
+    p.add_argument("--readme", default="README.md")
+    p.add_argument("--table", required=True, help="a results/tables/<paper>/<table>.md")
+    p.add_argument("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)")
+    p.set_defaults(func=cmd_readme)
 
     p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
     p.add_argument("--config", **config_arg)

@@ -61,13 +61,13 @@ class Hypothesis:
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: int = 1) -> list[list[Hypothesis]]:
     """src (B, S) right-padded → per sentence, its finished hypotheses, best first."""
-    B, beam = src.size(0), cfg.beam
+    B, beam, device = src.size(0), cfg.beam, src.device
     max_lens = (cfg.max_len_a * (src != pad).sum(1).float() + cfg.max_len_b).long()
     max_lens = max_lens.clamp(max=model.config.max_positions - 1)
     state = model.start(src.repeat_interleave(beam, dim=0))
-    active = torch.arange(B)  # original sentence ids still being decoded
-    tokens = torch.full((B * beam, 1), eos, dtype=torch.long)
-    scores = torch.full((B, beam), float("-inf"))
+    active = torch.arange(B, device=device)  # original sentence ids still being decoded
+    tokens = torch.full((B * beam, 1), eos, dtype=torch.long, device=device)
+    scores = torch.full((B, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0  # step 0 expands the first beam only
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     for step in range(int(max_lens.max()) + 1):
@@ -90,13 +90,13 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
                 hyp = tokens[row, 1:].tolist() + [eos]
                 finished[sentence].append(Hypothesis(hyp, score / cfg.penalty(step + 1), score))
         # the next beams: the first `beam` candidates that did not end (fairseq's active_mask trick)
-        rank = is_eos.long() * (2 * beam) + torch.arange(2 * beam)
+        rank = is_eos.long() * (2 * beam) + torch.arange(2 * beam, device=device)
         pick = rank.topk(beam, dim=1, largest=False).indices
         next_scores, next_beam, next_tok = (t.gather(1, pick) for t in (cand_scores, cand_beam, cand_tok))
-        keep = torch.tensor([len(finished[int(s)]) < beam for s in active], dtype=torch.bool)
+        keep = torch.tensor([len(finished[int(s)]) < beam for s in active], dtype=torch.bool, device=device)
         if not keep.any():
             break
-        rows = (torch.arange(n)[:, None] * beam + next_beam)[keep].view(-1)
+        rows = (torch.arange(n, device=device)[:, None] * beam + next_beam)[keep].view(-1)
         state.reorder(rows)
         tokens = torch.cat([tokens.index_select(0, rows), next_tok[keep].view(-1, 1)], dim=1)
         scores, active = next_scores[keep], active[keep]
@@ -113,12 +113,13 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
     encoded = [np.asarray(src_vocab.encode(line)) for line in lines]
     order = np.argsort([len(e) for e in encoded], kind="stable")
     hyps: list[str] = [""] * len(lines)
-    model.eval()
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    model.to(device).eval()
     start, generated = time.time(), 0
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.amp == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp == "bf16")
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b:b + cfg.batch_size]
-        src = pad_batch([encoded[i] for i in ids], src_vocab.pad)
+        src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
         with autocast:
             results = beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)
         for i, result in zip(ids, results):

@@ -23,7 +23,7 @@ import re
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -261,6 +261,15 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     device = init_distributed()
     rank, world_size = world()
     cfg = TrainConfig.from_dict(spec.get("train", {}))
+    if world_size > 1:  # update_freq is configured for one GPU: N ranks each accumulate 1/N of it
+        per_rank = max(1, math.ceil(cfg.update_freq / world_size))
+        if per_rank * world_size != cfg.update_freq and rank == 0:
+            log.warning("update_freq %d is not a multiple of %d ranks: %d per rank, %d batches per update",
+                        cfg.update_freq, world_size, per_rank, per_rank * world_size)
+        cfg = replace(cfg, update_freq=per_rank)
+        if rank == 0:
+            log.info("data-parallel: %d ranks (%s), %d batches per rank per update", world_size,
+                     dist.get_backend(), per_rank)
     save_dir_path = Path(save_dir)
     save_dir_path.mkdir(parents=True, exist_ok=True)
     last = save_dir_path / "checkpoint_last.pt"
@@ -333,6 +342,16 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     def on_signal(signum, frame):
         stop_signal["hit"] = signum
 
+    def stopping() -> bool:
+        """Whether any rank got the signal: ranks must stop after the same update, or the others would wait in
+        the next all-reduce forever."""
+        if world_size == 1:
+            return stop_signal["hit"] is not None
+        flag = torch.tensor([0 if stop_signal["hit"] is None else int(stop_signal["hit"])], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        stop_signal["hit"] = int(flag.item()) or None
+        return stop_signal["hit"] is not None
+
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGUSR1)}
     started, window = time.time() - progress["elapsed"], {"tokens": 0, "time": time.time()}
     try:
@@ -368,7 +387,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                     break
                 if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
                     save(f"checkpoint_{progress['epoch']}_{update}.pt", "checkpoint_last.pt")
-                if stop_signal["hit"] is not None:
+                if stopping():
                     raise Stop()
             valid = evaluate(net, valid_data, cfg, device, autocast)
             if progress["next_batch"] < len(order):  # the budget ran out mid-epoch: keep the position, so that
@@ -387,7 +406,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
             save(f"checkpoint{finished}.pt", "checkpoint_last.pt")
             if rank == 0:
                 _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
-            if stop_signal["hit"] is not None and not _finished(progress, cfg):
+            if stopping() and not _finished(progress, cfg):
                 raise Stop()
         if rank == 0:
             _write_history(save_dir_path.parent / "metrics.csv", progress["history"])

@@ -10,6 +10,7 @@ import sys
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(workflow.basedir) / "src"), os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 LWNMT = "python -m layerwise_nmt"
+GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg

@@ -16,6 +16,8 @@ rule translate:
         options=lambda w: json.dumps(experiment_of(w)["decode"]),
         prefix=lambda w: f"{run_dir(w)}/{w.split}",
     threads: 2
+    resources:
+        gpu=min(GPUS_PER_JOB, 1),
     log:
         "results/{task}/{experiment}/seed{seed}/translate.{split}.log",
     conda:
@@ -23,6 +25,7 @@ rule translate:
     shell:
         "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.e[src]}"
         " --tgt {params.e[tgt]} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
+        " --gpus {resources.gpu}"
         " 2> {log:q}"
 
 

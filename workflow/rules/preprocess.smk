@@ -8,7 +8,7 @@ rule tokenize:
         "results/{task}/data/tok/{part}.{lang}",
     params:
         args=tokenize_args,
-    threads: min(workflow.cores, 16)  # WMT corpora: blocks of lines on every core (capped by --cores)
+    threads: 8  # WMT corpora: blocks of lines on all cores (Snakemake caps it at --cores)
     log:
         "results/logs/{task}/tokenize/{part}.{lang}.log",
     conda:
@@ -111,7 +111,7 @@ rule apply_bpe:
         "results/{task}/data/bpe/{split}.{pair}.{lang}",
     params:
         codes=lambda w, input: f"--codes {input.codes}" if input.codes else "",  # word-level tasks: a copy
-    threads: min(workflow.cores, 16)
+    threads: 8
     log:
         "results/logs/{task}/apply_bpe/{split}.{pair}.{lang}.log",
     conda:

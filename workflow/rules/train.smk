@@ -15,6 +15,10 @@ rule train:
         pair=lambda w: experiment_of(w),
         run=run_dir,
     threads: 2
+    resources:
+        # Snakemake counts GPUs (--resources gpu=N locally, --gpus on SLURM); `lwnmt train --gpus` picks which
+        # ones (a lock per device) and runs torchrun when there is more than one.
+        gpu=GPUS_PER_JOB,
     retries: 2
     log:
         "results/{task}/{experiment}/seed{seed}/train.log",
@@ -24,7 +28,8 @@ rule train:
         "../../envs/train.yaml"
     shell:
         "{LWNMT} train --spec {params.spec:q} --data {params.data} --src {params.pair[src]} --tgt {params.pair[tgt]}"
-        " --save-dir {params.run}/checkpoints --final {output:q} --threads {threads} 2>> {log:q}"
+        " --save-dir {params.run}/checkpoints --final {output:q} --threads {threads} --gpus {resources.gpu}"
+        " 2>> {log:q}"
 
 
 rule average:

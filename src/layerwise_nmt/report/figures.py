@@ -166,7 +166,7 @@ def attention_maps(spec: dict, ax) -> pd.DataFrame:
     ax.set_axis_off()
     if not rows:
         return pd.DataFrame(columns=["row", "i", "y", "j", "x", "weight"])
-    axes = fig.subplots(1, len(rows), squeeze=False)[0]
+    axes = fig.subplots(1, len(rows), squeeze=False, gridspec_kw={"wspace": 0.45})[0]
     drawn = []
     for row, axis in zip(rows, axes):
         src_vocab, tgt_vocab = load_pair(row["data"], row["src"], row["tgt"])

@@ -1,0 +1,70 @@
+"""The workflow on a real SLURM cluster (one node on this machine: `make test-slurm` starts it with
+scripts/slurm-up.sh and stops it with scripts/slurm-down.sh). Jobs go through sbatch via profiles/slurm; a training
+job killed mid-run by SLURM (SIGTERM, as on preemption) checkpoints, fails, and its retry resumes."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, snakemake
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    idle = shutil.which("sinfo") and subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
+                                                     text=True).stdout.split()[:1] == ["idle"]
+    if not idle:
+        if os.environ.get("LWNMT_REQUIRE_SLURM"):
+            pytest.fail("no idle SLURM node: `make test-slurm` starts one (scripts/slurm-up.sh)")
+        pytest.skip("no SLURM cluster here (make test-slurm starts one)")
+
+
+def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, tmp_path):
+    overlay = tmp_path / "longer.yaml"  # long enough a training to be killed mid-run
+    overlay.write_text(yaml.safe_dump({"experiments": {"ci.enro": {"train": {"max_epoch": 40}}}}))
+    configs = ["--configfile", str(ROOT / "config.yaml"), str(ROOT / "config/ci.yaml"), str(overlay)]
+    target = "results/tables/ci/T2.md"
+    # the data locally (quick, many small jobs), everything from training on through SLURM
+    snakemake(tmp_path, *configs, "--omit-from", "train", target, mirror=mirror)
+    env = dict(os.environ, LWNMT_SLURM_ACCOUNT="root", LWNMT_SLURM_PARTITION="debug", LWNMT_SLURM_FIRST_CHECK="2",
+               LWNMT_GPUS_PER_JOB="0", LWNMT_TRAIN_CPUS="1", LWNMT_TRAIN_MEM_MB="2000", LWNMT_DATA_MIRROR=str(mirror),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    cmd = ["timeout", "-k", "30", "900", sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+           "-d", str(tmp_path), target, "--profile", str(ROOT / "profiles/slurm"), *configs]
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    checkpoints = tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/checkpoints"
+    deadline = time.time() + 300
+    while not (checkpoints / "checkpoint2.pt").exists():
+        assert time.time() < deadline and run.poll() is None, "the training job never got going"
+        time.sleep(0.5)
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout.splitlines()
+    train_job = next(line.split()[0] for line in jobs if "rule_train" in line)
+    # SIGTERM to the batch step and everything in it, as a preemption grace signal: the trainer checkpoints and
+    # exits 75, the job FAILs, Snakemake submits the retry (rule train: retries: 2)
+    subprocess.run(["scancel", "--full", "--signal=TERM", train_job], check=True)
+    out, _ = run.communicate(timeout=900)
+    assert run.returncode == 0, out[-4000:]
+
+    table = (tmp_path / target).read_text()
+    assert "Transformer 1+1" in table and "(n=1)" in table
+    log = (tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/train.log").read_text()  # the retry's (Snakemake
+    resumed = re.search(r"resumed from \S+: epoch (\d+), update (\d+)", log)  # clears a failed job's log)
+    assert resumed and int(resumed.group(2)) > 0, log[:3000]  # the retry went on from a checkpoint
+    assert "Trying to restart job" in out
+    submitted = re.findall(r"SLURM jobid (\d+)", out)
+    assert len(submitted) >= 5  # train (twice), translate, score, table
+    states = dict(line.split() for line in subprocess.run(
+        ["sacct", "-n", "-X", "-P", "--delimiter", " ", "-o", "JobID,State", "-j", ",".join(submitted)],
+        capture_output=True, text=True, check=True).stdout.splitlines())
+    assert states[train_job] == "FAILED" and list(states.values()).count("COMPLETED") >= 4, states
+    assert json.loads((tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/test.score.json").read_text())["bleu"] >= 0
