@@ -221,3 +221,24 @@ def test_manual_downloads_say_what_to_do(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 1 and not (tmp_path / "2014-01-test.tgz").exists()
     assert "2014-01-test.tgz cannot be downloaded by the workflow: accept the terms" in result.stderr
+
+
+def test_assemble_streams_cleaning_and_the_every_kth_hold_out(tmp_path):
+    """prepare-iwslt14.sh's `awk 'NR%k==0'` on the cleaned training text (1-based), streamed to both files."""
+    from layerwise_nmt.data.prepare import assemble
+
+    raw, tok = {}, {}
+    for lang in ("de", "en"):
+        raw[lang], tok[lang] = tmp_path / f"raw.{lang}", tmp_path / f"tok.{lang}"
+        lines = [f"{lang} {i}" for i in range(1, 9)] + [""]  # 8 pairs and one empty pair (dropped by cleaning)
+        raw[lang].write_text("\n".join(lines) + "\n")
+        tok[lang].write_text("\n".join(lines) + "\n")
+    part = [str(raw["de"]), str(raw["en"]), str(tok["de"]), str(tok["en"]), "plain"]
+    splits = {"train": {"parts": [part], "clean": {"ratio": 9.0, "min_len": 1, "max_len": 80}},
+              "valid": {"hold_out_every": 3}, "test": {"parts": [part], "max_lines": 2}}
+    outputs = {s: (str(tmp_path / f"{s}.de"), str(tmp_path / f"{s}.en")) for s in splits}
+    stats = assemble(splits, outputs, str(tmp_path / "stats.json"))
+    assert (tmp_path / "valid.de").read_text().split("\n")[:-1] == ["de 3", "de 6"]
+    assert (tmp_path / "train.en").read_text().split("\n")[:-1] == [f"en {i}" for i in (1, 2, 4, 5, 7, 8)]
+    assert stats["train"]["empty"] == 1 and stats["train"]["after_hold_out"] == 6 and stats["valid"]["kept"] == 2
+    assert (tmp_path / "test.de").read_text() == "de 1\nde 2\n"

@@ -224,3 +224,21 @@ def test_readme_results_section_is_replaced_between_its_markers(tmp_path):
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(UserError, match="no results markers"):
         update(str(tmp_path / "plain.md"), str(table), [])
+
+
+def test_a_mean_column_averages_its_test_sets_per_seed(tmp_path):
+    """MLRF T3's Ave.: per seed the mean of MT04/05/08, then mean ± sd over seeds."""
+    paths = {}
+    for split, bleus in (("mt04", (48.0, 47.0)), ("mt05", (41.0, 40.0)), ("mt08", (35.0, 34.0))):
+        paths[split] = []
+        for seed, bleu in enumerate(bleus, start=1):
+            path = tmp_path / f"{split}.{seed}.json"
+            path.write_text(json.dumps({"bleu": bleu}))
+            paths[split].append(str(path))
+    spec = {"paper": "mlrf", "table": "T3", "metric": ["mt04_bleu", "ave_bleu"],
+            "mean_of": {"ave_bleu": ["mt04_bleu", "mt05_bleu", "mt08_bleu"]},
+            "rows": [{"label": "Dec-SA", "paper": {"mt04_bleu": 48.48, "ave_bleu": 41.59}, "state": "ok",
+                      "scores": paths}]}
+    row = write(spec, str(tmp_path / "T3")).to_dict("records")[0]
+    assert row["ours ave_bleu"] == "40.83 ± 0.71 (n=2)" and row["delta ave_bleu"] == "-0.76"
+    assert row["ours mt04_bleu"] == "47.50 ± 0.71 (n=2)"

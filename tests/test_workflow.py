@@ -28,7 +28,8 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     for kind in ("tables", "figures"):
         for p, t in cfg.tables(config, kind):
             spec = config["papers"][p][kind][t]
-            splits = ({cfg.split_of(m) for m in cfg.metrics_of(spec)} if kind == "tables"
+            splits = ({cfg.split_of(m) for m in cfg.metrics_of(spec) if m not in spec.get("mean_of", {})}
+                      | {cfg.split_of(m) for ms in spec.get("mean_of", {}).values() for m in ms} if kind == "tables"
                       else {"test"} if spec["kind"] in ("sweep", "length_buckets") else set())
             for row in spec["rows"]:
                 if "experiment" in row and cfg.experiment_status(config, row["experiment"]).runnable:

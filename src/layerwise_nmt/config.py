@@ -181,8 +181,9 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
         if not archive_name and (base / name).is_file():
             return FileSource(str(base / name), None, False, checksum_of(entry), where)
         # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
-    if archive_name in spec.get("files", {}):
-        return FileSource(f"results/raw/{dataset}/{archive_name}", member, True, checksum_of(entry), url)
+    if archive_name in spec.get("files", {}):  # extracted from an outer archive first (its own extract job)
+        outer = file_source(config, dataset, archive_name)
+        return FileSource(f"results/raw/{dataset}/{archive_name}", member, True, checksum_of(entry), outer.where)
     if archive_name:
         return FileSource(download_path(dataset, archive_name), member, True, checksum_of(entry), url)
     return FileSource(download_path(dataset, name), None, False, checksum_of(entry), url)

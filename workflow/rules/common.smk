@@ -212,7 +212,9 @@ def model_for_decoding(wildcards):
 def table_spec(paper, table):
     """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
     spec = config["papers"][paper]["tables"][table]
-    splits = sorted({cfg.split_of(m) for m in cfg.metrics_of(spec)})
+    derived = spec.get("mean_of", {})  # metrics computed from others: no split of their own
+    splits = sorted({cfg.split_of(m) for m in cfg.metrics_of(spec) + [m for ms in derived.values() for m in ms]
+                     if m not in derived})
 
     def score_paths(name):
         e = cfg.experiment(config, name)
@@ -238,7 +240,7 @@ def table_spec(paper, table):
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
             "metric": cfg.metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
-            "significance": spec.get("significance")}
+            "significance": spec.get("significance"), "mean_of": derived}
 
 
 def report_caption(paper, kind, name):

@@ -1,4 +1,4 @@
-"""Moses `clean-corpus-n.perl` semantics, and fairseq's every-k-th-line validation hold-out."""
+"""Moses `clean-corpus-n.perl` semantics (fairseq's every-k-th-line hold-out is in prepare._write_pairs)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,3 @@ def clean_pairs(pairs: Iterable[tuple[str, str]], opts: CleanOptions, counts: Co
         else:
             counts["kept"] += 1
             yield src, tgt
-
-
-def every_kth(lines: Iterable[str], k: int, held_out: bool) -> Iterator[str]:
-    """prepare-iwslt14.sh: `awk 'NR%23==0'` → valid, `awk 'NR%23!=0'` → train (1-based line numbers)."""
-    for number, line in enumerate(lines, start=1):
-        if (number % k == 0) == held_out:
-            yield line

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -69,13 +70,13 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
             pairs = _require_nonempty(pairs, spec["parts"], split, counts)
         if split == "train" and held_out:  # prepare-iwslt14.sh: every k-th cleaned training line is validation
             (other, k), = held_out.items()
-            written = _write_held_out(pairs, k, outputs["train"], outputs[other])
-            stats[other] = {"held_out_of_train_every": k, "kept": written[1]}
-            counts["after_hold_out"] = written[0]
+            kept, held = _write_pairs(pairs, outputs["train"], (k, outputs[other]))
+            stats[other] = {"held_out_of_train_every": k, "kept": held}
+            counts["after_hold_out"] = kept
         else:
-            n = _write_pairs(pairs, outputs[split])
+            kept = _write_pairs(pairs, outputs[split])[0]
             if split == "train":
-                counts["after_hold_out"] = n
+                counts["after_hold_out"] = kept
         for reason in ("empty", "too_long", "too_short", "ratio"):
             if counts[reason]:
                 log.warning("%s: dropped %d pairs (%s)", split, counts[reason], reason.replace("_", " "))
@@ -89,10 +90,9 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
 def _paired_lines(parts) -> Iterator[tuple[str, str]]:
     for raw_src, raw_tgt, tok_src, tok_tgt, fmt in parts:
         n_raw = readers.check_parallel(raw_src, raw_tgt, fmt)
-        n = 0
-        for n, pair in enumerate(itertools.zip_longest(read_lines(tok_src), read_lines(tok_tgt)), start=1):
+        for pair in itertools.zip_longest(read_lines(tok_src), read_lines(tok_tgt)):
             if None in pair:
-                break
+                break  # counted and named below
             yield pair
         n_src, n_tgt = count_lines(tok_src), count_lines(tok_tgt)
         for path, lines in ((tok_src, n_src), (tok_tgt, n_tgt)):
@@ -111,39 +111,20 @@ def _drop_empty(pairs, counts: Counter) -> Iterator[tuple[str, str]]:
             counts["empty"] += 1
 
 
-def _write_pairs(pairs, paths: tuple[str, str]) -> int:
-    n = 0
-    with atomic_path(paths[0]) as tmp_src, atomic_path(paths[1]) as tmp_tgt, \
-            open(tmp_src, "w", encoding="utf-8", newline="\n") as f_src, \
-            open(tmp_tgt, "w", encoding="utf-8", newline="\n") as f_tgt:
-        for s, t in pairs:
-            f_src.write(s + "\n")
-            f_tgt.write(t + "\n")
-            n += 1
-    return n
-
-
-def _write_held_out(pairs, k: int, train_paths, held_paths) -> tuple[int, int]:
-    """awk 'NR%k==0' → held-out split, 'NR%k!=0' → train (1-based line numbers of the cleaned training text)."""
+def _write_pairs(pairs, paths: tuple[str, str], held_out: tuple[int, tuple[str, str]] | None = None) -> list[int]:
+    """Write (src, tgt) pairs to `paths`, atomically; with held_out = (k, other paths), every k-th pair goes there
+    instead (prepare-iwslt14.sh: awk 'NR%k==0' on the cleaned training text, 1-based). Returns the counts written."""
+    k, other = held_out or (0, ())
     counts = [0, 0]
-
-    def route():
-        for number, pair in enumerate(pairs, start=1):
-            yield number % k == 0, pair
-
-    with atomic_path(train_paths[0]) as t0, atomic_path(train_paths[1]) as t1, \
-            atomic_path(held_paths[0]) as h0, atomic_path(held_paths[1]) as h1:
-        files = [open(p, "w", encoding="utf-8", newline="\n") for p in (t0, t1, h0, h1)]
-        try:
-            for is_held, (s, t) in route():
-                a, b = files[2:] if is_held else files[:2]
-                a.write(s + "\n")
-                b.write(t + "\n")
-                counts[is_held] += 1
-        finally:
-            for f in files:
-                f.close()
-    return counts[0], counts[1]
+    with contextlib.ExitStack() as stack:
+        tmps = [stack.enter_context(atomic_path(p)) for p in (*paths, *other)]
+        files = [stack.enter_context(open(t, "w", encoding="utf-8", newline="\n")) for t in tmps]
+        for number, (s, t) in enumerate(pairs, start=1):
+            held = bool(k) and number % k == 0
+            files[2 * held].write(s + "\n")
+            files[2 * held + 1].write(t + "\n")
+            counts[held] += 1
+    return counts
 
 
 def _require_nonempty(pairs, part_files, split: str, counts: Counter) -> Iterator[tuple[str, str]]:

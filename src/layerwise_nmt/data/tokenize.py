@@ -117,7 +117,9 @@ class TokenizeOptions:
     def build(self, normalize_only: bool = False):
         """The per-line function for one worker (builds the tokenizer once)."""
         normalize = self.normalizer()
-        if normalize_only or self.tokenizer == "none":
+        if normalize_only:
+            tokenize = lambda line: line  # noqa: E731
+        elif self.tokenizer == "none":  # already tokenized: only the whitespace is normalised
             tokenize = lambda line: " ".join(line.split())  # noqa: E731
         elif self.tokenizer == "jieba":
             tokenize = self._jieba()
@@ -128,8 +130,6 @@ class TokenizeOptions:
             )
         else:
             raise ValueError(f"unknown tokenizer {self.tokenizer!r}; expected moses, jieba or none")
-        if normalize_only:
-            tokenize = lambda line: line  # noqa: E731
 
         def process(line: str) -> str:
             line = normalize(line)

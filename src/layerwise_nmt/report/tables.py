@@ -34,6 +34,8 @@ def build(spec: dict) -> pd.DataFrame:
         for metric in metrics:
             suffix = f" {metric}" if len(metrics) > 1 else ""
             split = split_of(metric)
+            if metric in spec.get("mean_of", {}):  # e.g. MLRF's NIST "Ave.": per seed, the mean of MT04/05/08
+                scores[split] = mean_scores([scores.get(split_of(m), []) for m in spec["mean_of"][metric]])
             cell = cells(row.get("paper", {}).get(metric), scores.get(split, []), ran)
             if test and ran and baseline.get(split):
                 cell["p"] = p_value(test["test"], baseline[split], scores[split])
@@ -52,6 +54,13 @@ def build(spec: dict) -> pd.DataFrame:
     if spec.get("speeds"):
         add_speed_ratios(records, spec["rows"])
     return pd.DataFrame.from_records(records)
+
+
+def mean_scores(parts: list[list[dict]]) -> list[dict]:
+    """Per seed, the mean BLEU of several test sets (empty unless every set has every seed)."""
+    if not parts or any(len(p) != len(parts[0]) for p in parts):
+        return []
+    return [{"bleu": sum(p[i]["bleu"] for p in parts) / len(parts)} for i in range(len(parts[0]))]
 
 
 def load_scores(paths: dict) -> dict[str, list[dict]]:
