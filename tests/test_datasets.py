@@ -242,3 +242,17 @@ def test_assemble_streams_cleaning_and_the_every_kth_hold_out(tmp_path):
     assert (tmp_path / "train.en").read_text().split("\n")[:-1] == [f"en {i}" for i in (1, 2, 4, 5, 7, 8)]
     assert stats["train"]["empty"] == 1 and stats["train"]["after_hold_out"] == 6 and stats["valid"]["kept"] == 2
     assert (tmp_path / "test.de").read_text() == "de 1\nde 2\n"
+
+
+def test_the_cli_accepts_every_corpus_format_the_readers_know(tmp_path):
+    """The workflow passes each split's `format` to `lwnmt tokenize` (NIST's `nist` included)."""
+    from layerwise_nmt.cli import FORMATS
+
+    assert sorted(FORMATS) == sorted(readers.READERS)
+    ref = tmp_path / "ref.sgm"
+    ref.write_text(NIST_REF, encoding="utf-8")
+    out = tmp_path / "ref.en"
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "tokenize", str(ref), str(out), "--lang", "en",
+                             "--format", "nist"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == "the cat sat\non the mat\n"

@@ -217,3 +217,54 @@ def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
         assert f"results/nist_zhen/mlrf.t3.dec_sa4/seed1/{split}.score.json" in out
     assert "results/nist_zhen/data/ref/mt04.zh-en.en" in out
     assert "results/wmt16_enro/data/ref/test.en-ro.ro" in out  # 13a BLEU: normalised, untokenized references
+
+
+def _nist_sgm(kind: str, docs: list[list[str]], refs: int = 1) -> str:
+    sets = [f'<{kind}set setid="x" srclang="zh" trglang="en">']
+    for r in range(refs):
+        for d, segments in enumerate(docs):
+            sysid = f' sysid="ref{r + 1}"' if kind == "ref" else ""
+            sets.append(f'<DOC docid="d{d}"{sysid}>')
+            sets += [f"<seg id={i + 1}>{text if kind == 'src' else f'{text} r{r + 1}'}</seg>"
+                     for i, text in enumerate(segments)]
+            sets.append("</DOC>")
+    return "\n".join(sets + [f"</{kind}set>"]) + "\n"
+
+
+def test_nist_from_a_user_directory_is_scored_on_all_four_references(tmp_path, mirror):
+    """The licensed NIST task end to end on a tiny stand-in LDC directory: SGML sets read, Chinese segmented with
+    jieba, word-level vocabularies (no BPE), every MT0x set decoded and scored against its 4 references."""
+    import gzip
+
+    english = gzip.open(mirror / "multi30k/train.en.gz", "rt", encoding="utf-8").read().splitlines()[:300]
+    chinese = ["".join("我们在" if i % 2 else "中国" for i in range(len(line.split()) // 2)) + " " + line.lower()
+               for line in english]
+    ldc = tmp_path / "ldc"
+    ldc.mkdir()
+    (ldc / "train.zh").write_text("\n".join(chinese) + "\n", encoding="utf-8")
+    (ldc / "train.en").write_text("\n".join(english) + "\n", encoding="utf-8")
+    for k, name in enumerate(("mt04", "mt05", "mt06", "mt08")):
+        docs = [chinese[k * 10 + d * 5: k * 10 + d * 5 + 5] for d in range(2)]
+        refs = [english[k * 10 + d * 5: k * 10 + d * 5 + 5] for d in range(2)]
+        (ldc / name).mkdir()
+        (ldc / name / "src.sgm").write_text(_nist_sgm("src", docs), encoding="utf-8")
+        (ldc / name / "ref.sgm").write_text(_nist_sgm("ref", refs, refs=4), encoding="utf-8")
+    overlay = tmp_path / "nist.yaml"
+    overlay.write_text(yaml.safe_dump({
+        "datasets": {"nist-zh-en": {"user_path": str(ldc)}},
+        "experiments": {"ci.nist": {
+            "task": "nist_zhen", "model": "transformer", "vocab": "separate",
+            "arch": {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},
+            "train": {"max_tokens": 1000, "lr": 0.003, "warmup_updates": 10, "max_epoch": 1, "patience": 0},
+            "decode": {"beam": 2, "max_len_a": 1.0, "max_len_b": 5},
+            "score": {"tokenize": "13a", "lowercase": True}, "average": None}}}))
+    run = tmp_path / "results/nist_zhen/ci.nist/seed1"
+    snakemake(tmp_path, f"{run.relative_to(tmp_path)}/mt04.score.json", "--configfile", str(ROOT / "config.yaml"),
+              str(overlay), mirror=mirror)
+    score = json.loads((run / "mt04.score.json").read_text())
+    assert score["references"] == 4 and "nrefs:4" in score["signature"] and "case:lc" in score["signature"]
+    refs = (tmp_path / "results/nist_zhen/data/ref/mt04.zh-en.en").read_text().splitlines()
+    assert len(refs) == 40 and refs[0].endswith("r1") and refs[10].endswith("r2")  # 4 refs × 10 segments
+    tokenized = (tmp_path / "results/nist_zhen/data/text/mt04.zh-en.zh").read_text(encoding="utf-8").splitlines()
+    assert len(tokenized) == 10 and "我们 在" in "\n".join(tokenized)  # jieba split the Chinese words
+    assert not (tmp_path / "results/nist_zhen/data/bpe/code").exists()  # word-level: no BPE

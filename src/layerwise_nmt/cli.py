@@ -11,6 +11,7 @@ from pathlib import Path
 from . import UserError
 
 log = logging.getLogger("layerwise_nmt")
+FORMATS = ["plain", "xml", "wmt", "ted_tags", "nist"]  # = data.readers.READERS (tests check they agree)
 
 
 def _checksum_args(p: argparse.ArgumentParser) -> None:
@@ -288,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input")
     p.add_argument("out")
     p.add_argument("--lang", required=True)
-    p.add_argument("--format", default="plain", choices=["plain", "xml", "wmt", "ted_tags"])
+    p.add_argument("--format", default="plain", choices=FORMATS)
     p.add_argument("--options", default="{}",
                    help='JSON, e.g. {"tokenizer": "moses", "aggressive_dash_splits": true, "lowercase": true}')
     p.add_argument("--normalize-only", action="store_true",
