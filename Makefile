@@ -10,7 +10,7 @@ LWNMT_DATA_MIRROR ?= $(if $(MIRROR),$(abspath $(MIRROR)))
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm readme bench-preprocess clean
+.PHONY: demo test test-slurm rehearse readme bench-preprocess clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ test-slurm: $(VENV)/.installed
 	bash scripts/slurm-up.sh
 	LWNMT_REQUIRE_SLURM=1 python -m pytest -q -m slurm; status=$$?; bash scripts/slurm-down.sh; exit $$status
 
+# Every experiment of every table and figure of config.yaml, end to end through the real rules, at toy size on
+# stand-in data (no BLEU meaning): rehearsal/summary.md lists the jobs per rule beside the full config's dry run and
+# every failure with its row. Needs the data mirror.
+rehearse: $(VENV)/.installed
+	python -m layerwise_nmt rehearse --dir rehearsal
+
 # After `make demo`: the README's results section from the demo's own table and figures.
 readme: $(VENV)/.installed
 	python -m layerwise_nmt readme --table results/tables/demo/T1.md \
@@ -40,4 +46,4 @@ bench-preprocess: $(VENV)/.installed
 	python benchmarks/preprocess.py
 
 clean:
-	rm -rf results .snakemake
+	rm -rf results rehearsal .snakemake

@@ -226,24 +226,37 @@ def cmd_params(a) -> None:
 
 def cmd_plan(a) -> None:
     from . import config as cfg
-    from .plan import plan, render, rows
+    from .plan import plan, render, render_budgets, rows
 
-    records = plan(cfg.load(*a.config))
+    config = cfg.load(*a.config)
+    records = plan(config)
     if a.format == "csv":
         import csv
 
-        table = rows(records, a.tflops)
+        table = rows(records, a.tflops, config)
         writer = csv.DictWriter(sys.stdout, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(table)
         return
     print(render(records, a.tflops))
+    print()
+    print(render_budgets(config))
 
 
 def cmd_readme(a) -> None:
     from .report.readme import update
 
     update(a.readme, a.table, a.figure)
+
+
+def cmd_rehearse(a) -> None:
+    from .rehearsal.run import rehearse
+
+    mirror = a.mirror or os.environ.get("LWNMT_DATA_MIRROR")
+    if not mirror or not Path(mirror).is_dir():
+        raise UserError(f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
+                        f"mirror (../shared/data-mirror, or $LWNMT_DATA_MIRROR)")
+    sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args))
 
 
 def cmd_status(a) -> None:
@@ -258,6 +271,13 @@ def cmd_status(a) -> None:
         print(f"\n{kind}s: {ready} of {len(selected)} can run")
         for s in selected:
             print(f"  {s.state:<7} {s.name:<{width}}  {'' if s.runnable else s.reason}")
+    from .plan import budget_warnings
+
+    flagged = budget_warnings(config)
+    print(f"\nbudgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "
+          f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)")
+    for line in flagged:
+        print(f"  flagged {line}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -422,6 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", required=True, help="a results/tables/<paper>/<table>.md")
     p.add_argument("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)")
     p.set_defaults(func=cmd_readme)
+
+    p = sub.add_parser("rehearse", help="run every row of config.yaml at toy size on stand-in data, through "
+                                        "Snakemake, and summarise what ran and what failed")
+    p.add_argument("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)")
+    p.add_argument("--mirror", help="the data mirror (default: $LWNMT_DATA_MIRROR)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
+    p.set_defaults(func=cmd_rehearse)
 
     p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
     p.add_argument("--config", **config_arg)

@@ -356,6 +356,17 @@ def row_statuses(config: dict) -> list[Status]:
     return out
 
 
+def rows_by_experiment(config: dict) -> dict[str, list[str]]:
+    """Experiment → the targeted table and figure rows that run it ("<paper> <table> · <label>")."""
+    out: dict[str, list[str]] = {}
+    for kind in ("tables", "figures"):
+        for paper, table in tables(config, kind):
+            for row in config["papers"][paper][kind][table]["rows"]:
+                if "experiment" in row:
+                    out.setdefault(row["experiment"], []).append(f"{paper} {table} · {row['label']}")
+    return out
+
+
 def all_statuses(config: dict) -> list[Status]:
     return (
         [task_status(config, t) for t in config["tasks"]]

@@ -362,6 +362,10 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
             order = epoch_order(batches, cfg.seed, progress["epoch"])
             per_update = world_size * cfg.update_freq
             order = order[: len(order) // per_update * per_update]  # every rank takes the same number of updates
+            if not order:  # else an update-bounded run would loop over empty epochs forever
+                raise UserError(f"{data_dir}: an epoch has {len(batches)} batches, fewer than the {per_update} "
+                                f"one update takes (update_freq {cfg.update_freq} × {world_size} ranks); lower "
+                                f"max_tokens or update_freq")
             stats = np.asarray(progress.setdefault("epoch_stats", [0.0] * 4))
             for position in range(progress["next_batch"], len(order), per_update):
                 group = order[position:position + per_update]
@@ -467,6 +471,8 @@ def warm_start(model: torch.nn.Module, path: str) -> list[str]:
     """Continued learning (GCA §3.3; Dou et al. §4): copy every tensor of a trained model into `model`, whose extra
     parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names."""
     trained = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    if hasattr(model, "warm_start_names"):  # a model whose layers moved a baseline tensor says where to
+        trained = model.warm_start_names(trained)
     own = model.state_dict()
     homeless = [k for k in trained if k not in own]
     if homeless:

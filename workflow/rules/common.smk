@@ -18,6 +18,10 @@ from layerwise_nmt import config as cfg
 from snakemake.utils import validate
 
 try:
+    if config.get("rehearsal") and not isinstance(config["rehearsal"], dict):  # `--config rehearsal=<stand-ins>`
+        from layerwise_nmt import rehearsal
+
+        rehearsal.apply(config, config["rehearsal"])
     # One-line errors naming the key, plus the cross-references a schema cannot check (task → dataset, ...).
     cfg.validate(config)
     TARGET_TASKS = cfg.runnable_tasks(config)
@@ -26,6 +30,10 @@ except UserError as err:
 validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
+    from layerwise_nmt.plan import budget_warnings
+
+    for line in budget_warnings(config):  # estimated before anything runs: fix these before spending GPU-days
+        logger.warning(f"budget: {line}")
     blocked = [s for s in cfg.all_statuses(config) if not s.runnable and s.state == "blocked"]
     if blocked:
         logger.info(f"{len(blocked)} tasks/experiments/table rows cannot run yet (e.g. {blocked[0].name}: "
@@ -278,5 +286,5 @@ def figure_spec(paper, figure):
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)
     return {"paper": paper, "figure": figure, "kind": spec["kind"], "caption": spec.get("caption", ""),
-            "xlabel": spec.get("xlabel", ""), "rows": rows}
+            "xlabel": spec.get("xlabel", ""), "rows": rows, "notice": cfg.get(config, "rehearsal/notice")}
 

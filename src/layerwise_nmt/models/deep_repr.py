@@ -23,6 +23,8 @@ Table 4 options: agg_residual all|top|none, agg_function sigmoid|relu|attention.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import torch
@@ -219,6 +221,19 @@ class DeepTransformer(Seq2Seq):
                                             config.decoder_layers, config)
         self.input_bias = nn.Parameter(torch.zeros(config.d_model)) if config.input_bias else None
         self.auxiliary_loss: Tensor | None = None  # −λ·L_div of the last training forward (the trainer adds it)
+
+    def warm_start_names(self, trained: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A trained baseline's tensors under this model's names (Dou et al. start every model from the baseline):
+        a multi-layer attention layer's ATT_1 (Eq. 8, i = 1: queries and keys from H^{l−1}) is the baseline
+        layer's own self-attention; its ATT_2 … ATT_k keep their default initialisation."""
+        renamed = {}
+        for name, tensor in trained.items():
+            match = re.fullmatch(r"(encoder|decoder)\.layers\.(\d+)\.(attn|self_attn)\.(.+)", name)
+            if match and isinstance(getattr(self, match.group(1)).layers[int(match.group(2))],
+                                    (MLAEncoderLayer, MLADecoderLayer)):
+                name = f"{match.group(1)}.layers.{match.group(2)}.mla.attns.0.{match.group(4)}"
+            renamed[name] = tensor
+        return renamed
 
     @staticmethod
     def lower(stack: nn.Module, i: int, x: Tensor, states: list[Tensor]):

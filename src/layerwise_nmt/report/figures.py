@@ -81,7 +81,8 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     for row in rows:
         per_seed = [json.loads(Path(p).read_text())["buckets"] for p in row["scores"]]
         for i, bucket in enumerate(per_seed[0]):
-            summary = seeds_summary([seed[i]["bleu"] for seed in per_seed])
+            # an empty bucket (no test sentence that long) has no BLEU: drawn as a gap, not a crash
+            summary = seeds_summary([seed[i]["bleu"] for seed in per_seed if seed[i]["bleu"] is not None])
             drawn.append({"row": row["label"], "bucket": bucket["bucket"], "sentences": bucket["sentences"],
                           "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]})
     table = pd.DataFrame.from_records(drawn, columns=["row", "bucket", "sentences", "ours_mean", "ours_sd", "seeds"])
@@ -239,6 +240,10 @@ def write(spec: dict, out_prefix: str) -> list[str]:
     if missing:  # say what is absent instead of drawing it
         fig.text(0.01, 0.01, "not drawn — " + "; ".join(missing), fontsize=6, wrap=True, va="bottom")
         fig.subplots_adjust(bottom=0.25)
+    if spec.get("notice"):  # a rehearsal's figure must not pass for a result
+        fig.text(0.5, 0.5, "REHEARSAL", fontsize=40, color="red", alpha=0.25, rotation=30, ha="center",
+                 va="center")
+        fig.text(0.01, 0.99, spec["notice"], fontsize=7, color="red", va="top")
     for ext in ("png", "pdf"):
         with atomic_path(f"{out_prefix}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")

@@ -1,0 +1,151 @@
+"""The rehearsal and the static budget check: a row whose policy cannot work is named before anything runs, and
+the rehearsal keeps every row's structure (its DAG has the full config's row jobs) while shrinking sizes."""
+
+import gzip
+import hashlib
+import io
+import json
+import math
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from layerwise_nmt import config as cfg
+from layerwise_nmt.plan import budget, budget_warnings
+from layerwise_nmt.rehearsal import apply
+from layerwise_nmt.rehearsal.overlay import shrink, squeeze
+from layerwise_nmt.rehearsal.run import ROW_RULES, SNAKEMAKE, dry_run, owner, parse_log
+from layerwise_nmt.rehearsal.standins import Manifest, build
+
+ENFR_ROW = "gca T2 · En-Fr Transformer (re-implementation)"
+
+
+def enfr_mistake(path):
+    """The full config with GCA En-Fr as it was: 30K updates of one GPU batch, averaged by epoch."""
+    overlay = path / "mistake.yaml"
+    overlay.write_text(yaml.safe_dump({"experiments": {"gca.enfr.transformer": {
+        "train": {"update_freq": 1, "max_update": 30000, "save_interval_updates": 0},
+        "average": {"num": 10, "by": "epoch"}}}}))
+    return overlay
+
+
+def test_static_check_names_the_row_that_cannot_average(tmp_path):
+    assert budget_warnings(cfg.load(ROOT / "config.yaml")) == []  # the real grid: every policy can work
+    config = cfg.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
+    b = budget(config, "gca.enfr.transformer")
+    assert b.epochs == pytest.approx(30000 * 3584 / (36_000_000 * 32)) and b.ends_mid_epoch
+    [warning] = [w for w in budget_warnings(config) if w.startswith("gca.enfr.transformer ")]
+    assert ENFR_ROW in warning and "no epoch checkpoint" in warning
+    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
+                          str(enfr_mistake(tmp_path))], capture_output=True, text=True, check=True).stdout
+    assert f"flagged gca.enfr.transformer" in out and ENFR_ROW in out
+    dry = subprocess.run(SNAKEMAKE + ["-d", str(tmp_path), "-n", "--cores", "1", "--configfile",
+                                      str(ROOT / "config.yaml"), str(enfr_mistake(tmp_path))],
+                         capture_output=True, text=True)
+    assert "budget: gca.enfr.transformer" in dry.stdout + dry.stderr  # at `snakemake -n` time too
+
+
+@pytest.mark.parametrize("change, phrase", [
+    ({"train": {"patience": 200}}, "early stopping cannot act"),
+    ({"train": {"warmup_updates": 500000}}, "the lr never peaks"),
+    ({"average": {"num": 80, "by": "epoch"}}, "average of 80 epoch checkpoints"),
+    ({"average": {"num": 10, "by": "update"}}, "no update checkpoint is saved"),
+])
+def test_static_check_flags_each_policy(tmp_path, change, phrase):
+    overlay = tmp_path / "change.yaml"
+    overlay.write_text(yaml.safe_dump({"experiments": {"gca.deen.transformer": change}}))
+    warnings = budget_warnings(cfg.load(ROOT / "config.yaml", overlay))
+    assert any(w.startswith("gca.deen.transformer ") and phrase in w for w in warnings), warnings
+
+
+def test_squeeze_keeps_every_relation_that_decides_a_policy(tmp_path):
+    """For every experiment: the rehearsal ends mid-epoch iff the real run does, before its first epoch iff the
+    real run does, and has a policy problem iff the real run has one (with the En-Fr mistake planted)."""
+    assert all(squeeze(a) <= squeeze(b) for a, b in zip(range(0, 200), range(1, 201)))
+    config = cfg.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
+    rehearsal = shrink(config, Manifest())
+    for name in config["experiments"]:
+        real, small = budget(config, name), budget(rehearsal, name)
+        if real.epochs is None:
+            continue
+        assert small.ends_mid_epoch == real.ends_mid_epoch, name
+        assert (math.floor(real.epochs) == 0) == (math.floor(small.epochs) == 0), name
+        assert bool(small.problems) == bool(real.problems), (name, real.problems, small.problems)
+        assert small.updates < 200, name  # and it is small
+        e = cfg.experiment(rehearsal, name)
+        assert e["arch"]["d_model"] == 16 and e["seeds"] == cfg.experiment(config, name)["seeds"]
+        assert e["train"].get("update_freq", 1) == cfg.experiment(config, name)["train"].get("update_freq", 1)
+    assert "no epoch checkpoint" in budget(rehearsal, "gca.enfr.transformer").problems[0]
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory, mirror):
+    out = tmp_path_factory.mktemp("rehearsal") / "standins"
+    return out, build(cfg.load(ROOT / "config.yaml"), mirror, out)
+
+
+def test_standins_have_the_releases_formats_and_packaging(standins):
+    out, manifest = standins
+    root = out / "mirror"
+    assert "NOT the real corpora" in (out / "STANDINS.md").read_text()
+    with tarfile.open(root / "iwslt14-ro-en/2014-01.tgz") as outer:  # IWSLT: a pair's .tgz inside the campaign's
+        inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile("2014-01/texts/ro/en/ro-en.tgz").read()))
+        tags = inner.extractfile("ro-en/train.tags.ro-en.ro").read().decode()
+    assert "<talkid>1</talkid>" in tags and "<url>" in tags and "<title>" in tags
+    with tarfile.open(root / "wmt14-en-fr/training-giga-fren.tar") as tar:  # a .gz inside a .tar
+        assert gzip.decompress(tar.extractfile("giga-fren.release2.fixed.fr.gz").read()).decode().count("\n") > 10
+    with zipfile.ZipFile(root / "wmt17-zh-en/casia2015.zip") as zf:  # TFDS's wildcard members made concrete
+        assert sorted(zf.namelist()) == ["casia2015/standin_ch.txt", "casia2015/standin_en.txt"]
+        assert "。" in zf.read("casia2015/standin_ch.txt").decode()
+    with tarfile.open(root / "wmt14-en-fr/test-full.tgz") as tar:  # WMT SGML
+        assert '<seg id="1">' in tar.extractfile("test-full/newstest2014-fren-ref.fr.sgm").read().decode()
+    assert (out / "user/nist-zh-en/mt04/ref.sgm").read_text().count("<DOC") == 4  # 4 references
+    real = root / "wmt14-en-de/test-full/newstest2014-deen-src.en.sgm"
+    assert real.is_symlink()  # the mirror's own files are used as they are, checksums and all
+    archive = root / "wmt14-en-de/training-parallel-europarl-v7.tgz"
+    digest = manifest.digests[("wmt14-en-de", "training-parallel-europarl-v7.tgz")]["sha256"]
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == digest
+    config = cfg.load(ROOT / "config.yaml")
+    apply(config, out)
+    cfg.validate(config)
+    assert config["datasets"]["wmt14-en-de"]["archives"]["training-parallel-europarl-v7.tgz"]["sha256"] == digest
+    assert config["datasets"]["wmt14-en-fr"]["archives"]["training-parallel-europarl-v7.tgz"]["sha256"] != digest
+    assert all(cfg.task_status(config, t).runnable for t in config["tasks"])
+
+
+def test_rehearsal_dag_has_every_row_job_of_the_full_config(standins, tmp_path, mirror):
+    out, manifest = standins
+    env = {"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin", "LWNMT_DATA_MIRROR": str(mirror)}
+    supplied = tmp_path / "nist.yaml"
+    supplied.write_text(yaml.safe_dump({"datasets": {k: {"user_path": v} for k, v in manifest.user_paths.items()}}))
+    full = dry_run(tmp_path / "full", "--configfile", str(ROOT / "config.yaml"), str(supplied), env=env)
+    planned = dry_run(tmp_path / "rehearsal", "--config", f"rehearsal={out}", env=env)
+    assert full["train"] > 150 and full["figure"] == 6
+    for rule in ROW_RULES:
+        assert planned[rule] == full[rule], rule
+    assert planned["fetch"] == 0  # everything from the stand-in mirror
+
+
+def test_summary_parses_failures_with_their_rows():
+    log = """Finished jobid: 3 (Rule: train)
+Finished jobid: 4 (Rule: train)
+Error in rule average:
+    jobid: 9
+    output: results/wmt14_enfr/gca.enfr.transformer/seed1/averaged.pt
+    log: results/wmt14_enfr/gca.enfr.transformer/seed1/average.log (check log file(s) for error details)
+Error in rule average:
+    jobid: 9
+    output: results/wmt14_enfr/gca.enfr.transformer/seed1/averaged.pt
+    log: results/wmt14_enfr/gca.enfr.transformer/seed1/average.log (check log file(s) for error details)
+"""
+    finished, failures = parse_log(log)
+    assert finished["train"] == 2
+    assert failures == [{"rule": "average", "output": "results/wmt14_enfr/gca.enfr.transformer/seed1/averaged.pt",
+                         "log": "results/wmt14_enfr/gca.enfr.transformer/seed1/average.log", "attempts": 2}]
+    name, rows = owner(failures[0]["output"], cfg.load(ROOT / "config.yaml"))
+    assert name == "gca.enfr.transformer" and ENFR_ROW in rows
