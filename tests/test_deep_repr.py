@@ -104,3 +104,20 @@ def test_odd_depth_tree_ends_with_a_two_input_node():
     assert [node.n_inputs for node in model.encoder_agg.nodes] == [2, 2]
     src, prev = batch()
     assert_autoregressive(model, src, prev)
+
+
+def test_multi_layer_attention_warm_starts_from_the_baseline(tmp_path):
+    """Dou et al. start every model from the trained baseline: an MLA layer's ATT_1 (queries and keys from H^{l-1},
+    Eq. 8) takes the baseline layer's self-attention, everything else is copied; ATT_2 keeps its own init."""
+    from layerwise_nmt.train import warm_start
+
+    small = dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3)
+    base = build("deep", small)
+    torch.save({"model": base.state_dict()}, tmp_path / "base.pt")
+    mla = build("deep", {**small, "mla_k": 2})
+    new = warm_start(mla, str(tmp_path / "base.pt"))
+    for side, name in (("encoder", "attn"), ("decoder", "self_attn")):
+        copied = getattr(mla, side).layers[2].mla.attns[0].qkv.weight
+        assert torch.equal(copied, getattr(getattr(base, side).layers[2], name).qkv.weight)
+        assert torch.equal(getattr(mla, side).layers[0].ffn.fc1.weight, getattr(base, side).layers[0].ffn.fc1.weight)
+    assert any(".mla.attns.1." in n for n in new) and not any(".mla.attns.0." in n for n in new)

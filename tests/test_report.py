@@ -107,6 +107,10 @@ def test_length_bucket_figure_averages_seeds_per_bucket(tmp_path):
     drawn = pd.read_csv(tmp_path / "F3.csv").set_index(["row", "bucket"])
     assert drawn.loc[("baseline", "[0, 10)"), "ours_mean"] == 31 and drawn.loc[("baseline", ">= 10"), "seeds"] == 2
     assert drawn.loc[("full", ">= 10"), "ours_mean"] == 25
+    # a bucket no test sentence falls into has no BLEU (the rehearsal found the figure crashing on it): a gap
+    spec["rows"][1]["scores"] = [score("f2", [31, None])]
+    assert draw(spec, str(tmp_path / "F3b")) == []
+    assert pd.isna(pd.read_csv(tmp_path / "F3b.csv").set_index(["row", "bucket"]).loc[("full", ">= 10"), "ours_mean"])
 
 
 def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):

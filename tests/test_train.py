@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from layerwise_nmt import UserError
 from layerwise_nmt.average import average, last_checkpoints
 from layerwise_nmt.data.batching import ParallelData, collate, make_batches
 from layerwise_nmt.data.binarize import binarize
@@ -290,3 +291,16 @@ def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stderr
     assert torch.load(tmp_path / "model.pt", weights_only=False)["progress"]["update"] == state["progress"]["update"] + 2
+
+
+def test_cosine_schedule_is_wu_et_al_recipe():
+    """GCA's DynamicConv WMT rows: linear warm-up 1e-7 → 1e-3 over 10K updates, one 20K cosine period to 1e-7."""
+    cfg = TrainConfig.from_dict({"lr_scheduler": "cosine", "lr": 1e-3, "warmup_updates": 10000, "warmup_init_lr": 1e-7,
+                                 "min_lr": 1e-7, "lr_period_updates": 20000, "max_update": 30000})
+    assert lr_at(5000, cfg, 1024) == pytest.approx(1e-7 + (1e-3 - 1e-7) / 2)
+    assert lr_at(10000, cfg, 1024) == pytest.approx(1e-3)
+    assert lr_at(20001, cfg, 1024) == pytest.approx((1e-3 + 1e-7) / 2)
+    assert lr_at(30000, cfg, 1024) == pytest.approx(1e-7, abs=1e-10)
+    assert all(lr_at(u, cfg, 1024) >= lr_at(u + 1, cfg, 1024) for u in range(10000, 30000, 997))
+    with pytest.raises(UserError, match="lr_period_updates"):
+        TrainConfig.from_dict({"lr_scheduler": "cosine", "max_update": 1})

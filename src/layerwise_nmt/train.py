@@ -51,9 +51,11 @@ class TrainConfig(Settings):
     update_freq: int = 1
     skip_longer_than: int = 0  # leave out training pairs with more subword units on either side (0 = keep all)
     lr: float = 5e-4  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
-    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | polynomial_decay | fixed
+    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | polynomial_decay | cosine | fixed
     total_num_update: int = 0  # polynomial_decay: lr reaches end_learning_rate here (fairseq's name)
     end_learning_rate: float = 0.0
+    min_lr: float = 0.0  # cosine: the floor of each period (fairseq's --min-lr)
+    lr_period_updates: int = 0  # cosine: period after warm-up (fairseq's name; Wu et al. 2019: 20,000)
     warmup_updates: int = 4000
     warmup_init_lr: float = 1e-7
     adam_betas: tuple[float, float] = (0.9, 0.98)
@@ -80,9 +82,11 @@ class TrainConfig(Settings):
     seed: int = 1
 
     def check(self) -> None:
-        if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "fixed"):
-            raise UserError(f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay "
-                            f"or fixed")
+        if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "cosine", "fixed"):
+            raise UserError(f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay, "
+                            f"cosine or fixed")
+        if self.lr_scheduler == "cosine" and not self.lr_period_updates:
+            raise UserError("lr_scheduler=cosine needs lr_period_updates")
         if self.lr_scheduler == "polynomial_decay" and not self.total_num_update:
             raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
         if self.early_stop_metric not in ("loss", "bleu"):
@@ -101,8 +105,12 @@ def lr_at(update: int, cfg: TrainConfig, d_model: int, restarted: bool = False) 
         return cfg.lr
     if cfg.lr_scheduler == "noam":  # lr = scale · d^-0.5 · min(t^-0.5, t · warmup^-1.5)  (Vaswani et al. Eq. 3)
         return cfg.lr * d_model**-0.5 * min(update**-0.5, update * cfg.warmup_updates**-1.5)
-    if update < cfg.warmup_updates:  # linear warmup (fairseq's inverse_sqrt and polynomial_decay)
+    if update < cfg.warmup_updates:  # linear warmup (fairseq's inverse_sqrt, polynomial_decay and cosine)
         return cfg.warmup_init_lr + (cfg.lr - cfg.warmup_init_lr) * update / cfg.warmup_updates
+    if cfg.lr_scheduler == "cosine":  # fairseq's cosine (t_mult 1, no shrink): min_lr + ½Δ(1 + cos(π t / period))
+        # t counts completed post-warm-up updates, so the budget's last update (warmup + period) is at min_lr
+        t = max(0, update - 1 - cfg.warmup_updates) % cfg.lr_period_updates
+        return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t / cfg.lr_period_updates))
     if cfg.lr_scheduler == "polynomial_decay":  # then linearly down to end_learning_rate (fairseq, power 1)
         left = max(0.0, 1 - (update - cfg.warmup_updates) / max(1, cfg.total_num_update - cfg.warmup_updates))
         return cfg.end_learning_rate + (cfg.lr - cfg.end_learning_rate) * left
