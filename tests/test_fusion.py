@@ -100,3 +100,11 @@ def test_fan_in_initialisation_and_untied_output():
                                      init="fan_in"))
     assert tied.output.weight is tied.encoder.embed.tokens.weight
     assert tied.output.weight.std() > 16**-0.5 * 0.8  # the embedding's N(0, d^-0.5), not U(±1/sqrt(d))
+
+
+def test_both_avg_sa_averages_layers_one_to_l_and_attends_over_zero_to_l():
+    """MLRF T3's Both-AVG-SA: the encoder's AVG is (1/L)·Σ_{l=1..L} (as Enc-AVG), the decoder's SA reads z^0..z^L."""
+    model = tiny(encoder_fusion="avg", decoder_fusion="sa", n_hop=2, independent_w1=True)
+    states = [torch.randn(2, 3, model.config.d_model) for _ in range(model.config.encoder_layers + 1)]
+    assert torch.allclose(model.encoder_fusion(states, model.layer_embedding), torch.stack(states[1:]).mean(0))
+    assert model.decoder_fusion.w1.shape[0] == model.config.decoder_layers + 1  # one W_1 per input z^0..z^L

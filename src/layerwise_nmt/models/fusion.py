@@ -65,8 +65,11 @@ class LayerFusion(nn.Module):
 
     def __init__(self, kind: str, layers: int, config: FusionConfig):
         super().__init__()
-        d, self.kind, self.word_embedding = config.d_model, kind, config.word_embedding
-        inputs = layers + 1 if config.word_embedding else layers
+        # AVG is printed as (1/L)·Σ_{l=1..L} whatever the flag: z^0 joins only the weighted fusions (FNN, SA; Table
+        # 4 ablates it there), so Both-AVG-SA averages 1..L in the encoder and attends over 0..L in the decoder
+        self.word_embedding = config.word_embedding and kind != "avg"
+        d, self.kind = config.d_model, kind
+        inputs = layers + 1 if self.word_embedding else layers
         if kind == "sa":
             w1 = (inputs, d, config.d_a) if config.independent_w1 else (d, config.d_a)
             self.w1 = nn.Parameter(torch.empty(w1).uniform_(-d**-0.5, d**-0.5))
