@@ -108,3 +108,15 @@ def test_both_avg_sa_averages_layers_one_to_l_and_attends_over_zero_to_l():
     states = [torch.randn(2, 3, model.config.d_model) for _ in range(model.config.encoder_layers + 1)]
     assert torch.allclose(model.encoder_fusion(states, model.layer_embedding), torch.stack(states[1:]).mean(0))
     assert model.decoder_fusion.w1.shape[0] == model.config.decoder_layers + 1  # one W_1 per input z^0..z^L
+
+
+def test_one_w1_per_hop_gives_the_printed_dec_sa_6_hop_count():
+    """T2 prints 13.47M for Dec-SA (n_hop=6), 1.31M above Enc-SA (6 hops); a W_1 per hop adds exactly 5 × d·d_a."""
+    shared = count_parameters(build("mlrf", {**PAPER_VOCAB, "decoder_fusion": "sa", "n_hop": 6}))
+    per_hop = count_parameters(build("mlrf", {**PAPER_VOCAB, "decoder_fusion": "sa", "n_hop": 6, "w1_per_hop": True}))
+    assert round(shared / 1e6, 2) == 12.16 and per_hop == 13_472_796 and per_hop - shared == 5 * 256 * 1024
+    model = tiny(decoder_fusion="sa", n_hop=3, w1_per_hop=True)
+    src, prev = toy_batch(40, 30)
+    model(src, prev)
+    weights = model.decoder_fusion.last_weights  # (B, T, n_hop, L+1), each hop a distribution over layers
+    assert weights.shape[2:] == (3, 4) and torch.allclose(weights.sum(-1), torch.ones(weights.shape[:3]))

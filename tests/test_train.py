@@ -304,3 +304,20 @@ def test_cosine_schedule_is_wu_et_al_recipe():
     assert all(lr_at(u, cfg, 1024) >= lr_at(u + 1, cfg, 1024) for u in range(10000, 30000, 997))
     with pytest.raises(UserError, match="lr_period_updates"):
         TrainConfig.from_dict({"lr_scheduler": "cosine", "max_update": 1})
+
+
+def test_final_model_best_is_the_epoch_early_stopping_chose(data, tmp_path):
+    """LWC stops on validation: model.pt must be the epoch judged best (checkpoint_best.pt), not the last one."""
+    import csv
+
+    save = tmp_path / "run"
+    train(spec(max_epoch=4, patience=3, final_model="best", lr=0.02), str(data), "de", "en", str(save),
+          str(tmp_path / "model.pt"))
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        losses = [float(row["valid_loss"]) for row in csv.DictReader(f)]
+    best_epoch = losses.index(min(losses)) + 1
+    final, best = (torch.load(p, weights_only=False) for p in (tmp_path / "model.pt", save / "checkpoint_best.pt"))
+    assert final["final_from"] == f"checkpoint_best.pt (epoch {best_epoch})"
+    epoch = torch.load(save / f"checkpoint{best_epoch}.pt", weights_only=False)
+    for key, tensor in final["model"].items():
+        assert torch.equal(tensor, best["model"][key]) and torch.equal(tensor, epoch["model"][key]), key

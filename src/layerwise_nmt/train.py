@@ -68,6 +68,9 @@ class TrainConfig(Settings):
     max_minutes: float = 0.0  # wall-clock training budget (resumes keep counting)
     patience: int = 0  # epochs without a better validation score before stopping; 0 = off
     early_stop_metric: str = "loss"  # loss | bleu (beam search on the validation set each epoch: slower)
+    # last | best: which weights become model.pt. best = the epoch early stopping judged best (fairseq's
+    # checkpoint_best.pt), so that a run stopped by patience decodes the model it selected, not the one after it
+    final_model: str = "last"
     valid_beam: int = 1  # beam size for validation BLEU
     restart_after_epochs: int = 0  # RestartAdam: 0 = off
     restart_lr: float = 5e-5
@@ -91,6 +94,8 @@ class TrainConfig(Settings):
             raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
         if self.early_stop_metric not in ("loss", "bleu"):
             raise UserError(f"early_stop_metric={self.early_stop_metric!r}; expected loss or bleu")
+        if self.final_model not in ("last", "best"):
+            raise UserError(f"final_model={self.final_model!r}; expected last or best")
         if self.amp not in ("none", "bf16", "fp16"):
             raise UserError(f"amp={self.amp!r}; expected none, bf16 or fp16")
         if not (self.max_update or self.max_epoch or self.max_minutes):
@@ -407,7 +412,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                 save(f"checkpoint_{progress['epoch']}_{progress['update']}.pt", "checkpoint_last.pt")
                 break
             _record(progress, stats, valid, optimizer, partial=False)
-            _early_stopping(progress, cfg, valid)
+            improved = _early_stopping(progress, cfg, valid)
             if _should_restart(progress, cfg):
                 progress["restarted"], progress["restart_epoch"] = True, progress["epoch"]
                 optimizer = _adam(model, cfg)  # RestartAdam: fresh moment estimates
@@ -415,7 +420,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                          progress["epoch"], cfg.restart_lr, *_batch_limits(cfg, True))
             finished = progress["epoch"]
             progress["epoch"], progress["next_batch"], progress["epoch_stats"] = finished + 1, 0, [0.0] * 4
-            save(f"checkpoint{finished}.pt", "checkpoint_last.pt")
+            save(f"checkpoint{finished}.pt", "checkpoint_last.pt", *(["checkpoint_best.pt"] if improved else []))
             if rank == 0:
                 _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
             if stopping() and not _finished(progress, cfg):
@@ -431,7 +436,16 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
         for s, handler in previous.items():
             signal.signal(s, handler)
     if rank == 0 and final:
-        save_checkpoint(Path(final), {"model": model.state_dict(), "model_name": spec["model"],
+        weights, chosen = model.state_dict(), "the last update"
+        best = save_dir_path / "checkpoint_best.pt"
+        if cfg.final_model == "best" and best.exists():
+            best_state = torch.load(best, map_location="cpu", weights_only=False)
+            weights, chosen = best_state["model"], f"{best.name} (epoch {best_state['progress']['epoch'] - 1})"
+        elif cfg.final_model == "best":
+            log.warning("final_model=best, but no epoch improved on the validation set: %s gets the last weights",
+                        final)
+        log.info("%s: the weights of %s", final, chosen)
+        save_checkpoint(Path(final), {"model": weights, "model_name": spec["model"], "final_from": chosen,
                                       "model_config": model.config.to_dict(), "progress": progress})
     if dist.is_initialized():
         dist.barrier()
@@ -456,7 +470,7 @@ def _should_restart(progress: dict, cfg: TrainConfig) -> bool:
 
 # Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself.
 RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
-                     "keep_interval_updates", "save_interval_updates")
+                     "keep_interval_updates", "save_interval_updates", "final_model")
 
 
 def resume_key(spec: dict) -> dict:
@@ -521,15 +535,18 @@ def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: 
              valid["loss"], valid["nll"], 2 ** valid["nll"], valid["accuracy"])
 
 
-def _early_stopping(progress: dict, cfg: TrainConfig, valid: dict) -> None:
+def _early_stopping(progress: dict, cfg: TrainConfig, valid: dict) -> bool:
+    """Track the best validation score; returns whether this epoch is the best so far."""
     score = -valid["loss"] if cfg.early_stop_metric == "loss" else valid["bleu"]  # higher is better
-    if score > progress["best_valid"]:
+    improved = score > progress["best_valid"]
+    if improved:
         progress["best_valid"], progress["bad_epochs"] = score, 0
     else:
         progress["bad_epochs"] += 1
     if cfg.patience and progress["bad_epochs"] >= cfg.patience:
         log.info("early stop: no better validation %s for %d epochs", cfg.early_stop_metric, cfg.patience)
         progress["early_stopped"] = True
+    return improved
 
 
 def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer) -> None:

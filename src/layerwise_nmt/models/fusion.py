@@ -45,6 +45,7 @@ class FusionConfig(ModelConfig):
     d_a: int = 1024  # SA's inner size (W_1: d × d_a)
     d_f: int = 512  # the fusion FNN's hidden size
     independent_w1: bool = False  # Table 3 "+ indep. W_1": one W_1 per layer
+    w1_per_hop: bool = False  # one W_1 per hop (h): the reading that gives T2's printed 13.47M for Dec-SA, 6 hops
     word_embedding: bool = True  # fuse z^0 too (Table 4 ablation: off)
     layer_embedding: bool = True  # z̃^l = z^l + E^l, E shared by encoder and decoder (Table 4 ablation: off)
     tie: str = "none"  # the backbone MLRF's counts imply: separate embeddings, untied output layer with bias
@@ -56,6 +57,8 @@ class FusionConfig(ModelConfig):
         for side in ("encoder_fusion", "decoder_fusion"):
             if getattr(self, side) not in FUSIONS:
                 raise UserError(f"{side}={getattr(self, side)!r}; expected one of {', '.join(FUSIONS)}")
+        if self.independent_w1 and self.w1_per_hop:
+            raise UserError("independent_w1 (a W_1 per layer) and w1_per_hop (a W_1 per hop) exclude each other")
         if self.encoder_layers != self.decoder_layers and self.layer_embedding:
             raise UserError("the layer embedding is shared by encoder and decoder: equal layer counts needed")
 
@@ -71,7 +74,9 @@ class LayerFusion(nn.Module):
         d, self.kind = config.d_model, kind
         inputs = layers + 1 if self.word_embedding else layers
         if kind == "sa":
-            w1 = (inputs, d, config.d_a) if config.independent_w1 else (d, config.d_a)
+            w1 = ((inputs, d, config.d_a) if config.independent_w1 else (config.n_hop, d, config.d_a)
+                  if config.w1_per_hop else (d, config.d_a))
+            self.per_hop = config.w1_per_hop
             self.w1 = nn.Parameter(torch.empty(w1).uniform_(-d**-0.5, d**-0.5))
             self.w2 = nn.Linear(config.d_a, config.n_hop, bias=False)
             inputs = config.n_hop  # the FNN below reads the n_hop attended vectors
@@ -88,11 +93,15 @@ class LayerFusion(nn.Module):
         if layer_embedding is not None:  # Eq. 4; rows 0..L, or 1..L without z^0
             z = z + layer_embedding[-z.size(2):]
         if self.kind == "sa":
-            if self.w1.dim() == 3:  # independent W_1 per layer
-                hidden = torch.einsum("btld,lda->btla", z, self.w1)
+            if self.per_hop:  # hop h scores with its own W_1^h and row h of W_2: (B, T, n_hop, L')
+                hidden = torch.tanh(torch.einsum("btld,hda->bthla", z, self.w1))
+                a = F.softmax(torch.einsum("bthla,ha->bthl", hidden, self.w2.weight), dim=3)
             else:
-                hidden = z @ self.w1
-            a = F.softmax(self.w2(torch.tanh(hidden)), dim=2).transpose(2, 3)  # Eqs. 5-6: (B, T, n_hop, L')
+                if self.w1.dim() == 3:  # independent W_1 per layer
+                    hidden = torch.einsum("btld,lda->btla", z, self.w1)
+                else:
+                    hidden = z @ self.w1
+                a = F.softmax(self.w2(torch.tanh(hidden)), dim=2).transpose(2, 3)  # Eqs. 5-6: (B, T, n_hop, L')
             self.last_weights = a.detach()
             z = a @ z  # Eq. 7: (B, T, n_hop, D)
         return self.norm(self.fnn(z.flatten(2)))
