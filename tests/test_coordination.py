@@ -40,20 +40,25 @@ def eq3_reference(model, src, prev):
     mask = torch.cat([keys_src, keys_tgt.expand(src.size(0), 1, S + T, T)], dim=-1)
     for layer in model.layers:
         x, _ = layer.attend(x, mask)
-    return x[:, S:] @ model.tokens.weight.t()
+    top = x[:, S:]
+    if model.config.norm == "pre":  # t2t: a pre-norm stack's output is layer-normalised once more
+        top = torch.nn.functional.layer_norm(top, (top.size(-1),), model.final_norm.weight, model.final_norm.bias)
+    return top @ model.tokens.weight.t()
 
 
 @torch.no_grad()
-def test_two_pass_implementation_is_eq3_mixed_attention_over_the_concatenation():
-    model = tiny()
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_two_pass_implementation_is_eq3_mixed_attention_over_the_concatenation(norm):
+    model = tiny(norm=norm)
     src, prev = batch()
     assert torch.allclose(model(src, prev), eq3_reference(model, src, prev), atol=1e-5)
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("norm", ["post", "pre"])
 @pytest.mark.parametrize("flags", VARIANTS.values(), ids=VARIANTS.keys())
-def test_target_prefix_only_source_independent_of_target_and_cached_decoding(flags, monkeypatch):
-    model = tiny(**flags)
+def test_target_prefix_only_source_independent_of_target_and_cached_decoding(flags, norm, monkeypatch):
+    model = tiny(**flags, norm=norm)
     src, prev = batch()
     assert_target_prefix_only(model, src, prev)
     sources = []
@@ -117,6 +122,10 @@ def test_parameter_counts_beside_the_papers():
     assert count("lwc", layers=14, mixed_attention=False) - lwc == 14 * 2 * 256  # our reading: one extra LN each
     assert round(count("context_gate", tie="all") / 1e6, 2) == 19.08  # §5.4 "19.08M"
     assert round(count("transformer", tie="all") / 1e6, 2) == 19.07  # T1 Transformer-small at the same vocabulary
+    # pre-norm (t2t, the rows' setting) adds one final LN: to the shared stack, to each of encoder and decoder
+    assert count("lwc", layers=14, norm="pre") - lwc == 2 * 256
+    assert round(count("lwc", layers=14, norm="pre") / 1e6, 2) == 19.07
+    assert round(count("context_gate", tie="all", norm="pre") / 1e6, 2) == 19.08
 
 
 @torch.no_grad()
@@ -133,3 +142,4 @@ def test_context_gate_starts_as_the_baseline_and_stays_causal():
         layer.gate.normal_()
     assert not torch.allclose(gated(src, prev), plain(src, prev), atol=1e-3)
     assert_autoregressive(gated, src, prev)
+    assert_autoregressive(build("context_gate", {**settings, "norm": "pre"}).eval(), src, prev)

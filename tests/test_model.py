@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from torch import nn
 
-from conftest import assert_target_prefix_only
+from conftest import assert_autoregressive, assert_target_prefix_only
 
 from layerwise_nmt import UserError
 from layerwise_nmt.models import build
@@ -100,3 +101,66 @@ def test_mlrf_backbone_count_is_the_papers():
     model = build("transformer", dict(src_vocab=8389, tgt_vocab=6428, preset="small", encoder_layers=3,
                                       decoder_layers=3, tie="none", output_bias=True))
     assert round(count_parameters(model) / 1e6, 2) == 10.97
+
+
+def torch_reference(model, norm_first: bool):
+    """PyTorch's own nn.Transformer stacks with our weights copied in: an independent statement of post-/pre-norm
+    (norm_first), including the final LayerNorm a pre-norm stack ends with."""
+    c = model.config
+    layer = dict(d_model=c.d_model, nhead=c.heads, dim_feedforward=c.d_ff, dropout=0.0, batch_first=True,
+                 norm_first=norm_first)
+    final = (lambda: nn.LayerNorm(c.d_model)) if norm_first else (lambda: None)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), c.encoder_layers, final(),
+                                    enable_nested_tensor=False)
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), c.decoder_layers, final())
+    with torch.no_grad():
+        for ours, theirs in zip(model.encoder.layers, encoder.layers):
+            theirs.self_attn.in_proj_weight.copy_(ours.attn.qkv.weight)
+            theirs.self_attn.in_proj_bias.copy_(ours.attn.qkv.bias)
+            theirs.self_attn.out_proj.load_state_dict(ours.attn.out.state_dict())
+            for a, b in ((theirs.linear1, ours.ffn.fc1), (theirs.linear2, ours.ffn.fc2), (theirs.norm1, ours.norm1),
+                         (theirs.norm2, ours.norm2)):
+                a.load_state_dict(b.state_dict())
+        for ours, theirs in zip(model.decoder.layers, decoder.layers):
+            theirs.self_attn.in_proj_weight.copy_(ours.self_attn.qkv.weight)
+            theirs.self_attn.in_proj_bias.copy_(ours.self_attn.qkv.bias)
+            theirs.self_attn.out_proj.load_state_dict(ours.self_attn.out.state_dict())
+            x = ours.cross_attn
+            theirs.multihead_attn.in_proj_weight.copy_(torch.cat([x.q.weight, x.kv.weight]))
+            theirs.multihead_attn.in_proj_bias.copy_(torch.cat([x.q.bias, x.kv.bias]))
+            theirs.multihead_attn.out_proj.load_state_dict(x.out.state_dict())
+            for a, b in ((theirs.linear1, ours.ffn.fc1), (theirs.linear2, ours.ffn.fc2), (theirs.norm1, ours.norm1),
+                         (theirs.norm2, ours.norm2), (theirs.norm3, ours.norm3)):
+                a.load_state_dict(b.state_dict())
+        for stack, theirs in ((model.encoder, encoder), (model.decoder, decoder)):
+            if norm_first:
+                theirs.norm.load_state_dict(stack.final_norm.state_dict())
+    return encoder.eval(), decoder.eval()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_layers_equal_pytorchs_transformer_post_and_pre_norm(norm):
+    model = tiny(norm=norm)
+    encoder, decoder = torch_reference(model, norm_first=norm == "pre")
+    src, prev = batch()
+    pad = src == 1
+    memory = encoder(model.encoder.embed(src), src_key_padding_mask=pad)
+    assert torch.allclose(model.encoder(src).states[-1][~pad], memory[~pad], atol=1e-5)
+    causal = nn.Transformer.generate_square_subsequent_mask(prev.size(1))
+    hidden = decoder(model.decoder.embed(prev), memory, tgt_mask=causal, tgt_is_causal=True,
+                     memory_key_padding_mask=pad)
+    assert torch.allclose(model(src, prev), model.output(hidden), atol=1e-5)
+
+
+@torch.no_grad()
+def test_pre_norm_is_causal_decodes_cached_and_adds_one_layernorm_per_stack():
+    model = tiny(norm="pre")
+    src, prev = batch()
+    assert_autoregressive(model, src, prev)
+    assert count_parameters(model) - count_parameters(tiny()) == 2 * 2 * 32
+    for name in ("cross_view", "mlrf", "deep"):  # they read lower layers' outputs, normalised only post-norm
+        with pytest.raises(UserError, match=f"model {name} needs norm=post"):
+            build(name, dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, norm="pre"))
+    with pytest.raises(UserError, match="norm='mid'"):
+        tiny(norm="mid")

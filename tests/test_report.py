@@ -14,7 +14,8 @@ def test_table_cells_from_fixture_scores(tmp_path):
         path.write_text(json.dumps({"bleu": bleu}))
         scores.append(str(path))
     spec = {"paper": "lwc", "table": "T1", "caption": "test", "scale": "fixture", "metric": "bleu", "rows": [
-        {"label": "ours", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": scores}},
+        {"label": "ours", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": scores},
+         "note": "pre-norm, as tensor2tensor"},
         {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
         {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked", "reason": "dataset pending (issue #10)"},
     ]}
@@ -25,6 +26,7 @@ def test_table_cells_from_fixture_scores(tmp_path):
     assert blocked["ours"] == NOT_RUN and "issue #10" in blocked["status"]
     md = (tmp_path / "T1.md").read_text()
     assert "| ours | 35.07 | 35.00 ± 1.00 (n=3) | -0.07 | ours |" in md and "Scale: fixture" in md
+    assert md.rstrip().endswith("- ours: pre-norm, as tensor2tensor")  # the row's protocol in the table's notes
     assert pd.read_csv(tmp_path / "T1.csv")["ours_mean"].iloc[0] == 35.0
 
 

@@ -235,6 +235,7 @@ def table_spec(paper, table):
         if "experiment" in row:
             status = cfg.experiment_status(config, row["experiment"])
             out["state"], out["reason"] = status.state, status.reason
+            out["note"] = " ".join(cfg.experiment(config, row["experiment"]).get("description", "").split())
             if status.runnable:
                 e = cfg.experiment(config, row["experiment"])
                 out["scores"] = score_paths(e["name"])

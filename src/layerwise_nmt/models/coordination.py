@@ -2,7 +2,8 @@
 
     u = [x_1 … x_n </s>, <sos> y_1 … y_m]          (source part S = n+1 tokens, target part T = m+1)
     e_k = E[u_k]·sqrt(d) + PE(pos_k) + L_lang(k)    (§3: resettable positions, target restarts at 0; language emb.)
-    h^l = FFN(MixedAttn(h^{l-1}; M))                post-norm sublayers, parameters shared by both halves
+    h^l = FFN(MixedAttn(h^{l-1}; M))                sublayers shared by both halves; pre-norm (t2t's, `norm: pre`,
+                                                    with a final LN on the target half) or post-norm
     M(i, j) = 0 iff j < n ∨ j ≤ i + n               (Eq. 3: target row i sees all source and targets ≤ i;
                                                      source rows see the source only)
     logits = h^N_target · E^T                       (one table for source input, target input and output)
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
-from .transformer import KV, Embedding, EncoderLayer, ModelConfig, new_token_embedding, reorder_beams
+from .transformer import KV, Embedding, EncoderLayer, ModelConfig, final_norm, new_token_embedding, reorder_beams
 
 
 @dataclass
@@ -67,10 +68,12 @@ class CoordinationLayer(EncoderLayer):
         if self.source_norm is None:  # Eq. 3: one softmax over the source keys and the target keys ≤ i
             mask = torch.cat([source_mask.expand(B, 1, T, -1), causal.expand(B, 1, T, past + T)], dim=-1)
             return self.attend(x, mask, prefix=source, cache=cache)
-        h, cache = self.attn(x, mask=causal, cache=cache)  # w/o mixed attention: two attentions, same projections
-        x = self.norm1(x + self.dropout(h))
-        x = self.source_norm(x + self.dropout(self.attn(x, memory=source, mask=source_mask)[0]))
-        return self.norm2(x + self.dropout(self.ffn(x))), cache
+        # w/o mixed attention: two attentions with the same projections
+        h, cache = self.attn(self.sublayer_input(x, self.norm1), mask=causal, cache=cache)
+        x = self.residual(x, h, self.norm1)
+        context = self.attn(self.sublayer_input(x, self.source_norm), memory=source, mask=source_mask)[0]
+        x = self.residual(x, context, self.source_norm)
+        return self.residual(x, self.ffn(self.sublayer_input(x, self.norm2)), self.norm2), cache
 
 
 @dataclass
@@ -99,6 +102,7 @@ class LayerWiseCoordination(nn.Module):
         self.layers = nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers))
         self.target_layers = (None if config.share_layers else
                               nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers)))
+        self.final_norm = final_norm(config)  # pre-norm: on the target half's top states, before the output
 
     def target_stack(self) -> nn.ModuleList:
         return self.layers if self.target_layers is None else self.target_layers
@@ -114,7 +118,8 @@ class LayerWiseCoordination(nn.Module):
         states, kvs = [self.embed_half(src, 0)], []
         for layer, target_layer in zip(self.layers, self.target_stack()):
             x, kv = layer.attend(states[-1], mask)
-            kvs.append(kv if target_layer is layer else target_layer.attn.project_kv(states[-1]))
+            kvs.append(kv if target_layer is layer else
+                       target_layer.attn.project_kv(target_layer.sublayer_input(states[-1], target_layer.norm1)))
             states.append(x)
         return kvs, states, mask
 
@@ -124,7 +129,10 @@ class LayerWiseCoordination(nn.Module):
         x = self.embed_half(prev, 1)
         for layer, kv in zip(self.target_stack(), source):
             x, _ = layer.target(x, kv, mask)
-        return x @ self.tokens.weight.t()
+        return self.logits(x)
+
+    def logits(self, x: Tensor) -> Tensor:  # top target states (B, T, D) → (B, T, V)
+        return (self.final_norm(x) if self.final_norm is not None else x) @ self.tokens.weight.t()
 
     def start(self, src: Tensor) -> CoordinationState:
         source, _, mask = self.encode(src)
@@ -136,4 +144,4 @@ class LayerWiseCoordination(nn.Module):
         for i, layer in enumerate(self.target_stack()):
             x, state.target[i] = layer.target(x, state.source[i], state.source_mask, cache=state.target[i])
         state.step += 1
-        return (x @ self.tokens.weight.t())[:, 0]
+        return self.logits(x)[:, 0]

@@ -52,6 +52,7 @@ class DeepConfig(ModelConfig):
 
     def check(self) -> None:
         super().check()
+        self.require_post_norm("deep", "it aggregates the layer outputs H^l of THUMT's post-norm stacks (Eq. 1-2)")
         for key, allowed in (("aggregation", AGGREGATIONS), ("apply_to", ("encoder", "decoder", "both")),
                              ("agg_residual", ("all", "top", "none")),
                              ("agg_function", ("sigmoid", "relu", "attention"))):

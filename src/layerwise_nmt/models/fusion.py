@@ -54,6 +54,7 @@ class FusionConfig(ModelConfig):
 
     def check(self) -> None:
         super().check()
+        self.require_post_norm("mlrf", "it fuses the layer outputs z^l of the paper's post-norm stacks")
         for side in ("encoder_fusion", "decoder_fusion"):
             if getattr(self, side) not in FUSIONS:
                 raise UserError(f"{side}={getattr(self, side)!r}; expected one of {', '.join(FUSIONS)}")

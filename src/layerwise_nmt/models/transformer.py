@@ -1,4 +1,5 @@
-"""The shared post-norm Transformer (Vaswani et al. 2017) every paper's variant builds on.
+"""The shared Transformer (Vaswani et al. 2017) every paper's variant builds on: post-norm as in the paper and
+fairseq, or pre-norm as in tensor2tensor (`norm: pre`, which adds one final LayerNorm per stack).
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary, L layers. Batch-major throughout.
 
@@ -67,6 +68,9 @@ class ModelConfig(Settings):
     weight_dropout: float = 0.1  # conv backbones: dropout on the normalised kernel weights
     conv_glu: bool = True  # conv backbones: GLU on the input projection (fairseq's IWSLT recipe turns it off)
     max_positions: int = 1024
+    # post: x = LN(x + Drop(f(x))) (Vaswani et al., fairseq, THUMT); pre: x = x + Drop(f(LN(x))) and a final LN on
+    # each stack's top states (tensor2tensor's transformer_base/small since v1.2, i.e. LWC's code base).
+    norm: str = "post"
 
     @classmethod
     def prepare(cls, values: dict) -> dict:
@@ -86,6 +90,10 @@ class ModelConfig(Settings):
         if self.backbone != "transformer" and max(self.encoder_layers, self.decoder_layers) > len(self.kernel_sizes):
             raise UserError(f"kernel_sizes has {len(self.kernel_sizes)} entries for up to "
                             f"{max(self.encoder_layers, self.decoder_layers)} layers")
+        if self.norm not in ("post", "pre"):
+            raise UserError(f"norm={self.norm!r}; expected post or pre")
+        if self.norm == "pre" and self.backbone != "transformer":
+            raise UserError(f"norm=pre is written for the Transformer layers, not backbone={self.backbone}")
         if self.init not in ("xavier", "fan_in"):
             raise UserError(f"init={self.init!r}; expected xavier or fan_in")
         if self.tie not in ("none", "decoder", "all"):
@@ -95,6 +103,11 @@ class ModelConfig(Settings):
                             f"target symbols (use the task's bin-joint data)")
         if self.d_model % self.heads:
             raise UserError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
+
+    def require_post_norm(self, model: str, why: str) -> None:
+        """For variants that read the lower layers' outputs, which only a post-norm stack normalises."""
+        if self.norm != "post":
+            raise UserError(f"model {model} needs norm=post: {why}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -240,14 +253,29 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(F.relu(self.fc1(x))))
 
 
-class EncoderLayer(nn.Module):
-    """Post-norm: x = LN(x + Drop(SelfAttn(x))); x = LN(x + Drop(FFN(x)))."""
+class Sublayers(nn.Module):
+    """The residual wrapping every layer shares: post-norm LN(x + Drop(f(x))) or pre-norm x + Drop(f(LN(x)))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        self.dropout = nn.Dropout(config.dropout)
+
+    def sublayer_input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def residual(self, x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """x: the sublayer's input stream, y: its output f(·)."""
+        return x + self.dropout(y) if self.pre_norm else norm(x + self.dropout(y))
+
+
+class EncoderLayer(Sublayers):
+    """Self-attention, then FFN, each wrapped by `residual` (post-norm by default)."""
 
     def __init__(self, config: ModelConfig, index: int = 0):
-        super().__init__()
+        super().__init__(config)
         self.attn, self.ffn = MultiheadAttention(config, self_attention=True), FeedForward(config)
         self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         return self.attend(x, mask)[0]
@@ -256,37 +284,43 @@ class EncoderLayer(nn.Module):
                cache: KV | None = None) -> tuple[Tensor, KV]:
         """The layer, also returning x's keys/values (cache grown); prefix: fixed keys/values placed first.
         LWC runs its shared [source; target] layers through this."""
-        h, kv = self.attn(x, mask=mask, cache=cache, prefix=prefix)
-        x = self.norm1(x + self.dropout(h))
-        return self.norm2(x + self.dropout(self.ffn(x))), kv
+        h, kv = self.attn(self.sublayer_input(x, self.norm1), mask=mask, cache=cache, prefix=prefix)
+        x = self.residual(x, h, self.norm1)
+        return self.residual(x, self.ffn(self.sublayer_input(x, self.norm2)), self.norm2), kv
 
 
-class DecoderLayer(nn.Module):
-    """Post-norm: causal self-attention, cross-attention to this layer's source view, FFN."""
+class DecoderLayer(Sublayers):
+    """Causal self-attention, cross-attention to this layer's source view, FFN."""
 
     def __init__(self, config: ModelConfig, index: int = 0):
-        super().__init__()
+        super().__init__(config)
         self.self_attn = MultiheadAttention(config, self_attention=True)
         self.cross_attn = MultiheadAttention(config, self_attention=False)
         self.ffn = FeedForward(config)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(config.d_model) for _ in range(3))
-        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, view: Tensor | KV, view_mask: Tensor,
                 cache: KV | None = None) -> tuple[Tensor, KV | None]:
-        h, cache = self.self_attn(x, causal=True, cache=cache)
-        x = self.norm1(x + self.dropout(h))
-        x = self.add_source(x, self.cross_attn(x, view, mask=view_mask)[0])
-        return self.norm3(x + self.dropout(self.ffn(x))), cache
+        h, cache = self.self_attn(self.sublayer_input(x, self.norm1), causal=True, cache=cache)
+        x = self.residual(x, h, self.norm1)
+        x = self.add_source(x, self.cross_attn(self.sublayer_input(x, self.norm2), view, mask=view_mask)[0])
+        return self.residual(x, self.ffn(self.sublayer_input(x, self.norm3)), self.norm3), cache
 
     def add_source(self, x: Tensor, context: Tensor) -> Tensor:
         """The residual step that merges the source context into the target states (context gates replace it)."""
-        return self.norm2(x + self.dropout(context))
+        return self.residual(x, context, self.norm2)
+
+
+def final_norm(config: ModelConfig) -> nn.LayerNorm | None:
+    """Pre-norm stacks end with a LayerNorm (their layers' outputs are not normalised); post-norm ones need none."""
+    return nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
 
 @dataclass
 class EncoderOutput:
-    states: list[Tensor]  # L+1 tensors (B, S, D); states[0] is the embedding output, states[-1] the top layer
+    # L+1 tensors (B, S, D); states[0] is the embedding output, states[-1] the top layer (after the final LN of a
+    # pre-norm stack)
+    states: list[Tensor]
     mask: Tensor  # (B, 1, 1, S) bool, True at real tokens
 
     def reorder(self, order: Tensor) -> "EncoderOutput":
@@ -298,6 +332,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.embed = Embedding(tokens, config)
         self.layers = nn.ModuleList((layer or EncoderLayer)(config, i) for i in range(config.encoder_layers))
+        self.final_norm = final_norm(config)
         self.pad = config.pad
 
     def forward(self, src: Tensor) -> EncoderOutput:  # src (B, S)
@@ -305,6 +340,8 @@ class Encoder(nn.Module):
         states = [self.embed(src)]
         for layer in self.layers:
             states.append(layer(states[-1], mask))
+        if self.final_norm is not None:
+            states[-1] = self.final_norm(states[-1])
         return EncoderOutput(states, mask)
 
 
@@ -338,12 +375,18 @@ class Decoder(nn.Module):
         super().__init__()
         self.embed = Embedding(tokens, config)
         self.layers = nn.ModuleList(layer(config, i) for i in range(config.decoder_layers))
+        self.final_norm = final_norm(config)
 
     def forward(self, prev: Tensor, views: list[Tensor], view_mask: Tensor) -> list[Tensor]:
         """prev (B, T) → every layer's states, L+1 tensors (B, T, D); layer i reads views[i]."""
         states = [self.embed(prev)]
         for layer, view in zip(self.layers, views):
             states.append(layer(states[-1], view, view_mask)[0])
+        return self.normalise_top(states)
+
+    def normalise_top(self, states: list[Tensor]) -> list[Tensor]:
+        if self.final_norm is not None:
+            states[-1] = self.final_norm(states[-1])
         return states
 
     def start(self, views: list[Tensor], view_mask: Tensor) -> DecoderState:
@@ -359,7 +402,7 @@ class Decoder(nn.Module):
             x, state.self_kv[i] = layer(states[-1], state.views[i], state.view_mask, cache=state.self_kv[i])
             states.append(x)
         state.step += 1
-        return states
+        return self.normalise_top(states)
 
 
 @register("transformer")

@@ -131,6 +131,7 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     lines.append("| " + " | ".join(shown.columns) + " |")
     lines.append("|" + "|".join("---" for _ in shown.columns) + "|")
     lines += ["| " + " | ".join(str(v) for v in record) + " |" for record in shown.itertuples(index=False)]
+    lines += notes(spec)
     with atomic_path(f"{out_prefix}.md") as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
     caption = f"{spec['paper']} {spec['table']}: {spec.get('caption', '')} {legend(spec)}"
@@ -142,6 +143,16 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     with atomic_path(f"{out_prefix}.html") as tmp:
         Path(tmp).write_text(html, encoding="utf-8")
     return table
+
+
+def notes(spec: dict) -> list[str]:
+    """How each of our rows was run where it departs from, or reads, the paper: its experiment's description."""
+    seen, out = set(), []
+    for row in spec["rows"]:
+        if row.get("note") and row["note"] not in seen:
+            seen.add(row["note"])
+            out.append(f"- {row['label']}: {row['note']}")
+    return ["", "Notes (the rows' protocol, from their experiments' descriptions):", ""] + out if out else []
 
 
 def legend(spec: dict) -> str:
