@@ -111,3 +111,31 @@ def test_batched_beam_equals_one_sentence_at_a_time():
 def test_cached_beam_search_equals_full_recomputation():
     model, src = small_model_and_sources(seed=1, n=5, length=8, padded=3)
     assert_cached_beam_equals_recompute(model, src)
+
+
+def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import pytest
+
+    from layerwise_nmt import UserError
+    from layerwise_nmt.decode import pick_lenpen
+
+    assert pick_lenpen({0.6: 30.1, 1.0: 31.4, 1.6: 31.2}) == 1.0
+    assert pick_lenpen({2.0: 31.4, 0.6: 30.0, 1.0: 31.4}) == 2.0  # tie: the grid's first
+    with pytest.raises(UserError, match="no validation scores"):
+        pick_lenpen({})
+    with pytest.raises(UserError, match="tune_lenpen=\\[1.0, 1.0\\]; expected distinct"):
+        BeamConfig.from_dict({"tune_lenpen": [1, 1]})
+    paths = []
+    for alpha, bleu in (("0.6", 30.0), ("1.3", 32.5), ("2", 32.0)):
+        paths.append(tmp_path / f"valid.{alpha}.score.json")
+        paths[-1].write_text(json.dumps({"bleu": bleu}))
+    out = tmp_path / "tuned_lenpen.json"
+    subprocess.run([sys.executable, "-m", "layerwise_nmt", "pick-lenpen", *map(str, paths), "--lenpen", "0.6", "1.3",
+                    "2", "--out", str(out)], check=True, capture_output=True)
+    tuned = json.loads(out.read_text())
+    assert tuned["lenpen"] == 1.3 and tuned["bleu"] == 32.5 and tuned["bleu_by_lenpen"] == {"0.6": 30.0, "1.3": 32.5,
+                                                                                            "2": 32.0}

@@ -89,6 +89,13 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
             score = json.loads((run / f"{split}.score.json").read_text())
             assert score["split"] == split and score["decoding"]["params"] > 0
             assert csv.loc[label, f"ours_mean {split}_bleu"] == pytest.approx(score["bleu"])
+    mlrf = tmp_path / "results/multi30k_ci/ci.mlrf/seed1"  # decode.tune_lenpen: valid at each α, the best one used
+    tuned = json.loads((mlrf / "tuned_lenpen.json").read_text())
+    valid = {a: json.loads((mlrf / f"lenpen/valid.{a}.score.json").read_text())["bleu"] for a in ("0.5", "1", "2")}
+    assert tuned["bleu_by_lenpen"] == valid and tuned["bleu"] == max(valid.values())
+    assert valid[f"{tuned['lenpen']:g}"] == max(valid.values())
+    for split in ("valid", "test"):
+        assert json.loads((mlrf / f"{split}.json").read_text())["options"]["lenpen"] == tuned["lenpen"]
     for figure in ("curves", "sweep", "attention"):
         assert (tmp_path / f"results/figures/ci/{figure}.png").stat().st_size > 1000
     maps = pd.read_csv(tmp_path / "results/figures/ci/attention.csv")

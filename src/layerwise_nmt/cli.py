@@ -153,7 +153,11 @@ def cmd_translate(a) -> None:
     locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
     if a.threads:
         torch.set_num_threads(a.threads)
-    cfg = BeamConfig.from_dict(json.loads(a.options))
+    options = json.loads(a.options)
+    if a.lenpen_from:  # the α the pick_lenpen step chose on the validation set
+        options["lenpen"] = json.loads(Path(a.lenpen_from).read_text())["lenpen"]
+        log.info("length penalty %s, tuned on the validation set (%s)", options["lenpen"], a.lenpen_from)
+    cfg = BeamConfig.from_dict(options)
     src_vocab, tgt_vocab = load_pair(a.data, a.src, a.tgt)
     model = load_model(a.model)
     stats = translate(model, a.input, src_vocab, tgt_vocab, cfg, a.out_prefix,
@@ -163,6 +167,23 @@ def cmd_translate(a) -> None:
              stats["sentences_per_second"])
     with atomic_path(f"{a.out_prefix}.json") as tmp, open(tmp, "w") as f:
         json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+
+
+def cmd_pick_lenpen(a) -> None:
+    import json
+
+    from .data.io import atomic_path
+    from .decode import pick_lenpen
+
+    if len(a.scores) != len(a.lenpen):
+        raise UserError(f"{len(a.scores)} score files for {len(a.lenpen)} --lenpen values; expected one each")
+    bleu = {alpha: json.loads(Path(path).read_text())["bleu"] for alpha, path in zip(a.lenpen, a.scores)}
+    best = pick_lenpen(bleu)
+    print(f"lenpen {best:g}: valid BLEU {bleu[best]:.2f} (" + ", ".join(f"{k:g}: {v:.2f}" for k, v in bleu.items())
+          + ")")
+    with atomic_path(a.out) as tmp, open(tmp, "w") as f:
+        json.dump({"lenpen": best, "bleu": bleu[best], "bleu_by_lenpen": {f"{k:g}": v for k, v in bleu.items()},
+                   "scores": a.scores}, f, indent=2)
 
 
 def cmd_score(a) -> None:
@@ -400,7 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
     p.add_argument("--gpu-locks", default="results/.gpu-locks")
+    p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("pick-lenpen", help="the length penalty with the best validation BLEU (decode.tune_lenpen)")
+    p.add_argument("scores", nargs="+", help="score.json of the validation set decoded at each α, in --lenpen order")
+    p.add_argument("--lenpen", type=float, nargs="+", required=True, help="the α of each score file")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_pick_lenpen)
 
     p = sub.add_parser("score", help="BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)")
     p.add_argument("hyp")

@@ -40,15 +40,33 @@ class BeamConfig(Settings):
     max_len_b: int = 10
     batch_size: int = 64  # sentences per batch (fairseq --batch-size)
     amp: str = "none"  # none | bf16
+    # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
+    # run (the workflow's pick_lenpen step). Empty: decode with `lenpen` as given.
+    tune_lenpen: tuple[float, ...] = ()
+
+    @classmethod
+    def prepare(cls, values: dict) -> dict:
+        if values.get("tune_lenpen") is not None:
+            values["tune_lenpen"] = tuple(float(a) for a in values["tune_lenpen"])
+        return values
 
     def check(self) -> None:
         if self.length_penalty not in ("fairseq", "gnmt"):
             raise UserError(f"length_penalty={self.length_penalty!r}; expected fairseq or gnmt")
+        if len(set(self.tune_lenpen)) != len(self.tune_lenpen) or any(a < 0 for a in self.tune_lenpen):
+            raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values ≥ 0")
 
     def penalty(self, length: int) -> float:
         if self.length_penalty == "gnmt":
             return ((5.0 + length) / 6.0) ** self.lenpen
         return float(length) ** self.lenpen
+
+
+def pick_lenpen(bleu_by_lenpen: dict[float, float]) -> float:
+    """The α with the highest validation BLEU; a tie goes to the α listed first (the grid's order)."""
+    if not bleu_by_lenpen:
+        raise UserError("no validation scores to tune the length penalty on")
+    return max(bleu_by_lenpen, key=lambda a: (bleu_by_lenpen[a], -list(bleu_by_lenpen).index(a)))
 
 
 @dataclass

@@ -46,6 +46,7 @@ wildcard_constraints:
     lang=r"[a-z]{2,3}",
     pair=r"[a-z]{2,3}-[a-z]{2,3}",
     split=r"[a-z]+\d*",
+    lenpen=r"\d+(\.\d+)?",
     vocab=r"joint|separate",
 
 
@@ -212,6 +213,45 @@ def tokenized_bleu(wildcards):
 def model_for_decoding(wildcards):
     name = "averaged.pt" if experiment_of(wildcards)["average"] else "model.pt"
     return f"{run_dir(wildcards)}/{name}"
+
+
+LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
+
+
+def lenpen_grid(wildcards):
+    """decode.tune_lenpen as path components (1.0 → "1")."""
+    return [f"{float(a):g}" for a in experiment_of(wildcards)["decode"].get("tune_lenpen") or []]
+
+
+def tunes_lenpen(wildcards):
+    return bool(lenpen_grid(wildcards))
+
+
+def tuned_lenpen(wildcards):
+    return f"{run_dir(wildcards)}/tuned_lenpen.json"
+
+
+def decoded_prefix(wildcards):
+    """Where a decoding's files go: {split}.*, or lenpen/{split}.{α}.* while tuning the length penalty."""
+    if hasattr(wildcards, "lenpen"):
+        return f"{run_dir(wildcards)}/lenpen/{wildcards.split}.{wildcards.lenpen}"
+    return f"{run_dir(wildcards)}/{wildcards.split}"
+
+
+def decoding_options(wildcards):
+    options = dict(experiment_of(wildcards)["decode"])
+    if hasattr(wildcards, "lenpen"):
+        options["lenpen"] = float(wildcards.lenpen)
+    return json.dumps(options)
+
+
+def decoding_inputs(wildcards, tuned=True):
+    e = experiment_of(wildcards)
+    inputs = {"model": model_for_decoding(wildcards), "data": train_inputs(wildcards),
+              "src": f"results/{wildcards.task}/data/bpe/{wildcards.split}.{e['pair']}.{e['src']}"}
+    if tuned and tunes_lenpen(wildcards):
+        inputs["tuned"] = tuned_lenpen(wildcards)
+    return inputs
 
 
 # --- tables (report.smk) --------------------------------------------------------------------------

@@ -1,20 +1,21 @@
 # decode (beam search on the test or validation set) → score (sacrebleu): {split}.{bpe,txt,detok,json,score.json}.
 # Tokenized BLEU (score.tokenize: none) compares {split}.txt with the tokenized reference text; detokenized BLEU
 # (13a, zh, ...) compares the Moses-detokenized {split}.detok with the normalised but untokenized references.
+# With decode.tune_lenpen, the validation set is first decoded and scored at each α (lenpen/valid.<α>.*), the best
+# one is picked (tuned_lenpen.json), and every decoding of the run uses it.
 
 
 rule translate:
     input:
-        model=model_for_decoding,
-        src=lambda w: f"results/{w.task}/data/bpe/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
-        data=train_inputs,
+        unpack(decoding_inputs),
     output:
         multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".detok", ".json"),
     params:
         data=data_dir,
         e=experiment_of,
-        options=lambda w: json.dumps(experiment_of(w)["decode"]),
-        prefix=lambda w: f"{run_dir(w)}/{w.split}",
+        options=decoding_options,
+        prefix=decoded_prefix,
+        tuned=lambda w: f"--lenpen-from {tuned_lenpen(w)}" if tunes_lenpen(w) and not hasattr(w, "lenpen") else "",
     threads: 2
     resources:
         gpu=min(GPUS_PER_JOB, 1),
@@ -25,14 +26,23 @@ rule translate:
     shell:
         "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.e[src]}"
         " --tgt {params.e[tgt]} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
-        " --gpus {resources.gpu}"
+        " --gpus {resources.gpu} {params.tuned}"
         " 2> {log:q}"
+
+
+use rule translate as translate_lenpen with:
+    input:
+        unpack(lambda w: decoding_inputs(w, tuned=False)),
+    output:
+        multiext("results/{task}/{experiment}/seed{seed}/lenpen/{split}.{lenpen}", ".bpe", ".txt", ".detok", ".json"),
+    log:
+        "results/{task}/{experiment}/seed{seed}/lenpen/translate.{split}.{lenpen}.log",
 
 
 rule score:
     input:
-        hyp=lambda w: f"{run_dir(w)}/{w.split}.{'txt' if tokenized_bleu(w) else 'detok'}",
-        decoding="results/{task}/{experiment}/seed{seed}/{split}.json",
+        hyp=lambda w: f"{decoded_prefix(w)}.{'txt' if tokenized_bleu(w) else 'detok'}",
+        decoding=lambda w: f"{decoded_prefix(w)}.json",
         ref=lambda w: f"results/{w.task}/data/{'text' if tokenized_bleu(w) else 'ref'}/{w.split}."
                       f"{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
         src=lambda w: f"results/{w.task}/data/text/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
@@ -48,3 +58,25 @@ rule score:
     shell:
         "{LWNMT} score {input.hyp:q} --ref {input.ref:q} --source {input.src:q} --options {params.options:q}"
         " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"
+
+
+use rule score as score_lenpen with:
+    output:
+        "results/{task}/{experiment}/seed{seed}/lenpen/{split}.{lenpen}.score.json",
+    log:
+        "results/{task}/{experiment}/seed{seed}/lenpen/score.{split}.{lenpen}.log",
+
+
+rule pick_lenpen:
+    input:
+        lambda w: [f"{run_dir(w)}/lenpen/{LENPEN_TUNING_SPLIT}.{a}.score.json" for a in lenpen_grid(w)],
+    output:
+        "results/{task}/{experiment}/seed{seed}/tuned_lenpen.json",
+    params:
+        grid=lambda w: " ".join(lenpen_grid(w)),
+    log:
+        "results/{task}/{experiment}/seed{seed}/pick_lenpen.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "{LWNMT} pick-lenpen {input:q} --lenpen {params.grid} --out {output:q} 2> {log:q}"

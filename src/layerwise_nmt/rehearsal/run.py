@@ -26,7 +26,8 @@ from . import MANIFEST, standins
 ROOT = Path(__file__).resolve().parents[3]
 # The stages that make a table row; their job counts must equal the full config's. Data jobs differ by design:
 # the stand-ins come from a mirror (no fetch), and NIST's extra sets are prepared from the stand-in directory.
-ROW_RULES = ("train", "average", "translate", "score", "table", "figure")
+ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "table",
+             "figure")
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
 
@@ -125,7 +126,7 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     log_path = directory / "snakemake.log"
     print(f"running the rehearsal ({sum(planned.values())} jobs); log: {log_path}", flush=True)
     command = SNAKEMAKE + ["-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
-                           "--set-threads", "train=1", "translate=1", "tokenize=1", "apply_bpe=1",
+                           "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1", "apply_bpe=1",
                            *rehearsal_args, *extra]
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
