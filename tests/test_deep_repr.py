@@ -25,6 +25,34 @@ def test_big_hierarchical_and_the_linear_combination_count():
     assert round(extra / 1e6) == 92  # what Table 2's Big rows imply
     linear = count_parameters(build("deep", {**BASE, "aggregation": "linear"})) - count_parameters(build("deep", BASE))
     assert linear == 2 * 6 * 512 * 512  # Eq. 5 literally; the paper prints +14.7M
+    factorised = count_parameters(build("deep", {**BASE, "aggregation": "linear", "linear_form": "factorised"}))
+    assert factorised - count_parameters(build("deep", BASE)) == 2 * 7 * 512 * 2048  # 14.68M: the printed +14.7M
+
+
+def test_lwnmt_params_prints_the_other_readings_beside_the_paper():
+    """`lwnmt params`: Dou's linear combination and MLRF's Dec-SA 6 hops with the count of each other reading."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),
+                          "--vocab", "30000", "dou.ende.linear"], capture_output=True, text=True, check=True).stdout
+    assert "93,364,736" in out and "102.70M" in out and "[linear_form=factorised: 104,899,072]" in out
+    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),
+                          "--src-vocab", "8389", "--tgt-vocab", "6428", "mlrf.t2.dec_sa6"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "12,162,076" in out and "13.47M" in out and "[w1_per_hop=true: 13,472,796]" in out
+
+
+@torch.no_grad()
+def test_factorised_linear_combination_starts_as_the_mean_of_the_layers():
+    square, factorised = tiny(aggregation="linear"), tiny(aggregation="linear", linear_form="factorised")
+    factorised.load_state_dict({k: v for k, v in square.state_dict().items() if "_agg." not in k}, strict=False)
+    src, prev = batch()
+    states, mean, _ = square.encode(src)
+    assert torch.allclose(mean, torch.stack(states[1:]).mean(0), atol=1e-6)
+    assert torch.allclose(factorised(src, prev), square(src, prev), atol=0.05)  # + small noise in the d_ff blocks
 
 
 def tiny(**kw):
@@ -83,7 +111,8 @@ def test_auxiliary_loss_only_when_training_with_diversity():
 
 @torch.no_grad()
 @pytest.mark.parametrize("settings", [
-    dict(aggregation="dense"), dict(aggregation="linear"), dict(aggregation="iterative"),
+    dict(aggregation="dense"), dict(aggregation="linear"), dict(aggregation="linear", linear_form="factorised"),
+    dict(aggregation="iterative"),
     dict(aggregation="hierarchical"), dict(mla_k=2), dict(mla_k=3), dict(aggregation="hierarchical", apply_to="decoder"),
     dict(aggregation="hierarchical", agg_function="attention"), dict(aggregation="hierarchical", agg_residual="top")])
 def test_causal_and_cached_decoding_for_every_variant(settings):

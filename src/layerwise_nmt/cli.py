@@ -233,16 +233,18 @@ def cmd_params(a) -> None:
         import csv
 
         writer = csv.DictWriter(sys.stdout, fieldnames=["experiment", "paper", "table", "row", "params",
-                                                        "paper_params"], extrasaction="ignore")
+                                                        "paper_params", "other_readings"], extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({**r, "other_readings": ";".join(f"{k}:{v}" for k, v in r["other_readings"].items())}
+                         for r in rows)
         return
     print(f"{'experiment':<34} {'model':<12} {'vocab (src/tgt)':<16} {'params':>12} {'paper':>9}  row")
     for r in rows:
         paper = f"{r['paper_params']:.2f}M" if r["paper_params"] is not None else "—"
         count = f"{r['params']:,}" if r["params"] is not None else r["note"]
+        readings = "".join(f"  [{k}: {v:,}]" for k, v in r["other_readings"].items())
         print(f"{r['experiment']:<34} {r['model']:<12} {r['vocab']:<16} {count:>12} {paper:>9}  "
-              f"{r['paper']} {r['table']} {r['row']}".rstrip())
+              f"{r['paper']} {r['table']} {r['row']}{readings}".rstrip())
 
 
 def cmd_plan(a) -> None:

@@ -37,7 +37,7 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
             raise UserError(f"unknown experiment {name!r}; `lwnmt params` with no name lists them all")
         e = cfg.experiment(config, name)
         sizes = vocab or vocab_sizes(e)
-        record = {"experiment": name, "model": e["model"], "params": None, "note": "",
+        record = {"experiment": name, "model": e["model"], "params": None, "note": "", "other_readings": {},
                   "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—"}
         if e["model"] not in MODELS:
             record["note"] = "not implemented"
@@ -45,8 +45,11 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
             record["note"] = "needs --vocab"
         else:
             try:
-                model = build(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]})
+                arch = {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]}
+                model = build(e["model"], arch)
                 record["params"] = count_parameters(model)
+                record["other_readings"] = {reading: count_parameters(build(e["model"], {**arch, **overrides}))
+                                            for reading, overrides in model.config.other_readings().items()}
             except UserError as err:  # e.g. a tied model asked about separate vocabulary sizes
                 record["note"] = str(err)
         for paper, table, label, params_m in where.get(name, [("", "", "", None)]):

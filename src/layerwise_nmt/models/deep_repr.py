@@ -4,7 +4,8 @@ H^0 = embeddings, H^l = LAYER(H^{l−1}), l = 1 … L (L = 6). The stack's outpu
 memory (encoder side) or as the softmax input (decoder side).
 
     dense          H^l = LAYER(H^{l−1}) + Σ_{i<l} H^i  (i ≥ 1), Ĥ = H^L                       (Eq. 4)
-    linear         Ĥ = Σ_l W_l H^l                                                             (Eq. 5)
+    linear         Ĥ = Σ_l W_l H^l, W_l ∈ R^{d×d}                                              (Eq. 5)
+                   factorised reading: Ĥ = W_o Σ_l W_l H^l, W_l ∈ R^{d_ff×d}, W_o ∈ R^{d×d_ff}  (linear_form)
     iterative      Ĥ^1 = H^1, Ĥ^l = AGG(H^l, Ĥ^{l−1}), Ĥ = Ĥ^L; beside the backbone           (Eqs. 6-7)
     hierarchical   Ĥ^1 = AGG(H^1, H^2), Ĥ^i = AGG(H^{2i−1}, H^{2i}, Ĥ^{i−1}), Ĥ = Ĥ^{L/2}; each node feeds
                    the next sub-tree: H^{2i+1} = LAYER(Ĥ^i)                                    (§3.2, CNN-like tree)
@@ -17,7 +18,9 @@ memory (encoder side) or as the softmax input (decoder side).
 The printed increments over Transformer-Base pin the readings (tests/test_deep_repr.py): d_ff-sized AGG hidden
 layers; iterative = 5 AGG₂ per stack (+31.5M), hierarchical = 1 AGG₂ + 2 AGG₃ (+23.1M); multi-layer attention only
 in layers l > k, each extra attended layer with its own full attention (+33.6M for k=2, +37.8M for k=3). Eq. 5
-literally adds 6·d² per stack (+3.1M); the paper prints +14.7M, which it cannot give: we implement the equation.
+literally adds 6·d² per stack (+3.1M); the paper prints +14.7M, which it cannot give. The rows implement the
+equation; `linear_form: factorised` is the reading that gives the printed count: still linear in the layers, each
+W_l maps to d_ff and one shared W_o maps back, 7·d·d_ff per stack = +14.68M for Base.
 Table 4 options: agg_residual all|top|none, agg_function sigmoid|relu|attention.
 """
 
@@ -47,6 +50,7 @@ class DeepConfig(ModelConfig):
     apply_to: str = "both"  # encoder | decoder | both (Table 3)
     agg_residual: str = "all"  # all | top | none (Table 4)
     agg_function: str = "sigmoid"  # sigmoid | relu | attention (Table 4)
+    linear_form: str = "square"  # square: Eq. 5's W_l ∈ R^{d×d} | factorised: via d_ff (the printed +14.7M)
     tie: str = "none"  # THUMT: source, target and softmax matrices untied, no softmax bias
     input_bias: bool = True  # THUMT adds a learned d-vector to the encoder input
 
@@ -55,9 +59,17 @@ class DeepConfig(ModelConfig):
         self.require_post_norm("deep", "it aggregates the layer outputs H^l of THUMT's post-norm stacks (Eq. 1-2)")
         for key, allowed in (("aggregation", AGGREGATIONS), ("apply_to", ("encoder", "decoder", "both")),
                              ("agg_residual", ("all", "top", "none")),
-                             ("agg_function", ("sigmoid", "relu", "attention"))):
+                             ("agg_function", ("sigmoid", "relu", "attention")),
+                             ("linear_form", ("square", "factorised"))):
             if getattr(self, key) not in allowed:
                 raise UserError(f"{key}={getattr(self, key)!r}; expected one of {', '.join(allowed)}")
+
+
+    def other_readings(self) -> dict[str, dict]:
+        if self.aggregation != "linear":
+            return {}
+        other = "factorised" if self.linear_form == "square" else "square"
+        return {f"linear_form={other}": {"linear_form": other}}
 
 
 class Aggregation(nn.Module):
@@ -100,8 +112,12 @@ class StackAggregation(nn.Module):
     def __init__(self, kind: str, layers: int, config: DeepConfig):
         super().__init__()
         self.kind = kind
-        if kind == "linear":
-            self.weights = nn.Parameter(torch.stack([torch.eye(config.d_model) / layers] * layers))  # W_l: (L, D, D)
+        if kind == "linear":  # W_l starts as I/L (the mean of the layers), also through the factorised d_ff
+            d = config.d_model
+            rank = d if config.linear_form == "square" else config.d_ff
+            self.weights = nn.Parameter(start_as_identity(torch.empty(layers, rank, d), 1 / layers))  # W_l: (L, R, D)
+            self.project = (nn.Parameter(start_as_identity(torch.empty(d, rank), 1.0))  # W_o: (D, R)
+                            if config.linear_form == "factorised" else None)
         if kind == "iterative":
             self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
         if kind == "hierarchical":  # a sub-tree per 2 layers; with odd L the last one holds H^L alone (AGG₂)
@@ -126,13 +142,24 @@ class StackAggregation(nn.Module):
                 h = h + sum(states[1:], torch.zeros_like(h))  # + Σ_{i<l} H^i, without the embeddings
             states.append(h)
         if self.kind == "linear":
-            return states, torch.einsum("lbtd,led->bte", torch.stack(states[1:]), self.weights)
+            mixed = torch.einsum("lbtd,lrd->btr", torch.stack(states[1:]), self.weights)  # (B, T, R)
+            return states, mixed if self.project is None else mixed @ self.project.t()
         if self.kind == "iterative":
             out = states[1]
             for node, h in zip(self.nodes, states[2:]):
                 out = node(h, out)
             return states, out
         return states, states[-1]
+
+
+def start_as_identity(w: Tensor, scale: float) -> Tensor:
+    """(…, A, B): scale·I in the leading square block, the rest small and random (zero blocks of W_l and W_o
+    would stay zero: each one's gradient is a product with the other)."""
+    m = min(w.shape[-2:])
+    with torch.no_grad():
+        w.normal_(std=0.01 * scale)
+        w[..., :m, :m] = scale * torch.eye(m)
+    return w
 
 
 @dataclass

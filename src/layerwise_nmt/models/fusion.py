@@ -64,6 +64,12 @@ class FusionConfig(ModelConfig):
             raise UserError("the layer embedding is shared by encoder and decoder: equal layer counts needed")
 
 
+    def other_readings(self) -> dict[str, dict]:
+        if "sa" not in (self.encoder_fusion, self.decoder_fusion) or self.independent_w1:
+            return {}
+        return {f"w1_per_hop={str(not self.w1_per_hop).lower()}": {"w1_per_hop": not self.w1_per_hop}}
+
+
 class LayerFusion(nn.Module):
     """φ over one side's stack: L+1 tensors (B, T, D) → (B, T, D)."""
 

@@ -104,6 +104,11 @@ class ModelConfig(Settings):
         if self.d_model % self.heads:
             raise UserError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
 
+    def other_readings(self) -> dict[str, dict]:
+        """Readings of an ambiguous paper detail that this model can also build, e.g. the one that gives a printed
+        parameter count: name → setting overrides (`lwnmt params` counts each beside the paper's number)."""
+        return {}
+
     def require_post_norm(self, model: str, why: str) -> None:
         """For variants that read the lower layers' outputs, which only a post-norm stack normalises."""
         if self.norm != "post":
