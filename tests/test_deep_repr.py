@@ -12,7 +12,7 @@ BASE = dict(src_vocab=30000, tgt_vocab=30000, preset="base")
 
 
 @pytest.mark.parametrize("settings, printed", [
-    ({"aggregation": "dense"}, 0.0), ({"aggregation": "iterative"}, 31.5), ({"aggregation": "hierarchical"}, 23.1),
+    ({"aggregation": "dense"}, 0.0), ({"aggregation": "dense", "dense_norm": True}, 0.0), ({"aggregation": "iterative"}, 31.5), ({"aggregation": "hierarchical"}, 23.1),
     ({"mla_k": 2}, 33.6), ({"mla_k": 3}, 37.8)])
 def test_increments_over_transformer_base_equal_the_printed_ones(settings, printed):
     base = count_parameters(build("deep", BASE))
@@ -43,6 +43,20 @@ def test_lwnmt_params_prints_the_other_readings_beside_the_paper():
                           "--src-vocab", "8389", "--tgt-vocab", "6428", "mlrf.t2.dec_sa6"],
                          capture_output=True, text=True, check=True).stdout
     assert "12,162,076" in out and "13.47M" in out and "[w1_per_hop=true: 13,472,796]" in out
+
+
+@torch.no_grad()
+def test_eq4_dense_sum_doubles_the_scale_per_layer_and_dense_norm_keeps_it():
+    """Σ_{i≤l} H^i = 2·Σ_{i<l} H^i + LAYER(H^{l−1}): with 6 post-norm layers (each output of RMS 1) the top state
+    of Eq. 4 is ~2^5 times a layer's output; with dense_norm every H^l is layer-normalised."""
+    src = toy_batch()[0]
+    rms = {}
+    for norm in (False, True):
+        model = tiny(aggregation="dense", dense_norm=norm, encoder_layers=6, decoder_layers=6)
+        states, top, _ = model.encode(src)
+        rms[norm] = [float(h.pow(2).mean().sqrt()) for h in states[1:]]
+    assert rms[False][-1] / rms[False][0] > 20 and all(b > 1.7 * a for a, b in zip(rms[False][1:], rms[False][2:]))
+    assert all(0.9 < r < 1.1 for r in rms[True])
 
 
 @torch.no_grad()
@@ -111,7 +125,8 @@ def test_auxiliary_loss_only_when_training_with_diversity():
 
 @torch.no_grad()
 @pytest.mark.parametrize("settings", [
-    dict(aggregation="dense"), dict(aggregation="linear"), dict(aggregation="linear", linear_form="factorised"),
+    dict(aggregation="dense"), dict(aggregation="dense", dense_norm=True), dict(aggregation="linear"),
+    dict(aggregation="linear", linear_form="factorised"),
     dict(aggregation="iterative"),
     dict(aggregation="hierarchical"), dict(mla_k=2), dict(mla_k=3), dict(aggregation="hierarchical", apply_to="decoder"),
     dict(aggregation="hierarchical", agg_function="attention"), dict(aggregation="hierarchical", agg_residual="top")])

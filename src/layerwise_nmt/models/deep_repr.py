@@ -4,6 +4,7 @@ H^0 = embeddings, H^l = LAYER(H^{l−1}), l = 1 … L (L = 6). The stack's outpu
 memory (encoder side) or as the softmax input (decoder side).
 
     dense          H^l = LAYER(H^{l−1}) + Σ_{i<l} H^i  (i ≥ 1), Ĥ = H^L                       (Eq. 4)
+                   dense_norm: H^l = LN(LAYER(H^{l−1}) + Σ_{i<l} H^i), l ≥ 2, as Eq. 1 wraps residuals
     linear         Ĥ = Σ_l W_l H^l, W_l ∈ R^{d×d}                                              (Eq. 5)
                    factorised reading: Ĥ = W_o Σ_l W_l H^l, W_l ∈ R^{d_ff×d}, W_o ∈ R^{d×d_ff}  (linear_form)
     iterative      Ĥ^1 = H^1, Ĥ^l = AGG(H^l, Ĥ^{l−1}), Ĥ = Ĥ^L; beside the backbone           (Eqs. 6-7)
@@ -51,6 +52,9 @@ class DeepConfig(ModelConfig):
     agg_residual: str = "all"  # all | top | none (Table 4)
     agg_function: str = "sigmoid"  # sigmoid | relu | attention (Table 4)
     linear_form: str = "square"  # square: Eq. 5's W_l ∈ R^{d×d} | factorised: via d_ff (the printed +14.7M)
+    # dense: Eq. 4's sum doubles the state's scale per layer (Σ_{i≤l} H^i = 2·Σ_{i<l} H^i + LAYER); true adds a
+    # LayerNorm after each sum (2·d per layer, the printed +0.0M still holds)
+    dense_norm: bool = False
     tie: str = "none"  # THUMT: source, target and softmax matrices untied, no softmax bias
     input_bias: bool = True  # THUMT adds a learned d-vector to the encoder input
 
@@ -66,10 +70,12 @@ class DeepConfig(ModelConfig):
 
 
     def other_readings(self) -> dict[str, dict]:
-        if self.aggregation != "linear":
-            return {}
-        other = "factorised" if self.linear_form == "square" else "square"
-        return {f"linear_form={other}": {"linear_form": other}}
+        if self.aggregation == "dense":
+            return {f"dense_norm={str(not self.dense_norm).lower()}": {"dense_norm": not self.dense_norm}}
+        if self.aggregation == "linear":
+            other = "factorised" if self.linear_form == "square" else "square"
+            return {f"linear_form={other}": {"linear_form": other}}
+        return {}
 
 
 class Aggregation(nn.Module):
@@ -118,6 +124,8 @@ class StackAggregation(nn.Module):
             self.weights = nn.Parameter(start_as_identity(torch.empty(layers, rank, d), 1 / layers))  # W_l: (L, R, D)
             self.project = (nn.Parameter(start_as_identity(torch.empty(d, rank), 1.0))  # W_o: (D, R)
                             if config.linear_form == "factorised" else None)
+        if kind == "dense" and config.dense_norm:
+            self.norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(layers - 1))  # H^2 … H^L
         if kind == "iterative":
             self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
         if kind == "hierarchical":  # a sub-tree per 2 layers; with odd L the last one holds H^L alone (AGG₂)
@@ -138,8 +146,10 @@ class StackAggregation(nn.Module):
             return states, node_out
         for i in range(layers):
             h = layer(i, states[-1])
-            if self.kind == "dense":
+            if self.kind == "dense" and i > 0:
                 h = h + sum(states[1:], torch.zeros_like(h))  # + Σ_{i<l} H^i, without the embeddings
+                if hasattr(self, "norms"):
+                    h = self.norms[i - 1](h)
             states.append(h)
         if self.kind == "linear":
             mixed = torch.einsum("lbtd,lrd->btr", torch.stack(states[1:]), self.weights)  # (B, T, R)
