@@ -20,7 +20,7 @@ from layerwise_nmt.data.vocab import Dictionary
 
 @pytest.mark.parametrize("configfile", [None, "config/demo.yaml", "config/ci.yaml"])
 def test_dry_run_builds_the_dag(tmp_path, configfile):
-    args = ["-n"] + (["--configfile", str(ROOT / configfile)] if configfile else [])
+    args = ["-n", "-p"] + (["--configfile", str(ROOT / configfile)] if configfile else [])
     out = snakemake(tmp_path, *args).stdout
     assert "binarize" in out and "tokenize" in out
     config = cfg.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
@@ -38,6 +38,12 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     assert needs
     for name, outputs in needs.items():  # every runnable row: train → (average) → decode → score
         run = cfg.experiment_dir(config, name, cfg.experiment(config, name)["seeds"][0])
+        grid = cfg.experiment(config, name)["decode"].get("tune_lenpen") or []
+        decoded = sorted(o.split(".")[0] for o in outputs if o.endswith(".bpe"))
+        if grid and decoded:  # α tuned on valid first: a decoding and a score per α, the pick; decodings read it
+            outputs = outputs | {"tuned_lenpen.json"} | {f"lenpen/valid.{a:g}.score.json" for a in grid}
+            job = next(block for block in out.split("\nrule ") if f"output: {run}/{decoded[0]}.bpe" in block)
+            assert f"{run}/tuned_lenpen.json" in job.split("output:")[0] and "--lenpen-from" in job
         for output in outputs:
             assert f"{run}/{output}" in out, f"{name}: no job makes {output}"
         parent = cfg.experiment(config, name)["warm_start"]
