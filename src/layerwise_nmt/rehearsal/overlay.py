@@ -32,8 +32,8 @@ NOTICE = "REHEARSAL — tiny models on stand-in data: the numbers have no BLEU m
 
 
 def squeeze(epochs: float) -> float:
-    """Monotone compression of an epoch count: x up to 2, then 2 + ln(x / 2) (100 → 5.9, 10 → 3.6)."""
-    return epochs if epochs <= 2 else 2 + math.log(epochs / 2)
+    """Monotone compression of an epoch count: x up to 2, then 2 + ln(x / 2) / 2 (100 → 3.96, 10 → 2.8)."""
+    return epochs if epochs <= 2 else 2 + math.log(epochs / 2) / 2
 
 
 def squeeze_count(n: int, down: bool = False) -> int:
