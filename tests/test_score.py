@@ -32,6 +32,18 @@ def test_buckets_partition_the_sentences():
     assert [b["bucket"] for b in buckets] == ["[0, 3)", "[3, 10)", ">= 10"]
 
 
+def test_right_closed_buckets_are_dou_figure_4s():
+    """(0,15], (15,30], (30,45], >45: a sentence of exactly 15 words is in the first bucket, 16 in the second."""
+    lengths = [1, 15, 16, 30, 31, 45, 46]
+    sources = [" ".join(["w"] * n) for n in lengths]
+    hyps = refs = [f"sentence {i}" for i in range(len(lengths))]
+    dou = bucket_bleu(hyps, [refs], sources, ScoreConfig(buckets=(15, 30, 45), buckets_right_closed=True))
+    assert [b["bucket"] for b in dou] == ["(0, 15]", "(15, 30]", "(30, 45]", "> 45"]
+    assert [b["sentences"] for b in dou] == [2, 2, 2, 1]
+    default = bucket_bleu(hyps, [refs], sources, ScoreConfig(buckets=(15, 30, 45)))
+    assert [b["sentences"] for b in default] == [1, 2, 2, 2]  # [0,15) [15,30) [30,45) >=45
+
+
 def test_mismatched_reference_length_is_an_error():
     with pytest.raises(UserError, match="3 hypotheses but reference 1 has 2 lines"):
         bleu(HYP, [REF[:2]], ScoreConfig())

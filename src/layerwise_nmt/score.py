@@ -32,6 +32,9 @@ class ScoreConfig(Settings):
     lowercase: bool = False
     compound_split: bool = False
     buckets: tuple[int, ...] = ()  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
+    # [0, e1), [e1, e2), …, ≥ e_last by default; right_closed: (0, e1], (e1, e2], …, > e_last (Dou et al.'s Fig. 4
+    # labels: a 15-word sentence is in (0, 15], not in the next bucket)
+    buckets_right_closed: bool = False
 
     @classmethod
     def prepare(cls, values: dict) -> dict:
@@ -68,13 +71,19 @@ def bleu(hyps: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
 
 
 def bucket_bleu(hyps: list[str], refs: list[list[str]], sources: list[str], cfg: ScoreConfig) -> list[dict]:
-    """BLEU per source-length bucket: [0, e1), [e1, e2), …, [e_last, ∞) in source words."""
+    """BLEU per source-length bucket in source words: [0, e1), [e1, e2), …, [e_last, ∞), or with
+    buckets_right_closed (0, e1], (e1, e2], …, (e_last, ∞)."""
     edges = list(cfg.buckets)
     bounds = list(zip([0] + edges, edges + [None]))
+    shift = 1 if cfg.buckets_right_closed else 0  # (a, b] = [a + 1, b + 1) for whole word counts
     out = []
     for low, high in bounds:
-        idx = [i for i, s in enumerate(sources) if len(s.split()) >= low and (high is None or len(s.split()) < high)]
-        label = f"[{low}, {high})" if high is not None else f">= {low}"
+        idx = [i for i, s in enumerate(sources)
+               if len(s.split()) >= low + shift and (high is None or len(s.split()) < high + shift)]
+        if cfg.buckets_right_closed:
+            label = f"({low}, {high}]" if high is not None else f"> {low}"
+        else:
+            label = f"[{low}, {high})" if high is not None else f">= {low}"
         if not idx:
             out.append({"bucket": label, "low": low, "high": high, "sentences": 0, "bleu": None})
             continue
