@@ -9,7 +9,9 @@ warm-started from it with a fresh warm-up, (a) Eq. 4 as printed, (b) Eq. 4 with 
 end of each stage, the largest gradient norm seen, and the RMS of the encoder's top state relative to layer 1.
 
     make demo   # or only its data: snakemake --configfile config/demo.yaml --cores 2 --until binarize
-    python benchmarks/dou_dense.py [--updates 600] [--json benchmarks/results/dou_dense.json]
+    python benchmarks/dou_dense.py [--updates 300] [--json benchmarks/results/dou_dense.json]
+
+The three warm-started runs train side by side (one thread each).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ RUNS = {  # name: (run directory, arch overrides, warm start from)
 }
 
 
-def train(name: str, run: Path, overrides: dict, init_from: Path | None, updates: int) -> Path:
+def train(name: str, run: Path, overrides: dict, init_from: Path | None, updates: int) -> subprocess.Popen | None:
+    """Starts the run unless its model exists; the caller waits."""
     spec = {"model": "deep", "arch": {**ARCH, **overrides},
             "train": {"max_tokens": 1024, "lr": 7e-4, "lr_scheduler": "inverse_sqrt", "warmup_updates": updates // 3,
                       "max_update": updates, "max_epoch": 0, "patience": 0, "log_interval": 100, "seed": 1}}
@@ -41,11 +44,17 @@ def train(name: str, run: Path, overrides: dict, init_from: Path | None, updates
     if not (run / "model.pt").exists():
         print(f"training {name} ({updates} updates) ...", flush=True)
         run.mkdir(parents=True, exist_ok=True)
-        with open(run / "train.log", "w") as log:
-            subprocess.run([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
-                            str(DATA), "--src", "de", "--tgt", "en", "--save-dir", str(run / "checkpoints"),
-                            "--final", str(run / "model.pt"), "--threads", "1"], check=True, stderr=log, cwd=ROOT)
-    return run
+        return subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
+                                 str(DATA), "--src", "de", "--tgt", "en", "--save-dir", str(run / "checkpoints"),
+                                 "--final", str(run / "model.pt"), "--threads", "1"],
+                                stderr=open(run / "train.log", "w"), cwd=ROOT)
+    return None
+
+
+def wait(jobs: list[subprocess.Popen | None]) -> None:
+    for job in filter(None, jobs):
+        if job.wait():
+            sys.exit(f"training failed ({job.returncode}): see {job.args[job.args.index('--save-dir') + 1]}/../train.log")
 
 
 def inspect(run: Path) -> dict:
@@ -71,7 +80,7 @@ def inspect(run: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--updates", type=int, default=600, help="per stage")
+    parser.add_argument("--updates", type=int, default=300, help="per stage")
     parser.add_argument("--work", default=str(ROOT / "results/benchmarks/dou_dense"))
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/dou_dense.json"))
     a = parser.parse_args()
@@ -80,10 +89,10 @@ def main() -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "src"))
-    runs = {}
-    for name, (directory, overrides, parent) in RUNS.items():
-        runs[name] = train(name, work / directory, overrides, runs[parent] / "model.pt" if parent else None,
-                           a.updates)
+    runs = {name: work / directory for name, (directory, _, _) in RUNS.items()}
+    for stage in (lambda parent: parent is None, lambda parent: parent is not None):  # the baseline, then the rest
+        wait([train(name, runs[name], overrides, runs[parent] / "model.pt" if parent else None, a.updates)
+              for name, (_, overrides, parent) in RUNS.items() if stage(parent)])
     results = {name: inspect(run) for name, run in runs.items()}
     print(f"\n{'run':<28} {'valid loss':>10} {'valid acc':>9} {'train loss':>10} {'top/H1 RMS':>10}")
     for name, r in results.items():

@@ -46,8 +46,11 @@ class BeamConfig(Settings):
 
     @classmethod
     def prepare(cls, values: dict) -> dict:
-        if values.get("tune_lenpen") is not None:
-            values["tune_lenpen"] = tuple(float(a) for a in values["tune_lenpen"])
+        grid = values.get("tune_lenpen")
+        if grid is not None:
+            if not isinstance(grid, (list, tuple)) or not all(isinstance(a, (int, float)) for a in grid):
+                raise UserError(f"tune_lenpen={grid!r}; expected a list of α values, e.g. [0.6, 1.0, 1.6]")
+            values["tune_lenpen"] = tuple(float(a) for a in grid)
         return values
 
     def check(self) -> None:

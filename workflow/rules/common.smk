@@ -219,8 +219,14 @@ LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
 
 
 def lenpen_grid(wildcards):
-    """decode.tune_lenpen as path components (1.0 → "1")."""
-    return [f"{float(a):g}" for a in experiment_of(wildcards)["decode"].get("tune_lenpen") or []]
+    """decode.tune_lenpen as path components (1.0 → "1"), checked by the decoding settings at DAG time."""
+    from layerwise_nmt.decode import BeamConfig
+
+    try:
+        grid = BeamConfig.from_dict(experiment_of(wildcards)["decode"]).tune_lenpen
+    except UserError as err:
+        raise WorkflowError(f"experiments/{wildcards.experiment}/decode: {err}")
+    return [f"{a:g}" for a in grid]
 
 
 def tunes_lenpen(wildcards):
