@@ -12,9 +12,10 @@ and the source context is c, the cross-attention output. The residual x + c beco
 
     z = σ(w_x ∘ x + w_c ∘ c + b),    x ← LN((1 − z) ∘ x + z ∘ c)
 
-(pre-norm: x ← (1 − z) ∘ x + z ∘ c, the LN moving to the cross-attention's input), with diagonal (element-wise) gate weights: 3·d parameters per layer, 4,608 for 6 layers at d=256, which is what
-the paper's 19.08M (vs 19.07M for the plain 6+6 model) allows; full matrices W_z, C_z would add 0.79M (19.86M).
-The gate starts at zero weights (z = 0.5), where LN((x + c)/2) = LN(x + c): training starts from the baseline.
+(pre-norm stacks: x ← (1 − z) ∘ x + z ∘ c, the LN being at the cross-attention's input), with diagonal
+(element-wise) gate weights: 3·d parameters per layer, 4,608 for 6 layers at d=256, which is what the paper's
+19.08M (vs 19.07M for the plain 6+6 model) allows; full matrices W_z, C_z would add 0.79M (19.86M). The gate
+starts at zero weights (z = 0.5), where post-norm LN((x + c)/2) = LN(x + c): training starts from the baseline.
 """
 
 from __future__ import annotations
