@@ -26,8 +26,8 @@ TINY_ARCH = {"d_model": 16, "d_ff": 32, "heads": 2}
 TINY_FUSION = {"d_a": 16, "d_f": 16}
 BPE_MERGES = 200
 WORD_VOCAB = 400
-UPDATES_PER_EPOCH = 4  # the rehearsal's epoch where update_freq allows …
-BATCHES_PER_EPOCH = 256  # … else fewer updates (≥ 2), so that update_freq 128 costs no more than 8 does twice
+UPDATES_PER_EPOCH = 3  # the rehearsal's epoch where update_freq allows …
+BATCHES_PER_EPOCH = 256  # … else fewer (≥ 2): an epoch of update_freq 128 is 256 batches, not 384
 NOTICE = "REHEARSAL — tiny models on stand-in data: the numbers have no BLEU meaning."
 
 
@@ -124,7 +124,7 @@ def shrink_experiment(real: dict, name: str, spec: dict, task: dict) -> dict:
         new["restart_max_tokens"] = sentences * 256
     if train.get("max_update"):
         new["max_update"] = updates(train["max_update"], mid_epoch=b.ends_mid_epoch)
-    for key in ("warmup_updates", "total_num_update", "save_interval_updates"):
+    for key in ("warmup_updates", "total_num_update", "lr_period_updates", "save_interval_updates"):
         if train.get(key):
             new[key] = updates(train[key])
     for key in ("max_epoch", "restart_after_epochs", "restart_epochs", "patience"):
