@@ -35,6 +35,42 @@ def snakemake(workdir: Path, *args: str, mirror: Path | None = None, check: bool
     return result
 
 
+TOY_ARCH = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
+            "dropout": 0.1}
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """A toy reversal task, binarized like the workflow's bin-joint data, for the training tests."""
+    from collections import Counter
+
+    import numpy as np
+
+    from layerwise_nmt.data.binarize import binarize
+    from layerwise_nmt.data.vocab import Dictionary
+
+    root = tmp_path_factory.mktemp("toy")
+    rng = np.random.RandomState(0)
+    words = [f"w{i}" for i in range(30)]
+    (root / "vocab").mkdir()
+    vocab = Dictionary.build(Counter({w: 1 for w in words}))
+    vocab.save(root / "vocab" / "dict.joint.txt")
+    (root / "bin-joint").mkdir()
+    for split, n in {"train": 240, "valid": 24}.items():
+        src = [" ".join(rng.choice(words, rng.randint(2, 9))) for _ in range(n)]
+        tgt = [" ".join(reversed(s.split())) for s in src]
+        for lang, lines in (("de", src), ("en", tgt)):
+            path = root / f"{split}.{lang}"
+            path.write_text("\n".join(lines) + "\n")
+            binarize(str(path), vocab, str(root / "bin-joint" / f"{split}.de-en.{lang}"))
+    return root / "bin-joint"
+
+
+def toy_spec(**train) -> dict:
+    return {"model": "transformer", "arch": TOY_ARCH,
+            "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, **train}}
+
+
 def toy_batch(src_vocab: int = 40, tgt_vocab: int = 40):
     """3 sources of 7 ids ending in </s> (sentence 1 right-padded after 5) and 3 decoder inputs of 6 starting with
     </s>, for the model tests."""

@@ -14,41 +14,17 @@ import pytest
 import torch
 
 from layerwise_nmt import UserError
-from layerwise_nmt.average import average, last_checkpoints
+from layerwise_nmt.average import average
+from layerwise_nmt.checkpoint import last_checkpoints
 from layerwise_nmt.data.batching import ParallelData, collate, make_batches
-from layerwise_nmt.data.binarize import binarize
-from layerwise_nmt.data.vocab import Dictionary
 from layerwise_nmt.train import TrainConfig, accumulate, lr_at, train
 
-ARCH = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
-        "dropout": 0.1}
-
+from conftest import TOY_ARCH as ARCH
+from conftest import toy_spec as spec
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """A toy reversal task, binarized like the workflow's bin-joint data."""
-    root = tmp_path_factory.mktemp("toy")
-    rng = np.random.RandomState(0)
-    words = [f"w{i}" for i in range(30)]
-    texts = {"train": 240, "valid": 24}
-    (root / "vocab").mkdir()
-    from collections import Counter
-    vocab = Dictionary.build(Counter({w: 1 for w in words}))
-    vocab.save(root / "vocab" / "dict.joint.txt")
-    (root / "bin-joint").mkdir()
-    for split, n in texts.items():
-        src = [" ".join(rng.choice(words, rng.randint(2, 9))) for _ in range(n)]
-        tgt = [" ".join(reversed(s.split())) for s in src]
-        for lang, lines in (("de", src), ("en", tgt)):
-            path = root / f"{split}.{lang}"
-            path.write_text("\n".join(lines) + "\n")
-            binarize(str(path), vocab, str(root / "bin-joint" / f"{split}.de-en.{lang}"))
-    return root / "bin-joint"
-
-
-def spec(**train):
-    return {"model": "transformer", "arch": ARCH,
-            "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, **train}}
+def data(toy_data):
+    return toy_data
 
 
 def final_state(save_dir: Path) -> dict:

@@ -134,7 +134,8 @@ def cmd_train(a) -> None:
 
 
 def cmd_average(a) -> None:
-    from .average import average, last_checkpoints
+    from .average import average
+    from .checkpoint import last_checkpoints
 
     average(last_checkpoints(a.save_dir, a.num, a.by), a.out)
 

@@ -165,9 +165,10 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
 
 def load_model(path: str | Path):
     """A model from a checkpoint (any of ours: final, averaged, or a training checkpoint)."""
+    from .checkpoint import load
     from .models import build
 
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load(path)
     model = build(state["model_name"], state["model_config"])
     model.load_state_dict(state["model"])
     return model.eval()

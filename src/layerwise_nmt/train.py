@@ -8,18 +8,21 @@
   2017): after `restart_after_epochs`, fresh Adam moments, a fixed lr and a new batch size;
 - label-smoothed cross-entropy as fairseq computes it; gradient clipping;
 - stops at max_update / max_epoch / a wall-clock budget / early stopping on validation loss;
-- checkpoints every N updates and at each epoch end, written atomically, the last K kept; `checkpoint_last.pt`
-  holds everything needed to resume bit for bit (model, optimizer, schedule position, RNG, data position).
+- checkpoints every N updates, every M minutes and at each epoch end, written atomically (`checkpoint.py`), the
+  last K kept; `checkpoint_last.pt` holds everything needed to resume bit for bit (model, optimizer, schedule
+  position, RNG, data position);
+- an update whose loss or gradient norm is not finite is skipped (fp16: with a smaller loss scale); too many in a
+  row stop the run with an error, its last checkpoint untouched.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 import os
 import random
-import re
 import signal
 import time
 from contextlib import nullcontext
@@ -31,7 +34,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import UserError
+from . import UserError, checkpoint
+from .checkpoint import BEST, LAST, PREVIOUS
 from .data.batching import ParallelData, collate, epoch_order, make_batches
 from .data.io import atomic_path
 from .data.vocab import load_pair
@@ -78,9 +82,14 @@ class TrainConfig(Settings):
     restart_max_tokens: int | None = None
     restart_epochs: int = 0
     save_interval_updates: int = 0  # 0 = only at epoch ends
+    # also refresh checkpoint_last.pt (the resume point, not an averaging candidate) after this many minutes, so
+    # that a hard kill (node failure, OOM, SIGKILL after SLURM's grace period) loses at most this; 0 = off
+    save_interval_minutes: float = 30.0
     keep_interval_updates: int = 10
     keep_last_epochs: int = 10
     amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
+    # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
+    max_nonfinite_updates: int = 8
     log_interval: int = 50
     seed: int = 1
 
@@ -246,22 +255,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
-def prune(save_dir: Path, pattern: str, keep: int) -> None:
-    """Delete all but the `keep` newest checkpoints whose names match `pattern` (numbered by its groups)."""
-    found = []
-    for path in save_dir.iterdir():
-        match = re.fullmatch(pattern, path.name)
-        if match:
-            found.append((tuple(int(g) for g in match.groups()), path))
-    for _, path in sorted(found)[: max(0, len(found) - keep)]:
-        path.unlink()
-
-
 class Stop(Exception):
     """Raised inside the loop by a SIGTERM/SIGUSR1 (preemption): checkpoint, then exit non-zero."""
 
@@ -285,7 +278,6 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                      dist.get_backend(), per_rank)
     save_dir_path = Path(save_dir)
     save_dir_path.mkdir(parents=True, exist_ok=True)
-    last = save_dir_path / "checkpoint_last.pt"
 
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -298,13 +290,13 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     settings = resume_key(spec)
-    state = torch.load(last, map_location="cpu", weights_only=False) if last.exists() else None
+    state = checkpoint.load_resumable(save_dir_path)
     if state is not None and state.get("settings") != settings:
         state = None
         if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
             aside = set_aside(save_dir_path)
-            log.warning("%s: model or training settings changed since this checkpoint; moved %s to %s and "
-                        "starting afresh", last, save_dir_path, aside)
+            log.warning("%s: model or training settings changed since its checkpoints; moved them to %s and "
+                        "starting afresh", save_dir_path, aside)
         if world_size > 1:
             dist.barrier()
     if spec.get("init_from") and state is None:
@@ -317,19 +309,23 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     if cfg.amp == "fp16" and device.type != "cuda":
         log.warning("amp=fp16 needs a GPU; training in fp32 (amp=bf16 works on this CPU)")
     dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16" and device.type == "cuda")
+    # fairseq's --fp16-init-scale 128: torch's default 2^16 overflows a few updates in a row at the start
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=cfg.amp == "fp16" and device.type == "cuda")
     autocast = lambda: torch.autocast(device.type, dtype=dtype, enabled=use_amp)  # noqa: E731
 
     progress = {"update": 0, "epoch": 1, "next_batch": 0, "restarted": False, "elapsed": 0.0,
-                "best_valid": -math.inf, "bad_epochs": 0, "history": [], "early_stopped": False}
+                "best_valid": -math.inf, "bad_epochs": 0, "history": [], "early_stopped": False,
+                "skipped_updates": 0, "nonfinite_in_a_row": 0}
     if state is not None:  # resume: checkpoint_last.pt, made with these settings
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         progress = state["progress"]
         set_rng_state(state["rng"])
-        log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", last, progress["epoch"],
-                 progress["update"], progress["next_batch"])
+        progress.setdefault("skipped_updates", 0)
+        progress.setdefault("nonfinite_in_a_row", 0)
+        log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", save_dir_path / LAST,
+                 progress["epoch"], progress["update"], progress["next_batch"])
     state = None  # its tensors are in the model and optimizer now
     net = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
     model.train()
@@ -340,15 +336,21 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                 "train_config": asdict(cfg), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                 "progress": progress, "rng": rng_state()}
 
+    saved = {"time": time.time(), "update": None}  # the newest checkpoint_last.pt of this process
+
     def save(*names: str) -> None:
         if rank != 0:
             return
         state = snapshot()
         weights_only = {k: v for k, v in state.items() if k not in ("optimizer", "scaler", "rng")}
-        for name in names:  # only checkpoint_last.pt is resumed from; the numbered ones are for averaging
-            save_checkpoint(save_dir_path / name, state if name == "checkpoint_last.pt" else weights_only)
-        prune(save_dir_path, r"checkpoint_(\d+)_(\d+)\.pt", cfg.keep_interval_updates)
-        prune(save_dir_path, r"checkpoint(\d+)\.pt", cfg.keep_last_epochs)
+        for name in names:  # only checkpoint_last.pt (or its predecessor) is resumed from; the rest are averaged
+            if name == LAST:
+                checkpoint.save(save_dir_path / LAST, state, previous=save_dir_path / PREVIOUS)
+            else:
+                checkpoint.save(save_dir_path / name, weights_only)
+        checkpoint.prune(save_dir_path, "update", cfg.keep_interval_updates)
+        checkpoint.prune(save_dir_path, "epoch", cfg.keep_last_epochs)
+        saved.update(time=time.time(), update=progress["update"])
 
     stop_signal = {"hit": None}
 
@@ -368,7 +370,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGUSR1)}
     started, window = time.time() - progress["elapsed"], {"tokens": 0, "time": time.time()}
     try:
-        while not _finished(progress, cfg):
+        while not _stop_reason(progress, cfg):
             batches = make_batches(train_data.src.sizes, train_data.tgt.sizes,
                                    *_batch_limits(cfg, progress["restarted"]), cfg.seed,
                                    skip_longer_than=cfg.skip_longer_than)
@@ -387,29 +389,37 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                 for param_group in optimizer.param_groups:
                     param_group["lr"] = lr_at(update, cfg, model.config.d_model, progress["restarted"])
                 result = accumulate(net, micro, cfg, device, autocast)
-                if cfg.clip_norm > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+                grad_norm = _unscale_and_clip(model, optimizer, scaler, cfg.clip_norm)
+                progress["next_batch"] = position + per_update
+                if not (math.isfinite(result["loss"]) and math.isfinite(grad_norm)):
+                    optimizer.zero_grad(set_to_none=True)
+                    scaler.update()  # fp16: a smaller loss scale for the next update
+                    _skip_nonfinite(progress, cfg, result["loss"], grad_norm, save_dir_path, saved["update"])
+                    continue
+                progress["nonfinite_in_a_row"] = 0
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
-                progress["update"], progress["next_batch"] = update, position + per_update
+                progress["update"] = update
                 progress["elapsed"] = time.time() - started
                 stats += [result["loss"], result["nll"], result["correct"], result["ntokens"]]
                 progress["epoch_stats"] = stats.tolist()
                 window["tokens"] += result["ntokens"]
+                window["grad_norm"] = grad_norm
                 if rank == 0 and update % cfg.log_interval == 0:
                     _log_progress(progress, cfg, stats, window, len(order) // per_update, optimizer)
-                if _finished(progress, cfg):
+                if _stop_reason(progress, cfg):
                     break
                 if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
-                    save(f"checkpoint_{progress['epoch']}_{update}.pt", "checkpoint_last.pt")
+                    save(f"checkpoint_{progress['epoch']}_{update}.pt", LAST)
+                elif cfg.save_interval_minutes and time.time() - saved["time"] >= cfg.save_interval_minutes * 60:
+                    save(LAST)  # a resume point only: which checkpoints are averaged must not depend on the clock
                 if stopping():
                     raise Stop()
             valid = evaluate(net, valid_data, cfg, device, autocast)
             if progress["next_batch"] < len(order):  # the budget ran out mid-epoch: keep the position, so that
                 _record(progress, stats, valid, optimizer, partial=True)  # a larger budget continues exactly here
-                save(f"checkpoint_{progress['epoch']}_{progress['update']}.pt", "checkpoint_last.pt")
+                save(f"checkpoint_{progress['epoch']}_{progress['update']}.pt", LAST)
                 break
             _record(progress, stats, valid, optimizer, partial=False)
             improved = _early_stopping(progress, cfg, valid)
@@ -420,36 +430,68 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                          progress["epoch"], cfg.restart_lr, *_batch_limits(cfg, True))
             finished = progress["epoch"]
             progress["epoch"], progress["next_batch"], progress["epoch_stats"] = finished + 1, 0, [0.0] * 4
-            save(f"checkpoint{finished}.pt", "checkpoint_last.pt", *(["checkpoint_best.pt"] if improved else []))
+            save(f"checkpoint{finished}.pt", LAST, *([BEST] if improved else []))
             if rank == 0:
                 _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
-            if stopping() and not _finished(progress, cfg):
+            if stopping() and not _stop_reason(progress, cfg):
                 raise Stop()
         if rank == 0:
             _write_history(save_dir_path.parent / "metrics.csv", progress["history"])
     except Stop:
-        save("checkpoint_last.pt")
+        save(LAST)
         log.warning("signal %s: saved checkpoint_last.pt at update %d; exiting so the job can be resumed",
                     stop_signal["hit"], progress["update"])
         raise SystemExit(75)  # EX_TEMPFAIL: Snakemake's retries restart the job, which resumes
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    progress["stopped_by"] = _stop_reason(progress, cfg)
+    if progress["stopped_by"] == "max_minutes":
+        log.warning("stopped by max_minutes (%g) at update %d, epoch %d: short of the run's update/epoch budget",
+                    cfg.max_minutes, progress["update"], progress["epoch"])
     if rank == 0 and final:
         weights, chosen = model.state_dict(), "the last update"
-        best = save_dir_path / "checkpoint_best.pt"
+        best = save_dir_path / BEST
         if cfg.final_model == "best" and best.exists():
-            best_state = torch.load(best, map_location="cpu", weights_only=False)
+            best_state = checkpoint.load(best)
             weights, chosen = best_state["model"], f"{best.name} (epoch {best_state['progress']['epoch'] - 1})"
         elif cfg.final_model == "best":
             log.warning("final_model=best, but no epoch improved on the validation set: %s gets the last weights",
                         final)
         log.info("%s: the weights of %s", final, chosen)
-        save_checkpoint(Path(final), {"model": weights, "model_name": spec["model"], "final_from": chosen,
+        checkpoint.save(Path(final), {"model": weights, "model_name": spec["model"], "final_from": chosen,
                                       "model_config": model.config.to_dict(), "progress": progress})
+        _write_summary(save_dir_path.parent / "training.json", progress, cfg)
     if dist.is_initialized():
         dist.barrier()
     return progress
+
+
+def _unscale_and_clip(model, optimizer, scaler, clip_norm: float) -> float:
+    """Unscale fp16 gradients, clip them to `clip_norm` if set; returns their total norm (inf or nan if the update
+    overflowed or diverged). DDP ranks hold the same reduced gradients, so they all take the same decision."""
+    scaler.unscale_(optimizer)  # a no-op unless fp16
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    if clip_norm > 0 and torch.isfinite(norm):
+        torch.nn.utils.clip_grads_with_norm_(model.parameters(), clip_norm, norm)
+    return float(norm)
+
+
+def _skip_nonfinite(progress: dict, cfg: TrainConfig, loss: float, grad_norm: float, save_dir: Path,
+                    saved_update: int | None) -> None:
+    """Count a skipped update; too many in a row end the run, its last checkpoint untouched."""
+    progress["skipped_updates"] += 1
+    progress["nonfinite_in_a_row"] += 1
+    log.warning("epoch %d, update %d: loss %s, gradient norm %s; update skipped (%d in a row, %d in all)",
+                progress["epoch"], progress["update"] + 1, loss, grad_norm, progress["nonfinite_in_a_row"],
+                progress["skipped_updates"])
+    if progress["nonfinite_in_a_row"] > cfg.max_nonfinite_updates:
+        last = (f"{LAST} (update {saved_update}) is the last good state" if saved_update is not None else
+                "the newest checkpoint on disk is the last good state")
+        raise UserError(f"{save_dir}: training diverged: {progress['nonfinite_in_a_row']} updates in a row with a "
+                        f"non-finite loss or gradient norm after update {progress['update']}; {last}. Lower lr, "
+                        f"set clip_norm, or use amp: none/bf16 (max_nonfinite_updates: {cfg.max_nonfinite_updates})")
 
 
 def _adam(model, cfg: TrainConfig) -> torch.optim.Adam:
@@ -470,7 +512,8 @@ def _should_restart(progress: dict, cfg: TrainConfig) -> bool:
 
 # Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself.
 RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
-                     "keep_interval_updates", "save_interval_updates", "final_model")
+                     "keep_interval_updates", "save_interval_updates", "save_interval_minutes", "final_model",
+                     "max_nonfinite_updates")
 
 
 def resume_key(spec: dict) -> dict:
@@ -492,7 +535,7 @@ def set_aside(save_dir: Path) -> Path:
 def warm_start(model: torch.nn.Module, path: str) -> list[str]:
     """Continued learning (GCA §3.3; Dou et al. §4): copy every tensor of a trained model into `model`, whose extra
     parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names."""
-    trained = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    trained = checkpoint.load(path)["model"]
     if hasattr(model, "warm_start_names"):  # a model whose layers moved a baseline tensor says where to
         trained = model.warm_start_names(trained)
     own = model.state_dict()
@@ -508,17 +551,21 @@ def warm_start(model: torch.nn.Module, path: str) -> list[str]:
     return [k for k in own if k not in trained]
 
 
-def _finished(progress: dict, cfg: TrainConfig) -> bool:
-    """Whether the budget is spent; recomputed from the config, so a resumed run may be given a larger one."""
+def _stop_reason(progress: dict, cfg: TrainConfig) -> str:
+    """Which budget is spent ("" while none is): recomputed from the config, so a resumed run may be given a larger
+    one. The final model records it, and a table row cut by the clock says so."""
     last_epoch = cfg.max_epoch
     if progress["restarted"] and cfg.restart_epochs:
         last_epoch = progress["restart_epoch"] + cfg.restart_epochs
-    return bool(
-        progress["early_stopped"]
-        or (cfg.max_update and progress["update"] >= cfg.max_update)
-        or (cfg.max_minutes and progress["elapsed"] >= cfg.max_minutes * 60)
-        or (last_epoch and progress["epoch"] > last_epoch)
-    )
+    if progress["early_stopped"]:
+        return "early stopping"
+    if cfg.max_update and progress["update"] >= cfg.max_update:
+        return "max_update"
+    if last_epoch and progress["epoch"] > last_epoch:
+        return "restart_epochs" if progress["restarted"] and cfg.restart_epochs else "max_epoch"
+    if cfg.max_minutes and progress["elapsed"] >= cfg.max_minutes * 60:
+        return "max_minutes"
+    return ""
 
 
 def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: bool) -> None:
@@ -528,7 +575,8 @@ def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: 
            "minutes": round(progress["elapsed"] / 60, 3), "lr": optimizer.param_groups[0]["lr"],
            "train_loss": loss / ntokens / math.log(2), "train_nll": nll / ntokens / math.log(2),
            "train_accuracy": correct / ntokens, "valid_loss": valid["loss"], "valid_nll": valid["nll"],
-           "valid_accuracy": valid["accuracy"], "valid_bleu": valid.get("bleu", "")}
+           "valid_accuracy": valid["accuracy"], "valid_bleu": valid.get("bleu", ""),
+           "skipped_updates": progress["skipped_updates"]}
     progress["history"].append(row)
     log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
              row["epoch"], " (stopped mid-epoch)" if partial else " done", row["update"], row["train_loss"],
@@ -563,9 +611,19 @@ def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer) ->
         done = (progress["epoch"] - 1) * updates_per_epoch + progress["next_batch"] / max(1, cfg.update_freq)
         remaining.append((cfg.max_epoch * updates_per_epoch - done) * progress["elapsed"] / max(done, 1))
     eta = f"{min(remaining) / 60:.1f} min" if remaining else "?"
-    log.info("epoch %d update %d: loss %.3f, lr %.2e, %.0f target tokens/s, %.1f min elapsed, ETA %s",
-             progress["epoch"], progress["update"], loss, optimizer.param_groups[0]["lr"], tps,
-             progress["elapsed"] / 60, eta)
+    log.info("epoch %d update %d: loss %.3f, lr %.2e, gnorm %.3f, %.0f target tokens/s, %.1f min elapsed, ETA %s",
+             progress["epoch"], progress["update"], loss, optimizer.param_groups[0]["lr"],
+             window.get("grad_norm", math.nan), tps, progress["elapsed"] / 60, eta)
+
+
+def _write_summary(path: Path, progress: dict, cfg: TrainConfig) -> None:
+    """How the run ended, for the tables: a row cut short by the clock must say so."""
+    summary = {"updates": progress["update"], "epochs_completed": progress["epoch"] - 1,
+               "stopped_by": progress["stopped_by"], "skipped_updates": progress["skipped_updates"],
+               "minutes": round(progress["elapsed"] / 60, 2),
+               "budget": {k: getattr(cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(summary, indent=1))
 
 
 def _write_history(path: Path, history: list[dict]) -> None:

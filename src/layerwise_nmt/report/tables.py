@@ -43,7 +43,7 @@ def build(spec: dict) -> pd.DataFrame:
                 if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and better:
                     cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
             record.update({f"{k}{suffix}": v for k, v in cell.items()})
-        record["status"] = "ours" if ran else row.get("reason", "not run yet")
+        record["status"] = ("ours" + cut_short(row.get("runs", []))) if ran else row.get("reason", "not run yet")
         if with_params:  # "#parameter" columns (LWC T3): the paper's printed M beside our model's exact count
             paper_params = row.get("paper", {}).get("params_m")
             ours_params = {s["decoding"]["params"] for split in scores.values() for s in split
@@ -54,6 +54,22 @@ def build(spec: dict) -> pd.DataFrame:
     if spec.get("speeds"):
         add_speed_ratios(records, spec["rows"])
     return pd.DataFrame.from_records(records)
+
+
+def cut_short(runs: list[str]) -> str:
+    """"; cut by max_minutes: …" for the runs (seeds) whose training.json says the clock, not the update or epoch
+    budget, ended them — the row's numbers are then not those of the protocol it describes."""
+    cut = []
+    for run in runs:
+        path = Path(run) / "training.json"
+        summary = json.loads(path.read_text()) if path.exists() else {}
+        if summary.get("stopped_by") == "max_minutes":
+            budget = summary["budget"]
+            planned = (f" of max_update {budget['max_update']:,}" if budget.get("max_update") else
+                       f", {summary['epochs_completed']} of max_epoch {budget['max_epoch']} epochs"
+                       if budget.get("max_epoch") else "")
+            cut.append(f"{Path(run).name} at update {summary['updates']:,}{planned}")
+    return f"; cut by max_minutes: {', '.join(cut)}" if cut else ""
 
 
 def mean_scores(parts: list[list[dict]]) -> list[dict]:

@@ -1,0 +1,119 @@
+"""Checkpoint files: written durably, read with a fallback, pruned, and picked for averaging.
+
+A training directory (`<run>/checkpoints/`) holds
+- `checkpoint_last.pt`: everything a resume needs to continue bit for bit (model, optimizer, scaler, RNG,
+  progress, the settings it was made with);
+- `checkpoint_previous.pt`: the `checkpoint_last.pt` before it, read when the newest cannot be (truncated copy,
+  disk error, a kill between the two renames);
+- `checkpoint<E>.pt` (epoch ends) and `checkpoint_<E>_<U>.pt` (every `save_interval_updates`): weights and
+  progress only, the candidates for averaging (fairseq's names);
+- `checkpoint_best.pt`: the epoch early stopping judged best.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from . import UserError
+
+log = logging.getLogger(__name__)
+LAST, PREVIOUS, BEST = "checkpoint_last.pt", "checkpoint_previous.pt", "checkpoint_best.pt"
+PATTERNS = {"update": r"checkpoint_\d+_(\d+)\.pt", "epoch": r"checkpoint(\d+)\.pt"}
+
+
+def save(path: Path, state: dict, previous: Path | None = None) -> None:
+    """Write `state` to `path` so that a kill, a node failure or a full disk at any moment leaves the old file or
+    the new one, never half of one: a temporary file, fsync'ed, then renamed. With `previous`, the old file is
+    renamed there first. A failed write removes its temporary file and raises a one-line UserError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # the rename below must not reach the disk before the data does
+        if previous is not None and path.exists():
+            os.replace(path, previous)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # ENOSPC surfaces as either, depending on where torch's writer is
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path}: cannot write the checkpoint ({reason}); the previous one is left as it was")
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some filesystems (and Windows) cannot open a directory: the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load(path: str | Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_resumable(save_dir: Path) -> dict | None:
+    """The newest readable full checkpoint of `save_dir`: checkpoint_last.pt, else checkpoint_previous.pt (with a
+    warning naming both). None when there is none; a UserError when they exist and none can be read, so that a
+    run of days is never restarted from scratch without a person deciding it."""
+    unreadable = []
+    for path in (save_dir / LAST, save_dir / PREVIOUS):
+        if not path.exists():
+            continue
+        try:
+            state = load(path)
+        except Exception as err:  # noqa: BLE001 — truncated zip, bad pickle, I/O error: all mean "cannot read"
+            unreadable.append(f"{path.name} ({_first_line(err)})")
+            continue
+        if path.name != LAST:
+            log.warning("%s: %s; resuming from %s (update %d) instead", save_dir,
+                        f"cannot read {unreadable[0]}" if unreadable else f"{LAST} is missing", path.name,
+                        state["progress"]["update"])
+        return state
+    if unreadable:
+        raise UserError(f"{save_dir}: cannot read {' or '.join(unreadable)}; nothing to resume from — move the "
+                        f"directory away to train from scratch")
+    return None
+
+
+def _first_line(err: Exception) -> str:
+    """The error's first sentence: torch's zip reader appends a paragraph of advice."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text.split('. ')[0].rstrip('.')}" if text else type(err).__name__
+
+
+def numbered(save_dir: str | Path, by: str) -> list[tuple[int, Path]]:
+    """The (number, path) of the epoch or update checkpoints in `save_dir`, oldest first."""
+    if by not in PATTERNS:
+        raise UserError(f"average by {by!r}; expected update or epoch")
+    return sorted((int(m.group(1)), p) for p in Path(save_dir).iterdir() if (m := re.fullmatch(PATTERNS[by], p.name)))
+
+
+def prune(save_dir: Path, by: str, keep: int) -> None:
+    """Delete all but the `keep` newest epoch or update checkpoints."""
+    found = numbered(save_dir, by)
+    for _, path in found[: max(0, len(found) - keep)]:
+        path.unlink()
+
+
+def last_checkpoints(save_dir: str | Path, n: int, by: str = "epoch") -> list[Path]:
+    """The newest `n` epoch or update checkpoints, the ones fairseq's average_checkpoints.py would take."""
+    found = numbered(save_dir, by)
+    if not found:
+        raise UserError(f"{save_dir}: no {by} checkpoints ({PATTERNS[by]}) to average")
+    if len(found) < n:
+        log.warning("%s: only %d %s checkpoints, averaging those instead of %d", save_dir, len(found), by, n)
+    return [p for _, p in found[-n:]]
