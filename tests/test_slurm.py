@@ -52,8 +52,13 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     # SIGTERM to the batch step and everything in it, as a preemption grace signal: the trainer checkpoints and
     # exits 75, the job FAILs, Snakemake submits the retry (rule train: retries: 2)
     subprocess.run(["scancel", "--full", "--signal=TERM", train_job], check=True)
+    # then a plain `scancel` of the retry, as a user does: sacct says "CANCELLED by 0", which the plugin (2.8.0)
+    # would wait on forever; layerwise_nmt.slurm makes it a failure, and the third attempt resumes
+    retry_job = wait_for_retry(run, train_job, checkpoints)
+    subprocess.run(["scancel", retry_job], check=True)
     out, _ = run.communicate(timeout=900)
     assert run.returncode == 0, out[-4000:]
+    assert f"SLURM-job '{retry_job}' failed, SLURM status is: 'CANCELLED'" in out, out[-4000:]
 
     table = (tmp_path / target).read_text()
     assert "Transformer 1+1" in table and "(n=1)" in table
@@ -62,9 +67,27 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     assert resumed and int(resumed.group(2)) > 0, log[:3000]  # the retry went on from a checkpoint
     assert "Trying to restart job" in out
     submitted = re.findall(r"SLURM jobid (\d+)", out)
-    assert len(submitted) >= 5  # train (twice), translate, score, table
+    assert len(submitted) >= 6  # train (three times), translate, score, table
     states = dict(line.split() for line in subprocess.run(
         ["sacct", "-n", "-X", "-P", "--delimiter", " ", "-o", "JobID,State", "-j", ",".join(submitted)],
         capture_output=True, text=True, check=True).stdout.splitlines())
-    assert states[train_job] == "FAILED" and list(states.values()).count("COMPLETED") >= 4, states
+    assert states[train_job] == "FAILED" and states[retry_job].startswith("CANCELLED by ")
+    assert list(states.values()).count("COMPLETED") >= 4, states
     assert json.loads((tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/test.score.json").read_text())["bleu"] >= 0
+
+
+def wait_for_retry(run: subprocess.Popen, failed_job: str, checkpoints: Path) -> str:
+    """The SLURM id of the train job submitted after `failed_job`, once it has written a checkpoint of its own."""
+    deadline, started = time.time() + 300, None
+    while True:
+        assert time.time() < deadline and run.poll() is None, "the retry never got going"
+        jobs = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %k"], capture_output=True,
+                              text=True).stdout.splitlines()
+        retry = next((line.split()[0] for line in jobs if "rule_train" in line and line.split()[0] != failed_job),
+                     None)
+        if retry and started is None:
+            started = time.time()
+        last = checkpoints / "checkpoint_last.pt"
+        if retry and last.exists() and last.stat().st_mtime > started:
+            return retry
+        time.sleep(0.5)

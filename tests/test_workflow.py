@@ -281,3 +281,18 @@ def test_nist_from_a_user_directory_is_scored_on_all_four_references(tmp_path, m
     tokenized = (tmp_path / "results/nist_zhen/data/text/mt04.zh-en.zh").read_text(encoding="utf-8").splitlines()
     assert len(tokenized) == 10 and "我们 在" in "\n".join(tokenized)  # jieba split the Chinese words
     assert not (tmp_path / "results/nist_zhen/data/bpe/code").exists()  # word-level: no BPE
+
+
+def test_a_state_like_cancelled_by_uid_reaches_the_slurm_plugin_as_cancelled():
+    """The status-query wrapper against the installed plugin (the cluster test scancels a real job)."""
+    import asyncio
+    import logging
+
+    plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
+    from layerwise_nmt.slurm import patch_status_query
+
+    assert patch_status_query() and patch_status_query()  # a second call does not wrap twice
+    assert plugin.query_job_status.lwnmt_normalised
+    fake_sacct = "printf '7|CANCELLED by 0\\n8|RUNNING\\n9|COMPLETED\\n'"
+    states, _ = asyncio.run(plugin.query_job_status(fake_sacct, logging.getLogger("test")))
+    assert states == {"7": "CANCELLED", "8": "RUNNING", "9": "COMPLETED"}

@@ -31,6 +31,9 @@ validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema default
 
 if workflow.is_main_process:
     from layerwise_nmt.plan import budget_warnings
+    from layerwise_nmt.slurm import patch_status_query
+
+    patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/slurm.py)
 
     for line in budget_warnings(config):  # estimated before anything runs: fix these before spending GPU-days
         logger.warning(f"budget: {line}")

@@ -1,0 +1,35 @@
+"""A workaround for snakemake-executor-plugin-slurm (2.8.0, the newest release as of 2026-11): `sacct` prints the
+state of a job cancelled with a plain `scancel` as "CANCELLED by <uid>"; the plugin compares whole strings with
+its failure states ("CANCELLED", ...), finds none, takes the job for a running one and waits for it forever. The
+old cluster profile had the same bug (Snakemake-Profiles/slurm#22). Reduced to its first word, the state is one
+the plugin knows: the job is reported failed, and the rule's `retries` resubmit it (a training resumes)."""
+
+from __future__ import annotations
+
+
+def normalised(states: dict[str, str] | None) -> dict[str, str] | None:
+    """{job id: state} with each state cut to its first word ("CANCELLED by 0" → "CANCELLED")."""
+    if not states:
+        return states
+    return {job: (state.split() or [""])[0] for job, state in states.items()}
+
+
+def patch_status_query() -> bool:
+    """Wrap the plugin's status query, once per process; False when the plugin is not installed or has changed."""
+    try:
+        import snakemake_executor_plugin_slurm as plugin
+    except ImportError:
+        return False
+    query = getattr(plugin, "query_job_status", None)
+    if query is None:
+        return False
+    if getattr(query, "lwnmt_normalised", False):
+        return True
+
+    async def query_job_status(command: str, logger):
+        states, seconds = await query(command, logger)
+        return normalised(states), seconds
+
+    query_job_status.lwnmt_normalised = True
+    plugin.query_job_status = query_job_status
+    return True
