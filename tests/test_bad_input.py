@@ -183,3 +183,36 @@ def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
     result = lwnmt("fetch", f"{url}/corpus.tgz", tmp_path / "corpus.tgz", "--sha256", "1" * 64)
     assert "sha256 is" in one_line_error(result)
     assert list(tmp_path.iterdir()) == [root]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["status", "--config", "nope.yaml"], "config file nope.yaml: No such file or directory; expected a YAML file"),
+    (["status", "--config", "config/demo.yaml"], "an overlay such as config/demo.yaml goes after the full config"),
+    (["params", "--config", "config.yaml", "no.such.experiment"], "unknown experiment 'no.such.experiment'"),
+    (["translate", "/dev/null", "--model", "m.pt", "--data", "/nope", "--src", "de", "--tgt", "en", "--out-prefix",
+      "x"], "--data /nope: expected a binarized data directory"),
+    (["average", "/nope", "--out", "x.pt", "--num", "2"], "/nope: No such file or directory"),
+])
+def test_command_line_mistakes_get_one_line(args, expected):
+    from conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", *args], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert expected in one_line_error(result)
+
+
+def test_lwnmt_status_outside_the_checkout_says_where_the_config_is(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status"], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.stderr.strip() == ("lwnmt status: error: config file config.yaml: No such file or directory; "
+                                     "expected a YAML file (run from the checkout, or pass --config "
+                                     "path/to/config.yaml)")
+
+
+def test_an_unknown_table_is_named_with_the_ones_that_exist(tmp_path):
+    from conftest import snakemake
+
+    result = snakemake(tmp_path, "-n", "results/tables/lwc/T9.md", check=False)
+    assert result.returncode != 0
+    assert "results/tables/lwc/T9: paper lwc has no table 'T9'; expected one of S5_4, T1, T2, T3, T4" in \
+        result.stdout + result.stderr

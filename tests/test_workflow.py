@@ -1,5 +1,6 @@
 """The workflow as users run it: DAGs build, the CI-sized data run completes, config errors name the key."""
 
+import collections
 import json
 import subprocess
 import sys
@@ -128,6 +129,17 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                              mirror=mirror).stdout
+    # decoding and scoring settings rerun only the jobs they change, never a training (a GPU-day each)
+    overlay = tmp_path / "decode-score.yaml"
+    overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {
+        "decode": {"lenpen": 0.7}, "score": {"buckets": [5, 10]}, "seeds": [1, 2, 3]}}}))
+    planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
+                                     mirror=mirror).stdout)
+    assert planned["train"] == 1 and planned["translate"] == 2 * 3  # seed 3's training; valid+test × 3 seeds
+    overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {"lr": 0.001}}}}))
+    planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
+                                     mirror=mirror).stdout)
+    assert planned["train"] == 2  # a training change does retrain both seeds
     # the Snakemake report: every table and figure, grouped by paper, with its caption
     snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"),
               mirror=mirror)
@@ -136,6 +148,19 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
         assert {"T1.html", "T2.html", "curves.png", "sweep.png"} <= {n.rsplit("/", 1)[-1] for n in names}
         index = next(report.read(n).decode() for n in names if n.endswith("report.html"))
         assert "CI: the whole DAG on 400 sentences" in index and "WMT16 En" in index
+
+
+def jobs_planned(dry_run: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table of a dry run: rule → count (0 for rules it does not list)."""
+    counts = {}
+    for line in dry_run.split("Job stats:", 1)[-1].splitlines()[3:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit() or parts[0] == "total":
+            if counts:
+                break
+            continue
+        counts[parts[0]] = int(parts[1])
+    return collections.defaultdict(int, counts)
 
 
 def load_full():

@@ -227,7 +227,7 @@ def cmd_params(a) -> None:
     from . import config as cfg
     from .params import parameter_rows
 
-    config = cfg.load(*a.config)
+    config = cfg.load(*(a.config or ["config.yaml"]))
     vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
     rows = parameter_rows(config, a.experiments or list(config.get("experiments", {})), vocab)
     if a.format == "csv":
@@ -252,7 +252,7 @@ def cmd_plan(a) -> None:
     from . import config as cfg
     from .plan import plan, render, render_budgets, rows
 
-    config = cfg.load(*a.config)
+    config = cfg.load(*(a.config or ["config.yaml"]))
     records = plan(config)
     if a.format == "csv":
         import csv
@@ -286,7 +286,7 @@ def cmd_rehearse(a) -> None:
 def cmd_status(a) -> None:
     from . import config as cfg
 
-    config = cfg.load(*a.config)
+    config = cfg.load(*(a.config or ["config.yaml"]))
     rows = cfg.all_statuses(config)
     width = max(len(s.name) for s in rows)
     for kind in ("task", "experiment", "row"):
@@ -308,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lwnmt", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    config_arg = dict(nargs="+", default=["config.yaml"], help="config files, later ones override")
+    config_arg = dict(action="append", metavar="FILE", help="a config file (default config.yaml); repeat the "
+                      "option for overlays, later ones override: --config config.yaml --config config/demo.yaml")
 
     p = sub.add_parser("fetch", help="download a file (retries, resume, checksum)")
     p.add_argument("url")
@@ -496,6 +497,12 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except UserError as err:
         print(f"lwnmt {args.command}: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as err:  # a path given on the command line that is not there (or not readable)
+        if args.verbose or err.filename is None:
+            raise
+        print(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)",
+              file=sys.stderr)
         sys.exit(1)
 
 

@@ -26,9 +26,21 @@ def load(*paths: str | os.PathLike) -> dict:
     """Load and deep-merge config files (later ones override), then validate."""
     config: dict = {}
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            deep_update(config, yaml.safe_load(f) or {})
-    validate(config)
+        try:
+            with open(path, encoding="utf-8") as f:
+                deep_update(config, yaml.safe_load(f) or {})
+        except OSError as err:
+            raise UserError(f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
+                            f"pass --config path/to/config.yaml)")
+        except yaml.YAMLError as err:
+            raise UserError(f"config file {path}: not valid YAML ({' '.join(str(err).split())})")
+    try:
+        validate(config)
+    except UserError as err:
+        if "(top level)" in str(err) and "required property" in str(err):  # an overlay given alone
+            raise UserError(f"{err} in {', '.join(map(str, paths))}; an overlay such as config/demo.yaml goes "
+                            f"after the full config: --config config.yaml --config config/demo.yaml")
+        raise
     return config
 
 

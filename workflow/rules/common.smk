@@ -266,9 +266,22 @@ def decoding_inputs(wildcards, tuned=True):
 # --- tables (report.smk) --------------------------------------------------------------------------
 
 
+def paper_part(paper, kind, name):
+    """config papers/<paper>/<kind>/<name>, or a one-line error listing what exists."""
+    papers = config.get("papers", {})
+    if paper not in papers:
+        raise WorkflowError(f"results/{kind}/{paper}/{name}: no paper {paper!r} in the config; expected one of "
+                            f"{', '.join(sorted(papers))}")
+    parts = papers[paper].get(kind, {})
+    if name not in parts:
+        raise WorkflowError(f"results/{kind}/{paper}/{name}: paper {paper} has no {kind[:-1]} {name!r}; expected "
+                            f"one of {', '.join(sorted(parts)) or 'none'}")
+    return parts[name]
+
+
 def table_spec(paper, table):
     """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
-    spec = config["papers"][paper]["tables"][table]
+    spec = paper_part(paper, "tables", table)
     derived = spec.get("mean_of", {})  # metrics computed from others: no split of their own
     splits = sorted({cfg.split_of(m) for m in cfg.metrics_of(spec) + [m for ms in derived.values() for m in ms]
                      if m not in derived})
@@ -303,7 +316,7 @@ def table_spec(paper, table):
 
 def report_caption(paper, kind, name):
     """A table's or figure's caption for the Snakemake report (reStructuredText: one paragraph)."""
-    spec = config["papers"][paper][kind][name]
+    spec = paper_part(paper, kind, name)
     scale = f" Scale: {spec['scale']}." if spec.get("scale") else ""
     title = config["papers"][paper].get("title", paper)
     return " ".join(f"**{title}, {name}.** {spec.get('caption', '')}{scale}".split())
@@ -312,7 +325,7 @@ def report_caption(paper, kind, name):
 def figure_spec(paper, figure):
     """Rows resolved to run files: metrics.csv or model.pt (first seed) for curves and shares, every seed's
     test.score.json for sweeps and length buckets."""
-    spec = config["papers"][paper]["figures"][figure]
+    spec = paper_part(paper, "figures", figure)
     rows = []
     for row in spec["rows"]:
         out = dict(row)

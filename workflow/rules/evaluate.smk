@@ -12,7 +12,8 @@ rule translate:
         multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".detok", ".json"),
     params:
         data=data_dir,
-        e=experiment_of,
+        src=lambda w: experiment_of(w)["src"],  # not the whole experiment: a score edit must not re-decode
+        tgt=lambda w: experiment_of(w)["tgt"],
         options=decoding_options,
         prefix=decoded_prefix,
         tuned=lambda w: f"--lenpen-from {tuned_lenpen(w)}" if tunes_lenpen(w) and not hasattr(w, "lenpen") else "",
@@ -24,8 +25,8 @@ rule translate:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.e[src]}"
-        " --tgt {params.e[tgt]} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
+        "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
+        " --tgt {params.tgt} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
         " --gpus {resources.gpu} {params.tuned}"
         " 2> {log:q}"
 

@@ -12,7 +12,10 @@ rule train:
     params:
         spec=train_spec,
         data=data_dir,
-        pair=lambda w: experiment_of(w),
+        # only what the trained model depends on: Snakemake reruns a job whose params changed, so the whole
+        # experiment here would retrain every seed after a decode or score edit
+        src=lambda w: experiment_of(w)["src"],
+        tgt=lambda w: experiment_of(w)["tgt"],
         run=run_dir,
     threads: 2
     resources:
@@ -27,7 +30,7 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{LWNMT} train --spec {params.spec:q} --data {params.data} --src {params.pair[src]} --tgt {params.pair[tgt]}"
+        "{LWNMT} train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
         " --save-dir {params.run}/checkpoints --final {output:q} --threads {threads} --gpus {resources.gpu}"
         " 2>> {log:q}"
 

@@ -79,6 +79,9 @@ def load_pair(data_dir: str | Path, src: str, tgt: str) -> tuple["Dictionary", "
     """The (source, target) dictionaries of a binarized data directory: bin-joint → vocab/dict.joint.txt twice,
     bin-separate → vocab/dict.<src>.txt and vocab/dict.<tgt>.txt."""
     vocab_dir = Path(data_dir).parent / "vocab"
+    if Path(data_dir).name not in ("bin-joint", "bin-separate"):
+        raise UserError(f"--data {data_dir}: expected a binarized data directory, results/<task>/data/bin-joint or "
+                        f"bin-separate (its dictionaries are in the vocab/ beside it)")
     if Path(data_dir).name == "bin-joint":
         joint = Dictionary.load(vocab_dir / "dict.joint.txt")
         return joint, joint
