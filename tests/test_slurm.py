@@ -68,8 +68,8 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     assert "Trying to restart job" in out
     submitted = re.findall(r"SLURM jobid (\d+)", out)
     assert len(submitted) >= 6  # train (three times), translate, score, table
-    states = dict(line.split() for line in subprocess.run(
-        ["sacct", "-n", "-X", "-P", "--delimiter", " ", "-o", "JobID,State", "-j", ",".join(submitted)],
+    states = dict(line.split("|", 1) for line in subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(submitted)],
         capture_output=True, text=True, check=True).stdout.splitlines())
     assert states[train_job] == "FAILED" and states[retry_job].startswith("CANCELLED by ")
     assert list(states.values()).count("COMPLETED") >= 4, states
