@@ -135,11 +135,12 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
         "decode": {"lenpen": 0.7}, "score": {"buckets": [5, 10]}, "seeds": [1, 2, 3]}}}))
     planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
                                      mirror=mirror).stdout)
-    assert planned["train"] == 1 and planned["translate"] == 2 * 3  # seed 3's training; valid+test × 3 seeds
+    assert planned["train"] == 1  # seed 3's, and only it
+    assert planned["translate"] == 2 * 3 + 2 + 1  # valid+test × 3 seeds; ci.lwc and ci.enro inherit the decoding
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {"lr": 0.001}}}}))
     planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
                                      mirror=mirror).stdout)
-    assert planned["train"] == 2  # a training change does retrain both seeds
+    assert planned["train"] == 2 + 3  # a training change retrains both seeds and the 3 experiments extending it
     # the Snakemake report: every table and figure, grouped by paper, with its caption
     snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"),
               mirror=mirror)
