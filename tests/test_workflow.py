@@ -136,7 +136,7 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
                                      mirror=mirror).stdout)
     assert planned["train"] == 1  # seed 3's, and only it
-    assert planned["translate"] == 2 * 3 + 2 + 1  # valid+test × 3 seeds; ci.lwc and ci.enro inherit the decoding
+    assert planned["translate"] == 2 * 3 + 2 + 2 + 1  # valid+test × 3 seeds; ci.lwc, ci.mlrf, ci.enro inherit it
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {"lr": 0.001}}}}))
     planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
                                      mirror=mirror).stdout)
