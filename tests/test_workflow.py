@@ -218,6 +218,42 @@ def test_snakemake_rejects_unknown_key(tmp_path):
     assert "lowercaze" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml"])
+def test_no_two_experiments_share_a_settings_dict(path):
+    """A YAML alias (`train: *x`) loads as one dict shared by every experiment that names it, and Snakemake merges
+    an overlay into it in place: `--configfile` editing one experiment would silently edit them all. Merge keys
+    (`{<<: *x}`) make copies."""
+    seen: dict[int, str] = {}
+
+    def walk(node, where):  # dicts only: a list in an overlay replaces the old one, a dict is merged into it
+        if isinstance(node, dict):
+            assert id(node) not in seen, f"{path}: {where} is the same object as {seen[id(node)]}"
+            seen[id(node)] = where
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+
+    walk(yaml.safe_load((ROOT / path).read_text()).get("experiments", {}), "experiments")
+
+
+@pytest.mark.parametrize("stage, key, hint", [
+    ("train", "max_tokenz", "did you mean max_tokens?"),
+    ("arch", "encoder_layer", "did you mean encoder_layers?"),
+    ("decode", "lenpen_", "did you mean lenpen?"),
+    ("score", "tokenise", "did you mean tokenize?"),
+])
+def test_a_typo_in_any_stage_stops_the_dry_run_with_a_did_you_mean(tmp_path, stage, key, hint):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(yaml.safe_dump({"experiments": {"demo.lwc": {stage: {key: 1}}}}))
+    expected = f"config key experiments/demo.lwc/{stage} (or defaults/{stage}): unknown "
+    result = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad), check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and expected in out and hint in out
+    status = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
+                             "--config", str(ROOT / "config/demo.yaml"), "--config", str(bad)],
+                            capture_output=True, text=True)
+    assert status.returncode == 1 and expected in status.stderr and hint in status.stderr
+
+
 def test_status_says_why_rows_cannot_run():
     out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
                          capture_output=True, text=True, check=True).stdout

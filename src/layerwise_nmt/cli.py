@@ -223,11 +223,20 @@ def cmd_figure(a) -> None:
     print(f"wrote {a.out_prefix}.png and .pdf" + (f"; not drawn: {'; '.join(missing)}" if missing else ""))
 
 
-def cmd_params(a) -> None:
+def load_config(a) -> dict:
+    """The --config files merged and checked as `snakemake -n` checks them (schema, references, stage settings)."""
     from . import config as cfg
-    from .params import parameter_rows
+    from .checks import check_experiments
 
     config = cfg.load(*(a.config or ["config.yaml"]))
+    check_experiments(config)
+    return config
+
+
+def cmd_params(a) -> None:
+    from .params import parameter_rows
+
+    config = load_config(a)
     vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
     rows = parameter_rows(config, a.experiments or list(config.get("experiments", {})), vocab)
     if a.format == "csv":
@@ -249,10 +258,9 @@ def cmd_params(a) -> None:
 
 
 def cmd_plan(a) -> None:
-    from . import config as cfg
     from .plan import plan, render, render_budgets, rows
 
-    config = cfg.load(*(a.config or ["config.yaml"]))
+    config = load_config(a)
     records = plan(config)
     if a.format == "csv":
         import csv
@@ -286,7 +294,7 @@ def cmd_rehearse(a) -> None:
 def cmd_status(a) -> None:
     from . import config as cfg
 
-    config = cfg.load(*(a.config or ["config.yaml"]))
+    config = load_config(a)
     rows = cfg.all_statuses(config)
     width = max(len(s.name) for s in rows)
     for kind in ("task", "experiment", "row"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from difflib import get_close_matches
 
 from . import UserError
 
@@ -17,7 +18,9 @@ class Settings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise UserError(f"unknown {cls.kind}(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            close = get_close_matches(unknown[0], known, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+            raise UserError(f"unknown {cls.kind}(s) {', '.join(unknown)}; {hint}")
         settings = cls(**cls.prepare(dict(values)))
         settings.check()
         return settings

@@ -24,6 +24,10 @@ try:
         rehearsal.apply(config, config["rehearsal"])
     # One-line errors naming the key, plus the cross-references a schema cannot check (task → dataset, ...).
     cfg.validate(config)
+    if workflow.is_main_process:  # every stage's settings through the classes that will read them (a typo here
+        from layerwise_nmt.checks import check_experiments  # would otherwise fail the job, hours into the run)
+
+        check_experiments(config)
     TARGET_TASKS = cfg.runnable_tasks(config)
 except UserError as err:
     raise WorkflowError(str(err))
