@@ -2,6 +2,7 @@
 
 import errno
 import json
+import logging
 import math
 import signal
 import subprocess
@@ -72,6 +73,7 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
 
 
 def test_an_unreadable_checkpoint_falls_back_to_the_one_before(toy_data, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     run = tmp_path / "run"
     train(toy_spec(max_update=8, save_interval_updates=3), str(toy_data), "de", "en", str(run))
     assert load(run / PREVIOUS)["progress"]["update"] == 6 and load(run / LAST)["progress"]["update"] == 8
@@ -80,6 +82,7 @@ def test_an_unreadable_checkpoint_falls_back_to_the_one_before(toy_data, tmp_pat
     train(toy_spec(max_update=14, save_interval_updates=3), str(toy_data), "de", "en", str(run))
     warning = next(r.getMessage() for r in caplog.records if "resuming from" in r.getMessage())
     assert f"cannot read {LAST} (" in warning and f"resuming from {PREVIOUS} (update 6)" in warning
+    assert any(r.getMessage().startswith(f"resumed from {run / PREVIOUS}: epoch 1, update 6") for r in caplog.records)
     train(toy_spec(max_update=14, save_interval_updates=3), str(toy_data), "de", "en", str(tmp_path / "straight"))
     assert_same_weights(load(run / LAST), load(tmp_path / "straight" / LAST))
 

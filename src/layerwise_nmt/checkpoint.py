@@ -41,8 +41,8 @@ def save(path: Path, state: dict, previous: Path | None = None) -> None:
             os.replace(path, previous)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:  # ENOSPC surfaces as either, depending on where torch's writer is
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path}: cannot write the checkpoint ({reason}); the previous one is left as it was")
+        raise UserError(f"{path}: cannot write the checkpoint ({_first_line(err)}); the previous one is left as "
+                        f"it was")
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_directory(path.parent)
@@ -65,10 +65,10 @@ def load(path: str | Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load_resumable(save_dir: Path) -> dict | None:
-    """The newest readable full checkpoint of `save_dir`: checkpoint_last.pt, else checkpoint_previous.pt (with a
-    warning naming both). None when there is none; a UserError when they exist and none can be read, so that a
-    run of days is never restarted from scratch without a person deciding it."""
+def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
+    """(state, path) of the newest readable full checkpoint of `save_dir`: checkpoint_last.pt, else
+    checkpoint_previous.pt (with a warning naming both); (None, None) when there is none. A UserError when they
+    exist and none can be read, so that a run of days is never restarted from scratch without a person deciding."""
     unreadable = []
     for path in (save_dir / LAST, save_dir / PREVIOUS):
         if not path.exists():
@@ -82,11 +82,11 @@ def load_resumable(save_dir: Path) -> dict | None:
             log.warning("%s: %s; resuming from %s (update %d) instead", save_dir,
                         f"cannot read {unreadable[0]}" if unreadable else f"{LAST} is missing", path.name,
                         state["progress"]["update"])
-        return state
+        return state, path
     if unreadable:
         raise UserError(f"{save_dir}: cannot read {' or '.join(unreadable)}; nothing to resume from — move the "
                         f"directory away to train from scratch")
-    return None
+    return None, None
 
 
 def _first_line(err: Exception) -> str:

@@ -290,7 +290,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     settings = resume_key(spec)
-    state = checkpoint.load_resumable(save_dir_path)
+    state, resumed_from = checkpoint.load_resumable(save_dir_path)
     if state is not None and state.get("settings") != settings:
         state = None
         if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
@@ -324,7 +324,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
         set_rng_state(state["rng"])
         progress.setdefault("skipped_updates", 0)
         progress.setdefault("nonfinite_in_a_row", 0)
-        log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", save_dir_path / LAST,
+        log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from,
                  progress["epoch"], progress["update"], progress["next_batch"])
     state = None  # its tensors are in the model and optimizer now
     net = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
