@@ -52,6 +52,21 @@ def ensure_fairseq() -> None:
     sh(pip + ["fairseq==0.12.2"])
 
 
+def fairseq_cli(tool: str) -> list[str]:
+    """The command running fairseq_cli.<tool> (generate, interactive) on a loaded checkpoint. fairseq 0.12.2 +
+    torch 1.13 crash in the BetterTransformer encoder fast path of a loaded post-norm checkpoint ("Mask Type should
+    be defined", fairseq issues #4858/#4899); the driver turns that path off, as in training mode, which computes the
+    same layer."""
+    driver = (
+        "import sys, fairseq.modules.transformer_layer as tl\n"
+        "load = tl.TransformerEncoderLayerBase._load_from_state_dict\n"
+        "def no_bt(self, *a, **k):\n    load(self, *a, **k)\n    self.load_to_BT = False\n"
+        "tl.TransformerEncoderLayerBase._load_from_state_dict = no_bt\n"
+        f"from fairseq_cli.{tool} import cli_main\nsys.argv = ['fairseq-{tool}'] + sys.argv[1:]\ncli_main()\n"
+    )
+    return [str(FAIRSEQ_BIN / "python"), "-c", driver]
+
+
 def prepare(work: Path) -> None:
     """The same BPE text binarized for fairseq (fairseq-preprocess) and for us (lwnmt vocab + binarize)."""
     for lang in ("de", "en"):
@@ -167,17 +182,8 @@ def fairseq_decode(work: Path, n: int) -> float:
         "--share-decoder-input-output-embed", "--optimizer", "adam", "--lr", "1e-9", "--max-tokens", "512",
         "--max-update", "1", "--cpu", "--save-dir", str(ckpt), "--disable-validation", "--no-epoch-checkpoints"])
     src = decode_sources(work, n)
-    # fairseq 0.12.2 + torch 1.13 crash in the BetterTransformer encoder fast path of a loaded checkpoint
-    # ("Mask Type should be defined", fairseq issues #4858/#4899); turn that path off, as in training mode.
-    driver = (
-        "import sys, fairseq.modules.transformer_layer as tl\n"
-        "load = tl.TransformerEncoderLayerBase._load_from_state_dict\n"
-        "def no_bt(self, *a, **k):\n    load(self, *a, **k)\n    self.load_to_BT = False\n"
-        "tl.TransformerEncoderLayerBase._load_from_state_dict = no_bt\n"
-        "from fairseq_cli.interactive import cli_main\nsys.argv = ['fairseq-interactive'] + sys.argv[1:]\ncli_main()\n"
-    )
     start = time.perf_counter()
-    sh([str(FAIRSEQ_BIN / "python"), "-c", driver, str(work / "fairseq-bin"), "--path", str(ckpt / "checkpoint_last.pt"),
+    sh(fairseq_cli("interactive") + [str(work / "fairseq-bin"), "--path", str(ckpt / "checkpoint_last.pt"),
         "--input", str(src), "--beam", "5", "--batch-size", "64", "--buffer-size", "2000", "--max-len-a", "1.2",
         "--max-len-b", "10", "--cpu", "--source-lang", "de", "--target-lang", "en"],
        env=dict(os.environ, OMP_NUM_THREADS="2"))

@@ -155,6 +155,8 @@ def cmd_translate(a) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     options = json.loads(a.options)
+    options.update({key: getattr(a, key) for key in ("beam", "lenpen", "max_len_a", "max_len_b", "min_len",
+                                                      "batch_size") if getattr(a, key) is not None})
     if a.lenpen_from:  # the α the pick_lenpen step chose on the validation set
         options["lenpen"] = json.loads(Path(a.lenpen_from).read_text())["lenpen"]
         log.info("length penalty %s, tuned on the validation set (%s)", options["lenpen"], a.lenpen_from)
@@ -168,6 +170,14 @@ def cmd_translate(a) -> None:
              stats["sentences_per_second"])
     with atomic_path(f"{a.out_prefix}.json") as tmp, open(tmp, "w") as f:
         json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+
+
+def cmd_import_fairseq(a) -> None:
+    from .fairseq_import import import_fairseq
+
+    target = import_fairseq(a.checkpoint, a.data, a.src, a.tgt, a.out)
+    log.info("wrote %s; decode with: lwnmt translate INPUT --model %s --data %s --src %s --tgt %s --out-prefix OUT",
+             target, target, a.out, a.src, a.tgt)
 
 
 def cmd_pick_lenpen(a) -> None:
@@ -434,7 +444,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
     p.add_argument("--gpu-locks", default="results/.gpu-locks")
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
+    for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
+                       ("--min-len", int), ("--batch-size", int)):
+        p.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("import-fairseq", help="convert a fairseq 0.12 Transformer checkpoint into our model.pt")
+    p.add_argument("checkpoint")
+    p.add_argument("--data", required=True, help="the fairseq data directory it was trained on (dict.*.txt)")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--out", required=True, help="directory for model.pt and the dictionaries (a --data for "
+                                                "lwnmt translate)")
+    p.set_defaults(func=cmd_import_fairseq)
 
     p = sub.add_parser("pick-lenpen", help="the length penalty with the best validation BLEU (decode.tune_lenpen)")
     p.add_argument("scores", nargs="+", help="score.json of the validation set decoded at each α, in --lenpen order")

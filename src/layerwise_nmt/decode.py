@@ -1,9 +1,12 @@
 """Batched beam search over any model exposing `start(src) -> state` and `step(last_tokens, state) -> logits`,
 where `state.reorder(rows)` selects/reorders batch rows. Cached states: each step feeds one token per hypothesis.
 
-Semantics follow fairseq's SequenceGenerator: the decoder starts from </s>; a hypothesis ends when it emits </s>,
-which is only accepted from the top `beam` candidates of a step; a sentence is done when it has `beam` finished
-hypotheses; at the length limit a·|src| + b only </s> is allowed. Two length penalties, chosen by name:
+Semantics are fairseq 0.12's SequenceGenerator, step for step (tests/test_fairseq_parity.py decodes a fairseq
+model both ways): the decoder starts from </s>; </s> is barred before `min_len` tokens; a hypothesis ends when it
+emits </s>, which is only accepted from the top `beam` of the 2·beam candidates of a step; a sentence is done when it
+has `beam` finished hypotheses; at the length limit a·|src| + b only </s> is allowed. One deliberate difference:
+|src| is each sentence's own length (with its </s>), where fairseq takes the batch's padded width, so our output
+never depends on how sentences were batched. Two length penalties, chosen by name:
   fairseq: score / len^α               (fairseq --lenpen)
   gnmt:    score / ((5 + len) / 6)^α   (Wu et al. 2016; tensor2tensor; LWC's α = 1.1 / 0.6)
 where len counts the generated tokens including </s>.
@@ -38,6 +41,7 @@ class BeamConfig(Settings):
     length_penalty: str = "fairseq"  # fairseq | gnmt
     max_len_a: float = 1.2  # max output length = a·src_len + b (fairseq's --max-len-a/-b)
     max_len_b: int = 10
+    min_len: int = 1  # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
     batch_size: int = 64  # sentences per batch (fairseq --batch-size)
     amp: str = "none"  # none | bf16
     # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
@@ -91,9 +95,15 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
     scores = torch.full((B, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0  # step 0 expands the first beam only
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    # fairseq's cands_to_ignore: beam slots that had to be filled with an ended candidate (more than `beam` of the
+    # 2·beam candidates ended); the candidates at those ranks of the next step neither finish nor continue.
+    ignore = torch.zeros(B, beam, dtype=torch.bool, device=device)
     for step in range(int(max_lens.max()) + 1):
         lprobs = F.log_softmax(model.step(tokens[:, -1], state).float(), dim=-1)  # (n·beam, V)
+        lprobs[lprobs != lprobs] = float("-inf")
         lprobs[:, pad] = float("-inf")
+        if step < cfg.min_len:
+            lprobs[:, eos] = float("-inf")
         n, V = len(active), lprobs.size(-1)
         lprobs = lprobs.view(n, beam, V)
         at_limit = step >= max_lens[active]
@@ -103,24 +113,27 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
             lprobs[at_limit, :, eos] = eos_scores
         cand_scores, cand = (scores[:, :, None] + lprobs).view(n, -1).topk(2 * beam, dim=1)  # (n, 2·beam)
         cand_beam, cand_tok = cand // V, cand % V
-        is_eos = cand_tok == eos
-        for i, j in zip(*torch.nonzero(is_eos[:, :beam], as_tuple=True)):
+        ended = (cand_tok == eos) & (cand_scores > float("-inf"))
+        ended[:, :beam] &= ~ignore
+        for i, j in zip(*torch.nonzero(ended[:, :beam], as_tuple=True)):
             sentence, score = int(active[i]), float(cand_scores[i, j])
-            if len(finished[sentence]) < beam and score > float("-inf"):
+            if len(finished[sentence]) < beam:
                 row = int(i) * beam + int(cand_beam[i, j])
                 hyp = tokens[row, 1:].tolist() + [eos]
                 finished[sentence].append(Hypothesis(hyp, score / cfg.penalty(step + 1), score))
         # the next beams: the first `beam` candidates that did not end (fairseq's active_mask trick)
-        rank = is_eos.long() * (2 * beam) + torch.arange(2 * beam, device=device)
-        pick = rank.topk(beam, dim=1, largest=False).indices
+        ended[:, :beam] |= ignore
+        rank, pick = (ended.long() * (2 * beam) + torch.arange(2 * beam, device=device)).topk(beam, dim=1,
+                                                                                               largest=False)
         next_scores, next_beam, next_tok = (t.gather(1, pick) for t in (cand_scores, cand_beam, cand_tok))
         keep = torch.tensor([len(finished[int(s)]) < beam for s in active], dtype=torch.bool, device=device)
+        keep &= ~at_limit  # a sentence ends at its length limit, however many hypotheses it finished (fairseq)
         if not keep.any():
             break
         rows = (torch.arange(n, device=device)[:, None] * beam + next_beam)[keep].view(-1)
         state.reorder(rows)
         tokens = torch.cat([tokens.index_select(0, rows), next_tok[keep].view(-1, 1)], dim=1)
-        scores, active = next_scores[keep], active[keep]
+        scores, active, ignore = next_scores[keep], active[keep], (rank >= 2 * beam)[keep]
     return [sorted(hyps, key=lambda h: -h.score) for hyps in finished]
 
 

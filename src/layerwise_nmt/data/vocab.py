@@ -77,11 +77,16 @@ def count_tokens(paths: Iterable[str]) -> Counter:
 
 def load_pair(data_dir: str | Path, src: str, tgt: str) -> tuple["Dictionary", "Dictionary"]:
     """The (source, target) dictionaries of a binarized data directory: bin-joint → vocab/dict.joint.txt twice,
-    bin-separate → vocab/dict.<src>.txt and vocab/dict.<tgt>.txt."""
+    bin-separate → vocab/dict.<src>.txt and vocab/dict.<tgt>.txt; a fairseq data directory (or `lwnmt
+    import-fairseq`'s output) → its own dict.<src>.txt and dict.<tgt>.txt."""
+    own = [Path(data_dir) / f"dict.{lang}.txt" for lang in (src, tgt)]
+    if all(path.exists() for path in own):
+        return Dictionary.load(own[0]), Dictionary.load(own[1])
     vocab_dir = Path(data_dir).parent / "vocab"
     if Path(data_dir).name not in ("bin-joint", "bin-separate"):
         raise UserError(f"--data {data_dir}: expected a binarized data directory, results/<task>/data/bin-joint or "
-                        f"bin-separate (its dictionaries are in the vocab/ beside it)")
+                        f"bin-separate (its dictionaries are in the vocab/ beside it), or a fairseq data directory "
+                        f"with dict.{src}.txt and dict.{tgt}.txt")
     if Path(data_dir).name == "bin-joint":
         joint = Dictionary.load(vocab_dir / "dict.joint.txt")
         return joint, joint

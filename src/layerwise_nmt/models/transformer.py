@@ -58,6 +58,10 @@ class ModelConfig(Settings):
     output_bias: bool = False  # MLRF's Eq. 2 has b_o
     scale_embedding: bool = True  # multiply token embeddings by sqrt(D), as Vaswani et al. and fairseq do
     position_embeddings: bool = True  # sinusoidal positions (LWC Table 3 ablates them)
+    # vaswani: sin/cos interleaved by dimension, first token at position 0 (Vaswani et al. §3.5, tensor2tensor);
+    # fairseq: [sin | cos] halves, frequencies 10000^(-i/(D/2-1)), first token at position pad+1 (fairseq's
+    # SinusoidalPositionalEmbedding; set by `lwnmt import-fairseq`, so that its models decode as they were trained).
+    sinusoid: str = "vaswani"
     # xavier: fairseq's (Xavier-uniform projections, zero biases); fan_in: every Linear U(±1/sqrt(fan_in)) for
     # weights and biases (MLRF §4.2). Token embeddings are N(0, d^-0.5) either way.
     init: str = "xavier"
@@ -94,6 +98,8 @@ class ModelConfig(Settings):
             raise UserError(f"norm={self.norm!r}; expected post or pre")
         if self.norm == "pre" and self.backbone != "transformer":
             raise UserError(f"norm=pre is written for the Transformer layers, not backbone={self.backbone}")
+        if self.sinusoid not in ("vaswani", "fairseq"):
+            raise UserError(f"sinusoid={self.sinusoid!r}; expected vaswani or fairseq")
         if self.init not in ("xavier", "fan_in"):
             raise UserError(f"init={self.init!r}; expected xavier or fan_in")
         if self.tie not in ("none", "decoder", "all"):
@@ -128,6 +134,14 @@ def sinusoidal_positions(n: int, d: int) -> Tensor:
     return table
 
 
+def fairseq_positions(n: int, d: int) -> Tensor:
+    """fairseq's table: row p = [sin(p·f_i) | cos(p·f_i)], f_i = 10000^(-i/(D/2-1)), i < D/2 (zero column if D odd)."""
+    half = d // 2
+    inv_freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
+    angles = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq[None]
+    return F.pad(torch.cat([torch.sin(angles), torch.cos(angles)], dim=1), (0, d % 2))
+
+
 class Embedding(nn.Module):
     """Token embedding × sqrt(D) + sinusoidal position (unless config.position_embeddings is off), then dropout."""
 
@@ -135,14 +149,20 @@ class Embedding(nn.Module):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        positions = sinusoidal_positions(config.max_positions, config.d_model)
+        if config.sinusoid == "fairseq":  # its first token sits at position pad+1 (make_positions)
+            self.first = config.pad + 1
+            positions = fairseq_positions(config.max_positions + self.first, config.d_model)
+        else:
+            self.first = 0
+            positions = sinusoidal_positions(config.max_positions, config.d_model)
         if not config.position_embeddings:
             positions.zero_()
         self.register_buffer("positions", positions, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:  # (B, T) → (B, T, D)
-        x = self.tokens(ids) * self.scale + self.positions[offset:offset + ids.size(1)]
+        start = self.first + offset
+        x = self.tokens(ids) * self.scale + self.positions[start:start + ids.size(1)]
         return self.dropout(x)
 
 

@@ -1,0 +1,165 @@
+"""Our Transformer beside fairseq 0.12.2's: decoding parity (a committed fixture) and training parity (a benchmark).
+
+    python benchmarks/fairseq_parity.py fixture   # → tests/fixtures/fairseq/: tiny fairseq models + fairseq-generate's
+                                                  #   output, which tests/test_fairseq_parity.py decodes with ours
+    python benchmarks/fairseq_parity.py train [--seeds 1 2] [--updates 1500]
+                                                  # → benchmarks/results/parity.json + docs/parity.png
+
+Data: Multi30k De→En from the data mirror (LWNMT_DATA_MIRROR, default ../shared/data-mirror), Moses-tokenized and
+lowercased with `lwnmt tokenize`, joint BPE learnt with `lwnmt learn-bpe`, binarized by fairseq-preprocess for
+fairseq and by `lwnmt binarize` with fairseq's own dictionary for us, so that both read the same token ids.
+fairseq runs in its own venv (`.fairseq-venv`, created on first use as benchmarks/train_decode.py does); the
+project never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_decode import FAIRSEQ_BIN, MIRROR, ROOT, ensure_fairseq, fairseq_cli, sh  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "fairseq"
+LWNMT = [sys.executable, "-m", "layerwise_nmt"]
+SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+
+# Two small models that between them cover the import's branches: one dictionary and one matrix for everything,
+# post-norm; two dictionaries, decoder input = output matrix, pre-norm (final LayerNorm per stack).
+FIXTURE_MODELS = {
+    "shared_post": ["--arch", "transformer", "--share-all-embeddings", "--encoder-embed-dim", "64",
+                    "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
+                    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+                    "--encoder-layers", "2", "--decoder-layers", "2"],
+    "separate_pre": ["--arch", "transformer_iwslt_de_en", "--share-decoder-input-output-embed",
+                     "--encoder-normalize-before", "--decoder-normalize-before", "--encoder-embed-dim", "32",
+                     "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+                     "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+                     "--encoder-layers", "2", "--decoder-layers", "2"],
+}
+# fairseq-generate settings decoded both ways; batch size 1 where a·|src| + b caps the output, since fairseq takes
+# |src| from the batch's padded width and we from each sentence (decode.py says why).
+GENERATE = {
+    "beam5": {"beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200, "batch_size": 64},
+    "beam4_lenpen0.6_cap": {"beam": 4, "lenpen": 0.6, "max_len_a": 1.2, "max_len_b": 10, "batch_size": 1},
+}
+FIXTURE_SENTENCES = 300
+
+
+def prepare(work: Path, merges: int, joined: bool) -> Path:
+    """Multi30k → tokenized, lowercased, BPE'd text in work/bpe/{train,valid,test}.{de,en}; fairseq-preprocess'd
+    into work/fairseq-bin (with its dict.de.txt / dict.en.txt). Returns the fairseq data directory."""
+    tok, bpe = work / "tok", work / "bpe"
+    tok.mkdir(parents=True, exist_ok=True)
+    bpe.mkdir(exist_ok=True)
+    for split, name in SPLITS.items():
+        for lang in ("de", "en"):
+            raw = work / f"{split}.raw.{lang}"
+            raw.write_bytes(gzip.decompress((MIRROR / "multi30k" / f"{name}.{lang}.gz").read_bytes()))
+            sh(LWNMT + ["tokenize", str(raw), str(tok / f"{split}.{lang}"), "--lang", lang,
+                        "--options", json.dumps({"lowercase": True, "aggressive_dash_splits": True})])
+    sh(LWNMT + ["learn-bpe", str(tok / "train.de"), str(tok / "train.en"), "--out", str(work / "codes"),
+                "--merges", str(merges)])
+    for split in SPLITS:
+        for lang in ("de", "en"):
+            sh(LWNMT + ["apply-bpe", str(tok / f"{split}.{lang}"), str(bpe / f"{split}.{lang}"),
+                        "--codes", str(work / "codes")])
+    dest = work / ("fairseq-bin-joined" if joined else "fairseq-bin")
+    sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
+        "--trainpref", str(bpe / "train"), "--validpref", str(bpe / "valid"), "--testpref", str(bpe / "test"),
+        "--destdir", str(dest), "--workers", "2"] + (["--joined-dictionary"] if joined else []))
+    return dest
+
+
+def fairseq_train(data: Path, save_dir: Path, arch: list[str], seed: int, updates: int, extra: list[str] = ()) -> str:
+    result = sh([str(FAIRSEQ_BIN / "fairseq-train"), str(data), *arch, "--cpu", "--seed", str(seed),
+                 "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--lr-scheduler",
+                 "inverse_sqrt", "--warmup-updates", "400", "--warmup-init-lr", "1e-07", "--clip-norm", "0.0",
+                 "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--dropout", "0.1",
+                 "--max-tokens", "4096", "--max-update", str(updates), "--save-dir", str(save_dir),
+                 "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple", "--log-interval", "100",
+                 *extra], env={**os.environ, "OMP_NUM_THREADS": "2"})
+    return result.stdout
+
+
+def round_to_fp16(checkpoint: Path, out: Path) -> None:
+    """The checkpoint without optimizer state, weights stored in fp16: small enough to commit, and fairseq then
+    decodes exactly the weights our import reads (fp16 → fp32 is exact)."""
+    code = ("import sys, torch\n"
+            "s = torch.load(sys.argv[1], map_location='cpu')\n"
+            "s['model'] = {k: v.half() if v.is_floating_point() else v for k, v in s['model'].items()}\n"
+            "s['last_optimizer_state'] = None\n"
+            "torch.save(s, sys.argv[2])\n")
+    sh([str(FAIRSEQ_BIN / "python"), "-c", code, str(checkpoint), str(out)])
+
+
+def fairseq_generate(data: Path, checkpoint: Path, options: dict, subset: str = "test") -> str:
+    return sh(fairseq_cli("generate") + [str(data), "--path", str(checkpoint), "--gen-subset", subset,
+               "--cpu", "--beam", str(options["beam"]), "--lenpen", str(options["lenpen"]),
+               "--max-len-a", str(options["max_len_a"]), "--max-len-b", str(options["max_len_b"]),
+               "--batch-size", str(options["batch_size"]), "--num-workers", "0"]).stdout
+
+
+def make_fixture(work: Path, updates: int) -> None:
+    data = {True: prepare(work, merges=1000, joined=True)}
+    data[False] = work / "fairseq-bin"
+    sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
+        "--trainpref", str(work / "bpe/train"), "--validpref", str(work / "bpe/valid"),
+        "--testpref", str(work / "bpe/test"), "--destdir", str(data[False]), "--workers", "2"])
+    # the first FIXTURE_SENTENCES test sentences, binarized with each model's dictionaries below
+    head = work / "bpe" / "head"
+    for lang in ("de", "en"):
+        lines = (work / "bpe" / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:FIXTURE_SENTENCES]
+        Path(f"{head}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    FIXTURE.mkdir(parents=True, exist_ok=True)
+    manifest = {"sentences": FIXTURE_SENTENCES, "updates": updates, "models": {}, "generate": GENERATE}
+    for name, arch in FIXTURE_MODELS.items():
+        joined = "--share-all-embeddings" in arch
+        bin_dir = data[joined]
+        head_bin = work / f"head-bin-{name}"
+        sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
+            "--srcdict", str(bin_dir / "dict.de.txt"), "--tgtdict", str(bin_dir / "dict.en.txt"),
+            "--testpref", str(head), "--destdir", str(head_bin), "--workers", "1"])
+        print(f"training {name} ({updates} updates) ...", flush=True)
+        fairseq_train(bin_dir, work / f"ckpt-{name}", arch, seed=1, updates=updates)
+        out = FIXTURE / name
+        out.mkdir(exist_ok=True)
+        round_to_fp16(work / f"ckpt-{name}" / "checkpoint_last.pt", out / "checkpoint.pt")
+        for lang in ("de", "en"):
+            shutil.copy(bin_dir / f"dict.{lang}.txt", out / f"dict.{lang}.txt")
+        for setting, options in GENERATE.items():
+            text = fairseq_generate(head_bin, out / "checkpoint.pt", options)
+            hyps = {int(m[1]): (float(m[2]), m[3]) for m in re.finditer(r"^H-(\d+)\t(\S+)\t(.*)$", text, re.M)}
+            (out / f"{setting}.json").write_text(json.dumps(
+                {"options": options, "hypotheses": [{"score_log2": hyps[i][0], "text": hyps[i][1]}
+                                                    for i in range(len(hyps))]}, indent=0) + "\n")
+        manifest["models"][name] = {"fairseq_train_args": arch}
+    shutil.copy(f"{head}.de", FIXTURE / "test.de")
+    (FIXTURE / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    size = sum(p.stat().st_size for p in FIXTURE.rglob("*") if p.is_file())
+    print(f"wrote {FIXTURE} ({size / 1024:.0f} KB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("fixture", help="tiny fairseq models and fairseq-generate's output for the parity test")
+    p.add_argument("--updates", type=int, default=1500)
+    p.add_argument("--work", help="keep the intermediate files here (default: a temporary directory)")
+    args = parser.parse_args()
+    ensure_fairseq()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.work or tmp)
+        if args.command == "fixture":
+            make_fixture(work, args.updates)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Our decoder on fairseq's models: `lwnmt import-fairseq` + `lwnmt translate` reproduce fairseq-generate.
+
+The fixture (tests/fixtures/fairseq/, made by `python benchmarks/fairseq_parity.py fixture`) holds two small
+fairseq 0.12.2 Transformers trained on Multi30k (one shared dictionary and embedding, post-norm; two dictionaries,
+pre-norm), the first 300 BPE'd test sources, and fairseq-generate's hypotheses and scores under two settings.
+"""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from layerwise_nmt import UserError
+from layerwise_nmt.cli import main
+from layerwise_nmt.data.batching import pad as pad_batch
+from layerwise_nmt.data.io import read_lines
+from layerwise_nmt.data.vocab import load_pair
+from layerwise_nmt.decode import BeamConfig, beam_search, load_model
+from layerwise_nmt.fairseq_import import import_fairseq
+
+FIXTURE = Path(__file__).parent / "fixtures" / "fairseq"
+MANIFEST = json.loads((FIXTURE / "manifest.json").read_text())
+CASES = [(model, setting) for model in MANIFEST["models"] for setting in MANIFEST["generate"]]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("imported")
+    return {name: import_fairseq(str(FIXTURE / name / "checkpoint.pt"), str(FIXTURE / name), "de", "en",
+                                 str(out / name)) for name in MANIFEST["models"]}
+
+
+def decode_all(model_path: Path, options: dict) -> list:
+    model = load_model(model_path)
+    src_vocab, tgt_vocab = load_pair(model_path.parent, "de", "en")
+    cfg = BeamConfig.from_dict(options)
+    lines = list(read_lines(FIXTURE / "test.de"))
+    best = []
+    for start in range(0, len(lines), cfg.batch_size):
+        batch = [np.asarray(src_vocab.encode(line)) for line in lines[start:start + cfg.batch_size]]
+        results = beam_search(model, pad_batch(batch, src_vocab.pad), cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)
+        best += [(tgt_vocab.decode(r[0].tokens), r[0].score / math.log(2)) for r in results]
+    return best
+
+
+@pytest.mark.parametrize("name,setting", CASES)
+def test_imported_fairseq_models_decode_exactly_as_fairseq_generate(imported, name, setting):
+    expected = json.loads((FIXTURE / name / f"{setting}.json").read_text())
+    ours = decode_all(imported[name], expected["options"])
+    theirs = [(h["text"], h["score_log2"]) for h in expected["hypotheses"]]
+    assert len(ours) == len(theirs) == MANIFEST["sentences"]
+    differing = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0] != b[0]]
+    assert not differing, f"{len(differing)} of {len(ours)} hypotheses differ, e.g. #{differing[0]}: " \
+                          f"{ours[differing[0]]} vs fairseq's {theirs[differing[0]]}"
+    gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
+    assert gap < 1e-4, f"scores differ by up to {gap:.2e} (log2)"
+
+
+def test_translate_cli_reads_the_import_like_a_fairseq_data_directory(tmp_path):
+    name, setting = "shared_post", "beam5"
+    main(["import-fairseq", str(FIXTURE / name / "checkpoint.pt"), "--data", str(FIXTURE / name), "--src", "de",
+          "--tgt", "en", "--out", str(tmp_path / "model")])
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["dict.de.txt", "dict.en.txt", "model.pt"]
+    options = json.loads((FIXTURE / name / f"{setting}.json").read_text())["options"]
+    main(["translate", str(FIXTURE / "test.de"), "--model", str(tmp_path / "model/model.pt"), "--data",
+          str(tmp_path / "model"), "--src", "de", "--tgt", "en", "--out-prefix", str(tmp_path / "hyp"),
+          "--beam", str(options["beam"]), "--lenpen", str(options["lenpen"]), "--max-len-a", "0",
+          "--max-len-b", "200"])
+    expected = [h["text"] for h in json.loads((FIXTURE / name / f"{setting}.json").read_text())["hypotheses"]]
+    assert list(read_lines(tmp_path / "hyp.bpe")) == expected
+    assert json.loads((tmp_path / "hyp.json").read_text())["options"]["max_len_a"] == 0
+
+
+def fairseq_state(name: str = "shared_post") -> dict:
+    return torch.load(FIXTURE / name / "checkpoint.pt", map_location="cpu", weights_only=False)
+
+
+def test_import_refuses_what_our_transformer_cannot_express(tmp_path):
+    state = fairseq_state()
+    state["cfg"]["model"].encoder_learned_pos = True
+    torch.save(state, tmp_path / "learned.pt")
+    with pytest.raises(UserError, match=r"learned\.pt: encoder_learned_pos=True has no counterpart"):
+        import_fairseq(str(tmp_path / "learned.pt"), str(FIXTURE / "shared_post"), "de", "en", str(tmp_path / "o"))
+    state = fairseq_state()
+    state["cfg"]["model"].arch = "lightconv_iwslt_de_en"
+    torch.save(state, tmp_path / "conv.pt")
+    with pytest.raises(UserError, match=r"arch 'lightconv_iwslt_de_en'; expected one of transformer"):
+        import_fairseq(str(tmp_path / "conv.pt"), str(FIXTURE / "shared_post"), "de", "en", str(tmp_path / "o"))
+
+
+def test_import_checks_the_dictionaries_against_the_checkpoint(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURE / "separate_pre", data)
+    lines = (data / "dict.en.txt").read_text().splitlines()
+    (data / "dict.en.txt").write_text("\n".join(lines[:-8]) + "\n")
+    with pytest.raises(UserError, match=rf"dict\.en\.txt: {len(lines) - 4} symbols, but the checkpoint's decoder "
+                                        rf"embedding has {len(lines) + 4} rows"):
+        import_fairseq(str(data / "checkpoint.pt"), str(data), "de", "en", str(tmp_path / "o"))
+    with pytest.raises(UserError, match=r"dict\.fr\.txt: missing; --data must be the fairseq data directory"):
+        import_fairseq(str(data / "checkpoint.pt"), str(data), "de", "fr", str(tmp_path / "o"))
