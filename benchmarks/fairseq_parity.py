@@ -15,11 +15,13 @@ project never imports it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -57,6 +59,9 @@ def prepare(work: Path, merges: int, joined: bool) -> Path:
     """Multi30k → tokenized, lowercased, BPE'd text in work/bpe/{train,valid,test}.{de,en}; fairseq-preprocess'd
     into work/fairseq-bin (with its dict.de.txt / dict.en.txt). Returns the fairseq data directory."""
     tok, bpe = work / "tok", work / "bpe"
+    dest = work / ("fairseq-bin-joined" if joined else "fairseq-bin")
+    if (dest / "preprocess.log").exists():  # a rerun with --work keeps what is done (fairseq-train resumes too)
+        return dest
     tok.mkdir(parents=True, exist_ok=True)
     bpe.mkdir(exist_ok=True)
     for split, name in SPLITS.items():
@@ -71,21 +76,21 @@ def prepare(work: Path, merges: int, joined: bool) -> Path:
         for lang in ("de", "en"):
             sh(LWNMT + ["apply-bpe", str(tok / f"{split}.{lang}"), str(bpe / f"{split}.{lang}"),
                         "--codes", str(work / "codes")])
-    dest = work / ("fairseq-bin-joined" if joined else "fairseq-bin")
     sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
         "--trainpref", str(bpe / "train"), "--validpref", str(bpe / "valid"), "--testpref", str(bpe / "test"),
         "--destdir", str(dest), "--workers", "2"] + (["--joined-dictionary"] if joined else []))
     return dest
 
 
-def fairseq_train(data: Path, save_dir: Path, arch: list[str], seed: int, updates: int, extra: list[str] = ()) -> str:
+def fairseq_train(data: Path, save_dir: Path, arch: list[str], seed: int, updates: int, extra: list[str] = (),
+                  threads: int = 2) -> str:
     result = sh([str(FAIRSEQ_BIN / "fairseq-train"), str(data), *arch, "--cpu", "--seed", str(seed),
                  "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--lr-scheduler",
                  "inverse_sqrt", "--warmup-updates", "400", "--warmup-init-lr", "1e-07", "--clip-norm", "0.0",
                  "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--dropout", "0.1",
                  "--max-tokens", "4096", "--max-update", str(updates), "--save-dir", str(save_dir),
                  "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple", "--log-interval", "100",
-                 *extra], env={**os.environ, "OMP_NUM_THREADS": "2"})
+                 *extra], env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     return result.stdout
 
 
@@ -108,11 +113,11 @@ def fairseq_generate(data: Path, checkpoint: Path, options: dict, subset: str = 
 
 
 def make_fixture(work: Path, updates: int) -> None:
-    data = {True: prepare(work, merges=1000, joined=True)}
-    data[False] = work / "fairseq-bin"
-    sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
-        "--trainpref", str(work / "bpe/train"), "--validpref", str(work / "bpe/valid"),
-        "--testpref", str(work / "bpe/test"), "--destdir", str(data[False]), "--workers", "2"])
+    data = {True: prepare(work, merges=1000, joined=True), False: work / "fairseq-bin"}
+    if not (data[False] / "preprocess.log").exists():
+        sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
+            "--trainpref", str(work / "bpe/train"), "--validpref", str(work / "bpe/valid"),
+            "--testpref", str(work / "bpe/test"), "--destdir", str(data[False]), "--workers", "2"])
     # the first FIXTURE_SENTENCES test sentences, binarized with each model's dictionaries below
     head = work / "bpe" / "head"
     for lang in ("de", "en"):
@@ -147,18 +152,165 @@ def make_fixture(work: Path, updates: int) -> None:
     print(f"wrote {FIXTURE} ({size / 1024:.0f} KB)")
 
 
+# Training parity: one small Transformer (fairseq's `transformer` arch at d=128), one recipe, both trainers.
+PARITY_ARCH = {"d_model": 128, "d_ff": 512, "heads": 4, "encoder_layers": 3, "decoder_layers": 3, "tie": "all",
+               "dropout": 0.1}
+PARITY_FAIRSEQ_ARCH = ["--arch", "transformer", "--share-all-embeddings", "--encoder-embed-dim", "128",
+                       "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim",
+                       "512", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+                       "--encoder-layers", "3", "--decoder-layers", "3"]
+# the recipe fairseq_train passes on its command line, in our names
+PARITY_TRAIN = {"lr": 1e-3, "lr_scheduler": "inverse_sqrt", "warmup_updates": 400, "warmup_init_lr": 1e-7,
+                "adam_betas": [0.9, 0.98], "adam_eps": 1e-8, "clip_norm": 0.0, "label_smoothing": 0.1,
+                "max_tokens": 4096, "save_interval_minutes": 0, "keep_interval_updates": 1000, "log_interval": 100}
+
+
+def ours_data(work: Path, fairseq_bin: Path) -> Path:
+    """fairseq's BPE text binarized by us with fairseq's own (joint) dictionary: the same ids on both sides."""
+    data = work / "ours" / "bin-joint"
+    (work / "ours" / "vocab").mkdir(parents=True, exist_ok=True)
+    shutil.copy(fairseq_bin / "dict.de.txt", work / "ours" / "vocab" / "dict.joint.txt")
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            if not (data / f"{split}.de-en.{lang}.tokens.npy").exists():
+                sh(LWNMT + ["binarize", str(work / "bpe" / f"{split}.{lang}"), str(data / f"{split}.de-en.{lang}"),
+                            "--vocab", str(work / "ours" / "vocab" / "dict.joint.txt")])
+    return data
+
+
+def valid_curve(checkpoints: list[Path], data: Path, importer=None) -> dict[int, float]:
+    """Validation loss (label-smoothed, bits/token, our evaluate) of each update checkpoint, by update."""
+    import torch
+
+    from layerwise_nmt.data.batching import ParallelData
+    from layerwise_nmt.decode import load_model
+    from layerwise_nmt.train import TrainConfig, evaluate
+
+    torch.set_num_threads(1)
+    valid, cfg, curve = ParallelData(data, "valid", "de", "en"), TrainConfig.from_dict({"max_update": 1}), {}
+    for path in checkpoints:
+        update = int(re.search(r"_(\d+)\.pt$", path.name)[1])
+        model = load_model(importer(path) if importer else path)
+        curve[update] = evaluate(model, valid, cfg, torch.device("cpu"), contextlib.nullcontext)["loss"]
+    return dict(sorted(curve.items()))
+
+
+def test_bleu(model_path: Path, work: Path, out: Path) -> float:
+    """Tokenized BLEU of beam 5 on the Multi30k test set (BPE removed), as fairseq-generate's BLEU4 line."""
+    sh(LWNMT + ["translate", str(work / "bpe" / "test.de"), "--model", str(model_path), "--data",
+                str(work / "ours" / "bin-joint"), "--src", "de", "--tgt", "en", "--out-prefix", str(out), "--beam", "5",
+                "--threads", "1"])
+    import sacrebleu
+
+    refs = [line.replace("@@ ", "") for line in (work / "tok" / "test.en").read_text(encoding="utf-8").splitlines()]
+    hyps = Path(f"{out}.txt").read_text(encoding="utf-8").splitlines()
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+
+
+def parity_run(system: str, seed: int, work: Path, fairseq_bin: Path, updates: int, interval: int) -> dict:
+    from layerwise_nmt.fairseq_import import import_fairseq
+
+    run = work / "runs" / f"{system}-seed{seed}"
+    if system == "fairseq":
+        fairseq_train(fairseq_bin, run, PARITY_FAIRSEQ_ARCH, seed, updates,
+                      ["--save-interval-updates", str(interval), "--keep-interval-updates", "-1", "--adam-eps", "1e-8",
+                       "--validate-interval-updates", str(interval)],
+                      threads=1)
+
+        def importer(path: Path) -> Path:
+            return import_fairseq(str(path), str(fairseq_bin), "de", "en", str(run / "imported" / path.stem))
+
+        final = importer(run / "checkpoint_last.pt")
+    else:
+        spec = {"model": "transformer", "arch": PARITY_ARCH,
+                "train": {**PARITY_TRAIN, "seed": seed, "max_update": updates, "save_interval_updates": interval}}
+        final = run / "model.pt"
+        sh(LWNMT + ["train", "--spec", json.dumps(spec), "--data", str(work / "ours" / "bin-joint"), "--src", "de",
+                    "--tgt", "en", "--save-dir", str(run / "checkpoints"), "--final", str(final), "--threads", "1"])
+        importer = None
+    checkpoints = [p for p in (run if system == "fairseq" else run / "checkpoints").glob("checkpoint_*_*.pt")]
+    return {"system": system, "seed": seed, "valid_loss": valid_curve(checkpoints, work / "ours" / "bin-joint", importer),
+            "test_bleu": test_bleu(final, work, run / "test")}
+
+
+def training_parity(work: Path, seeds: list[int], updates: int, interval: int, out_json: Path, plot: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    fairseq_bin = prepare(work, merges=1000, joined=True)
+    ours_data(work, fairseq_bin)
+    jobs = [(system, seed) for seed in seeds for system in ("fairseq", "ours")]
+    with ThreadPoolExecutor(2) as pool:  # two single-threaded trainings side by side on the 2-core machine
+        runs = list(pool.map(lambda job: parity_run(*job, work, fairseq_bin, updates, interval), jobs))
+    summary = {}
+    for system in ("fairseq", "ours"):
+        mine = [r for r in runs if r["system"] == system]
+        bleu = [r["test_bleu"] for r in mine]
+        summary[system] = {"test_bleu_mean": statistics.mean(bleu),
+                           "test_bleu_sd": statistics.stdev(bleu) if len(bleu) > 1 else 0.0}
+    steps = sorted(set.intersection(*(set(r["valid_loss"]) for r in runs)))
+    band = {u: [min(r["valid_loss"][u] for r in runs if r["system"] == "fairseq"),
+                max(r["valid_loss"][u] for r in runs if r["system"] == "fairseq")] for u in steps}
+    mean = {system: {u: statistics.mean(r["valid_loss"][u] for r in runs if r["system"] == system) for u in steps}
+            for system in ("fairseq", "ours")}
+    summary["loss_gap_by_update"] = {u: mean["ours"][u] - mean["fairseq"][u] for u in steps}
+    summary["ours_inside_fairseq_spread"] = {u: all(band[u][0] <= r["valid_loss"][u] <= band[u][1]
+                                                    for r in runs if r["system"] == "ours") for u in steps}
+    result = {"data": "Multi30k de-en, joint BPE 1000 merges (fairseq's dictionary for both)",
+              "arch": PARITY_ARCH, "train": PARITY_TRAIN, "updates": updates, "seeds": seeds,
+              "runs": runs, "summary": summary}
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(result, indent=2) + "\n")
+    draw_parity(runs, plot)
+    print(f"{'update':>7} " + " ".join(f"{r['system']}-{r['seed']:>2}" for r in runs) + "  gap(ours-fairseq)")
+    for u in steps:
+        print(f"{u:>7} " + " ".join(f"{r['valid_loss'][u]:>10.3f}" for r in runs) +
+              f"  {summary['loss_gap_by_update'][u]:+.3f}")
+    for system in ("fairseq", "ours"):
+        print(f"{system}: test BLEU {summary[system]['test_bleu_mean']:.2f} ± {summary[system]['test_bleu_sd']:.2f}")
+    print(f"wrote {out_json} and {plot}")
+
+
+def draw_parity(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        updates = list(r["valid_loss"])
+        ax.plot(updates, [r["valid_loss"][u] for u in updates], color="C0" if r["system"] == "fairseq" else "C1",
+                marker="o" if r["system"] == "fairseq" else "x", label=f"{r['system']} seed {r['seed']}")
+    ax.set_xlabel("update")
+    ax.set_ylabel("validation loss (bits/token, label-smoothed)")
+    ax.set_title("Multi30k de-en, same recipe: fairseq 0.12.2 vs lwnmt train")
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("fixture", help="tiny fairseq models and fairseq-generate's output for the parity test")
     p.add_argument("--updates", type=int, default=1500)
     p.add_argument("--work", help="keep the intermediate files here (default: a temporary directory)")
+    p = sub.add_parser("train", help="fairseq-train and lwnmt train, same recipe and seeds: curves and test BLEU")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--updates", type=int, default=1000)
+    p.add_argument("--interval", type=int, default=100, help="validation loss every this many updates")
+    p.add_argument("--work", help="keep the intermediate files here (default: a temporary directory)")
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "parity.json"))
+    p.add_argument("--plot", default=str(ROOT / "docs" / "parity.png"))
     args = parser.parse_args()
     ensure_fairseq()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         if args.command == "fixture":
             make_fixture(work, args.updates)
+        else:
+            training_parity(work, args.seeds, args.updates, args.interval, Path(args.json), Path(args.plot))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ pre-norm), the first 300 BPE'd test sources, and fairseq-generate's hypotheses a
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -102,3 +103,43 @@ def test_import_checks_the_dictionaries_against_the_checkpoint(tmp_path):
         import_fairseq(str(data / "checkpoint.pt"), str(data), "de", "en", str(tmp_path / "o"))
     with pytest.raises(UserError, match=r"dict\.fr\.txt: missing; --data must be the fairseq data directory"):
         import_fairseq(str(data / "checkpoint.pt"), str(data), "de", "fr", str(tmp_path / "o"))
+
+
+def test_gca_continues_from_an_imported_fairseq_baseline(imported):
+    """warm_start: {path: …} — GCA's continued learning (§3.3) from a baseline trained with fairseq."""
+    from layerwise_nmt.data.vocab import Dictionary
+    from layerwise_nmt.models import build
+    from layerwise_nmt.train import warm_start
+
+    base = load_model(imported["shared_post"])
+    vocab = Dictionary.load(FIXTURE / "shared_post" / "dict.de.txt")
+    arch = {k: v for k, v in base.config.to_dict().items() if k not in ("kernel_sizes",)}
+    gca = build("cross_view", {**arch, "strategy": "gca", "soft_integration": True})
+    new = warm_start(gca, str(imported["shared_post"]), {"de": vocab, "en": vocab})
+    assert new and all(k.startswith("views.") for k in new)
+    state = gca.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in base.state_dict().items())
+
+    plain = build("cross_view", {**arch, "strategy": "gca", "sinusoid": "vaswani"})
+    with pytest.raises(UserError, match=r"model\.pt: trained with sinusoid='fairseq', but this experiment's arch "
+                                        r"has sinusoid='vaswani'; set arch: \{sinusoid: fairseq\}"):
+        warm_start(plain, str(imported["shared_post"]), {"de": vocab, "en": vocab})
+    other = Dictionary(vocab.symbols[5:] + ["extra"], vocab.counts[4:])
+    with pytest.raises(UserError, match=r"dict\.de\.txt: not the task's de vocabulary \(symbol 4: "):
+        warm_start(gca, str(imported["shared_post"]), {"de": other, "en": vocab})
+
+
+def test_config_takes_a_model_path_as_warm_start(tmp_path):
+    import yaml
+
+    from layerwise_nmt import config as cfg
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
+    name = next(n for n, e in config["experiments"].items() if isinstance(e.get("warm_start"), str))
+    config["experiments"][name]["warm_start"] = {"path": str(tmp_path / "fairseq/model.pt")}
+    cfg.validate(config)
+    status = cfg.experiment_status(config, name)
+    assert not status.runnable and status.reason == f"warm start from {tmp_path / 'fairseq/model.pt'}: no such file"
+    config["experiments"][name]["warm_start"] = {"pth": "x"}
+    with pytest.raises(UserError, match=rf"experiments/{re.escape(name)}/warm_start"):
+        cfg.validate(config)

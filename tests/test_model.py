@@ -164,3 +164,23 @@ def test_pre_norm_is_causal_decodes_cached_and_adds_one_layernorm_per_stack():
             build(name, dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, norm="pre"))
     with pytest.raises(UserError, match="norm='mid'"):
         tiny(norm="mid")
+
+
+def test_fairseq_init_is_fairseq_0_12s_and_not_the_fused_xavier():
+    d, d_ff = 64, 256
+    bound_qkv = (3 / (2 * d)) ** 0.5  # Xavier with gain 1/sqrt(2) on each (D, D) block
+    fairseq = tiny(d_model=d, d_ff=d_ff, init="fairseq")
+    xavier = tiny(d_model=d, d_ff=d_ff)
+    for model in (fairseq, xavier):
+        assert model.encoder.layers[0].attn.qkv.weight.abs().max() <= bound_qkv  # fused (3D, D) Xavier: the same
+    cross, ffn = fairseq.decoder.layers[0].cross_attn, fairseq.decoder.layers[0].ffn
+    for linear in (cross.q, cross.kv):
+        for block in linear.weight.split(d):
+            assert 0.9 * bound_qkv < block.abs().max() <= bound_qkv
+        assert 0.8 * d**-0.5 < linear.bias.abs().max() <= d**-0.5
+    # the fused (2D, D) Xavier of `xavier` reaches past fairseq's per-block bound; its biases are zero
+    assert xavier.decoder.layers[0].cross_attn.kv.weight.abs().max() > bound_qkv
+    assert not xavier.decoder.layers[0].cross_attn.kv.bias.any()
+    assert 0.9 * d**-0.5 < ffn.fc1.weight.abs().max() <= d**-0.5
+    assert 0.9 * d_ff**-0.5 < ffn.fc2.weight.abs().max() <= d_ff**-0.5 and ffn.fc2.bias.abs().max() > 0
+    assert not cross.out.bias.any()  # attention outputs: Xavier, zero bias, as fairseq

@@ -84,7 +84,7 @@ def validate(config: dict) -> None:
         if spec["task"] not in tasks:
             raise UserError(f"config key experiments/{name}/task: unknown task {spec['task']!r}")
         parent = spec.get("warm_start")
-        if parent is not None:
+        if isinstance(parent, str):  # {path: …}: a model file, checked against the task when training starts
             if parent not in experiments:
                 raise UserError(f"config key experiments/{name}/warm_start: unknown experiment {parent!r}")
             data = [(experiments[n]["task"], experiment(config, n)["vocab"]) for n in (name, parent)]
@@ -345,7 +345,11 @@ def experiment_status(config: dict, name: str) -> Status:
         return Status("experiment", name, False, task.reason)
     if experiment["model"] not in MODELS:
         return Status("experiment", name, False, f"model {experiment['model']!r} is not implemented yet")
-    if experiment.get("warm_start"):
+    if isinstance(experiment.get("warm_start"), dict):
+        path = experiment["warm_start"]["path"]
+        if not Path(path).exists():
+            return Status("experiment", name, False, f"warm start from {path}: no such file")
+    elif experiment.get("warm_start"):
         parent = experiment_status(config, experiment["warm_start"])
         if not parent.runnable:
             return Status("experiment", name, False, f"warm start from {experiment['warm_start']}: {parent.reason}")

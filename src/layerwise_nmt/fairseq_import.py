@@ -66,7 +66,8 @@ def model_config(args: dict, src: Dictionary, tgt: Dictionary, path: str) -> dic
             "activation_dropout": args.get("activation_dropout", args.get("relu_dropout", 0.0)) or 0.0,
             "tie": tie, "scale_embedding": not args.get("no_scale_embedding", False),
             "max_positions": max(args.get("max_source_positions", 1024), args.get("max_target_positions", 1024)),
-            "norm": "pre" if args.get("encoder_normalize_before") else "post", "sinusoid": "fairseq"}
+            "norm": "pre" if args.get("encoder_normalize_before") else "post", "sinusoid": "fairseq",
+            "init": "fairseq"}
 
 
 def _linear(weights: dict, prefix: str, *names: str) -> dict[str, torch.Tensor]:

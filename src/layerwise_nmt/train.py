@@ -38,7 +38,7 @@ from . import UserError, checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
 from .data.batching import ParallelData, collate, epoch_order, make_batches
 from .data.io import atomic_path
-from .data.vocab import load_pair
+from .data.vocab import Dictionary, load_pair
 from .models import build
 from .models.transformer import count_parameters
 from .settings import Settings
@@ -300,7 +300,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
         if world_size > 1:
             dist.barrier()
     if spec.get("init_from") and state is None:
-        new = warm_start(model, spec["init_from"])
+        new = warm_start(model, spec["init_from"], {src: src_vocab, tgt: tgt_vocab})
         if rank == 0:
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
@@ -532,10 +532,30 @@ def set_aside(save_dir: Path) -> Path:
     return aside
 
 
-def warm_start(model: torch.nn.Module, path: str) -> list[str]:
+# settings that change what a tensor means without changing its shape: a warm start needs them equal
+MEANING = ("sinusoid", "norm", "scale_embedding", "position_embeddings", "pad", "eos")
+
+
+def warm_start(model: torch.nn.Module, path: str, vocabularies: dict[str, Dictionary] | None = None) -> list[str]:
     """Continued learning (GCA §3.3; Dou et al. §4): copy every tensor of a trained model into `model`, whose extra
-    parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names."""
-    trained = checkpoint.load(path)["model"]
+    parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names.
+    vocabularies: the task's, by language; a model with dict.<lang>.txt beside it (trained elsewhere, e.g. imported
+    from fairseq) must have been trained with the same ones."""
+    state = checkpoint.load(path)
+    trained, theirs = state["model"], state.get("model_config", {})
+    for key in MEANING:
+        if key in theirs and theirs[key] != getattr(model.config, key):
+            raise UserError(f"{path}: trained with {key}={theirs[key]!r}, but this experiment's arch has "
+                            f"{key}={getattr(model.config, key)!r}; set arch: {{{key}: {theirs[key]}}} to continue "
+                            f"from it")
+    for lang, ours in (vocabularies or {}).items():
+        beside = Path(path).parent / f"dict.{lang}.txt"
+        other = Dictionary.load(beside).symbols if beside.exists() else ours.symbols
+        if other != ours.symbols:
+            i = next(i for i, (a, b) in enumerate(zip(other + [None], ours.symbols + [None])) if a != b)
+            raise UserError(f"{beside}: not the task's {lang} vocabulary (symbol {i}: {(other + [None])[i]!r} vs "
+                            f"the task's {(ours.symbols + [None])[i]!r}); the model must have been "
+                            f"trained on this task's BPE and dictionary")
     if hasattr(model, "warm_start_names"):  # a model whose layers moved a baseline tensor says where to
         trained = model.warm_start_names(trained)
     own = model.state_dict()

@@ -194,6 +194,8 @@ def warm_start_model(wildcards):
     e = experiment_of(wildcards)
     if not e["warm_start"]:
         return []
+    if isinstance(e["warm_start"], dict):  # a model trained elsewhere (e.g. imported from fairseq)
+        return [e["warm_start"]["path"]]
     parent = cfg.experiment(config, e["warm_start"])
     seed = int(wildcards.seed) if int(wildcards.seed) in parent["seeds"] else parent["seeds"][0]
     return [f"{cfg.experiment_dir(config, parent['name'], seed)}/model.pt"]

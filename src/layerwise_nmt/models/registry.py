@@ -33,6 +33,8 @@ def build(name: str, settings: dict):
     model = cls(cls.config_class.from_dict(settings))
     if model.config.init == "fan_in":
         fan_in_init(model)
+    elif model.config.init == "fairseq":
+        fairseq_init(model)
     return model
 
 
@@ -47,3 +49,24 @@ def fan_in_init(model: nn.Module) -> None:
                 nn.init.uniform_(module.weight, -bound, bound)
             if module.bias is not None:
                 nn.init.uniform_(module.bias, -bound, bound)
+
+
+def fairseq_init(model: nn.Module) -> None:
+    """fairseq 0.12's Transformer initialisation, which `xavier` simplifies: each of Q, K, V is Xavier-uniform with
+    gain 1/sqrt(2) and its bias keeps nn.Linear's U(±1/sqrt(fan_in)) (MultiheadAttention.reset_parameters); the
+    attention output is Xavier with a zero bias (as in `xavier`); the FFN's fc1/fc2 are plain nn.Linear, weights and
+    biases U(±1/sqrt(fan_in))."""
+    from .transformer import FeedForward, MultiheadAttention
+
+    for module in model.modules():
+        if isinstance(module, MultiheadAttention):
+            for linear in (getattr(module, name) for name in ("qkv", "q", "kv") if hasattr(module, name)):
+                d = linear.in_features
+                for block in linear.weight.split(d):  # (D, D) each: fairseq's q_proj, k_proj, v_proj
+                    nn.init.xavier_uniform_(block, gain=2**-0.5)
+                nn.init.uniform_(linear.bias, -(d**-0.5), d**-0.5)
+        elif isinstance(module, FeedForward):
+            for linear in (module.fc1, module.fc2):
+                bound = linear.in_features**-0.5
+                nn.init.uniform_(linear.weight, -bound, bound)
+                nn.init.uniform_(linear.bias, -bound, bound)

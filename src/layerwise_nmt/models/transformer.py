@@ -62,8 +62,9 @@ class ModelConfig(Settings):
     # fairseq: [sin | cos] halves, frequencies 10000^(-i/(D/2-1)), first token at position pad+1 (fairseq's
     # SinusoidalPositionalEmbedding; set by `lwnmt import-fairseq`, so that its models decode as they were trained).
     sinusoid: str = "vaswani"
-    # xavier: fairseq's (Xavier-uniform projections, zero biases); fan_in: every Linear U(±1/sqrt(fan_in)) for
-    # weights and biases (MLRF §4.2). Token embeddings are N(0, d^-0.5) either way.
+    # xavier: Xavier-uniform projections (Q, K, V fused), zero biases; fairseq: fairseq 0.12's exactly (Q, K, V
+    # Xavier with gain 1/sqrt(2) and U(±1/sqrt(D)) biases, FFN at nn.Linear's default; models/registry.py);
+    # fan_in: every Linear U(±1/sqrt(fan_in)) for weights and biases (MLRF §4.2). Token embeddings: N(0, d^-0.5).
     init: str = "xavier"
     # transformer, or a convolutional backbone registered in BACKBONES (dynamic_conv, lightweight_conv: Wu et al.
     # 2019) whose blocks keep the encoder-decoder attention, so every cross-view strategy applies to it too.
@@ -100,8 +101,8 @@ class ModelConfig(Settings):
             raise UserError(f"norm=pre is written for the Transformer layers, not backbone={self.backbone}")
         if self.sinusoid not in ("vaswani", "fairseq"):
             raise UserError(f"sinusoid={self.sinusoid!r}; expected vaswani or fairseq")
-        if self.init not in ("xavier", "fan_in"):
-            raise UserError(f"init={self.init!r}; expected xavier or fan_in")
+        if self.init not in ("xavier", "fairseq", "fan_in"):
+            raise UserError(f"init={self.init!r}; expected xavier, fairseq or fan_in")
         if self.tie not in ("none", "decoder", "all"):
             raise UserError(f"tie={self.tie!r}; expected none, decoder or all")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
