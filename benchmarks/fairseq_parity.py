@@ -99,7 +99,9 @@ def round_to_fp16(checkpoint: Path, out: Path) -> None:
     decodes exactly the weights our import reads (fp16 → fp32 is exact)."""
     code = ("import sys, torch\n"
             "s = torch.load(sys.argv[1], map_location='cpu')\n"
-            "s['model'] = {k: v.half() if v.is_floating_point() else v for k, v in s['model'].items()}\n"
+            "shared = {}  # tied matrices stay one tensor\n"
+            "s['model'] = {k: shared.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() else v\n"
+            "              for k, v in s['model'].items()}\n"
             "s['last_optimizer_state'] = None\n"
             "torch.save(s, sys.argv[2])\n")
     sh([str(FAIRSEQ_BIN / "python"), "-c", code, str(checkpoint), str(out)])

@@ -248,3 +248,20 @@ def test_a_mean_column_averages_its_test_sets_per_seed(tmp_path):
     row = write(spec, str(tmp_path / "T3")).to_dict("records")[0]
     assert row["ours ave_bleu"] == "40.83 ± 0.71 (n=2)" and row["delta ave_bleu"] == "-0.76"
     assert row["ours mt04_bleu"] == "47.50 ± 0.71 (n=2)"
+
+
+def test_chrf_columns_beside_bleu_and_a_clear_error_for_old_scores(tmp_path):
+    import pytest
+
+    from layerwise_nmt import UserError
+
+    score = tmp_path / "test.score.json"
+    score.write_text(json.dumps({"bleu": 33.0, "chrf": 55.5}))
+    spec = {"paper": "gca", "table": "T2", "metric": ["bleu", "chrf"], "rows": [
+        {"label": "Transformer", "paper": {"bleu": 34.7}, "state": "ok", "scores": {"test": [str(score)]}}]}
+    row, = write(spec, str(tmp_path / "T2")).to_dict("records")
+    assert row["ours bleu"] == "33.00 (n=1)" and row["ours chrf"] == "55.50 (n=1)"
+    assert row["paper chrf"] == NOT_RUN and row["delta chrf"] == NOT_RUN  # the paper printed no chrF
+    score.write_text(json.dumps({"bleu": 33.0, "hyp": "run/test.txt"}))
+    with pytest.raises(UserError, match=r"the score.json of run/test.txt has no chrf \(scored by an older version\)"):
+        write(spec, str(tmp_path / "T2"))

@@ -58,3 +58,13 @@ def test_significance_helpers():
     assert seeds_summary([35.0, 36.0, 37.0]) == {"n": 3, "mean": 36.0, "sd": 1.0}
     assert t_test([30.0, 30.1, 29.9], [35.0, 35.2, 34.8]) < 0.01
     assert t_test([30.0], [35.0, 35.2]) is None
+
+
+def test_score_files_give_sacrebleus_chrf_beside_bleu(tmp_path):
+    from layerwise_nmt.score import score_files
+
+    (tmp_path / "hyp").write_text("\n".join(HYP) + "\n")
+    (tmp_path / "ref").write_text("\n".join(REF) + "\n")
+    result = score_files(str(tmp_path / "hyp"), [str(tmp_path / "ref")], ScoreConfig(lowercase=True))
+    assert math.isclose(result["chrf"], sacrebleu.corpus_chrf([h.lower() for h in HYP], [[r.lower() for r in REF]]).score)
+    assert result["chrf_signature"].startswith("nrefs:1|case:lc|eff:yes|nc:6|nw:0")

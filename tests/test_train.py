@@ -297,3 +297,17 @@ def test_final_model_best_is_the_epoch_early_stopping_chose(data, tmp_path):
     epoch = torch.load(save / f"checkpoint{best_epoch}.pt", weights_only=False)
     for key, tensor in final["model"].items():
         assert torch.equal(tensor, best["model"][key]) and torch.equal(tensor, epoch["model"][key]), key
+
+
+def test_train_takes_fairseq_flags_over_the_spec():
+    from layerwise_nmt.cli import build_parser, train_spec
+
+    base = ["train", "--data", "d", "--src", "de", "--tgt", "en", "--save-dir", "s"]
+    args = build_parser().parse_args(base + ["--spec", '{"train": {"lr": 1.0, "patience": 3}}', "--arch",
+                                             "transformer_iwslt_de_en", "--max-tokens", "2048", "--lr", "5e-4",
+                                             "--update-freq", "2", "--max-update", "100", "--dropout", "0.3"])
+    assert train_spec(args) == {"model": "transformer", "arch": {"preset": "iwslt", "dropout": 0.3},
+                                "train": {"lr": 5e-4, "patience": 3, "max_tokens": 2048, "update_freq": 2,
+                                          "max_update": 100}}
+    assert train_spec(build_parser().parse_args(base + ["--arch", "big"])) == {"model": "transformer",
+                                                                            "arch": {"preset": "big"}}

@@ -115,9 +115,35 @@ def cmd_check_reference(a) -> None:
         json.dump({"identical": same, "files": len(report), "by_file": report}, f, indent=2)
 
 
-def cmd_train(a) -> None:
+# fairseq-train flags `lwnmt train` takes as overrides of --spec: flag → (spec section, key, type)
+TRAIN_FLAGS = {
+    "--arch": ("arch", "preset", str), "--dropout": ("arch", "dropout", float),
+    "--max-tokens": ("train", "max_tokens", int), "--batch-size": ("train", "max_sentences", int),
+    "--update-freq": ("train", "update_freq", int), "--lr": ("train", "lr", float),
+    "--lr-scheduler": ("train", "lr_scheduler", str), "--warmup-updates": ("train", "warmup_updates", int),
+    "--max-update": ("train", "max_update", int), "--max-epoch": ("train", "max_epoch", int),
+    "--clip-norm": ("train", "clip_norm", float), "--label-smoothing": ("train", "label_smoothing", float),
+    "--patience": ("train", "patience", int), "--seed": ("train", "seed", int),
+}
+
+
+def train_spec(a) -> dict:
+    """--spec with the fairseq-style flags given on the command line laid over it (--arch: a fairseq arch name or
+    one of our presets)."""
     import json
 
+    from .models.transformer import FAIRSEQ_ARCHS
+
+    spec = json.loads(a.spec)
+    spec.setdefault("model", "transformer")
+    for flag, (section, key, _) in TRAIN_FLAGS.items():
+        value = getattr(a, flag[2:].replace("-", "_"))
+        if value is not None:
+            spec.setdefault(section, {})[key] = FAIRSEQ_ARCHS.get(value, value) if flag == "--arch" else value
+    return spec
+
+
+def cmd_train(a) -> None:
     import torch
 
     from .gpus import claim, run_ranks, under_torchrun
@@ -130,7 +156,7 @@ def cmd_train(a) -> None:
             sys.exit(run_ranks(ranks, sys.argv[1:]))
     if a.threads:
         torch.set_num_threads(a.threads)
-    train(json.loads(a.spec), a.data, a.src, a.tgt, a.save_dir, a.final)
+    train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
 
 
 def cmd_average(a) -> None:
@@ -411,7 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check_reference)
 
     p = sub.add_parser("train", help="train (resumes from SAVE_DIR/checkpoint_last.pt if present)")
-    p.add_argument("--spec", required=True, help='JSON {"model": name, "arch": {...}, "train": {...}}')
+    p.add_argument("--spec", default="{}", help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
+                                                'the transformer with default settings)')
+    for flag, (section, key, kind) in TRAIN_FLAGS.items():
+        p.add_argument(flag, type=kind, help=f"as fairseq-train's; overrides the spec's {section}.{key}")
     p.add_argument("--data", required=True, help="binarized data directory (bin-joint or bin-separate)")
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)

@@ -278,14 +278,20 @@ def experiment_dir(config: dict, name: str, seed: int) -> str:
 
 
 def metrics_of(table: dict) -> list[str]:
-    """A table's BLEU columns: "bleu" (= test), or "<split>_bleu" read from that split's `<split>.score.json`
-    (valid_bleu, test_bleu; NIST's mt04_bleu etc. once its test sets are splits)."""
+    """A table's score columns: "bleu" or "chrf" (= test), or "<split>_bleu" / "<split>_chrf" read from that split's
+    `<split>.score.json` (valid_bleu, test_chrf; NIST's mt04_bleu etc. once its test sets are splits)."""
     metric = table.get("metric", "bleu")
     return [metric] if isinstance(metric, str) else list(metric)
 
 
+def measure_of(metric: str) -> str:
+    """The score.json key a metric column reads: bleu or chrf."""
+    return "chrf" if metric.endswith("chrf") else "bleu"
+
+
 def split_of(metric: str) -> str:
-    return "test" if metric == "bleu" else metric.removesuffix("_bleu")
+    measure = measure_of(metric)
+    return "test" if metric == measure else metric.removesuffix(f"_{measure}")
 
 
 def tables(config: dict, kind: str = "tables") -> list[tuple[str, str]]:

@@ -4,6 +4,8 @@
 - case-insensitive (`lowercase`), as LWC (De-En) and MLRF report;
 - detokenized sacreBLEU (13a) with its signature, as LWC reports WMT16 En-Ro;
 - compound splitting for WMT En-De (tensor2tensor's get_ende_bleu.sh: a-b → a ##AT##-##AT## b);
+- chrF (sacrebleu's chrF2, character 6-grams, β = 2) beside every BLEU, on the same text (before compound
+  splitting, which only BLEU's tokens need);
 - BLEU per source-length bucket (GCA Fig. 3, Dou Fig. 4); paired bootstrap resampling (sacrebleu's PairedTest);
   mean ± sd over seeds with Welch's t-test (GCA's p < 0.01).
 """
@@ -15,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 
 import sacrebleu
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 
 from . import UserError
 from .data.io import read_lines
@@ -148,6 +150,8 @@ def score_files(hyp_path: str, ref_paths: list[str], cfg: ScoreConfig, src_path:
     hyps = list(read_lines(hyp_path))
     refs = [stream for p in ref_paths for stream in reference_streams(p, len(hyps))]
     result = {"hyp": hyp_path, "refs": ref_paths, "references": len(refs), **bleu(hyps, refs, cfg)}
+    chrf = CHRF(lowercase=cfg.lowercase)
+    result["chrf"], result["chrf_signature"] = chrf.corpus_score(hyps, refs).score, str(chrf.get_signature())
     if cfg.buckets:
         if src_path is None:
             raise UserError("length buckets need the source file")

@@ -54,10 +54,12 @@ def fan_in_init(model: nn.Module) -> None:
 def fairseq_init(model: nn.Module) -> None:
     """fairseq 0.12's Transformer initialisation, which `xavier` simplifies: each of Q, K, V is Xavier-uniform with
     gain 1/sqrt(2) and its bias keeps nn.Linear's U(±1/sqrt(fan_in)) (MultiheadAttention.reset_parameters); the
-    attention output is Xavier with a zero bias (as in `xavier`); the FFN's fc1/fc2 are plain nn.Linear, weights and
-    biases U(±1/sqrt(fan_in))."""
+    attention output is Xavier with a zero bias (as in `xavier`); the Transformer FFN's fc1/fc2 are plain nn.Linear,
+    weights and biases U(±1/sqrt(fan_in)). The convolutional backbones keep Xavier FFNs with zero biases, which is
+    what fairseq's lightconv.py Linear gives them."""
     from .transformer import FeedForward, MultiheadAttention
 
+    plain_ffn = model.config.backbone == "transformer"
     for module in model.modules():
         if isinstance(module, MultiheadAttention):
             for linear in (getattr(module, name) for name in ("qkv", "q", "kv") if hasattr(module, name)):
@@ -65,7 +67,7 @@ def fairseq_init(model: nn.Module) -> None:
                 for block in linear.weight.split(d):  # (D, D) each: fairseq's q_proj, k_proj, v_proj
                     nn.init.xavier_uniform_(block, gain=2**-0.5)
                 nn.init.uniform_(linear.bias, -(d**-0.5), d**-0.5)
-        elif isinstance(module, FeedForward):
+        elif isinstance(module, FeedForward) and plain_ffn:
             for linear in (module.fc1, module.fc2):
                 bound = linear.in_features**-0.5
                 nn.init.uniform_(linear.weight, -bound, bound)

@@ -31,6 +31,10 @@ PRESETS = {
     "base": (512, 2048, 8),
     "big": (1024, 4096, 16),
 }
+# fairseq's arch names → the preset with its sizes (`lwnmt train --arch transformer_iwslt_de_en`); all are 6+6
+FAIRSEQ_ARCHS = {"transformer": "base", "transformer_wmt_en_de": "base", "transformer_iwslt_de_en": "iwslt",
+                 "transformer_wmt_en_de_big": "big", "transformer_vaswani_wmt_en_de_big": "big",
+                 "transformer_vaswani_wmt_en_fr_big": "big"}
 
 
 @dataclass

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import metrics_of, split_of
+from ..config import measure_of, metrics_of, split_of
+from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
 
@@ -33,11 +34,11 @@ def build(spec: dict) -> pd.DataFrame:
         ran = row["state"] == "ok" and any(scores.values())
         for metric in metrics:
             suffix = f" {metric}" if len(metrics) > 1 else ""
-            split = split_of(metric)
+            split, measure = split_of(metric), measure_of(metric)
             if metric in spec.get("mean_of", {}):  # e.g. MLRF's NIST "Ave.": per seed, the mean of MT04/05/08
                 scores[split] = mean_scores([scores.get(split_of(m), []) for m in spec["mean_of"][metric]])
-            cell = cells(row.get("paper", {}).get(metric), scores.get(split, []), ran)
-            if test and ran and baseline.get(split):
+            cell = cells(row.get("paper", {}).get(metric), [value(s, measure) for s in scores.get(split, [])], ran)
+            if test and ran and baseline.get(split) and measure == "bleu":  # the papers' tests are on BLEU
                 cell["p"] = p_value(test["test"], baseline[split], scores[split])
                 better = cell["ours_mean"] > seeds_summary([b["bleu"] for b in baseline[split]])["mean"]
                 if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and better:
@@ -72,11 +73,19 @@ def cut_short(runs: list[str]) -> str:
     return f"; cut by max_minutes: {', '.join(cut)}" if cut else ""
 
 
+def value(score: dict, measure: str) -> float:
+    if measure not in score:
+        raise UserError(f"the score.json of {score.get('hyp', '?')} has no {measure} (scored by an older version); "
+                        f"delete it and rerun to rescore")
+    return score[measure]
+
+
 def mean_scores(parts: list[list[dict]]) -> list[dict]:
-    """Per seed, the mean BLEU of several test sets (empty unless every set has every seed)."""
+    """Per seed, the mean BLEU and chrF of several test sets (empty unless every set has every seed)."""
     if not parts or any(len(p) != len(parts[0]) for p in parts):
         return []
-    return [{"bleu": sum(p[i]["bleu"] for p in parts) / len(parts)} for i in range(len(parts[0]))]
+    return [{key: sum(p[i][key] for p in parts) / len(parts) for key in ("bleu", "chrf")
+             if all(key in p[i] for p in parts)} for i in range(len(parts[0]))]
 
 
 def load_scores(paths: dict) -> dict[str, list[dict]]:
@@ -122,9 +131,9 @@ def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
             record[f"{name} (paper)"], record[f"{name} (ours)"] = p_ratio, o_ratio
 
 
-def cells(paper: float | None, scores: list[dict], ran: bool) -> dict:
+def cells(paper: float | None, scores: list[float], ran: bool) -> dict:
     """paper / ours (mean ± sd over seeds, n) / Δ for one metric of one row, plus the raw numbers for the CSV."""
-    summary = seeds_summary([s["bleu"] for s in scores])
+    summary = seeds_summary(scores)
     ours = delta = NOT_RUN
     if ran and scores:
         spread = f" ± {summary['sd']:.2f}" if summary["n"] > 1 else ""
