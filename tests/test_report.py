@@ -265,3 +265,26 @@ def test_chrf_columns_beside_bleu_and_a_clear_error_for_old_scores(tmp_path):
     score.write_text(json.dumps({"bleu": 33.0, "hyp": "run/test.txt"}))
     with pytest.raises(UserError, match=r"the score.json of run/test.txt has no chrf \(scored by an older version\)"):
         write(spec, str(tmp_path / "T2"))
+
+
+def test_summary_lists_every_row_of_every_table_per_metric(tmp_path):
+    from layerwise_nmt.report.tables import summary
+
+    score = tmp_path / "score.json"
+    score.write_text(json.dumps({"bleu": 33.0, "chrf": 55.0}))
+    one = {"paper": "lwc", "table": "T1", "metric": "bleu", "rows": [
+        {"label": "LWC", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": [str(score)]}},
+        {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."}]}
+    two = {"paper": "mlrf", "table": "T2", "metric": ["valid_bleu", "chrf"], "rows": [
+        {"label": "Dec-SA", "paper": {"valid_bleu": 34.83}, "state": "blocked", "reason": "no data"}]}
+    for spec in (one, two):
+        (tmp_path / spec["paper"]).mkdir()
+        write(spec, str(tmp_path / spec["paper"] / spec["table"]))
+    frame = summary([str(tmp_path / "lwc/T1.csv"), str(tmp_path / "mlrf/T2.csv")], str(tmp_path / "summary"))
+    assert frame[["paper", "table", "row", "metric"]].values.tolist() == [
+        ["lwc", "T1", "LWC", "bleu"], ["lwc", "T1", "MIXER", "bleu"],
+        ["mlrf", "T2", "Dec-SA", "valid_bleu"], ["mlrf", "T2", "Dec-SA", "chrf"]]
+    assert frame.iloc[0][["paper_value", "ours", "delta"]].tolist() == ["35.07", "33.00 (n=1)", "-2.07"]
+    md = (tmp_path / "summary.md").read_text()
+    assert "1 of 4 row × metric cells have our number" in md
+    assert "| mlrf | T2 | Dec-SA | valid_bleu | 34.83 | — | — | no data |" in md

@@ -250,6 +250,12 @@ def cmd_table(a) -> None:
     print(Path(f"{a.out_prefix}.md").read_text(encoding="utf-8"))
 
 
+def cmd_summary(a) -> None:
+    from .report.tables import summary
+
+    summary(a.tables, a.out_prefix)
+
+
 def cmd_figure(a) -> None:
     import json
 
@@ -507,6 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
     p.add_argument("--out-prefix", required=True)
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("summary", help="every row of every table in one md + csv (paper, ours, delta, status)")
+    p.add_argument("tables", nargs="+", help="the tables' CSV files (results/tables/<paper>/<table>.csv)")
+    p.add_argument("--out-prefix", required=True)
+    p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser("figure", help="draw one paper figure (png + pdf) from our runs")
     p.add_argument("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)")

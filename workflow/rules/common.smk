@@ -76,8 +76,10 @@ def run_dir(wildcards):
 
 
 def table_targets():
-    """Every targeted table and figure; each depends on its runnable rows' score.json / model (see report.smk)."""
-    return [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config)
+    """Every targeted table and figure, and the summary of all tables; each depends on its runnable rows'
+    score.json / model (see report.smk)."""
+    summary = ["results/summary.md"] if cfg.tables(config) else []
+    return summary + [f"results/tables/{paper}/{table}.{ext}" for paper, table in cfg.tables(config)
             for ext in ("md", "csv", "tex", "html")] + [
         f"results/figures/{paper}/{figure}.{ext}" for paper, figure in cfg.tables(config, "figures")
         for ext in ("png", "pdf", "csv")]

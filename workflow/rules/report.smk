@@ -27,6 +27,19 @@ rule table:
         " 2> {log:q}"
 
 
+rule summary:
+    input:
+        [f"results/tables/{paper}/{table}.csv" for paper, table in cfg.tables(config)],
+    output:
+        multiext("results/summary", ".md", ".csv"),
+    log:
+        "results/logs/summary.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "{LWNMT} summary {input:q} --out-prefix results/summary 2> {log:q}"
+
+
 rule figure:
     input:
         lambda w: [path for row in figure_spec(w.paper, w.figure)["rows"] for path in row.get("needs", [])],

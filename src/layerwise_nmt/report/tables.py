@@ -188,3 +188,32 @@ def legend(spec: dict) -> str:
         text += (f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
                  f" ({TESTS[test['test']]}), as the paper marks it.")
     return text
+
+
+def summary(table_csvs: list[str], out_prefix: str) -> pd.DataFrame:
+    """Every row of every table in one place (results/summary.{md,csv}): paper, table, row, metric, the paper's
+    number, ours, Δ and status — one line per row and metric. Paths: results/tables/<paper>/<table>.csv."""
+    records = []
+    for path in table_csvs:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        paper, name = Path(path).parent.name, Path(path).stem
+        metrics = [c.removeprefix("ours").strip() for c in table.columns if c == "ours" or c.startswith("ours ")]
+        for record in table.to_dict("records"):
+            for metric in metrics:
+                suffix = f" {metric}" if metric else ""
+                records.append({"paper": paper, "table": name, "row": record["row"], "metric": metric or "bleu",
+                                "paper_value": record[f"paper{suffix}"], "ours": record[f"ours{suffix}"],
+                                "delta": record[f"delta{suffix}"], "status": record["status"]})
+    frame = pd.DataFrame.from_records(records, columns=["paper", "table", "row", "metric", "paper_value", "ours",
+                                                        "delta", "status"])
+    with atomic_path(f"{out_prefix}.csv") as tmp:
+        frame.to_csv(tmp, index=False)
+    ran = int((frame["ours"] != NOT_RUN).sum())
+    lines = ["# All tables, every row", "",
+             f"{ran} of {len(frame)} row × metric cells have our number; {NOT_RUN} = not run (status says why). "
+             f"paper = printed in the paper; ours = mean ± sd over seeds; Δ = ours − paper.", "",
+             "| paper | table | row | metric | paper | ours | Δ | status |", "|---|---|---|---|---:|---|---:|---|"]
+    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in frame.itertuples(index=False)]
+    with atomic_path(f"{out_prefix}.md") as tmp:
+        Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return frame
