@@ -218,6 +218,12 @@ def test_snakemake_rejects_unknown_key(tmp_path):
     assert "lowercaze" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("configfile", [[], ["--configfile", str(ROOT / "config/demo.yaml")]])
+def test_snakemake_lint_is_clean(tmp_path, configfile):
+    result = snakemake(tmp_path, "--lint", *configfile, check=False)
+    assert result.returncode == 0 and "Congratulations" in result.stdout + result.stderr, result.stdout[-3000:]
+
+
 @pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml"])
 def test_no_two_experiments_share_a_settings_dict(path):
     """A YAML alias (`train: *x`) loads as one dict shared by every experiment that names it, and Snakemake merges

@@ -7,9 +7,9 @@ import sys
 
 # Rules call the package as `python -m layerwise_nmt`, found through PYTHONPATH, so the same command works in the
 # project's .venv, in the conda envs of envs/ and on SLURM nodes (where Snakemake re-reads this file).
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(workflow.basedir) / "src"), os.environ.get("PYTHONPATH")]))
+os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(Path(workflow.basedir) / "src"),
+                                                          os.environ.get("PYTHONPATH")])))
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-LWNMT = "python -m layerwise_nmt"
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
@@ -90,7 +90,7 @@ def raw_path(dataset, name):
 
 
 def task_data_targets(task_name):
-    """Everything `rule all` needs for one task: binarized splits, dictionaries, data statistics."""
+    """Everything the default target needs for one task: binarized splits, dictionaries, data statistics."""
     task = config["tasks"][task_name]
     pair, kind = cfg.pair(task), task.get("vocab", {}).get("kind", "joint")
     base = f"results/{task_name}/data"

@@ -14,7 +14,7 @@ rule fetch:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} fetch {params.url:q} {output:q} {params.checksum} {params.manual} 2> {log:q}"
+        "python -m layerwise_nmt fetch {params.url:q} {output:q} {params.checksum} {params.manual} 2> {log:q}"
 
 
 rule extract:
@@ -37,4 +37,4 @@ rule extract:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} extract {input:q} {output:q} {params.args} --where {params.where:q} 2> {log:q}"
+        "python -m layerwise_nmt extract {input:q} {output:q} {params.args} --where {params.where:q} 2> {log:q}"

@@ -25,7 +25,7 @@ rule translate:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{LWNMT} translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
+        "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
         " --tgt {params.tgt} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
         " --gpus {resources.gpu} {params.tuned}"
         " 2> {log:q}"
@@ -57,7 +57,7 @@ rule score:
     conda:
         "../../envs/report.yaml"
     shell:
-        "{LWNMT} score {input.hyp:q} --ref {input.ref:q} --source {input.src:q} --options {params.options:q}"
+        "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} --source {input.src:q} --options {params.options:q}"
         " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"
 
 
@@ -80,4 +80,4 @@ rule pick_lenpen:
     conda:
         "../../envs/report.yaml"
     shell:
-        "{LWNMT} pick-lenpen {input:q} --lenpen {params.grid} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt pick-lenpen {input:q} --lenpen {params.grid} --out {output:q} 2> {log:q}"

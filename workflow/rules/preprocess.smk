@@ -14,7 +14,7 @@ rule tokenize:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
+        "python -m layerwise_nmt tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
 
 
 rule normalize:
@@ -29,7 +29,7 @@ rule normalize:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --normalize-only 2> {log:q}"
+        "python -m layerwise_nmt tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --normalize-only 2> {log:q}"
 
 
 rule references:
@@ -44,7 +44,7 @@ rule references:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} concat {input:q} --out {output:q}"
+        "python -m layerwise_nmt concat {input:q} --out {output:q}"
         " $([ '{params.max_lines}' = None ] || echo --max-lines {params.max_lines}) 2> {log:q}"
 
 
@@ -63,7 +63,7 @@ rule assemble:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
+        "python -m layerwise_nmt assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
 
 
@@ -82,7 +82,7 @@ rule assemble_eval:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
+        "python -m layerwise_nmt assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
 
 
@@ -99,7 +99,7 @@ rule learn_bpe:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} learn-bpe {input:q} --out {output:q} --merges {params.merges}"
+        "python -m layerwise_nmt learn-bpe {input:q} --out {output:q} --merges {params.merges}"
         " --min-frequency {params.min_frequency} 2> {log:q}"
 
 
@@ -117,7 +117,7 @@ rule apply_bpe:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} apply-bpe {input.text:q} {output:q} {params.codes} --workers {threads} 2> {log:q}"
+        "python -m layerwise_nmt apply-bpe {input.text:q} {output:q} {params.codes} --workers {threads} 2> {log:q}"
 
 
 rule vocab_joint:
@@ -132,7 +132,7 @@ rule vocab_joint:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
+        "python -m layerwise_nmt vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 rule vocab_separate:
@@ -147,7 +147,7 @@ rule vocab_separate:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
+        "python -m layerwise_nmt vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 rule binarize:
@@ -161,7 +161,7 @@ rule binarize:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} binarize {input.text:q} results/{wildcards.task}/data/bin-{wildcards.vocab}/"
+        "python -m layerwise_nmt binarize {input.text:q} results/{wildcards.task}/data/bin-{wildcards.vocab}/"
         "{wildcards.split}.{wildcards.pair}.{wildcards.lang} --vocab {input.vocab:q} 2> {log:q}"
 
 
@@ -177,4 +177,4 @@ rule check_reference:
     conda:
         "../../envs/preprocess.yaml"
     shell:
-        "{LWNMT} check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"

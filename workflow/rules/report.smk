@@ -23,7 +23,7 @@ rule table:
     conda:
         "../../envs/report.yaml"
     shell:
-        "{LWNMT} table --spec {params.spec:q} --out-prefix results/tables/{wildcards.paper}/{wildcards.table}"
+        "python -m layerwise_nmt table --spec {params.spec:q} --out-prefix results/tables/{wildcards.paper}/{wildcards.table}"
         " 2> {log:q}"
 
 
@@ -37,7 +37,7 @@ rule summary:
     conda:
         "../../envs/report.yaml"
     shell:
-        "{LWNMT} summary {input:q} --out-prefix results/summary 2> {log:q}"
+        "python -m layerwise_nmt summary {input:q} --out-prefix results/summary 2> {log:q}"
 
 
 rule figure:
@@ -60,6 +60,6 @@ rule figure:
     conda:
         "../../envs/report.yaml"
     shell:
-        "{LWNMT} figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.paper}/{wildcards.figure}"
+        "python -m layerwise_nmt figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.paper}/{wildcards.figure}"
         " 2> {log:q}"
 

@@ -30,7 +30,7 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{LWNMT} train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
+        "python -m layerwise_nmt train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
         " --save-dir {params.run}/checkpoints --final {output:q} --threads {threads} --gpus {resources.gpu}"
         " 2>> {log:q}"
 
@@ -49,4 +49,4 @@ rule average:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{LWNMT} average {params.run}/checkpoints --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt average {params.run}/checkpoints --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
