@@ -67,23 +67,14 @@ rule assemble:
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
 
 
-rule assemble_eval:
-    input:
-        lambda w: [path for split in assemble_spec(w).values() for part in split["parts"] for path in part[:4]],
+use rule assemble as assemble_eval with:
     output:
         multiext("results/{task}/data/text/{split}.{src}-{tgt}.", "{src}", "{tgt}"),
         stats="results/{task}/data/text/stats.{split}.{src}-{tgt}.json",
     wildcard_constraints:
         split=r"(?!(?:train|valid|test)\.)[a-z]+\d*",  # the three standard splits come from `assemble`
-    params:
-        spec=lambda w: json.dumps(assemble_spec(w)),
     log:
         "results/logs/{task}/assemble.{split}.{src}-{tgt}.log",
-    conda:
-        "../../envs/preprocess.yaml"
-    shell:
-        "python -m layerwise_nmt assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
-        " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
 
 
 rule learn_bpe:
@@ -135,19 +126,13 @@ rule vocab_joint:
         "python -m layerwise_nmt vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
-rule vocab_separate:
+use rule vocab_joint as vocab_separate with:
     input:
         lambda w: f"results/{w.task}/data/bpe/train.{cfg.pair(task_of(w))}.{w.lang}",
     output:
         "results/{task}/data/vocab/dict.{lang}.txt",
-    params:
-        args=vocab_params,
     log:
         "results/logs/{task}/vocab.{lang}.log",
-    conda:
-        "../../envs/preprocess.yaml"
-    shell:
-        "python -m layerwise_nmt vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 rule binarize:
