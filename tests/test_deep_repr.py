@@ -136,6 +136,16 @@ def test_causal_and_cached_decoding_for_every_variant(settings):
     assert_autoregressive(model, src, prev)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("backbone", ["dynamic_conv", "lightweight_conv"])
+@pytest.mark.parametrize("settings", [dict(aggregation="hierarchical"), dict(aggregation="iterative", apply_to="both"),
+                                      dict(mla_k=2)])
+def test_cached_decoding_keeps_the_convolution_history_on_conv_backbones(backbone, settings):
+    model = tiny(backbone=backbone, kernel_sizes=[3, 5, 7, 7, 7, 7], weight_dropout=0.0, **settings)
+    src, prev = batch()
+    assert_autoregressive(model, src, prev)
+
+
 def test_aggregation_shares_sum_to_one():
     node = Aggregation(3, build("deep", dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2)).config)
     shares = node.shares()

@@ -333,8 +333,8 @@ class DeepTransformer(Seq2Seq):
 
     def start(self, src: Tensor) -> DecoderState:
         _, memory, mask = self.encode(src)
-        kvs = [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
-        return DecoderState(kvs, mask, [None] * self.config.decoder_layers)
+        # the shared decoder's own set-up: source K/V per layer, and a conv backbone's empty input windows
+        return self.decoder.start([memory] * self.config.decoder_layers, mask)
 
     def step(self, last: Tensor, state: DecoderState) -> Tensor:
         _, out, state.self_kv = self.decode(last[:, None], state.views, state.view_mask, state.self_kv,
