@@ -1,6 +1,7 @@
 """The workflow as users run it: DAGs build, the CI-sized data run completes, config errors name the key."""
 
 import collections
+import os
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from sacremoses import MosesDetokenizer
 
 from conftest import ROOT, snakemake
 from layerwise_nmt import UserError
@@ -126,6 +128,16 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     assert score["refs"] == ["results/wmt16_enro_ci/data/ref/test.en-ro.ro"]
     assert "Transformer 1+1" in (tmp_path / "results/tables/ci/T2.md").read_text()
     assert len(pd.read_csv(tmp_path / "results/figures/ci/curves.csv").query("row == 'MLRF'")) == 3  # 3 epochs
+    # raw text, translated with an experiment's trained model and its task's own preprocessing: the raw test
+    # sentences come out as the workflow's decoding of the test set, detokenized
+    raw = (tmp_path / "results/raw/multi30k/test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:5]
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "-", "--experiment", "ci.transformer",
+                             "--seed", "2", "--config", str(ROOT / "config.yaml"), "--config",
+                             str(ROOT / "config/ci.yaml")], input="\n".join(raw) + "\n", capture_output=True,
+                            text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    detok = MosesDetokenizer(lang="en")
+    workflow = (runs[1] / "test.txt").read_text(encoding="utf-8").splitlines()[:5]
+    assert result.stdout.splitlines() == [detok.detokenize(line.split()) for line in workflow]
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                              mirror=mirror).stdout

@@ -186,6 +186,12 @@ def cmd_translate(a) -> None:
     if a.lenpen_from:  # the α the pick_lenpen step chose on the validation set
         options["lenpen"] = json.loads(Path(a.lenpen_from).read_text())["lenpen"]
         log.info("length penalty %s, tuned on the validation set (%s)", options["lenpen"], a.lenpen_from)
+    if a.experiment:  # raw text, with the experiment's trained model and its task's preprocessing
+        return translate_raw(a, options)
+    missing = [f"--{k.replace('_', '-')}" for k in ("model", "data", "src", "tgt", "out_prefix") if not getattr(a, k)]
+    if missing or not a.input or a.input == "-":
+        raise UserError(f"missing {', '.join(missing) or 'INPUT'}: give a BPE'd INPUT file with --model --data --src "
+                        f"--tgt --out-prefix, or raw text (a file or - for stdin) with --experiment NAME")
     cfg = BeamConfig.from_dict(options)
     src_vocab, tgt_vocab = load_pair(a.data, a.src, a.tgt)
     model = load_model(a.model)
@@ -196,6 +202,30 @@ def cmd_translate(a) -> None:
              stats["sentences_per_second"])
     with atomic_path(f"{a.out_prefix}.json") as tmp, open(tmp, "w") as f:
         json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+
+
+def translate_raw(a, options: dict) -> None:
+    """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE → beam search → detokenize, printed one line per
+    input line (also kept as --out-prefix files when given)."""
+    import tempfile
+
+    from . import config as cfg
+    from .data.io import read_lines, write_lines
+    from .data.vocab import load_pair
+    from .decode import BeamConfig, load_model, prepare_raw, translate
+
+    setup = cfg.trained_model(load_config(a), a.experiment, a.seed)
+    if not Path(setup["model"]).exists():
+        raise UserError(f"{setup['model']}: not trained yet; run snakemake {setup['model']} first")
+    lines = sys.stdin.read().splitlines() if a.input in (None, "-") else list(read_lines(a.input))
+    beam = BeamConfig.from_dict({**setup["decode"], **options})
+    src_vocab, tgt_vocab = load_pair(setup["data"], setup["src"], setup["tgt"])
+    with tempfile.TemporaryDirectory() as tmp:
+        source, prefix = Path(tmp) / "input.bpe", a.out_prefix or str(Path(tmp) / "out")
+        write_lines(source, prepare_raw(lines, setup["src"], setup["tokenize"], setup["codes"]))
+        translate(load_model(setup["model"]), str(source), src_vocab, tgt_vocab, beam, prefix, detok_lang=setup["tgt"])
+        for line in read_lines(f"{prefix}.detok"):
+            print(line)
 
 
 def cmd_import_fairseq(a) -> None:
@@ -466,13 +496,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=["epoch", "update"], default="epoch")
     p.set_defaults(func=cmd_average)
 
-    p = sub.add_parser("translate", help="beam-search decode a BPE'd source file")
-    p.add_argument("input", help="BPE'd source text, one sentence per line")
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True, help="the binarized data directory the model was trained on")
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt", required=True)
-    p.add_argument("--out-prefix", required=True, help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok, PREFIX.json")
+    p = sub.add_parser("translate", help="beam-search decode a BPE'd source file, or raw text with --experiment")
+    p.add_argument("input", nargs="?", help="BPE'd source text, one sentence per line; with --experiment raw text "
+                                            "(a file, or - / nothing for stdin)")
+    p.add_argument("--experiment", help="translate raw text with this experiment's trained model: its task's "
+                                        "tokenization, BPE, decoding settings and detokenization")
+    p.add_argument("--seed", type=int, help="with --experiment: which seed's run (default: its first)")
+    p.add_argument("--config", **config_arg)
+    p.add_argument("--model")
+    p.add_argument("--data", help="the binarized data directory the model was trained on (or a fairseq one)")
+    p.add_argument("--src")
+    p.add_argument("--tgt")
+    p.add_argument("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok, PREFIX.json")
     p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
     p.add_argument("--detokenize", action="store_true")
     p.add_argument("--threads", type=int, default=0)

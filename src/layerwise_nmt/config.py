@@ -277,6 +277,22 @@ def experiment_dir(config: dict, name: str, seed: int) -> str:
     return f"results/{config['experiments'][name]['task']}/{name}/seed{seed}"
 
 
+def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
+    """What translating raw text with an experiment's trained model needs: the model the workflow decodes (averaged
+    or final), its binarized data directory, languages, the task's tokenization of the source (as for its test set),
+    BPE codes (None for word-level tasks) and decoding settings."""
+    if name not in config["experiments"]:
+        raise UserError(f"--experiment {name!r}: not an experiment of the config")
+    e = experiment(config, name)
+    seed = seed if seed is not None else e["seeds"][0]
+    task = config["tasks"][e["task"]]
+    run = experiment_dir(config, name, seed)
+    return {"model": f"{run}/{'averaged.pt' if e['average'] else 'model.pt'}",
+            "data": f"results/{e['task']}/data/bin-{e['vocab']}", "src": e["src"], "tgt": e["tgt"],
+            "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
+            "codes": f"results/{e['task']}/data/bpe/code" if task.get("bpe") else None, "decode": e["decode"]}
+
+
 def metrics_of(table: dict) -> list[str]:
     """A table's score columns: "bleu" or "chrf" (= test), or "<split>_bleu" / "<split>_chrf" read from that split's
     `<split>.score.json` (valid_bleu, test_chrf; NIST's mt04_bleu etc. once its test sets are splits)."""

@@ -176,6 +176,16 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
             "generated_tokens": generated}
 
 
+def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) -> list[str]:
+    """Raw source sentences → the model's input: the task's normalisation and tokenization, then its BPE."""
+    from .data import bpe
+    from .data.tokenize import TokenizeOptions
+
+    process = TokenizeOptions(lang, **tokenize).build()
+    tokenized = [process(line) for line in lines]
+    return list(bpe.apply(codes, tokenized)) if codes else tokenized
+
+
 def load_model(path: str | Path):
     """A model from a checkpoint (any of ours: final, averaged, or a training checkpoint)."""
     from .checkpoint import load
