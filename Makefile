@@ -14,7 +14,7 @@ export PATH := $(BIN):$(PATH)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,slurm]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,slurm,tensorboard]'
 	touch $@
 
 # One thread per training job: two small models training side by side get 1.17x the throughput of one job on

@@ -16,6 +16,19 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
+# On a cluster these run where Snakemake runs, not as one sbatch each: downloads (compute nodes often have no
+# internet), extraction of one file from an archive, and the seconds-long scoring and report jobs.
+localrules:
+    all,
+    fetch,
+    extract,
+    score,
+    score_lenpen,
+    pick_lenpen,
+    table,
+    summary,
+    check_reference,
+
 
 rule all:
     input:

@@ -69,3 +69,12 @@ def test_every_import_of_a_rule_is_in_its_conda_env():
         needed = set().union(*(imported_names(m) for m in modules)) - set(sys.stdlib_module_names) - {"layerwise_nmt"}
         missing = {DISTRIBUTIONS.get(n, n) for n in needed} - have
         assert not missing, f"envs/{env} lacks {sorted(missing)} (imported by {patterns})"
+
+
+def test_pytorch_builds_are_the_ones_the_comments_promise():
+    deps = {env: yaml.safe_load((ROOT / "envs" / env).read_text())["dependencies"] for env in ("train.yaml",
+                                                                                               "report.yaml")}
+    assert "pytorch=2.13.0=cuda*" in deps["train.yaml"]
+    cuda = [d for d in deps["train.yaml"] if isinstance(d, str) and d.startswith("cuda-version")]
+    assert cuda and "<" in cuda[0], "train.yaml: the CUDA runtime needs an upper bound the cluster's drivers meet"
+    assert "pytorch=2.13.0=cpu*" in deps["report.yaml"]

@@ -66,13 +66,18 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     resumed = re.search(r"resumed from \S+: epoch (\d+), update (\d+)", log)  # clears a failed job's log)
     assert resumed and int(resumed.group(2)) > 0, log[:3000]  # the retry went on from a checkpoint
     assert "Trying to restart job" in out
-    submitted = re.findall(r"SLURM jobid (\d+)", out)
-    assert len(submitted) >= 6  # train (three times), translate, score, table
-    states = dict(line.split("|", 1) for line in subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(submitted)],
-        capture_output=True, text=True, check=True).stdout.splitlines())
+    submitted = list(dict.fromkeys(re.findall(r"SLURM jobid (\d+)", out)))
+    assert len(submitted) == 4, out[-4000:]  # train (three times), translate; score and table are localrules
+    assert re.search(r"localrule score:", out) and re.search(r"localrule table:", out), out[-4000:]
+    accounting = {job: fields for job, *fields in (line.split("|") for line in subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "JobID,State,AllocCPUS", "-j", ",".join(submitted)],
+        capture_output=True, text=True, check=True).stdout.splitlines())}
+    states = {job: state for job, (state, _) in accounting.items()}
     assert states[train_job] == "FAILED" and states[retry_job].startswith("CANCELLED by ")
-    assert list(states.values()).count("COMPLETED") >= 4, states
+    assert list(states.values()).count("COMPLETED") == 2, states
+    translate_job = submitted[-1]  # after the last training
+    assert accounting[translate_job][1] == "2", accounting  # the rule's threads: 2, not a profile-wide 1
+    assert accounting[train_job][1] == "1", accounting  # LWNMT_TRAIN_CPUS
     assert json.loads((tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/test.score.json").read_text())["bleu"] >= 0
 
 

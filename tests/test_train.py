@@ -311,3 +311,21 @@ def test_train_takes_fairseq_flags_over_the_spec():
                                           "max_update": 100}}
     assert train_spec(build_parser().parse_args(base + ["--arch", "big"])) == {"model": "transformer",
                                                                             "arch": {"preset": "big"}}
+
+
+def test_tensorboard_event_files_hold_the_curves_of_metrics_csv(data, tmp_path):
+    """With the optional `tensorboard` package, the run's curves are also event files beside metrics.csv."""
+    import csv
+
+    pytest.importorskip("tensorboard", reason="the optional dependency (make test installs it)")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(spec(max_epoch=2, log_interval=1), str(data), "de", "en", str(tmp_path / "run"), str(tmp_path / "model.pt"))
+    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    valid = events.Scalars("epoch/valid_loss")
+    assert [e.step for e in valid] == [int(r["update"]) for r in rows]
+    assert [e.value for e in valid] == pytest.approx([float(r["valid_loss"]) for r in rows], rel=1e-6)
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(1, int(rows[-1]["update"]) + 1))
+    assert {"train/lr", "train/grad_norm", "train/target_tokens_per_second"} <= set(events.Tags()["scalars"])

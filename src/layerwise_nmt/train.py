@@ -369,6 +369,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGUSR1)}
     started, window = time.time() - progress["elapsed"], {"tokens": 0, "time": time.time()}
+    board = Board(save_dir_path.parent / "tensorboard" if rank == 0 else None)
     try:
         while not _stop_reason(progress, cfg):
             batches = make_batches(train_data.src.sizes, train_data.tgt.sizes,
@@ -407,7 +408,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                 window["tokens"] += result["ntokens"]
                 window["grad_norm"] = grad_norm
                 if rank == 0 and update % cfg.log_interval == 0:
-                    _log_progress(progress, cfg, stats, window, len(order) // per_update, optimizer)
+                    _log_progress(progress, cfg, stats, window, len(order) // per_update, optimizer, board)
                 if _stop_reason(progress, cfg):
                     break
                 if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
@@ -418,10 +419,10 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                     raise Stop()
             valid = evaluate(net, valid_data, cfg, device, autocast)
             if progress["next_batch"] < len(order):  # the budget ran out mid-epoch: keep the position, so that
-                _record(progress, stats, valid, optimizer, partial=True)  # a larger budget continues exactly here
+                _record(progress, stats, valid, optimizer, board, partial=True)  # a larger budget continues exactly here
                 save(f"checkpoint_{progress['epoch']}_{progress['update']}.pt", LAST)
                 break
-            _record(progress, stats, valid, optimizer, partial=False)
+            _record(progress, stats, valid, optimizer, board, partial=False)
             improved = _early_stopping(progress, cfg, valid)
             if _should_restart(progress, cfg):
                 progress["restarted"], progress["restart_epoch"] = True, progress["epoch"]
@@ -443,6 +444,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                     stop_signal["hit"], progress["update"])
         raise SystemExit(75)  # EX_TEMPFAIL: Snakemake's retries restart the job, which resumes
     finally:
+        board.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     progress["stopped_by"] = _stop_reason(progress, cfg)
@@ -588,7 +590,7 @@ def _stop_reason(progress: dict, cfg: TrainConfig) -> str:
     return ""
 
 
-def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: bool) -> None:
+def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, board: "Board", partial: bool) -> None:
     loss, nll, correct, ntokens = stats
     ntokens = max(ntokens, 1.0)
     row = {"epoch": progress["epoch"], "partial": partial, "update": progress["update"],
@@ -598,6 +600,7 @@ def _record(progress: dict, stats: np.ndarray, valid: dict, optimizer, partial: 
            "valid_accuracy": valid["accuracy"], "valid_bleu": valid.get("bleu", ""),
            "skipped_updates": progress["skipped_updates"]}
     progress["history"].append(row)
+    board.add(row["update"], "epoch", **{k: v for k, v in row.items() if k not in ("epoch", "partial", "update")})
     log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
              row["epoch"], " (stopped mid-epoch)" if partial else " done", row["update"], row["train_loss"],
              valid["loss"], valid["nll"], 2 ** valid["nll"], valid["accuracy"])
@@ -617,7 +620,7 @@ def _early_stopping(progress: dict, cfg: TrainConfig, valid: dict) -> bool:
     return improved
 
 
-def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer) -> None:
+def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer, board: "Board") -> None:
     now = time.time()
     tps = window["tokens"] / max(now - window["time"], 1e-9)
     window["tokens"], window["time"] = 0, now
@@ -631,9 +634,39 @@ def _log_progress(progress, cfg, stats, window, updates_per_epoch, optimizer) ->
         done = (progress["epoch"] - 1) * updates_per_epoch + progress["next_batch"] / max(1, cfg.update_freq)
         remaining.append((cfg.max_epoch * updates_per_epoch - done) * progress["elapsed"] / max(done, 1))
     eta = f"{min(remaining) / 60:.1f} min" if remaining else "?"
+    board.add(progress["update"], "train", loss=loss, lr=optimizer.param_groups[0]["lr"],
+              grad_norm=window.get("grad_norm", math.nan), target_tokens_per_second=tps)
     log.info("epoch %d update %d: loss %.3f, lr %.2e, gnorm %.3f, %.0f target tokens/s, %.1f min elapsed, ETA %s",
              progress["epoch"], progress["update"], loss, optimizer.param_groups[0]["lr"],
              window.get("grad_norm", math.nan), tps, progress["elapsed"] / 60, eta)
+
+
+class Board:
+    """TensorBoard event files beside metrics.csv, to watch runs live (`tensorboard --logdir results/`): the
+    log-interval training curve and every epoch's metrics.csv row. Written only where the optional dependency is
+    installed (pip install 'layerwise-nmt[tensorboard]'), and only by rank 0 (logdir None: nothing)."""
+
+    def __init__(self, logdir: Path | None):
+        self.writer = None
+        if logdir is None:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # torch raises ImportError when the tensorboard package is missing
+            return
+        self.writer = SummaryWriter(str(logdir), flush_secs=30)
+        log.info("TensorBoard event files: %s", logdir)
+
+    def add(self, step: int, group: str, **scalars) -> None:
+        if self.writer is None:
+            return
+        for name, value in scalars.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):  # valid_bleu is "" without BLEU
+                self.writer.add_scalar(f"{group}/{name}", value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _write_summary(path: Path, progress: dict, cfg: TrainConfig) -> None:
