@@ -162,7 +162,7 @@ def test_sentence_batches_and_length_filter():
 
 def test_warm_start_copies_every_tensor_and_leaves_new_ones_at_their_default(data, tmp_path):
     from layerwise_nmt.models import build
-    from layerwise_nmt.train import warm_start
+    from layerwise_nmt.checkpoint import warm_start
 
     train(spec(max_epoch=1), str(data), "de", "en", str(tmp_path / "base"), str(tmp_path / "base.pt"))
     trained = torch.load(tmp_path / "base.pt", weights_only=False)["model"]

@@ -8,18 +8,24 @@ A training directory (`<run>/checkpoints/`) holds
 - `checkpoint<E>.pt` (epoch ends) and `checkpoint_<E>_<U>.pt` (every `save_interval_updates`): weights and
   progress only, the candidates for averaging (fairseq's names);
 - `checkpoint_best.pt`: the epoch early stopping judged best.
+
+Also here: what a checkpoint must agree with to be resumed (`resume_key`), the RNG state it carries, and the warm
+start that reads a trained model into a larger one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import UserError
+from .data.vocab import Dictionary
 
 log = logging.getLogger(__name__)
 LAST, PREVIOUS, BEST = "checkpoint_last.pt", "checkpoint_previous.pt", "checkpoint_best.pt"
@@ -117,3 +123,79 @@ def last_checkpoints(save_dir: str | Path, n: int, by: str = "epoch") -> list[Pa
     if len(found) < n:
         log.warning("%s: only %d %s checkpoints, averaging those instead of %d", save_dir, len(found), by, n)
     return [p for _, p in found[-n:]]
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself.
+RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
+                     "keep_interval_updates", "save_interval_updates", "save_interval_minutes", "final_model",
+                     "max_nonfinite_updates")
+
+
+def resume_key(spec: dict) -> dict:
+    """What must match for a checkpoint to be resumed: model, architecture, training (budget aside), warm start."""
+    train = {k: v for k, v in spec.get("train", {}).items() if k not in RESUMABLE_CHANGES}
+    return {"model": spec["model"], "arch": spec.get("arch", {}), "train": train, "init_from": spec.get("init_from")}
+
+
+def set_aside(save_dir: Path) -> Path:
+    """Rename a checkpoint directory to the first free <name>.superseded-<n> and recreate it empty."""
+    n = 1
+    while (aside := save_dir.with_name(f"{save_dir.name}.superseded-{n}")).exists():
+        n += 1
+    save_dir.rename(aside)
+    save_dir.mkdir(parents=True)
+    return aside
+
+
+# settings that change what a tensor means without changing its shape: a warm start needs them equal
+MEANING = ("sinusoid", "norm", "scale_embedding", "position_embeddings", "pad", "eos")
+
+
+def warm_start(model: torch.nn.Module, path: str, vocabularies: dict[str, Dictionary] | None = None) -> list[str]:
+    """Continued learning (GCA §3.3; Dou et al. §4): copy every tensor of a trained model into `model`, whose extra
+    parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names.
+    vocabularies: the task's, by language; a model with dict.<lang>.txt beside it (trained elsewhere, e.g. imported
+    from fairseq) must have been trained with the same ones."""
+    state = load(path)
+    trained, theirs = state["model"], state.get("model_config", {})
+    for key in MEANING:
+        if key in theirs and theirs[key] != getattr(model.config, key):
+            raise UserError(f"{path}: trained with {key}={theirs[key]!r}, but this experiment's arch has "
+                            f"{key}={getattr(model.config, key)!r}; set arch: {{{key}: {theirs[key]}}} to continue "
+                            f"from it")
+    for lang, ours in (vocabularies or {}).items():
+        beside = Path(path).parent / f"dict.{lang}.txt"
+        other = Dictionary.load(beside).symbols if beside.exists() else ours.symbols
+        if other != ours.symbols:
+            i = next(i for i, (a, b) in enumerate(zip(other + [None], ours.symbols + [None])) if a != b)
+            raise UserError(f"{beside}: not the task's {lang} vocabulary (symbol {i}: {(other + [None])[i]!r} vs "
+                            f"the task's {(ours.symbols + [None])[i]!r}); the model must have been "
+                            f"trained on this task's BPE and dictionary")
+    if hasattr(model, "warm_start_names"):  # a model whose layers moved a baseline tensor says where to
+        trained = model.warm_start_names(trained)
+    own = model.state_dict()
+    homeless = [k for k in trained if k not in own]
+    if homeless:
+        raise UserError(f"{path}: tensor {homeless[0]!r} (and {len(homeless) - 1} more) has no place in model "
+                        f"{type(model).__name__}; warm starts need the same backbone")
+    wrong = [k for k in trained if trained[k].shape != own[k].shape]
+    if wrong:
+        raise UserError(f"{path}: tensor {wrong[0]!r} has shape {tuple(trained[wrong[0]].shape)}, the model expects "
+                        f"{tuple(own[wrong[0]].shape)}; warm starts need the same sizes and vocabulary")
+    model.load_state_dict(trained, strict=False)
+    return [k for k in own if k not in trained]

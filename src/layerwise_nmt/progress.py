@@ -1,0 +1,174 @@
+"""How far a training run got, when it must stop, and how it tells: log lines, metrics.csv, TensorBoard,
+training.json.
+
+`Progress` is the run's position and bookkeeping. It goes into every checkpoint as a plain dict (`to_dict`), so
+that a checkpoint stays readable without this class and older checkpoints load with defaults for newer fields.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from .data.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    update: int = 0  # updates taken (skipped non-finite ones excluded)
+    epoch: int = 1  # the epoch in progress (1-based)
+    next_batch: int = 0  # position in the epoch's batch order: a resume continues here
+    elapsed: float = 0.0  # training seconds, across resumes
+    epoch_stats: list[float] = field(default_factory=lambda: [0.0] * 4)  # Σ loss, Σ nll, correct, target tokens
+    restarted: bool = False  # RestartAdam's second stage began
+    restart_epoch: int = 0
+    best_valid: float = -math.inf  # higher is better: −loss or BLEU
+    bad_epochs: int = 0
+    early_stopped: bool = False
+    skipped_updates: int = 0
+    nonfinite_in_a_row: int = 0
+    history: list[dict] = field(default_factory=list)  # one metrics.csv row per (possibly partial) epoch
+    stopped_by: str = ""
+
+    @classmethod
+    def from_dict(cls, state: dict) -> "Progress":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in known})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def add(self, result: dict, elapsed: float) -> None:
+        """Count one update's loss sums into the epoch."""
+        self.update += 1
+        self.elapsed = elapsed
+        self.nonfinite_in_a_row = 0
+        self.epoch_stats = [a + b for a, b in zip(self.epoch_stats,
+                                                  (result["loss"], result["nll"], result["correct"],
+                                                   result["ntokens"]))]
+
+    def next_epoch(self) -> None:
+        self.epoch, self.next_batch, self.epoch_stats = self.epoch + 1, 0, [0.0] * 4
+
+    def stop_reason(self, cfg) -> str:
+        """Which budget is spent ("" while none is): recomputed from the config, so a resumed run may be given a
+        larger one. The final model records it, and a table row cut by the clock says so."""
+        last_epoch = cfg.max_epoch
+        if self.restarted and cfg.restart_epochs:
+            last_epoch = self.restart_epoch + cfg.restart_epochs
+        if self.early_stopped:
+            return "early stopping"
+        if cfg.max_update and self.update >= cfg.max_update:
+            return "max_update"
+        if last_epoch and self.epoch > last_epoch:
+            return "restart_epochs" if self.restarted and cfg.restart_epochs else "max_epoch"
+        if cfg.max_minutes and self.elapsed >= cfg.max_minutes * 60:
+            return "max_minutes"
+        return ""
+
+    def judge(self, cfg, valid: dict) -> bool:
+        """Early stopping's bookkeeping after an epoch; returns whether it is the best so far."""
+        score = -valid["loss"] if cfg.early_stop_metric == "loss" else valid["bleu"]
+        improved = score > self.best_valid
+        self.best_valid, self.bad_epochs = (score, 0) if improved else (self.best_valid, self.bad_epochs + 1)
+        if cfg.patience and self.bad_epochs >= cfg.patience:
+            log.info("early stop: no better validation %s for %d epochs", cfg.early_stop_metric, cfg.patience)
+            self.early_stopped = True
+        return improved
+
+    def eta_seconds(self, cfg, updates_per_epoch: int) -> float | None:
+        remaining = []
+        if cfg.max_update:
+            remaining.append((cfg.max_update - self.update) * self.elapsed / max(self.update, 1))
+        if cfg.max_minutes:
+            remaining.append(cfg.max_minutes * 60 - self.elapsed)
+        if cfg.max_epoch:
+            done = (self.epoch - 1) * updates_per_epoch + self.next_batch / max(1, cfg.update_freq)
+            remaining.append((cfg.max_epoch * updates_per_epoch - done) * self.elapsed / max(done, 1))
+        return min(remaining) if remaining else None
+
+
+class Reporter:
+    """Tells how training goes: a log line every `log_interval` updates (loss, lr, gradient norm, tokens/s, ETA), a
+    metrics.csv row per epoch, and both as TensorBoard event files to watch runs live (`tensorboard --logdir
+    results/`). TensorBoard only where the optional dependency is installed (pip install
+    'layerwise-nmt[tensorboard]'); nothing at all on ranks other than 0 (`run_dir` None)."""
+
+    def __init__(self, run_dir: Path | None, cfg):
+        self.run_dir, self.cfg, self.writer = run_dir, cfg, None
+        self.tokens, self.since = 0.0, time.time()
+        if run_dir is None:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # torch raises ImportError when the tensorboard package is missing
+            return
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), flush_secs=30)
+        log.info("TensorBoard event files: %s", run_dir / "tensorboard")
+
+    def update(self, progress: Progress, ntokens: float, lr: float, grad_norm: float, updates_per_epoch: int):
+        self.tokens += ntokens
+        if self.run_dir is None or progress.update % self.cfg.log_interval:
+            return
+        now = time.time()
+        tps, self.tokens, self.since = self.tokens / max(now - self.since, 1e-9), 0.0, now
+        loss = progress.epoch_stats[0] / max(progress.epoch_stats[3], 1) / math.log(2)
+        eta = progress.eta_seconds(self.cfg, updates_per_epoch)
+        self._board(progress.update, "train", loss=loss, lr=lr, grad_norm=grad_norm, target_tokens_per_second=tps)
+        log.info("epoch %d update %d: loss %.3f, lr %.2e, gnorm %.3f, %.0f target tokens/s, %.1f min elapsed, ETA %s",
+                 progress.epoch, progress.update, loss, lr, grad_norm, tps, progress.elapsed / 60,
+                 "?" if eta is None else f"{eta / 60:.1f} min")
+
+    def epoch(self, progress: Progress, valid: dict, lr: float, partial: bool) -> None:
+        """Add the epoch's row to the history (every rank: it is part of the checkpointed state) and report it."""
+        loss, nll, correct, ntokens = progress.epoch_stats
+        ntokens = max(ntokens, 1.0)
+        row = {"epoch": progress.epoch, "partial": partial, "update": progress.update,
+               "minutes": round(progress.elapsed / 60, 3), "lr": lr,
+               "train_loss": loss / ntokens / math.log(2), "train_nll": nll / ntokens / math.log(2),
+               "train_accuracy": correct / ntokens, "valid_loss": valid["loss"], "valid_nll": valid["nll"],
+               "valid_accuracy": valid["accuracy"], "valid_bleu": valid.get("bleu", ""),
+               "skipped_updates": progress.skipped_updates}
+        progress.history.append(row)
+        if self.run_dir is None:
+            return
+        self._board(row["update"], "epoch", **{k: v for k, v in row.items() if k not in ("epoch", "partial", "update")})
+        self.write_history(progress)
+        log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
+                 row["epoch"], " (stopped mid-epoch)" if partial else " done", row["update"], row["train_loss"],
+                 valid["loss"], valid["nll"], 2 ** valid["nll"], valid["accuracy"])
+
+    def write_history(self, progress: Progress) -> None:
+        if self.run_dir is None or not progress.history:
+            return
+        with atomic_path(self.run_dir / "metrics.csv") as tmp, open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(progress.history[0]))
+            writer.writeheader()
+            writer.writerows(progress.history)
+
+    def summary(self, progress: Progress) -> None:
+        """training.json, how the run ended, for the tables: a row cut short by the clock must say so."""
+        summary = {"updates": progress.update, "epochs_completed": progress.epoch - 1,
+                   "stopped_by": progress.stopped_by, "skipped_updates": progress.skipped_updates,
+                   "minutes": round(progress.elapsed / 60, 2),
+                   "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}
+        with atomic_path(self.run_dir / "training.json") as tmp:
+            Path(tmp).write_text(json.dumps(summary, indent=1))
+
+    def _board(self, step: int, group: str, **scalars) -> None:
+        if self.writer is None:
+            return
+        for name, value in scalars.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):  # valid_bleu is "" without BLEU
+                self.writer.add_scalar(f"{group}/{name}", value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
