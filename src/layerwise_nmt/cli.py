@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from . import UserError
 
@@ -14,13 +15,38 @@ log = logging.getLogger("layerwise_nmt")
 FORMATS = ["plain", "xml", "wmt", "ted_tags", "nist"]  # = data.readers.READERS (tests check they agree)
 
 
-def _checksum_args(p: argparse.ArgumentParser) -> None:
-    group = p.add_mutually_exclusive_group()
+# Subcommands are declared beside their handlers: @command(name, help, *arguments), each argument a function
+# that adds itself to the subcommand's parser (`arg` makes one from add_argument's parameters).
+COMMANDS: dict[str, tuple[str, tuple, Callable]] = {}
+
+
+def command(name: str, help: str, *arguments: Callable[[argparse.ArgumentParser], None]):
+    def register(handler: Callable) -> Callable:
+        COMMANDS[name] = (help, arguments, handler)
+        return handler
+    return register
+
+
+def arg(*flags: str, **options) -> Callable[[argparse.ArgumentParser], None]:
+    return lambda parser: parser.add_argument(*flags, **options)
+
+
+def checksum_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
     group.add_argument("--sha256", help="expected sha256 of the resulting file")
     group.add_argument("--md5", help="expected md5 of the resulting file")
     group.add_argument("--git-blob", help="expected git blob id (`git hash-object`) of the resulting file")
 
 
+config_files = arg("--config", action="append", metavar="FILE", help="a config file (default config.yaml); repeat "
+                   "the option for overlays, later ones override: --config config.yaml --config config/demo.yaml")
+
+
+@command("fetch", "download a file (retries, resume, checksum)",
+    arg("url"),
+    arg("out"),
+    arg("--manual", help="the file needs a manual download; this says how (the command only reports it)"),
+    checksum_args)
 def cmd_fetch(a) -> None:
     from .data.fetch import checksum_from, download
 
@@ -30,6 +56,16 @@ def cmd_fetch(a) -> None:
     download(a.url, a.out, checksum_from(a.sha256, a.git_blob, a.md5))
 
 
+@command("extract", "take a raw file out of an archive (or copy it) and verify it",
+    arg("input", help="an archive, or the file itself"),
+    arg("out"),
+    arg("--archive", action="store_true", help="input is an archive (.tgz/.tar/.zip/.gz)"),
+    arg("--member", help="path inside the archive"),
+    arg("--archive-sha256"),
+    arg("--archive-git-blob"),
+    arg("--archive-md5"),
+    arg("--where", default="its official URL", help="where to get the file again (for errors)"),
+    checksum_args)
 def cmd_extract(a) -> None:
     from .data.fetch import checksum_from, copy_verified, extract_member
 
@@ -43,6 +79,16 @@ def cmd_extract(a) -> None:
         copy_verified(a.input, a.out, checksum, a.where)
 
 
+@command("tokenize", "read segments of a raw file, normalise and tokenize them",
+    arg("input"),
+    arg("out"),
+    arg("--lang", required=True),
+    arg("--format", default="plain", choices=FORMATS),
+    arg("--options", default="{}",
+        help='JSON, e.g. {"tokenizer": "moses", "aggressive_dash_splits": true, "lowercase": true}'),
+    arg("--normalize-only", action="store_true",
+        help="normalise without tokenizing (the references of detokenized BLEU)"),
+    arg("--workers", "-j", type=int, default=1))
 def cmd_tokenize(a) -> None:
     import json
 
@@ -56,12 +102,24 @@ def cmd_tokenize(a) -> None:
     tokenize_file(a.input, a.out, a.format, options, a.workers, normalize_only=a.normalize_only)
 
 
+@command("concat", "concatenate files line by line (an evaluation split's references)",
+    arg("parts", nargs="+"),
+    arg("--out", required=True),
+    arg("--max-lines", type=int))
 def cmd_concat(a) -> None:
     from .data.prepare import concatenate
 
     concatenate(a.parts, a.out, a.max_lines)
 
 
+@command("assemble", "pair, clean and split tokenized parts into train/valid/test",
+    arg("--spec", required=True,
+        help="JSON: {split: {parts: [[raw_src, raw_tgt, tok_src, tok_tgt, format], ...], clean: {...}, "
+             "hold_out_every: k}}"),
+    arg("--src", required=True),
+    arg("--tgt", required=True),
+    arg("--out-dir", required=True),
+    arg("--stats", required=True, help="where to write the per-split counts (JSON)"))
 def cmd_assemble(a) -> None:
     import json
 
@@ -73,30 +131,54 @@ def cmd_assemble(a) -> None:
     assemble(spec, outputs, a.stats)
 
 
+@command("learn-bpe", "learn joint BPE codes (subword-nmt)",
+    arg("train", nargs="+"),
+    arg("--out", required=True),
+    arg("--merges", "-s", type=int, required=True),
+    arg("--min-frequency", type=int, default=2))
 def cmd_learn_bpe(a) -> None:
     from .data.prepare import learn_bpe
 
     learn_bpe(a.train, a.out, a.merges, a.min_frequency)
 
 
+@command("apply-bpe", "apply BPE codes (subword-nmt)",
+    arg("input"),
+    arg("out"),
+    arg("--codes", "-c", help="BPE codes; without them the text is copied (word-level tasks)"),
+    arg("--workers", "-j", type=int, default=1))
 def cmd_apply_bpe(a) -> None:
     from .data.prepare import apply_bpe
 
     apply_bpe(a.codes, a.input, a.out, a.workers)
 
 
+@command("vocab", "build a fairseq-format dict.txt",
+    arg("texts", nargs="+"),
+    arg("--out", required=True),
+    arg("--padding-factor", type=int, default=8),
+    arg("--threshold", type=int, default=0),
+    arg("--nwords", type=int, default=-1, help="keep the N most frequent symbols (word-level tasks)"))
 def cmd_vocab(a) -> None:
     from .data.prepare import build_vocab
 
     build_vocab(a.texts, a.out, a.padding_factor, a.threshold, a.nwords)
 
 
+@command("binarize", "token ids of a BPE text as memory-mappable .npy files",
+    arg("input"),
+    arg("prefix"),
+    arg("--vocab", required=True))
 def cmd_binarize(a) -> None:
     from .data.prepare import binarize_file
 
     binarize_file(a.input, a.vocab, a.prefix)
 
 
+@command("check-reference", "compare outputs with a reference's git blob ids (e.g. fairseq)",
+    arg("data_dir"),
+    arg("--expected", required=True, help='JSON {"relative/path": "git blob id"}'),
+    arg("--out", required=True))
 def cmd_check_reference(a) -> None:
     import json
 
@@ -127,6 +209,17 @@ TRAIN_FLAGS = {
 }
 
 
+def fairseq_train_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, (section, key, kind) in TRAIN_FLAGS.items():
+        parser.add_argument(flag, type=kind, help=f"as fairseq-train's; overrides the spec's {section}.{key}")
+
+
+def fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
+                       ("--min-len", int), ("--batch-size", int)):
+        parser.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
+
+
 def train_spec(a) -> dict:
     """--spec with the fairseq-style flags given on the command line laid over it (--arch: a fairseq arch name or
     one of our presets)."""
@@ -143,6 +236,20 @@ def train_spec(a) -> dict:
     return spec
 
 
+@command("train", "train (resumes from SAVE_DIR/checkpoint_last.pt if present)",
+    arg("--spec", default="{}", help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
+                                     'the transformer with default settings)'),
+    fairseq_train_flags,
+    arg("--data", required=True, help="binarized data directory (bin-joint or bin-separate)"),
+    arg("--src", required=True),
+    arg("--tgt", required=True),
+    arg("--save-dir", required=True),
+    arg("--final", help="where to write the final model (the rule's output)"),
+    arg("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)"),
+    arg("--gpus", type=int, default=0,
+        help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun"),
+    arg("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo"),
+    arg("--gpu-locks", default="results/.gpu-locks", help="lock files of the GPU allocator"))
 def cmd_train(a) -> None:
     import torch
 
@@ -159,6 +266,11 @@ def cmd_train(a) -> None:
     train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
 
 
+@command("average", "average the last N checkpoints (fairseq average_checkpoints.py)",
+    arg("save_dir"),
+    arg("--out", required=True),
+    arg("--num", "-n", type=int, default=10),
+    arg("--by", choices=["epoch", "update"], default="epoch"))
 def cmd_average(a) -> None:
     from .average import average
     from .checkpoint import last_checkpoints
@@ -166,6 +278,25 @@ def cmd_average(a) -> None:
     average(last_checkpoints(a.save_dir, a.num, a.by), a.out)
 
 
+@command("translate", "beam-search decode a BPE'd source file, or raw text with --experiment",
+    arg("input", nargs="?", help="BPE'd source text, one sentence per line; with --experiment raw text "
+                                 "(a file, or - / nothing for stdin)"),
+    arg("--experiment", help="translate raw text with this experiment's trained model: its task's "
+                             "tokenization, BPE, decoding settings and detokenization"),
+    arg("--seed", type=int, help="with --experiment: which seed's run (default: its first)"),
+    config_files,
+    arg("--model"),
+    arg("--data", help="the binarized data directory the model was trained on (or a fairseq one)"),
+    arg("--src"),
+    arg("--tgt"),
+    arg("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok, PREFIX.json"),
+    arg("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}'),
+    arg("--detokenize", action="store_true"),
+    arg("--threads", type=int, default=0),
+    arg("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible"),
+    arg("--gpu-locks", default="results/.gpu-locks"),
+    arg("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one"),
+    fairseq_generate_flags)
 def cmd_translate(a) -> None:
     import json
 
@@ -228,6 +359,13 @@ def translate_raw(a, options: dict) -> None:
             print(line)
 
 
+@command("import-fairseq", "convert a fairseq 0.12 Transformer checkpoint into our model.pt",
+    arg("checkpoint"),
+    arg("--data", required=True, help="the fairseq data directory it was trained on (dict.*.txt)"),
+    arg("--src", required=True),
+    arg("--tgt", required=True),
+    arg("--out", required=True, help="directory for model.pt and the dictionaries (a --data for "
+                                     "lwnmt translate)"))
 def cmd_import_fairseq(a) -> None:
     from .fairseq_import import import_fairseq
 
@@ -236,6 +374,10 @@ def cmd_import_fairseq(a) -> None:
              target, target, a.out, a.src, a.tgt)
 
 
+@command("pick-lenpen", "the length penalty with the best validation BLEU (decode.tune_lenpen)",
+    arg("scores", nargs="+", help="score.json of the validation set decoded at each α, in --lenpen order"),
+    arg("--lenpen", type=float, nargs="+", required=True, help="the α of each score file"),
+    arg("--out", required=True))
 def cmd_pick_lenpen(a) -> None:
     import json
 
@@ -253,6 +395,14 @@ def cmd_pick_lenpen(a) -> None:
                    "scores": a.scores}, f, indent=2)
 
 
+@command("score", "BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)",
+    arg("hyp"),
+    arg("--ref", nargs="+", required=True),
+    arg("--source", help="source text (tokenized, no BPE) for length buckets"),
+    arg("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}'),
+    arg("--meta", help="JSON merged into score.json (experiment, seed, ...)"),
+    arg("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json"),
+    arg("--out", required=True))
 def cmd_score(a) -> None:
     import json
 
@@ -271,6 +421,9 @@ def cmd_score(a) -> None:
         json.dump(result, f, indent=2)
 
 
+@command("table", "regenerate one paper table (md + csv) from score.json files",
+    arg("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)"),
+    arg("--out-prefix", required=True))
 def cmd_table(a) -> None:
     import json
 
@@ -280,12 +433,18 @@ def cmd_table(a) -> None:
     print(Path(f"{a.out_prefix}.md").read_text(encoding="utf-8"))
 
 
+@command("summary", "every row of every table in one md + csv (paper, ours, delta, status)",
+    arg("tables", nargs="+", help="the tables' CSV files (results/tables/<paper>/<table>.csv)"),
+    arg("--out-prefix", required=True))
 def cmd_summary(a) -> None:
     from .report.tables import summary
 
     summary(a.tables, a.out_prefix)
 
 
+@command("figure", "draw one paper figure (png + pdf) from our runs",
+    arg("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)"),
+    arg("--out-prefix", required=True))
 def cmd_figure(a) -> None:
     import json
 
@@ -305,6 +464,13 @@ def load_config(a) -> dict:
     return config
 
 
+@command("params", "exact parameter count of each experiment's model beside the paper's",
+    arg("experiments", nargs="*", help="default: every experiment in the config"),
+    config_files,
+    arg("--vocab", type=int, help="joint vocabulary size (no data needed)"),
+    arg("--src-vocab", type=int),
+    arg("--tgt-vocab", type=int),
+    arg("--format", choices=["table", "csv"], default="table"))
 def cmd_params(a) -> None:
     from .params import parameter_rows
 
@@ -329,6 +495,10 @@ def cmd_params(a) -> None:
               f"{r['paper']} {r['table']} {r['row']}{readings}".rstrip())
 
 
+@command("plan", "GPU-hours each table needs, estimated before running anything",
+    config_files,
+    arg("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s per GPU (default 100)"),
+    arg("--format", choices=["table", "csv"], default="table"))
 def cmd_plan(a) -> None:
     from .plan import plan, render, render_budgets, rows
 
@@ -347,12 +517,22 @@ def cmd_plan(a) -> None:
     print(render_budgets(config))
 
 
+@command("readme", "put a run's table and figures into the README's results section",
+    arg("--readme", default="README.md"),
+    arg("--table", required=True, help="a results/tables/<paper>/<table>.md"),
+    arg("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)"))
 def cmd_readme(a) -> None:
     from .report.readme import update
 
     update(a.readme, a.table, a.figure)
 
 
+@command("rehearse", "run every row of config.yaml at toy size on stand-in data, through Snakemake, and summarise "
+                     "what ran and what failed",
+    arg("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)"),
+    arg("--mirror", help="the data mirror (default: $LWNMT_DATA_MIRROR)"),
+    arg("--cores", type=int, default=os.cpu_count() or 1),
+    arg("snakemake_args", nargs="*", help="passed on to snakemake (after --)"))
 def cmd_rehearse(a) -> None:
     from .rehearsal.run import rehearse
 
@@ -363,6 +543,8 @@ def cmd_rehearse(a) -> None:
     sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args))
 
 
+@command("status", "which tasks, experiments and table rows can run, and why not",
+    config_files)
 def cmd_status(a) -> None:
     from . import config as cfg
 
@@ -388,209 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lwnmt", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    config_arg = dict(action="append", metavar="FILE", help="a config file (default config.yaml); repeat the "
-                      "option for overlays, later ones override: --config config.yaml --config config/demo.yaml")
-
-    p = sub.add_parser("fetch", help="download a file (retries, resume, checksum)")
-    p.add_argument("url")
-    p.add_argument("out")
-    p.add_argument("--manual", help="the file needs a manual download; this says how (the command only reports it)")
-    _checksum_args(p)
-    p.set_defaults(func=cmd_fetch)
-
-    p = sub.add_parser("extract", help="take a raw file out of an archive (or copy it) and verify it")
-    p.add_argument("input", help="an archive, or the file itself")
-    p.add_argument("out")
-    p.add_argument("--archive", action="store_true", help="input is an archive (.tgz/.tar/.zip/.gz)")
-    p.add_argument("--member", help="path inside the archive")
-    p.add_argument("--archive-sha256")
-    p.add_argument("--archive-git-blob")
-    p.add_argument("--archive-md5")
-    p.add_argument("--where", default="its official URL", help="where to get the file again (for errors)")
-    _checksum_args(p)
-    p.set_defaults(func=cmd_extract)
-
-    p = sub.add_parser("tokenize", help="read segments of a raw file, normalise and tokenize them")
-    p.add_argument("input")
-    p.add_argument("out")
-    p.add_argument("--lang", required=True)
-    p.add_argument("--format", default="plain", choices=FORMATS)
-    p.add_argument("--options", default="{}",
-                   help='JSON, e.g. {"tokenizer": "moses", "aggressive_dash_splits": true, "lowercase": true}')
-    p.add_argument("--normalize-only", action="store_true",
-                   help="normalise without tokenizing (the references of detokenized BLEU)")
-    p.add_argument("--workers", "-j", type=int, default=1)
-    p.set_defaults(func=cmd_tokenize)
-
-    p = sub.add_parser("concat", help="concatenate files line by line (an evaluation split's references)")
-    p.add_argument("parts", nargs="+")
-    p.add_argument("--out", required=True)
-    p.add_argument("--max-lines", type=int)
-    p.set_defaults(func=cmd_concat)
-
-    p = sub.add_parser("assemble", help="pair, clean and split tokenized parts into train/valid/test")
-    p.add_argument("--spec", required=True,
-                   help="JSON: {split: {parts: [[raw_src, raw_tgt, tok_src, tok_tgt, format], ...], clean: {...}, "
-                        "hold_out_every: k}}")
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt", required=True)
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--stats", required=True, help="where to write the per-split counts (JSON)")
-    p.set_defaults(func=cmd_assemble)
-
-    p = sub.add_parser("learn-bpe", help="learn joint BPE codes (subword-nmt)")
-    p.add_argument("train", nargs="+")
-    p.add_argument("--out", required=True)
-    p.add_argument("--merges", "-s", type=int, required=True)
-    p.add_argument("--min-frequency", type=int, default=2)
-    p.set_defaults(func=cmd_learn_bpe)
-
-    p = sub.add_parser("apply-bpe", help="apply BPE codes (subword-nmt)")
-    p.add_argument("input")
-    p.add_argument("out")
-    p.add_argument("--codes", "-c", help="BPE codes; without them the text is copied (word-level tasks)")
-    p.add_argument("--workers", "-j", type=int, default=1)
-    p.set_defaults(func=cmd_apply_bpe)
-
-    p = sub.add_parser("vocab", help="build a fairseq-format dict.txt")
-    p.add_argument("texts", nargs="+")
-    p.add_argument("--out", required=True)
-    p.add_argument("--padding-factor", type=int, default=8)
-    p.add_argument("--threshold", type=int, default=0)
-    p.add_argument("--nwords", type=int, default=-1, help="keep the N most frequent symbols (word-level tasks)")
-    p.set_defaults(func=cmd_vocab)
-
-    p = sub.add_parser("binarize", help="token ids of a BPE text as memory-mappable .npy files")
-    p.add_argument("input")
-    p.add_argument("prefix")
-    p.add_argument("--vocab", required=True)
-    p.set_defaults(func=cmd_binarize)
-
-    p = sub.add_parser("check-reference", help="compare outputs with a reference's git blob ids (e.g. fairseq)")
-    p.add_argument("data_dir")
-    p.add_argument("--expected", required=True, help='JSON {"relative/path": "git blob id"}')
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_check_reference)
-
-    p = sub.add_parser("train", help="train (resumes from SAVE_DIR/checkpoint_last.pt if present)")
-    p.add_argument("--spec", default="{}", help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
-                                                'the transformer with default settings)')
-    for flag, (section, key, kind) in TRAIN_FLAGS.items():
-        p.add_argument(flag, type=kind, help=f"as fairseq-train's; overrides the spec's {section}.{key}")
-    p.add_argument("--data", required=True, help="binarized data directory (bin-joint or bin-separate)")
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt", required=True)
-    p.add_argument("--save-dir", required=True)
-    p.add_argument("--final", help="where to write the final model (the rule's output)")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)")
-    p.add_argument("--gpus", type=int, default=0,
-                   help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
-    p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
-    p.add_argument("--gpu-locks", default="results/.gpu-locks", help="lock files of the GPU allocator")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("average", help="average the last N checkpoints (fairseq average_checkpoints.py)")
-    p.add_argument("save_dir")
-    p.add_argument("--out", required=True)
-    p.add_argument("--num", "-n", type=int, default=10)
-    p.add_argument("--by", choices=["epoch", "update"], default="epoch")
-    p.set_defaults(func=cmd_average)
-
-    p = sub.add_parser("translate", help="beam-search decode a BPE'd source file, or raw text with --experiment")
-    p.add_argument("input", nargs="?", help="BPE'd source text, one sentence per line; with --experiment raw text "
-                                            "(a file, or - / nothing for stdin)")
-    p.add_argument("--experiment", help="translate raw text with this experiment's trained model: its task's "
-                                        "tokenization, BPE, decoding settings and detokenization")
-    p.add_argument("--seed", type=int, help="with --experiment: which seed's run (default: its first)")
-    p.add_argument("--config", **config_arg)
-    p.add_argument("--model")
-    p.add_argument("--data", help="the binarized data directory the model was trained on (or a fairseq one)")
-    p.add_argument("--src")
-    p.add_argument("--tgt")
-    p.add_argument("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok, PREFIX.json")
-    p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
-    p.add_argument("--detokenize", action="store_true")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
-    p.add_argument("--gpu-locks", default="results/.gpu-locks")
-    p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
-    for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
-                       ("--min-len", int), ("--batch-size", int)):
-        p.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
-    p.set_defaults(func=cmd_translate)
-
-    p = sub.add_parser("import-fairseq", help="convert a fairseq 0.12 Transformer checkpoint into our model.pt")
-    p.add_argument("checkpoint")
-    p.add_argument("--data", required=True, help="the fairseq data directory it was trained on (dict.*.txt)")
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt", required=True)
-    p.add_argument("--out", required=True, help="directory for model.pt and the dictionaries (a --data for "
-                                                "lwnmt translate)")
-    p.set_defaults(func=cmd_import_fairseq)
-
-    p = sub.add_parser("pick-lenpen", help="the length penalty with the best validation BLEU (decode.tune_lenpen)")
-    p.add_argument("scores", nargs="+", help="score.json of the validation set decoded at each α, in --lenpen order")
-    p.add_argument("--lenpen", type=float, nargs="+", required=True, help="the α of each score file")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_pick_lenpen)
-
-    p = sub.add_parser("score", help="BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)")
-    p.add_argument("hyp")
-    p.add_argument("--ref", nargs="+", required=True)
-    p.add_argument("--source", help="source text (tokenized, no BPE) for length buckets")
-    p.add_argument("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}')
-    p.add_argument("--meta", help="JSON merged into score.json (experiment, seed, ...)")
-    p.add_argument("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_score)
-
-    p = sub.add_parser("table", help="regenerate one paper table (md + csv) from score.json files")
-    p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
-    p.add_argument("--out-prefix", required=True)
-    p.set_defaults(func=cmd_table)
-
-    p = sub.add_parser("summary", help="every row of every table in one md + csv (paper, ours, delta, status)")
-    p.add_argument("tables", nargs="+", help="the tables' CSV files (results/tables/<paper>/<table>.csv)")
-    p.add_argument("--out-prefix", required=True)
-    p.set_defaults(func=cmd_summary)
-
-    p = sub.add_parser("figure", help="draw one paper figure (png + pdf) from our runs")
-    p.add_argument("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)")
-    p.add_argument("--out-prefix", required=True)
-    p.set_defaults(func=cmd_figure)
-
-    p = sub.add_parser("params", help="exact parameter count of each experiment's model beside the paper's")
-    p.add_argument("experiments", nargs="*", help="default: every experiment in the config")
-    p.add_argument("--config", **config_arg)
-    p.add_argument("--vocab", type=int, help="joint vocabulary size (no data needed)")
-    p.add_argument("--src-vocab", type=int)
-    p.add_argument("--tgt-vocab", type=int)
-    p.add_argument("--format", choices=["table", "csv"], default="table")
-    p.set_defaults(func=cmd_params)
-
-    p = sub.add_parser("plan", help="GPU-hours each table needs, estimated before running anything")
-    p.add_argument("--config", **config_arg)
-    p.add_argument("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s per GPU (default 100)")
-    p.add_argument("--format", choices=["table", "csv"], default="table")
-    p.set_defaults(func=cmd_plan)
-
-    p = sub.add_parser("readme", help="put a run's table and figures into the README's results section")
-    p.add_argument("--readme", default="README.md")
-    p.add_argument("--table", required=True, help="a results/tables/<paper>/<table>.md")
-    p.add_argument("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)")
-    p.set_defaults(func=cmd_readme)
-
-    p = sub.add_parser("rehearse", help="run every row of config.yaml at toy size on stand-in data, through "
-                                        "Snakemake, and summarise what ran and what failed")
-    p.add_argument("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)")
-    p.add_argument("--mirror", help="the data mirror (default: $LWNMT_DATA_MIRROR)")
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1)
-    p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
-    p.set_defaults(func=cmd_rehearse)
-
-    p = sub.add_parser("status", help="which tasks, experiments and table rows can run, and why not")
-    p.add_argument("--config", **config_arg)
-    p.set_defaults(func=cmd_status)
+    for name, (help, arguments, handler) in COMMANDS.items():
+        p = sub.add_parser(name, help=help)
+        for add in arguments:
+            add(p)
+        p.set_defaults(func=handler)
     return parser
 
 
