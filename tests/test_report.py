@@ -1,10 +1,16 @@
 """Tables come from score.json files and the config's paper numbers; rows we did not run say why."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 
 from layerwise_nmt.report.tables import NOT_RUN, write
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_table_cells_from_fixture_scores(tmp_path):
@@ -116,24 +122,34 @@ def test_length_bucket_figure_averages_seeds_per_bucket(tmp_path):
 
 
 def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):
+    """`inspect` reads the shares out of the models into JSON; the figure draws from that JSON alone."""
     import torch
 
+    from layerwise_nmt.inspection import write as inspect
     from layerwise_nmt.models import build
     from layerwise_nmt.report.figures import write as draw
 
-    paths = []
+    rows = []
     for layers in (6, 3):
         model = build("deep", dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, aggregation="hierarchical",
                                    encoder_layers=layers, decoder_layers=layers))
-        paths.append(tmp_path / f"deep{layers}.pt")
-        torch.save({"model_name": "deep", "model_config": model.config.to_dict(), "model": model.state_dict()},
-                   paths[-1])
-    spec = {"paper": "dou", "figure": "F5", "kind": "aggregation_shares", "rows": [
-        {"label": "6 layers", "model": str(paths[0])}, {"label": "3 layers", "model": str(paths[1])}]}
+        path = tmp_path / f"deep{layers}.pt"
+        torch.save({"model_name": "deep", "model_config": model.config.to_dict(), "model": model.state_dict()}, path)
+        inspect("aggregation_shares", str(path), {}, str(tmp_path / f"deep{layers}.json"))
+        path.unlink()  # drawing must not need the model
+        rows.append({"label": f"{layers} layers", "inspection": str(tmp_path / f"deep{layers}.json")})
+    spec = {"paper": "dou", "figure": "F5", "kind": "aggregation_shares", "rows": rows}
     assert draw(spec, str(tmp_path / "F5")) == []
     shares = pd.read_csv(tmp_path / "F5.csv")
     assert shares.groupby(["row", "node"])["share"].sum().round(6).eq(1).all()  # each node's shares sum to 1
     assert len(shares.query("row == '6 layers'")) == 2 + 3 + 3 and len(shares.query("row == '3 layers'")) == 2 + 2
+
+
+def test_reports_never_load_models():
+    """Tables and figures read files: importing the report package does not import torch."""
+    code = ("import sys, layerwise_nmt.report.figures, layerwise_nmt.report.tables; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0
 
 
 def test_speed_columns_are_ratios_to_the_first_row(tmp_path):

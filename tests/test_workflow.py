@@ -127,6 +127,8 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     assert score["hyp"].endswith("test.detok") and "tok:13a" in score["signature"]
     assert score["refs"] == ["results/wmt16_enro_ci/data/ref/test.en-ro.ro"]
     assert "Transformer 1+1" in (tmp_path / "results/tables/ci/T2.md").read_text()
+    # tokenized parts are temporary: gone once assembled, the assembled text kept
+    assert not list((tmp_path / "results/multi30k_ci/data/tok").glob("*")) and (enro / "data/text").is_dir()
     assert len(pd.read_csv(tmp_path / "results/figures/ci/curves.csv").query("row == 'MLRF'")) == 3  # 3 epochs
     # raw text, translated with an experiment's trained model and its task's own preprocessing: the raw test
     # sentences come out as the workflow's decoding of the test set, detokenized

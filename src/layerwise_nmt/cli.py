@@ -442,6 +442,20 @@ def cmd_summary(a) -> None:
     summary(a.tables, a.out_prefix)
 
 
+@command("inspect", "read what a figure shows out of a trained model into JSON (aggregation shares, attention)",
+    arg("model"),
+    arg("--kind", required=True, choices=["aggregation_shares", "attention"]),
+    arg("--options", default="{}", help='JSON, attention: {"data", "src", "tgt", "source", "hypothesis", '
+                                        '"sentence", "module"}'),
+    arg("--out", required=True))
+def cmd_inspect(a) -> None:
+    import json
+
+    from .inspection import write
+
+    write(a.kind, a.model, json.loads(a.options), a.out)
+
+
 @command("figure", "draw one paper figure (png + pdf) from our runs",
     arg("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)"),
     arg("--out-prefix", required=True))

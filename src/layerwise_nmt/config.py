@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jsonschema
 import yaml
@@ -91,14 +91,10 @@ def validate(config: dict) -> None:
             if data[0] != data[1]:
                 raise UserError(f"config key experiments/{name}/warm_start: {parent!r} trains on other data "
                                 f"({'/'.join(data[1])} vs {'/'.join(data[0])})")
-    for paper, spec in config.get("papers", {}).items():
-        for kind in ("tables", "figures"):
-            for table, tspec in spec.get(kind, {}).items():
-                for i, row in enumerate(tspec["rows"]):
-                    for key in ("experiment", "compare_to"):
-                        if key in row and row[key] not in experiments:
-                            raise UserError(f"config key papers/{paper}/{kind}/{table}/rows/{i}/{key}: "
-                                            f"unknown experiment {row[key]!r}")
+    for row in rows(config):
+        for key in ("experiment", "compare_to"):
+            if key in row.spec and row.spec[key] not in experiments:
+                raise UserError(f"config key {row.key}/{key}: unknown experiment {row.spec[key]!r}")
 
 
 def resolve_extends(experiments: dict) -> None:
@@ -195,14 +191,10 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
         # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
     if archive_name in spec.get("files", {}):  # extracted from an outer archive first (its own extract job)
         outer = file_source(config, dataset, archive_name)
-        return FileSource(f"results/raw/{dataset}/{archive_name}", member, True, checksum_of(entry), outer.where)
+        return FileSource(raw_path(dataset, archive_name), member, True, checksum_of(entry), outer.where)
     if archive_name:
         return FileSource(download_path(dataset, archive_name), member, True, checksum_of(entry), url)
     return FileSource(download_path(dataset, name), None, False, checksum_of(entry), url)
-
-
-def download_path(dataset: str, name: str) -> str:
-    return f"results/downloads/{dataset}/{name}"
 
 
 def download_spec(config: dict, dataset: str, name: str) -> dict:
@@ -273,8 +265,34 @@ def experiment(config: dict, name: str) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Where things are: the results/ paths the package and the workflow's input functions share (rule outputs spell
+# the same templates as Snakemake patterns)
+
+
+def raw_path(dataset: str, name: str) -> str:
+    return f"results/raw/{dataset}/{name}"
+
+
+def download_path(dataset: str, name: str) -> str:
+    return f"results/downloads/{dataset}/{name}"
+
+
+def data_path(task: str, *parts: str) -> str:
+    """results/<task>/data[/<parts>]: norm/ tok/ text/ ref/ bpe/ bin-joint/ bin-separate/."""
+    return "/".join([f"results/{task}/data", *parts])
+
+
+def bin_dir(task: str, vocab: str) -> str:
+    return data_path(task, f"bin-{vocab}")
+
+
+def run_dir(task: str, experiment: str, seed: int | str) -> str:
+    return f"results/{task}/{experiment}/seed{seed}"
+
+
 def experiment_dir(config: dict, name: str, seed: int) -> str:
-    return f"results/{config['experiments'][name]['task']}/{name}/seed{seed}"
+    return run_dir(config["experiments"][name]["task"], name, seed)
 
 
 def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
@@ -288,9 +306,9 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     task = config["tasks"][e["task"]]
     run = experiment_dir(config, name, seed)
     return {"model": f"{run}/{'averaged.pt' if e['average'] else 'model.pt'}",
-            "data": f"results/{e['task']}/data/bin-{e['vocab']}", "src": e["src"], "tgt": e["tgt"],
+            "data": bin_dir(e["task"], e["vocab"]), "src": e["src"], "tgt": e["tgt"],
             "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
-            "codes": f"results/{e['task']}/data/bpe/code" if task.get("bpe") else None, "decode": e["decode"]}
+            "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None, "decode": e["decode"]}
 
 
 def metrics_of(table: dict) -> list[str]:
@@ -310,9 +328,9 @@ def split_of(metric: str) -> str:
     return "test" if metric == measure else metric.removesuffix(f"_{measure}")
 
 
-def tables(config: dict, kind: str = "tables") -> list[tuple[str, str]]:
-    """The targeted (paper, table) pairs; kind="figures" for the targeted (paper, figure) pairs."""
-    wanted = config.get("targets", {}).get(kind, "all")
+def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tuple[str, str]]:
+    """The targeted (paper, table) pairs (targeted=False: all declared); kind="figures" for (paper, figure) pairs."""
+    wanted = config.get("targets", {}).get(kind, "all") if targeted else "all"
     declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec.get(kind, {})]
     if wanted == "all":
         return declared
@@ -321,6 +339,33 @@ def tables(config: dict, kind: str = "tables") -> list[tuple[str, str]]:
         raise UserError(f"config key targets/{kind}: unknown {kind[:-1]}(s) {', '.join(missing)}; "
                         f"expected <paper>/<{kind[:-1]}>")
     return [tuple(w.split("/", 1)) for w in wanted]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a paper's table or figure, where the config declares it."""
+
+    paper: str
+    kind: str  # tables | figures
+    name: str  # the table or figure
+    index: int
+    spec: dict
+
+    @property
+    def key(self) -> str:
+        return f"papers/{self.paper}/{self.kind}/{self.name}/rows/{self.index}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.paper} {self.name} · {self.spec['label']}"
+
+
+def rows(config: dict, kinds: tuple[str, ...] = ("tables", "figures"), targeted: bool = False) -> Iterator[Row]:
+    """The papers → tables (figures) → rows walk, in config order; targeted=True: the targeted tables' only."""
+    for kind in kinds:
+        for paper, name in tables(config, kind, targeted):
+            for index, row in enumerate(config["papers"][paper][kind][name]["rows"]):
+                yield Row(paper, kind, name, index, row)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -380,28 +425,23 @@ def experiment_status(config: dict, name: str) -> Status:
 
 def row_statuses(config: dict) -> list[Status]:
     out = []
-    for paper, spec in config.get("papers", {}).items():
-        for table, tspec in spec["tables"].items():
-            for row in tspec["rows"]:
-                label = f"{paper} {table} · {row['label']}"
-                if "experiment" in row:
-                    s = experiment_status(config, row["experiment"])
-                    out.append(Status("row", label, s.runnable, s.reason))
-                else:
-                    quoted = "quoted_from" in row
-                    reason = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
-                    out.append(Status("row", label, False, reason, quoted=quoted))
+    for row in rows(config, ("tables",)):
+        if "experiment" in row.spec:
+            s = experiment_status(config, row.spec["experiment"])
+            out.append(Status("row", row.label, s.runnable, s.reason))
+        else:
+            quoted = "quoted_from" in row.spec
+            reason = f"quoted from {row.spec['quoted_from']}" if quoted else row.spec.get("not_run", "no experiment")
+            out.append(Status("row", row.label, False, reason, quoted=quoted))
     return out
 
 
 def rows_by_experiment(config: dict) -> dict[str, list[str]]:
     """Experiment → the targeted table and figure rows that run it ("<paper> <table> · <label>")."""
     out: dict[str, list[str]] = {}
-    for kind in ("tables", "figures"):
-        for paper, table in tables(config, kind):
-            for row in config["papers"][paper][kind][table]["rows"]:
-                if "experiment" in row:
-                    out.setdefault(row["experiment"], []).append(f"{paper} {table} · {row['label']}")
+    for row in rows(config, targeted=True):
+        if "experiment" in row.spec:
+            out.setdefault(row.spec["experiment"], []).append(row.label)
     return out
 
 

@@ -12,7 +12,7 @@ from .models.transformer import count_parameters
 def vocab_sizes(e: dict) -> tuple[int, int] | None:
     """From the task's prepared vocabularies, when they exist."""
     try:
-        src, tgt = load_pair(f"results/{e['task']}/data/bin-{e['vocab']}", e["src"], e["tgt"])
+        src, tgt = load_pair(cfg.bin_dir(e["task"], e["vocab"]), e["src"], e["tgt"])
     except FileNotFoundError:
         return None
     return len(src), len(tgt)

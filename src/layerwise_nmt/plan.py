@@ -186,7 +186,7 @@ def _tokens_per_update(train: dict, subwords: float, restarted: bool = False) ->
 
 def budget(config: dict, name: str) -> Budget:
     e = cfg.experiment(config, name)
-    train, average = e["train"], e["average"] or {}
+    train = e["train"]
     estimate = config["tasks"][e["task"]].get("estimate", {})
     pairs, subwords = estimate.get("train_pairs"), estimate.get("subwords_per_sentence", 25)
     per_update = _tokens_per_update(train, subwords)

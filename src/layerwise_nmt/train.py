@@ -269,13 +269,15 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
             while not progress.stop_reason(cfg):
                 order = _epoch_order(train_data, cfg, progress, per_update, data_dir)
                 for position in range(progress.next_batch, len(order), per_update):
-                    micro = [collate(train_data, ids) for ids in order[position:position + per_update][rank::world_size]]
+                    group = order[position:position + per_update]
+                    micro = [collate(train_data, ids) for ids in group[rank::world_size]]  # this rank's share
                     progress.next_batch = position + per_update
                     result = _update(run, net, micro, device, autocast)
                     if result is None:  # a non-finite loss or gradient: skipped
                         continue
                     progress.add(result, elapsed=time.time() - started)
-                    reporter.update(progress, result["ntokens"], _lr(run), result["grad_norm"], len(order) // per_update)
+                    reporter.update(progress, result["ntokens"], _lr(run), result["grad_norm"],
+                                    updates_per_epoch=len(order) // per_update)
                     if progress.stop_reason(cfg):
                         break
                     _save_on_schedule(run)

@@ -55,6 +55,9 @@ wildcard_constraints:
     split=r"[a-z]+\d*",
     lenpen=r"\d+(\.\d+)?",
     vocab=r"joint|separate",
+    paper=r"[^/.]+",
+    figure=r"[^/.]+",
+    row=r"\d+",
 
 
 def task_of(wildcards):
@@ -72,7 +75,7 @@ def experiment_of(wildcards):
 
 
 def run_dir(wildcards):
-    return f"results/{wildcards.task}/{wildcards.experiment}/seed{wildcards.seed}"
+    return cfg.run_dir(wildcards.task, wildcards.experiment, wildcards.seed)
 
 
 def table_targets():
@@ -85,15 +88,11 @@ def table_targets():
         for ext in ("png", "pdf", "csv")]
 
 
-def raw_path(dataset, name):
-    return f"results/raw/{dataset}/{name}"
-
-
 def task_data_targets(task_name):
     """Everything the default target needs for one task: binarized splits, dictionaries, data statistics."""
     task = config["tasks"][task_name]
     pair, kind = cfg.pair(task), task.get("vocab", {}).get("kind", "joint")
-    base = f"results/{task_name}/data"
+    base = cfg.data_path(task_name)
     reference = [f"{base}/reference-check.json"] if task.get("reference") else []
     vocabs = [f"{base}/vocab/dict.{name}.txt" for name in ("joint", task["src"], task["tgt"])]
     return reference + vocabs + [f"{base}/text/stats.{pair}.json"] + [
@@ -129,7 +128,7 @@ def get_part(wildcards):
     """The raw file and split spec behind results/{task}/data/tok/{part}.{lang}."""
     task = task_of(wildcards)
     name, split = cfg.find_part(task, wildcards.part, wildcards.lang)
-    return raw_path(task["dataset"], name), split
+    return cfg.raw_path(task["dataset"], name), split
 
 
 def tokenize_args(wildcards):
@@ -145,7 +144,7 @@ def reference_parts(wildcards):
     if not split.get("parts"):
         raise WorkflowError(f"tasks/{wildcards.task}/splits/{wildcards.split} is held out of the training text: "
                             f"it has no untokenized reference for detokenized BLEU (score.tokenize must be none)")
-    return [f"results/{wildcards.task}/data/norm/{cfg.part_name(t, wildcards.lang)}" for t in split["parts"]]
+    return [cfg.data_path(wildcards.task, "norm", cfg.part_name(t, wildcards.lang)) for t in split["parts"]]
 
 
 def assemble_spec(wildcards):
@@ -157,8 +156,8 @@ def assemble_spec(wildcards):
     for name, split in ((n, task["splits"][n]) for n in names):
         spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
         spec[name]["parts"] = [
-            [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
-            + [f"results/{wildcards.task}/data/tok/{cfg.part_name(t, lang)}" for lang in (task["src"], task["tgt"])]
+            [cfg.raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
+            + [cfg.data_path(wildcards.task, "tok", cfg.part_name(t, lang)) for lang in (task["src"], task["tgt"])]
             + [split.get("format", "plain")]
             for t in split.get("parts", [])
         ]
@@ -167,7 +166,8 @@ def assemble_spec(wildcards):
 
 def train_texts(wildcards, stage="text"):
     task = task_of(wildcards)
-    return [f"results/{wildcards.task}/data/{stage}/train.{cfg.pair(task)}.{lang}" for lang in (task["src"], task["tgt"])]
+    pair = cfg.pair(task)
+    return [cfg.data_path(wildcards.task, stage, f"train.{pair}.{lang}") for lang in (task["src"], task["tgt"])]
 
 
 def vocab_params(wildcards):
@@ -181,10 +181,10 @@ def vocab_params(wildcards):
 
 def train_inputs(wildcards):
     e = experiment_of(wildcards)
-    base = f"results/{e['task']}/data"
+    base = cfg.data_path(e["task"])
     vocab = ["joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
     return [f"{base}/vocab/dict.{v}.txt" for v in vocab] + [
-        f"{base}/bin-{e['vocab']}/{split}.{e['pair']}.{lang}.{ext}.npy"
+        f"{cfg.bin_dir(e['task'], e['vocab'])}/{split}.{e['pair']}.{lang}.{ext}.npy"
         for split in ("train", "valid")
         for lang in (e["src"], e["tgt"])
         for ext in ("tokens", "offsets")
@@ -211,7 +211,7 @@ def train_spec(wildcards):
 
 def data_dir(wildcards):
     e = experiment_of(wildcards)
-    return f"results/{e['task']}/data/bin-{e['vocab']}"
+    return cfg.bin_dir(e["task"], e["vocab"])
 
 
 # --- decoding and scoring (evaluate.smk) ----------------------------------------------------------
@@ -265,7 +265,7 @@ def decoding_options(wildcards):
 def decoding_inputs(wildcards, tuned=True):
     e = experiment_of(wildcards)
     inputs = {"model": model_for_decoding(wildcards), "data": train_inputs(wildcards),
-              "src": f"results/{wildcards.task}/data/bpe/{wildcards.split}.{e['pair']}.{e['src']}"}
+              "src": cfg.data_path(wildcards.task, "bpe", f"{wildcards.split}.{e['pair']}.{e['src']}")}
     if tuned and tunes_lenpen(wildcards):
         inputs["tuned"] = tuned_lenpen(wildcards)
     return inputs
@@ -330,12 +330,28 @@ def report_caption(paper, kind, name):
     return " ".join(f"**{title}, {name}.** {spec.get('caption', '')}{scale}".split())
 
 
+def inspection_of(wildcards):
+    """What the `inspect` job of a figure's row reads out of which model: {kind, model, options}."""
+    rows = figure_spec(wildcards.paper, wildcards.figure)["rows"]
+    row = rows[int(wildcards.row)] if int(wildcards.row) < len(rows) else {}
+    if "inspect" not in row:
+        raise WorkflowError(f"results/figures/{wildcards.paper}/{wildcards.figure}: row {wildcards.row} has nothing "
+                            f"to inspect (not an aggregation_shares or attention row that can run)")
+    return row["inspect"]
+
+
+def inspection_inputs(wildcards):
+    """The model, and the translation an attention map is teacher-forced on."""
+    job = inspection_of(wildcards)
+    return {"model": job["model"], **{k: job["options"][k] for k in ("hypothesis",) if k in job["options"]}}
+
+
 def figure_spec(paper, figure):
-    """Rows resolved to run files: metrics.csv or model.pt (first seed) for curves and shares, every seed's
-    test.score.json for sweeps and length buckets."""
+    """Rows resolved to run files (first seed): metrics.csv for curves, what `inspect` reads out of model.pt for
+    aggregation shares and attention maps, every seed's test.score.json for sweeps and length buckets."""
     spec = paper_part(paper, "figures", figure)
     rows = []
-    for row in spec["rows"]:
+    for index, row in enumerate(spec["rows"]):
         out = dict(row)
         status = cfg.experiment_status(config, row["experiment"])
         out["state"], out["reason"] = status.state, status.reason
@@ -344,15 +360,16 @@ def figure_spec(paper, figure):
             runs = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
             if spec["kind"] == "accuracy_curves":
                 out["metrics"], out["needs"] = f"{runs[0]}/metrics.csv", [f"{runs[0]}/model.pt"]
-            elif spec["kind"] == "aggregation_shares":
-                out["model"] = f"{runs[0]}/model.pt"
-                out["needs"] = [out["model"]]
-            elif spec["kind"] == "attention":  # the model teacher-forced on its own translation of one sentence
-                out.update(model=f"{runs[0]}/model.pt", hypothesis=f"{runs[0]}/test.bpe", src=e["src"],
-                           tgt=e["tgt"], data=f"results/{e['task']}/data/bin-{e['vocab']}",
-                           source=f"results/{e['task']}/data/bpe/test.{e['pair']}.{e['src']}",
-                           sentence=spec.get("sentence", 0))
-                out["needs"] = [out["model"], out["hypothesis"]]
+            elif spec["kind"] in ("aggregation_shares", "attention"):
+                out["inspection"] = f"{runs[0]}/inspect/{paper}.{figure}.{index}.json"
+                out["needs"] = [out["inspection"]]
+                out["inspect"] = {"kind": spec["kind"], "model": f"{runs[0]}/model.pt", "options": {}}
+                if spec["kind"] == "attention":  # the model teacher-forced on its own translation of one sentence
+                    out["inspect"]["options"] = dict(
+                        hypothesis=f"{runs[0]}/test.bpe", src=e["src"], tgt=e["tgt"],
+                        data=cfg.bin_dir(e["task"], e["vocab"]), module=row.get("module", ""),
+                        source=cfg.data_path(e["task"], "bpe", f"test.{e['pair']}.{e['src']}"),
+                        sentence=spec.get("sentence", 0))
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)

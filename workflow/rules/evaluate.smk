@@ -44,9 +44,9 @@ rule score:
     input:
         hyp=lambda w: f"{decoded_prefix(w)}.{'txt' if tokenized_bleu(w) else 'detok'}",
         decoding=lambda w: f"{decoded_prefix(w)}.json",
-        ref=lambda w: f"results/{w.task}/data/{'text' if tokenized_bleu(w) else 'ref'}/{w.split}."
-                      f"{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
-        src=lambda w: f"results/{w.task}/data/text/{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}",
+        ref=lambda w: cfg.data_path(w.task, "text" if tokenized_bleu(w) else "ref",
+                                    f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}"),
+        src=lambda w: cfg.data_path(w.task, "text", f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}"),
     output:
         "results/{task}/{experiment}/seed{seed}/{split}.score.json",
     params:
@@ -81,3 +81,22 @@ rule pick_lenpen:
         "../../envs/report.yaml"
     shell:
         "python -m layerwise_nmt pick-lenpen {input:q} --lenpen {params.grid} --out {output:q} 2> {log:q}"
+
+
+rule inspect:
+    """What a figure shows of a trained model (aggregation shares, attention maps), read out of it into JSON once:
+    the figure rule draws from files and never loads a model."""
+    input:
+        unpack(inspection_inputs),
+    output:
+        "results/{task}/{experiment}/seed{seed}/inspect/{paper}.{figure}.{row}.json",
+    params:
+        kind=lambda w: inspection_of(w)["kind"],
+        options=lambda w: json.dumps(inspection_of(w)["options"]),
+    log:
+        "results/{task}/{experiment}/seed{seed}/inspect/{paper}.{figure}.{row}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m layerwise_nmt inspect {input.model:q} --kind {params.kind} --options {params.options:q}"
+        " --out {output:q} 2> {log:q}"

@@ -5,7 +5,9 @@ rule tokenize:
     input:
         lambda w: get_part(w)[0],
     output:
-        "results/{task}/data/tok/{part}.{lang}",
+        # deleted once assembled into text/ (WMT14 En-Fr's tokenized parts take several GB); a later job that needs
+        # one again re-creates it, and asking for it as a target keeps it (snakemake --notemp keeps them all)
+        temp("results/{task}/data/tok/{part}.{lang}"),
     params:
         args=tokenize_args,
     threads: 8  # WMT corpora: blocks of lines on all cores (Snakemake caps it at --cores)
@@ -128,7 +130,7 @@ rule vocab_joint:
 
 use rule vocab_joint as vocab_separate with:
     input:
-        lambda w: f"results/{w.task}/data/bpe/train.{cfg.pair(task_of(w))}.{w.lang}",
+        lambda w: cfg.data_path(w.task, "bpe", f"train.{cfg.pair(task_of(w))}.{w.lang}"),
     output:
         "results/{task}/data/vocab/dict.{lang}.txt",
     log:
@@ -138,7 +140,7 @@ use rule vocab_joint as vocab_separate with:
 rule binarize:
     input:
         text="results/{task}/data/bpe/{split}.{pair}.{lang}",
-        vocab=lambda w: f"results/{w.task}/data/vocab/dict.{'joint' if w.vocab == 'joint' else w.lang}.txt",
+        vocab=lambda w: cfg.data_path(w.task, "vocab", f"dict.{'joint' if w.vocab == 'joint' else w.lang}.txt"),
     output:
         multiext("results/{task}/data/bin-{vocab}/{split}.{pair}.{lang}", ".tokens.npy", ".offsets.npy"),
     log:
@@ -152,7 +154,7 @@ rule binarize:
 
 rule check_reference:
     input:
-        lambda w: [f"results/{w.task}/data/{path}" for path in task_of(w)["reference"]],
+        lambda w: [cfg.data_path(w.task, path) for path in task_of(w)["reference"]],
     output:
         "results/{task}/data/reference-check.json",
     params:

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
-from .transformer import (KV, DecoderLayer, DecoderState, EncoderLayer, EncoderOutput, ModelConfig,
+from .transformer import (KV, DecoderLayer, DecoderState, EncoderLayer, ModelConfig,
                           MultiheadAttention, Seq2Seq, attention)
 
 AGGREGATIONS = ("none", "dense", "linear", "iterative", "hierarchical")

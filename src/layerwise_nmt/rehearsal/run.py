@@ -21,13 +21,13 @@ import yaml
 
 from .. import UserError
 from .. import config as cfg
-from . import MANIFEST, standins
+from . import standins
 
 ROOT = Path(__file__).resolve().parents[3]
 # The stages that make a table row; their job counts must equal the full config's. Data jobs differ by design:
 # the stand-ins come from a mirror (no fetch), and NIST's extra sets are prepared from the stand-in directory.
-ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "table",
-             "figure")
+ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "inspect",
+             "table", "figure")
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
 

@@ -163,7 +163,7 @@ def render(fmt: str, lines: list[str], lang: str, side: int, set_id: str) -> str
             if i % 10 == 0:
                 talk = i // 10 + 1
                 out += [f"<url>http://www.ted.com/talks/standin_{talk}.html</url>",
-                        f"<keywords>talks, rehearsal</keywords>", f"<talkid>{talk}</talkid>"]
+                        "<keywords>talks, rehearsal</keywords>", f"<talkid>{talk}</talkid>"]
                 out.append(f"<title>{line}</title>" if i % 20 == 0 else line)
                 continue
             out.append(line)

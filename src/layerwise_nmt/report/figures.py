@@ -10,6 +10,7 @@ kinds:
                      second axis (GCA F3, Dou F4)
     aggregation_shares  Eq. 11's share of each input in each encoder aggregation node of a trained model (Dou F5)
     attention        one test sentence's attention maps in trained models (LWC F2-4, MLRF F5)
+The last two draw what `inspection.py` read out of the models (rows' `inspection` JSON): reports never load models.
 Rows that did not run are listed under the plot with their reason, never drawn.
 """
 
@@ -114,18 +115,8 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
 def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
     """Dou Figure 5: the share s_j (Eq. 11) of each input in each encoder aggregation node of a trained model, one
     heat map per row side by side (columns sum to 1); empty cells where a node has fewer inputs."""
-    from ..decode import load_model
-
-    rows = [row for row in spec["rows"] if row.get("model")]
-    drawn = []
-    for row in rows:
-        nodes = load_model(row["model"]).encoder_agg.nodes
-        for i, node in enumerate(nodes, start=1):
-            names = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"][: node.n_inputs] if node.n_inputs > 1 else ["H^{2i-1}"]
-            if i > 1 and node.n_inputs == 2:  # odd depth: the last node holds one layer and the previous node
-                names = ["H^{2i-1}", "Ĥ^{i-1}"]
-            drawn += [{"row": row["label"], "node": f"Ĥ^{i}", "input": name, "share": float(share)}
-                      for name, share in zip(names, node.shares().detach())]
+    rows = [row for row in spec["rows"] if row.get("inspection")]
+    drawn = [{"row": row["label"], **share} for row in rows for share in _inspected(row)["shares"]]
     table = pd.DataFrame.from_records(drawn, columns=["row", "node", "input", "share"])
     if table.empty:
         return table
@@ -152,17 +143,9 @@ def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
 
 
 def attention_maps(spec: dict, ax) -> pd.DataFrame:
-    """One sentence's attention in a trained model, one heat map per row, the model teacher-forced on its own
-    translation: a decoder cross-attention (target × source: LWC F2-4's baseline), LWC's mixed attention (target ×
-    [source | target]: the coordination) or an MLRF fusion's layer attention (hop × layer, mean over target words:
-    MLRF F5). Rows name the module (`module`: a name from model.named_modules())."""
-    import torch
-
-    from ..data.io import read_lines
-    from ..data.vocab import load_pair
-    from ..decode import load_model
-
-    rows = [row for row in spec["rows"] if row.get("model")]
+    """One sentence's attention in a trained model, one heat map per row (inspection.attention: a decoder
+    cross-attention, LWC's mixed attention or an MLRF fusion's layer attention)."""
+    rows = [row for row in spec["rows"] if row.get("inspection")]
     fig = ax.figure
     ax.set_axis_off()
     if not rows:
@@ -170,45 +153,24 @@ def attention_maps(spec: dict, ax) -> pd.DataFrame:
     axes = fig.subplots(1, len(rows), squeeze=False, gridspec_kw={"wspace": 0.45})[0]
     drawn = []
     for row, axis in zip(rows, axes):
-        src_vocab, tgt_vocab = load_pair(row["data"], row["src"], row["tgt"])
-        source = list(read_lines(row["source"]))[row["sentence"]]
-        target = list(read_lines(row["hypothesis"]))[row["sentence"]]
-        model = load_model(row["model"])
-        module = dict(model.named_modules())[row["module"]]
-        module.record_weights = True
-        src = torch.tensor([src_vocab.encode(source)])
-        tgt = tgt_vocab.encode(target)
-        with torch.no_grad():
-            model(src, torch.tensor([[tgt_vocab.eos] + tgt[:-1]]))
-        weights = module.last_weights[0]
-        src_words, tgt_words = source.split() + ["</s>"], target.split() + ["</s>"]
-        mixed = False
-        if weights.dim() == 3:  # layer fusion (T, n_hop, L'): mean over target words
-            grid = weights.mean(dim=0)
-            ys = [f"hop {h + 1}" for h in range(grid.size(0))]
-            first = grid.size(1) == len(model.decoder.layers)
-            xs = [f"z^{l + (1 if first else 0)}" for l in range(grid.size(1))]
-        else:
-            grid = weights[-len(tgt_words):]  # LWC: the target half's rows
-            ys = tgt_words
-            mixed = grid.size(1) > len(src_words)  # LWC: columns = [source (+ its extra tokens) | target]
-            width = grid.size(1) - len(tgt_words) if mixed else grid.size(1)
-            inputs = ["</s>"] + tgt_words[:-1]  # LWC's target keys are the decoder inputs (shifted right)
-            xs = (src_words + ["<s>"] * width)[:width] + (inputs if mixed else [])
-        image = axis.imshow(grid.numpy(), cmap="Greys", vmin=0, aspect="auto")
+        seen = _inspected(row)
+        xs, ys = seen["xs"], seen["ys"]
+        image = axis.imshow(seen["grid"], cmap="Greys", vmin=0, aspect="auto")
         fig.colorbar(image, ax=axis, fraction=0.04)
-        fusion = weights.dim() == 3
-        axis.set_xlabel("layer" if fusion else "source | target (decoder inputs)" if mixed else "source",
-                        fontsize=8)
-        axis.set_ylabel("hop (mean over target words)" if fusion else "output word", fontsize=8)
+        axis.set_xlabel(seen["x_label"], fontsize=8)
+        axis.set_ylabel(seen["y_label"], fontsize=8)
         axis.set_xticks(range(len(xs)), xs, rotation=90, fontsize=6)
         axis.set_yticks(range(len(ys)), ys, fontsize=6)
-        if weights.dim() == 2 and mixed:
-            axis.axvline(width - 0.5, color="red", linewidth=1)
-        axis.set_title(f"{row['label']}\n{row['module']}", fontsize=8)
-        drawn += [{"row": row["label"], "i": i, "y": y, "j": j, "x": x, "weight": float(grid[i, j])}
+        if seen["split"] is not None:
+            axis.axvline(seen["split"] - 0.5, color="red", linewidth=1)
+        axis.set_title(f"{row['label']}\n{seen['module']}", fontsize=8)
+        drawn += [{"row": row["label"], "i": i, "y": y, "j": j, "x": x, "weight": seen["grid"][i][j]}
                   for i, y in enumerate(ys) for j, x in enumerate(xs)]
     return pd.DataFrame.from_records(drawn)
+
+
+def _inspected(row: dict) -> dict:
+    return json.loads(Path(row["inspection"]).read_text(encoding="utf-8"))
 
 
 KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": length_buckets,
@@ -224,8 +186,8 @@ def write(spec: dict, out_prefix: str) -> list[str]:
     with atomic_path(f"{out_prefix}.csv") as tmp:
         data.to_csv(tmp, index=False)
     missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
-               if not (row.get("metrics") or row.get("scores") or row.get("model"))]
-    named = [row["label"] for row in spec["rows"] if row.get("model")]
+               if not (row.get("metrics") or row.get("scores") or row.get("inspection"))]
+    named = [row["label"] for row in spec["rows"] if row.get("inspection")]
     if spec["kind"] == "attention":
         fig.suptitle(f"{spec['paper']} {spec['figure']}: sentence {spec['rows'][0].get('sentence', 0) + 1} of the "
                      f"test set", fontsize=10)

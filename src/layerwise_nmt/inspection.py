@@ -1,0 +1,83 @@
+"""What a figure shows of a trained model, read out of it once, into JSON: reports draw from files and never load
+models (`lwnmt inspect`, the workflow's `inspect` rule; drawn by report/figures.py).
+
+kinds:
+    aggregation_shares  Eq. 11's share of each input in each encoder aggregation node (Dou et al. Figure 5)
+    attention           one sentence's attention in a model teacher-forced on its own translation: a decoder
+                        cross-attention (target × source), LWC's mixed attention (target × [source | target]) or an
+                        MLRF fusion's layer attention (hop × layer, mean over target words)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from . import UserError
+from .data.io import atomic_path, read_lines
+from .data.vocab import load_pair
+from .decode import load_model
+
+
+def aggregation_shares(model_path: str) -> dict:
+    """{"shares": [{node, input, share}]} for every encoder aggregation node of a `deep` model; a node's shares
+    sum to 1."""
+    model = load_model(model_path)
+    if not hasattr(model, "encoder_agg"):
+        raise UserError(f"{model_path}: a {type(model).__name__} has no aggregation nodes (model: deep with "
+                        f"aggregation: hierarchical has)")
+    shares = []
+    for i, node in enumerate(model.encoder_agg.nodes, start=1):
+        names = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"][: node.n_inputs] if node.n_inputs > 1 else ["H^{2i-1}"]
+        if i > 1 and node.n_inputs == 2:  # odd depth: the last node holds one layer and the previous node
+            names = ["H^{2i-1}", "Ĥ^{i-1}"]
+        shares += [{"node": f"Ĥ^{i}", "input": name, "share": float(share)}
+                   for name, share in zip(names, node.shares().detach())]
+    return {"shares": shares}
+
+
+@torch.no_grad()
+def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypothesis: str, sentence: int,
+              module: str) -> dict:
+    """{"grid": rows × columns weights, "ys", "xs": their labels, "x_label", "y_label", "split": the column where
+    the target half of LWC's mixed attention starts (None elsewhere)}."""
+    src_vocab, tgt_vocab = load_pair(data, src, tgt)
+    source_line = list(read_lines(source))[sentence]
+    target_line = list(read_lines(hypothesis))[sentence]
+    model = load_model(model_path)
+    modules = dict(model.named_modules())
+    if module not in modules:
+        raise UserError(f"{model_path}: no module {module!r}; expected a name from model.named_modules()")
+    modules[module].record_weights = True
+    tgt_ids = tgt_vocab.encode(target_line)
+    model(torch.tensor([src_vocab.encode(source_line)]), torch.tensor([[tgt_vocab.eos] + tgt_ids[:-1]]))
+    weights = modules[module].last_weights[0]
+    src_words, tgt_words = source_line.split() + ["</s>"], target_line.split() + ["</s>"]
+    if weights.dim() == 3:  # layer fusion (T, n_hop, L'): mean over target words
+        grid = weights.mean(dim=0)
+        first = grid.size(1) == len(model.decoder.layers)  # z^1.. without the embeddings' z^0
+        return {"grid": grid.tolist(), "ys": [f"hop {h + 1}" for h in range(grid.size(0))],
+                "xs": [f"z^{layer + (1 if first else 0)}" for layer in range(grid.size(1))], "x_label": "layer",
+                "y_label": "hop (mean over target words)", "split": None}
+    grid = weights[-len(tgt_words):]  # LWC: the target half's rows
+    mixed = grid.size(1) > len(src_words)  # LWC: columns = [source (+ its extra tokens) | target]
+    width = grid.size(1) - len(tgt_words) if mixed else grid.size(1)
+    inputs = ["</s>"] + tgt_words[:-1]  # LWC's target keys are the decoder inputs (shifted right)
+    xs = (src_words + ["<s>"] * width)[:width] + (inputs if mixed else [])
+    return {"grid": grid.tolist(), "ys": tgt_words, "xs": xs,
+            "x_label": "source | target (decoder inputs)" if mixed else "source", "y_label": "output word",
+            "split": width if mixed else None}
+
+
+KINDS = {"aggregation_shares": aggregation_shares, "attention": attention}
+
+
+def write(kind: str, model: str, options: dict, out: str) -> None:
+    if kind not in KINDS:
+        raise UserError(f"inspect: kind {kind!r}; expected one of {', '.join(KINDS)}")
+    result = {"kind": kind, "model": model, **options, **KINDS[kind](model, **options)}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(json.dumps(result, ensure_ascii=False))
