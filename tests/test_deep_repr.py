@@ -53,7 +53,7 @@ def test_eq4_dense_sum_doubles_the_scale_per_layer_and_dense_norm_keeps_it():
     rms = {}
     for norm in (False, True):
         model = tiny(aggregation="dense", dense_norm=norm, encoder_layers=6, decoder_layers=6)
-        states, top, _ = model.encode(src)
+        states = model.encoder(src).states  # dense: H^0 … H^L, the output being H^L
         rms[norm] = [float(h.pow(2).mean().sqrt()) for h in states[1:]]
     assert rms[False][-1] / rms[False][0] > 20 and all(b > 1.7 * a for a, b in zip(rms[False][1:], rms[False][2:]))
     assert all(0.9 < r < 1.1 for r in rms[True])
@@ -64,7 +64,7 @@ def test_factorised_linear_combination_starts_as_the_mean_of_the_layers():
     square, factorised = tiny(aggregation="linear"), tiny(aggregation="linear", linear_form="factorised")
     factorised.load_state_dict({k: v for k, v in square.state_dict().items() if "_agg." not in k}, strict=False)
     src, prev = batch()
-    states, mean, _ = square.encode(src)
+    *states, mean = square.encoder(src).states  # H^0 … H^L, Ĥ
     assert torch.allclose(mean, torch.stack(states[1:]).mean(0), atol=1e-6)
     assert torch.allclose(factorised(src, prev), square(src, prev), atol=0.05)  # + small noise in the d_ff blocks
 
@@ -104,7 +104,7 @@ def test_hierarchical_tree_wiring_matches_the_equations():
         layer.register_forward_pre_hook(lambda m, args: layer_inputs.append(args[0]))
     src, _ = batch()
     with torch.no_grad():
-        states, out, _ = model.encode(src)
+        *states, out = model.encoder(src).states  # H^0 … H^L, Ĥ
     H = states  # H^0 … H^4
     (node1_in, node1), (node2_in, node2) = calls
     assert len(node1_in) == 2 and torch.equal(node1_in[0], H[2]) and torch.equal(node1_in[1], H[1])  # AGG(H^1, H^2)
@@ -175,3 +175,15 @@ def test_multi_layer_attention_warm_starts_from_the_baseline(tmp_path):
         assert torch.equal(copied, getattr(getattr(base, side).layers[2], name).qkv.weight)
         assert torch.equal(getattr(mla, side).layers[0].ffn.fc1.weight, getattr(base, side).layers[0].ffn.fc1.weight)
     assert any(".mla.attns.1." in n for n in new) and not any(".mla.attns.0." in n for n in new)
+
+
+def test_multi_layer_attention_reads_the_stack_states_through_the_shared_encoder():
+    """The shared stack hands each layer the states so far: under dense aggregation, layer 4's ATT_2 attends to
+    H^2 as Eq. 4 defines it (the layer output plus H^1), not to the bare layer output."""
+    model = tiny(aggregation="dense", mla_k=2)
+    seen = []
+    model.encoder.layers[3].mla.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    with torch.no_grad():
+        states = model.encoder(batch()[0]).states
+    (lower,) = seen
+    assert torch.equal(lower[0], states[3]) and torch.equal(lower[1], states[2])

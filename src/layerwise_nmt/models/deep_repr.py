@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
-from .transformer import (KV, DecoderLayer, DecoderState, EncoderLayer, ModelConfig,
+from .transformer import (KV, DecoderLayer, EncoderLayer, ModelConfig,
                           MultiheadAttention, Seq2Seq, attention)
 
 AGGREGATIONS = ("none", "dense", "linear", "iterative", "hierarchical")
@@ -133,19 +133,23 @@ class StackAggregation(nn.Module):
             self.nodes = nn.ModuleList(Aggregation(n, config) for n in sizes)
 
     def forward(self, x: Tensor, layer, layers: int) -> tuple[list[Tensor], Tensor]:
-        """x = H^0 → (backbone states H^0 … H^L, the stack's output Ĥ)."""
+        """x = H^0 → (backbone states H^0 … H^L, the stack's output Ĥ); `layer(i, h, below)` as in plain_stack."""
         states = [x]
+
+        def advance(h: Tensor) -> Tensor:  # H^{i+1} = LAYER_i(h), appended to the states so far
+            states.append(layer(len(states) - 1, h, states))
+            return states[-1]
+
         if self.kind == "hierarchical":
             node_out = None
             for i, node in enumerate(self.nodes):
-                block = [layer(2 * i, states[-1] if node_out is None else node_out)]  # H^{2i+1} = LAYER(Ĥ^i)
+                block = [advance(states[-1] if node_out is None else node_out)]  # H^{2i+1} = LAYER(Ĥ^i)
                 if 2 * i + 1 < layers:
-                    block.append(layer(2 * i + 1, block[0]))
-                states += block
+                    block.append(advance(block[0]))
                 node_out = node(*reversed(block), *([node_out] if node_out is not None else []))
             return states, node_out
         for i in range(layers):
-            h = layer(i, states[-1])
+            h = layer(i, states[-1], states)
             if self.kind == "dense" and i > 0:
                 h = h + sum(states[1:], torch.zeros_like(h))  # + Σ_{i<l} H^i, without the embeddings
                 if hasattr(self, "norms"):
@@ -215,6 +219,7 @@ class MLAEncoderLayer(EncoderLayer):
         super().__init__(config)
         del self.attn  # replaced by the k attentions of Eq. 8
         self.mla = MultiLayerAttention(config, k)
+        self.looks_back = k  # reads [H^{l−1}, …, H^{l−k}] (transformer.layer_input)
 
     def forward(self, lower: list[Tensor], mask: Tensor) -> Tensor:
         x = self.norm1(lower[0] + self.dropout(self.mla(lower, mask, causal=False)[0]))
@@ -226,6 +231,7 @@ class MLADecoderLayer(DecoderLayer):
         super().__init__(config)
         del self.self_attn  # replaced by the k attentions of Eq. 8
         self.mla = MultiLayerAttention(config, k)
+        self.looks_back = k  # reads [H^{l−1}, …, H^{l−k}] (transformer.layer_input)
 
     def forward(self, lower: list[Tensor], view, view_mask: Tensor, cache: KVList | None = None):
         h, cache = self.mla(lower, None, causal=True, caches=cache)
@@ -259,6 +265,8 @@ class DeepTransformer(Seq2Seq):
                                             config.decoder_layers, config)
         self.input_bias = nn.Parameter(torch.zeros(config.d_model)) if config.input_bias else None
         self.auxiliary_loss: Tensor | None = None  # −λ·L_div of the last training forward (the trainer adds it)
+        # the shared stacks run under the aggregations (bound methods: the modules stay registered here only)
+        self.encoder.stack, self.decoder.stack = self.encoder_stack, self.decoder_agg.__call__
 
     def warm_start_names(self, trained: dict[str, Tensor]) -> dict[str, Tensor]:
         """A trained baseline's tensors under this model's names (Dou et al. start every model from the baseline):
@@ -273,72 +281,17 @@ class DeepTransformer(Seq2Seq):
             renamed[name] = tensor
         return renamed
 
-    @staticmethod
-    def lower(stack: nn.Module, i: int, x: Tensor, states: list[Tensor]):
-        """Layer i's input: x, or [x, H^{i−1}, …] (k layers) for a multi-layer attention layer."""
-        if isinstance(stack.layers[i], (MLAEncoderLayer, MLADecoderLayer)):
-            k = len(stack.layers[i].mla.attns)
-            return [x] + [states[i - j] for j in range(1, k)]
-        return x
-
-    def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor, Tensor]:
-        """src (B, S) → backbone states H^0 … H^L, the stack's output Ĥ (B, S, D), the mask (B, 1, 1, S)."""
-        mask = (src != self.config.pad)[:, None, None, :]
-        x = self.encoder.embed(src)
-        if self.input_bias is not None:
-            x = x + self.input_bias
-        states: list[Tensor] = []
-
-        def layer(i: int, h: Tensor) -> Tensor:
-            return self.encoder.layers[i](self.lower(self.encoder, i, h, states), mask)
-
-        states_out, out = self._run(self.encoder_agg, x, layer, states, self.config.encoder_layers)
-        return states_out, out, mask
-
-    def decode(self, prev: Tensor, views: list, view_mask: Tensor, caches: list | None = None,
-               offset: int = 0) -> tuple[list[Tensor], Tensor, list]:
-        x = self.decoder.embed(prev, offset=offset)
-        states: list[Tensor] = []
-        grown: list = []
-
-        def layer(i: int, h: Tensor) -> Tensor:
-            out, cache = self.decoder.layers[i](self.lower(self.decoder, i, h, states), views[i], view_mask,
-                                                cache=caches[i] if caches is not None else None)
-            grown.append(cache)
-            return out
-
-        states_out, out = self._run(self.decoder_agg, x, layer, states, self.config.decoder_layers)
-        return states_out, out, grown
-
-    @staticmethod
-    def _run(aggregation: StackAggregation, x: Tensor, layer, states: list[Tensor], layers: int):
-        """StackAggregation with `states` kept current for the multi-layer attention's look-back."""
-        def tracked(i: int, h: Tensor) -> Tensor:
-            if not states:
-                states.append(x)
-            out = layer(i, h)
-            states.append(out)
-            return out
-
-        return aggregation(x, tracked, layers)
+    def encoder_stack(self, x: Tensor, layer, layers: int) -> tuple[list[Tensor], Tensor]:
+        """The encoder's `stack`: THUMT's learned input bias, then the encoder's aggregation."""
+        return self.encoder_agg(x if self.input_bias is None else x + self.input_bias, layer, layers)
 
     def forward(self, src: Tensor, prev: Tensor) -> Tensor:
-        enc_states, memory, mask = self.encode(src)
-        dec_states, out, _ = self.decode(prev, [memory] * self.config.decoder_layers, mask)
+        encoded = self.encoder(src)
+        states = self.decoder(prev, self.source_views(encoded), encoded.mask)
         self.auxiliary_loss = None
         if self.training and self.config.diversity:  # maximise L_div (Eq. 9): the loss gets −λ·L_div
-            l_div = (diversity(enc_states, mask[:, 0, 0]) + diversity(dec_states, prev != self.config.pad)) / 2
+            encoder, decoder = encoded.states[: self.config.encoder_layers + 1], states[: self.config.decoder_layers + 1]
+            l_div = (diversity(encoder, encoded.mask[:, 0, 0]) + diversity(decoder, prev != self.config.pad)) / 2
             self.auxiliary_loss = -self.config.diversity * l_div
-        return self.output(out)
-
-    def start(self, src: Tensor) -> DecoderState:
-        _, memory, mask = self.encode(src)
-        # the shared decoder's own set-up: source K/V per layer, and a conv backbone's empty input windows
-        return self.decoder.start([memory] * self.config.decoder_layers, mask)
-
-    def step(self, last: Tensor, state: DecoderState) -> Tensor:
-        _, out, state.self_kv = self.decode(last[:, None], state.views, state.view_mask, state.self_kv,
-                                            offset=state.step)
-        state.step += 1
-        return self.output(out)[:, 0]
+        return self.predict(states)
 

@@ -346,10 +346,32 @@ def final_norm(config: ModelConfig) -> nn.LayerNorm | None:
     return nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
 
+def plain_stack(x: Tensor, layer, n: int) -> tuple[list[Tensor], Tensor]:
+    """H^0 = x, H^l = LAYER_l(H^{l−1}), l = 1 … n → (H^0 … H^n, the stack's output H^n). `layer(i, h, below)`
+    applies layer i to h; below = H^0 … H^i, the states so far. A variant that aggregates the layers (Dou et al.)
+    replaces this function on its Encoder/Decoder (`stack`) and calls `layer` the same way."""
+    states = [x]
+    for i in range(n):
+        states.append(layer(i, states[-1], states))
+    return states, states[-1]
+
+
+def layer_input(layer: nn.Module, h: Tensor, below: list[Tensor]) -> Tensor | list[Tensor]:
+    """What a layer reads: h; a layer that also attends to the states below its input (`looks_back` = k: Dou et
+    al.'s multi-layer attention) reads [h, H^{i−1}, …, H^{i−k+1}] (below = H^0 … H^i)."""
+    k = getattr(layer, "looks_back", 1)
+    return h if k == 1 else [h] + [below[-1 - j] for j in range(1, k)]
+
+
+def with_output(states: list[Tensor], out: Tensor) -> list[Tensor]:
+    """A stack's states end with its output: H^0 … H^L, or H^0 … H^L, Ĥ where an aggregation made a new one."""
+    return states if out is states[-1] else states + [out]
+
+
 @dataclass
 class EncoderOutput:
-    # L+1 tensors (B, S, D); states[0] is the embedding output, states[-1] the top layer (after the final LN of a
-    # pre-norm stack)
+    # L+1 tensors (B, S, D); states[0] is the embedding output, states[-1] the stack's output: the top layer (after
+    # the final LN of a pre-norm stack), or an aggregation of the layers appended after it (Dou et al.: L+2)
     states: list[Tensor]
     mask: Tensor  # (B, 1, 1, S) bool, True at real tokens
 
@@ -364,12 +386,15 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList((layer or EncoderLayer)(config, i) for i in range(config.encoder_layers))
         self.final_norm = final_norm(config)
         self.pad = config.pad
+        self.stack = plain_stack
 
     def forward(self, src: Tensor) -> EncoderOutput:  # src (B, S)
         mask = (src != self.pad)[:, None, None, :]
-        states = [self.embed(src)]
-        for layer in self.layers:
-            states.append(layer(states[-1], mask))
+
+        def layer(i: int, h: Tensor, below: list[Tensor]) -> Tensor:
+            return self.layers[i](layer_input(self.layers[i], h, below), mask)
+
+        states = with_output(*self.stack(self.embed(src), layer, len(self.layers)))
         if self.final_norm is not None:
             states[-1] = self.final_norm(states[-1])
         return EncoderOutput(states, mask)
@@ -406,13 +431,23 @@ class Decoder(nn.Module):
         self.embed = Embedding(tokens, config)
         self.layers = nn.ModuleList(layer(config, i) for i in range(config.decoder_layers))
         self.final_norm = final_norm(config)
+        self.stack = plain_stack
 
     def forward(self, prev: Tensor, views: list[Tensor], view_mask: Tensor) -> list[Tensor]:
-        """prev (B, T) → every layer's states, L+1 tensors (B, T, D); layer i reads views[i]."""
-        states = [self.embed(prev)]
-        for layer, view in zip(self.layers, views):
-            states.append(layer(states[-1], view, view_mask)[0])
-        return self.normalise_top(states)
+        """prev (B, T) → every layer's states, L+1 tensors (B, T, D) (L+2 where an aggregation appends its
+        output); layer i reads views[i]."""
+        return self.run(self.embed(prev), views, view_mask, caches=None)
+
+    def run(self, x: Tensor, views: list, view_mask: Tensor, caches: list | None) -> list[Tensor]:
+        """The stack on embedded input x; caches (incremental decoding) are updated in place."""
+        def layer(i: int, h: Tensor, below: list[Tensor]) -> Tensor:
+            out, cache = self.layers[i](layer_input(self.layers[i], h, below), views[i], view_mask,
+                                        cache=caches[i] if caches is not None else None)
+            if caches is not None:
+                caches[i] = cache
+            return out
+
+        return self.normalise_top(with_output(*self.stack(x, layer, len(self.layers))))
 
     def normalise_top(self, states: list[Tensor]) -> list[Tensor]:
         if self.final_norm is not None:
@@ -427,12 +462,9 @@ class Decoder(nn.Module):
 
     def step(self, last: Tensor, state: DecoderState) -> list[Tensor]:
         """last (B, 1): the newest token → its states in every layer, L+1 tensors (B, 1, D); state grows by one."""
-        states = [self.embed(last, offset=state.step)]
-        for i, layer in enumerate(self.layers):
-            x, state.self_kv[i] = layer(states[-1], state.views[i], state.view_mask, cache=state.self_kv[i])
-            states.append(x)
+        states = self.run(self.embed(last, offset=state.step), state.views, state.view_mask, state.self_kv)
         state.step += 1
-        return self.normalise_top(states)
+        return states
 
 
 @register("transformer")
