@@ -2,8 +2,9 @@
 
     python benchmarks/fairseq_parity.py fixture   # → tests/fixtures/fairseq/: tiny fairseq models + fairseq-generate's
                                                   #   output, which tests/test_fairseq_parity.py decodes with ours
-    python benchmarks/fairseq_parity.py train [--seeds 1 2] [--updates 1500]
+    python benchmarks/fairseq_parity.py train [--seeds 1 2 3] [--updates 1000] [--work DIR]
                                                   # → benchmarks/results/parity.json + docs/parity.png
+    python benchmarks/fairseq_parity.py plot      # redraw docs/parity.png from the JSON
 
 Data: Multi30k De→En from the data mirror (LWNMT_DATA_MIRROR, default ../shared/data-mirror), Moses-tokenized and
 lowercased with `lwnmt tokenize`, joint BPE learnt with `lwnmt learn-bpe`, binarized by fairseq-preprocess for
@@ -161,6 +162,8 @@ PARITY_FAIRSEQ_ARCH = ["--arch", "transformer", "--share-all-embeddings", "--enc
                        "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim",
                        "512", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
                        "--encoder-layers", "3", "--decoder-layers", "3"]
+# our systems: the default initialisation (Xavier everywhere, tensor2tensor's sinusoid), and fairseq's own
+OURS = {"ours": {}, "ours-fairseq-init": {"init": "fairseq", "sinusoid": "fairseq"}}
 # the recipe fairseq_train passes on its command line, in our names
 PARITY_TRAIN = {"lr": 1e-3, "lr_scheduler": "inverse_sqrt", "warmup_updates": 400, "warmup_init_lr": 1e-7,
                 "adam_betas": [0.9, 0.98], "adam_eps": 1e-8, "clip_norm": 0.0, "label_smoothing": 0.1,
@@ -206,7 +209,7 @@ def test_bleu(model_path: Path, work: Path, out: Path) -> float:
 
     refs = [line.replace("@@ ", "") for line in (work / "tok" / "test.en").read_text(encoding="utf-8").splitlines()]
     hyps = Path(f"{out}.txt").read_text(encoding="utf-8").splitlines()
-    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score  # tokenized on purpose
 
 
 def parity_run(system: str, seed: int, work: Path, fairseq_bin: Path, updates: int, interval: int) -> dict:
@@ -224,7 +227,7 @@ def parity_run(system: str, seed: int, work: Path, fairseq_bin: Path, updates: i
 
         final = importer(run / "checkpoint_last.pt")
     else:
-        spec = {"model": "transformer", "arch": PARITY_ARCH,
+        spec = {"model": "transformer", "arch": {**PARITY_ARCH, **OURS[system]},
                 "train": {**PARITY_TRAIN, "seed": seed, "max_update": updates, "save_interval_updates": interval}}
         final = run / "model.pt"
         sh(LWNMT + ["train", "--spec", json.dumps(spec), "--data", str(work / "ours" / "bin-joint"), "--src", "de",
@@ -235,58 +238,76 @@ def parity_run(system: str, seed: int, work: Path, fairseq_bin: Path, updates: i
             "test_bleu": test_bleu(final, work, run / "test")}
 
 
-def training_parity(work: Path, seeds: list[int], updates: int, interval: int, out_json: Path, plot: Path) -> None:
+def training_parity(work: Path, seeds: list[int], updates: int, interval: int, systems: list[str], out_json: Path,
+                    plot: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     fairseq_bin = prepare(work, merges=1000, joined=True)
     ours_data(work, fairseq_bin)
-    jobs = [(system, seed) for seed in seeds for system in ("fairseq", "ours")]
+    systems = ["fairseq", *systems]
+    jobs = [(system, seed) for seed in seeds for system in systems]
     with ThreadPoolExecutor(2) as pool:  # two single-threaded trainings side by side on the 2-core machine
         runs = list(pool.map(lambda job: parity_run(*job, work, fairseq_bin, updates, interval), jobs))
     summary = {}
-    for system in ("fairseq", "ours"):
+    for system in systems:
         mine = [r for r in runs if r["system"] == system]
         bleu = [r["test_bleu"] for r in mine]
         summary[system] = {"test_bleu_mean": statistics.mean(bleu),
                            "test_bleu_sd": statistics.stdev(bleu) if len(bleu) > 1 else 0.0}
     steps = sorted(set.intersection(*(set(r["valid_loss"]) for r in runs)))
-    band = {u: [min(r["valid_loss"][u] for r in runs if r["system"] == "fairseq"),
-                max(r["valid_loss"][u] for r in runs if r["system"] == "fairseq")] for u in steps}
-    mean = {system: {u: statistics.mean(r["valid_loss"][u] for r in runs if r["system"] == system) for u in steps}
-            for system in ("fairseq", "ours")}
-    summary["loss_gap_by_update"] = {u: mean["ours"][u] - mean["fairseq"][u] for u in steps}
-    summary["ours_inside_fairseq_spread"] = {u: all(band[u][0] <= r["valid_loss"][u] <= band[u][1]
-                                                    for r in runs if r["system"] == "ours") for u in steps}
+    curves = {system: [r["valid_loss"] for r in runs if r["system"] == system] for system in systems}
+    band = {u: (min(c[u] for c in curves["fairseq"]), max(c[u] for c in curves["fairseq"])) for u in steps}
+    mean = {system: {u: statistics.mean(c[u] for c in curves[system]) for u in steps} for system in systems}
+    for system in systems[1:]:
+        summary[system]["loss_gap_by_update"] = {u: mean[system][u] - mean["fairseq"][u] for u in steps}
+        summary[system]["inside_fairseq_spread"] = {u: all(band[u][0] <= c[u] <= band[u][1] for c in curves[system])
+                                                    for u in steps}
     result = {"data": "Multi30k de-en, joint BPE 1000 merges (fairseq's dictionary for both)",
-              "arch": PARITY_ARCH, "train": PARITY_TRAIN, "updates": updates, "seeds": seeds,
-              "runs": runs, "summary": summary}
+              "arch": PARITY_ARCH, "ours": {s: OURS[s] for s in systems[1:]}, "train": PARITY_TRAIN,
+              "updates": updates, "seeds": seeds, "runs": runs, "summary": summary}
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(result, indent=2) + "\n")
-    draw_parity(runs, plot)
-    print(f"{'update':>7} " + " ".join(f"{r['system']}-{r['seed']:>2}" for r in runs) + "  gap(ours-fairseq)")
+    draw_parity(runs, systems, plot)
+    print("validation loss (bits/token), mean over seeds; fairseq's seed range; our gap to fairseq's mean")
+    print(f"{'update':>7} {'fairseq':>8} {'range':>15} " + " ".join(f"{s:>18} {'gap':>6}" for s in systems[1:]))
     for u in steps:
-        print(f"{u:>7} " + " ".join(f"{r['valid_loss'][u]:>10.3f}" for r in runs) +
-              f"  {summary['loss_gap_by_update'][u]:+.3f}")
-    for system in ("fairseq", "ours"):
+        print(f"{u:>7} {mean['fairseq'][u]:>8.3f} {f'[{band[u][0]:.3f}, {band[u][1]:.3f}]':>15} " +
+              " ".join(f"{mean[s][u]:>18.3f} {summary[s]['loss_gap_by_update'][u]:>+6.3f}" for s in systems[1:]))
+    for system in systems:
         print(f"{system}: test BLEU {summary[system]['test_bleu_mean']:.2f} ± {summary[system]['test_bleu_sd']:.2f}")
     print(f"wrote {out_json} and {plot}")
 
 
-def draw_parity(runs: list[dict], path: Path) -> None:
+def draw_parity(runs: list[dict], systems: list[str], path: Path) -> None:
+    """Left: every run's validation curve. Right: each run minus fairseq's mean at that update, fairseq's own seed
+    range shaded, so that a gap of a few hundredths of a bit is visible."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in runs:
-        updates = list(r["valid_loss"])
-        ax.plot(updates, [r["valid_loss"][u] for u in updates], color="C0" if r["system"] == "fairseq" else "C1",
-                marker="o" if r["system"] == "fairseq" else "x", label=f"{r['system']} seed {r['seed']}")
-    ax.set_xlabel("update")
-    ax.set_ylabel("validation loss (bits/token, label-smoothed)")
-    ax.set_title("Multi30k de-en, same recipe: fairseq 0.12.2 vs lwnmt train")
-    ax.legend()
+    updates = sorted({int(u) for r in runs for u in r["valid_loss"]})
+    loss = [{int(u): v for u, v in r["valid_loss"].items()} for r in runs]
+    fairseq = [curve for r, curve in zip(runs, loss) if r["system"] == "fairseq"]
+    mean = {u: statistics.mean(c[u] for c in fairseq) for u in updates}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for r, curve in zip(runs, loss):
+        style = dict(color=f"C{systems.index(r['system'])}", marker="ox+"[systems.index(r["system"]) % 3],
+                     label=r["system"] if r["seed"] == runs[0]["seed"] else None, linewidth=1)
+        left.plot(updates, [curve[u] for u in updates], **style)
+        if r["system"] != "fairseq":
+            right.plot(updates, [curve[u] - mean[u] for u in updates], **style)
+    right.fill_between(updates, [min(c[u] for c in fairseq) - mean[u] for u in updates],
+                       [max(c[u] for c in fairseq) - mean[u] for u in updates], color="C0", alpha=0.25,
+                       label=f"fairseq's range over {len(fairseq)} seeds")
+    right.axhline(0, color="C0", linewidth=1)
+    left.set_ylabel("validation loss (bits/token, label-smoothed)")
+    right.set_ylabel("minus fairseq's mean (bits/token)")
+    left.set_title("Multi30k de-en, same recipe: fairseq 0.12.2 and lwnmt train", fontsize=10)
+    right.set_title("gap to fairseq, one line per seed", fontsize=10)
+    for ax in (left, right):
+        ax.set_xlabel("update")
+        ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -302,17 +323,26 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--updates", type=int, default=1000)
     p.add_argument("--interval", type=int, default=100, help="validation loss every this many updates")
+    p.add_argument("--systems", nargs="+", choices=list(OURS), default=list(OURS), help="our variants beside fairseq")
     p.add_argument("--work", help="keep the intermediate files here (default: a temporary directory)")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "parity.json"))
     p.add_argument("--plot", default=str(ROOT / "docs" / "parity.png"))
+    p = sub.add_parser("plot", help="redraw the plot from a parity JSON")
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "parity.json"))
+    p.add_argument("--plot", default=str(ROOT / "docs" / "parity.png"))
     args = parser.parse_args()
+    if args.command == "plot":
+        result = json.loads(Path(args.json).read_text())
+        draw_parity(result["runs"], ["fairseq", *result["ours"]], Path(args.plot))
+        return
     ensure_fairseq()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         if args.command == "fixture":
             make_fixture(work, args.updates)
         else:
-            training_parity(work, args.seeds, args.updates, args.interval, Path(args.json), Path(args.plot))
+            training_parity(work, args.seeds, args.updates, args.interval, args.systems, Path(args.json),
+                            Path(args.plot))
 
 
 if __name__ == "__main__":
