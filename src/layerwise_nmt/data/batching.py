@@ -2,8 +2,9 @@
 
 fairseq's `--max-tokens` semantics: sentences are ordered by (target length, source length) after a seeded random
 tie-break, packed greedily so that (number of sentences) × (longest sentence, source or target) ≤ max_tokens, and
-the list of batches is shuffled each epoch with seed + epoch. `--max-sentences` caps sentences per batch (MLRF trains
-with batches of 80 and then 32 sentences).
+the list of batches is shuffled each epoch with seed + epoch. One known difference: fairseq 0.12's code, despite
+its comment, sorts by source length first (docs/benchmarks.md). `--max-sentences` caps sentences per batch (MLRF
+trains with batches of 80 and then 32 sentences).
 """
 
 from __future__ import annotations
