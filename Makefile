@@ -12,9 +12,10 @@ export PATH := $(BIN):$(PATH)
 
 .PHONY: demo test test-slurm rehearse readme bench-preprocess clean
 
-$(VENV)/.installed: pyproject.toml
+# The exact versions of constraints.txt (pyproject.toml states only ranges).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,slurm,tensorboard]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,slurm,tensorboard]'
 	touch $@
 
 # One thread per training job: two small models training side by side get 1.17x the throughput of one job on

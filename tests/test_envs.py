@@ -1,9 +1,11 @@
-"""The conda envs users get (envs/*.yaml) pin the same versions as pyproject.toml, which pip users get."""
+"""The conda envs users get (envs/*.yaml) pin the versions of constraints.txt, which make demo / make test / CI
+install from; pyproject.toml's ranges admit every one of them."""
 
 import re
 import tomllib
 
 import yaml
+from packaging.requirements import Requirement
 
 from conftest import ROOT
 
@@ -11,11 +13,25 @@ ALIASES = {"pytorch": "torch"}
 
 
 def pins():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return {name.lower(): version for name, version in (d.split("==") for d in deps)}
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return {name.lower(): version for name, version in (line.split("==") for line in lines
+                                                          if line and not line.startswith("#"))}
 
 
-def test_env_pins_match_pyproject():
+def test_pyproject_ranges_admit_the_pinned_versions_and_pytorch_2_11():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(d) for d in project["dependencies"]]
+    requirements += [Requirement(d) for extra in project["optional-dependencies"].values() for d in extra]
+    pinned = pins()
+    for req in requirements:
+        name = req.name.lower()
+        assert name in pinned, f"constraints.txt does not pin {name}"
+        assert req.specifier.contains(pinned[name]), f"pyproject.toml: {req} excludes the pinned {pinned[name]}"
+    torch = next(r for r in requirements if r.name == "torch")
+    assert torch.specifier.contains("2.11.0") and not torch.specifier.contains("2.10.0")  # what GPU images ship
+
+
+def test_env_pins_match_constraints():
     expected = pins()
     for env in sorted((ROOT / "envs").glob("*.yaml")):
         spec = yaml.safe_load(env.read_text())

@@ -511,22 +511,30 @@ def cmd_params(a) -> None:
 
 @command("plan", "GPU-hours each table needs, estimated before running anything",
     config_files,
-    arg("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s per GPU (default 100)"),
+    arg("--gpu", default="a100", help="the GPU to price on: h100, a100 (default), l40s, a10, v100, t4"),
+    arg("--mfu", type=float, default=0.33, help="assumed model FLOP utilisation: sustained / dense peak (0.33)"),
+    arg("--tflops", type=float, help="instead of --mfu: sustained mixed-precision TFLOP/s per GPU (tf32 and fp32 "
+        "rows scaled by the GPU's peak ratios)"),
     arg("--format", choices=["table", "csv"], default="table"))
 def cmd_plan(a) -> None:
-    from .plan import plan, render, render_budgets, rows
+    from .plan import GPUS, Pricing, plan, render, render_budgets, rows
 
+    if a.gpu not in GPUS:
+        raise UserError(f"--gpu {a.gpu}: unknown GPU; known: {', '.join(GPUS)}")
+    if not 0 < a.mfu <= 1:
+        raise UserError(f"--mfu {a.mfu}: expected a fraction in (0, 1]")
+    pricing = Pricing(a.gpu, a.mfu, a.tflops)
     config = load_config(a)
     records = plan(config)
     if a.format == "csv":
         import csv
 
-        table = rows(records, a.tflops, config)
+        table = rows(records, pricing, config)
         writer = csv.DictWriter(sys.stdout, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(table)
         return
-    print(render(records, a.tflops))
+    print(render(records, pricing))
     print()
     print(render_budgets(config))
 

@@ -27,6 +27,7 @@ from . import UserError
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
+from .precision import AMP_CHOICES, configure_device, resolve
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class BeamConfig(Settings):
     max_len_b: int = 10
     min_len: int = 1  # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
     batch_size: int = 64  # sentences per batch (fairseq --batch-size)
-    amp: str = "none"  # none | bf16
+    amp: str = "auto"  # auto | none | bf16 | fp16, as in training (precision.py)
     # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
     # run (the workflow's pick_lenpen step). Empty: decode with `lenpen` as given.
     tune_lenpen: tuple[float, ...] = ()
@@ -60,6 +61,8 @@ class BeamConfig(Settings):
     def check(self) -> None:
         if self.length_penalty not in ("fairseq", "gnmt"):
             raise UserError(f"length_penalty={self.length_penalty!r}; expected fairseq or gnmt")
+        if self.amp not in AMP_CHOICES:
+            raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
         if len(set(self.tune_lenpen)) != len(self.tune_lenpen) or any(a < 0 for a in self.tune_lenpen):
             raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values ≥ 0")
 
@@ -150,11 +153,14 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     model.to(device).eval()
     start, generated = time.time(), 0
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp == "bf16")
+    precision = resolve(cfg.amp, device)
+    configure_device(precision, device)
+    log.info("precision: %s (amp: %s; %s) on %s", precision.amp, precision.requested, precision.reason,
+             precision.device)
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b:b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
-        with autocast:
+        with precision.autocast(device):
             results = beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)
         for i, result in zip(ids, results):
             hyps[i] = tgt_vocab.decode(result[0].tokens)
@@ -173,7 +179,7 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
         detok = MosesDetokenizer(lang=detok_lang)
         write_lines(f"{out_prefix}.detok", [detok.detokenize(h.split()) for h in plain])
     return {"sentences": len(lines), "seconds": seconds, "sentences_per_second": len(lines) / max(seconds, 1e-9),
-            "generated_tokens": generated}
+            "generated_tokens": generated, "precision": precision.to_dict()}
 
 
 def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) -> list[str]:

@@ -7,7 +7,12 @@ sizes of the task's `estimate` (or of its prepared dictionaries). Tokens trained
 update_freq for update-bounded runs (max_tokens counts target tokens; the source side adds about as many), or
 epochs × training pairs × subwords per sentence × 2 for epoch-bounded runs (an upper bound when early stopping
 may end them sooner: marked ≤). Decoding, validation and data preparation are not counted (small beside training).
-The sustained throughput is an assumption (`--tflops`), stated in the output.
+Each experiment is priced in the precision it will train in on the GPU named (`--gpu`, default A100): `amp: auto`
+→ bf16 (fp16 where the GPU has no bf16), `amp: none` → TF32 tensor cores (fp32 where the row sets `tf32: false` or
+the GPU has none). Sustained throughput = the GPU's dense peak in that precision × an assumed model FLOP
+utilisation (`--mfu`, default 33%: NVIDIA DeepLearningExamples' fairseq-style Transformer-big in mixed precision,
+~82K target tokens/s on one A100; its MLPerf v0.7 submission with fused kernels reached ~41%). Both are stated in
+the output.
 """
 
 from __future__ import annotations
@@ -22,7 +27,65 @@ from .models import MODELS, build
 from .models.transformer import count_parameters
 from .params import vocab_sizes
 
-DEFAULT_TFLOPS = 100.0  # bf16 on an A100: about a third of its 312 TFLOP/s peak, typical for Transformer training
+DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU's dense peak TFLOP/s per precision (vendor datasheets, no sparsity); 0 = no hardware support."""
+
+    name: str
+    bf16: float
+    fp16: float
+    tf32: float
+    fp32: float
+
+    def precision(self, train: dict) -> str:
+        """What a row with these training settings computes in on this GPU (precision.resolve's rules)."""
+        amp = train.get("amp", "auto")
+        if amp == "auto":
+            amp = "bf16" if self.bf16 else "fp16"
+        if amp in ("bf16", "fp16") and getattr(self, amp):
+            return amp
+        return "tf32" if train.get("tf32", True) and self.tf32 else "fp32"  # bf16 without hardware: emulated
+
+    def sustained(self, precision: str, mfu: float) -> float:
+        return getattr(self, precision) * mfu
+
+
+GPUS = {
+    "h100": Gpu("NVIDIA H100 SXM", bf16=989, fp16=989, tf32=494, fp32=67),
+    "a100": Gpu("NVIDIA A100 SXM", bf16=312, fp16=312, tf32=156, fp32=19.5),
+    "l40s": Gpu("NVIDIA L40S", bf16=362, fp16=362, tf32=183, fp32=91.6),
+    "a10": Gpu("NVIDIA A10", bf16=125, fp16=125, tf32=62.5, fp32=31.2),
+    "v100": Gpu("NVIDIA V100 SXM2", bf16=0, fp16=125, tf32=0, fp32=15.7),
+    "t4": Gpu("NVIDIA T4", bf16=0, fp16=65, tf32=0, fp32=8.1),
+}
+DEFAULT_GPU = "a100"
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How GPU-hours are computed: on which GPU, at what fraction of its peak (or a flat rate the user states)."""
+
+    gpu: str = DEFAULT_GPU
+    mfu: float = DEFAULT_MFU
+    tflops: float | None = None  # a flat sustained bf16/fp16 rate; tf32/fp32 rows scaled by the GPU's peak ratio
+
+    def rate(self, precision: str) -> float:
+        gpu = GPUS[self.gpu]
+        if self.tflops is None:
+            return gpu.sustained(precision, self.mfu)
+        mixed = gpu.bf16 or gpu.fp16
+        return self.tflops * getattr(gpu, precision) / mixed
+
+    def describe(self) -> str:
+        gpu = GPUS[self.gpu]
+        rates = ", ".join(f"{p} {self.rate(p):.3g}" for p in ("bf16", "fp16", "tf32", "fp32") if getattr(gpu, p))
+        basis = (f"{self.mfu:.0%} of its dense peak (--mfu)" if self.tflops is None else
+                 f"{self.tflops:g} TFLOP/s in mixed precision as given (--tflops), other precisions in the ratio of "
+                 f"its peaks")
+        return f"one {gpu.name} (--gpu {self.gpu}) at {basis}: sustained TFLOP/s {rates}"
 
 
 @dataclass
@@ -33,6 +96,13 @@ class Cost:
     seeds: int
     upper_bound: bool
     note: str = ""
+    train: dict = field(default_factory=dict)  # the experiment's training settings: its precision per GPU
+
+    def precision(self, pricing: Pricing) -> str:
+        return GPUS[pricing.gpu].precision(self.train)
+
+    def hours(self, pricing: Pricing) -> float | None:
+        return self.gpu_hours(pricing.rate(self.precision(pricing)))
 
     def gpu_hours(self, tflops: float) -> float | None:
         if self.params is None or self.tokens is None:
@@ -79,7 +149,7 @@ def experiment_cost(config: dict, name: str) -> Cost:
     else:
         with torch.device("meta"):
             params = count_parameters(build(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]}))
-    return Cost(name, params, tokens, len(e["seeds"]), bound, note)
+    return Cost(name, params, tokens, len(e["seeds"]), bound, note, e["train"])
 
 
 def plan(config: dict) -> list[dict]:
@@ -95,26 +165,28 @@ def plan(config: dict) -> list[dict]:
     return out
 
 
-def render(records: list[dict], tflops: float) -> str:
-    lines = [f"GPU-hours to train every experiment of each table (seeds included), at an assumed sustained "
-             f"{tflops:g} TFLOP/s per GPU; ≤ = epoch-bounded runs that early stopping may end sooner.", "",
-             f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  notes"]
+def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
+    lines = [f"GPU-hours to train every experiment of each table (seeds included) on {pricing.describe()}; each row "
+             f"priced in the precision it trains in there (amp: auto = bf16, or fp16 without bf16; amp: none = "
+             f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner.", "",
+             f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  {'precision':<10} notes"]
     seen: dict[str, Cost] = {}
     for r in records:
-        hours = [c.gpu_hours(tflops) for c in r["costs"]]
+        hours = [c.hours(pricing) for c in r["costs"]]
         known = [h for h in hours if h is not None]
         bound = "≤" if any(c.upper_bound for c in r["costs"]) else " "
+        precisions = "+".join(sorted({c.precision(pricing) for c in r["costs"]})) or "—"
         notes = []
         if r["blocked"]:
             notes.append(f"{len(r['blocked'])} need data or code not here yet (lwnmt status)")
-        unknown = [c for c in r["costs"] if c.gpu_hours(tflops) is None]
+        unknown = [c for c, h in zip(r["costs"], hours) if h is None]
         if unknown:
             notes.append(f"{len(unknown)} not estimable ({unknown[0].note})")
         total = f"{bound}{hours_text(sum(known))}" if known else "—"
         lines.append(f"{r['paper'] + ' ' + r['table']:<10} {r['rows']:>4} {len(r['costs']):>4} {total:>10}  "
-                     f"{'; '.join(notes)}".rstrip())
+                     f"{precisions:<10} {'; '.join(notes)}".rstrip())
         seen.update({c.experiment: c for c in r["costs"]})
-    overall = sum(h for c in seen.values() if (h := c.gpu_hours(tflops)) is not None)
+    overall = sum(h for c in seen.values() if (h := c.hours(pricing)) is not None)
     lines += ["", f"all tables: {len(seen)} distinct experiments, {hours_text(overall)} GPU-hours "
                   f"(an experiment shared by several tables is counted once)"]
     return "\n".join(lines)
@@ -138,7 +210,7 @@ def hours_text(hours: float) -> str:
     return f"{hours:,.1f}" if hours < 10 else f"{hours:,.0f}"
 
 
-def rows(records: list[dict], tflops: float, config: dict) -> list[dict]:
+def rows(records: list[dict], pricing: Pricing, config: dict) -> list[dict]:
     """Per experiment, for --format csv."""
     out = []
     for r in records:
@@ -146,7 +218,9 @@ def rows(records: list[dict], tflops: float, config: dict) -> list[dict]:
             b = budget(config, c.experiment)
             out.append({"paper": r["paper"], "table": r["table"], "experiment": c.experiment, "params": c.params,
                         "tokens": c.tokens, "seeds": c.seeds, "upper_bound": c.upper_bound,
-                        "gpu_hours": c.gpu_hours(tflops), "updates": b.updates, "epochs": b.epochs,
+                        "gpu": GPUS[pricing.gpu].name, "precision": c.precision(pricing),
+                        "sustained_tflops": pricing.rate(c.precision(pricing)),
+                        "gpu_hours": c.hours(pricing), "updates": b.updates, "epochs": b.epochs,
                         "problems": "; ".join(b.problems), "note": c.note})
     return out
 

@@ -153,9 +153,10 @@ class Reporter:
             writer.writeheader()
             writer.writerows(progress.history)
 
-    def summary(self, progress: Progress) -> None:
-        """training.json, how the run ended, for the tables: a row cut short by the clock must say so."""
-        summary = {"updates": progress.update, "epochs_completed": progress.epoch - 1,
+    def summary(self, progress: Progress, precision: dict | None = None) -> None:
+        """training.json, how the run ended, for the tables: a row cut short by the clock must say so, and what it
+        computed in (precision: amp, requested, reason, device)."""
+        summary = {"updates": progress.update, "epochs_completed": progress.epoch - 1, "precision": precision,
                    "stopped_by": progress.stopped_by, "skipped_updates": progress.skipped_updates,
                    "minutes": round(progress.elapsed / 60, 2),
                    "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}

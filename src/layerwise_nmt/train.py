@@ -36,6 +36,7 @@ from .data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, all_reduce_sum, barrier, init_distributed, per_rank_update_freq, world
 from .models import build
 from .models.transformer import count_parameters
+from .precision import AMP_CHOICES, Precision, configure_device, resolve
 from .progress import Progress, Reporter
 from .settings import Settings
 
@@ -83,7 +84,10 @@ class TrainConfig(Settings):
     save_interval_minutes: float = 30.0
     keep_interval_updates: int = 10
     keep_last_epochs: int = 10
-    amp: str = "none"  # none | bf16 | fp16 (fp16 on CUDA only)
+    # auto | none | bf16 | fp16: auto = bf16 on GPUs and CPUs that run it natively, fp16 + loss scaling on older
+    # GPUs, fp32 elsewhere (precision.py); none = fp32
+    amp: str = "auto"
+    tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
     # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
     max_nonfinite_updates: int = 8
     log_interval: int = 50
@@ -101,8 +105,8 @@ class TrainConfig(Settings):
             raise UserError(f"early_stop_metric={self.early_stop_metric!r}; expected loss or bleu")
         if self.final_model not in ("last", "best"):
             raise UserError(f"final_model={self.final_model!r}; expected last or best")
-        if self.amp not in ("none", "bf16", "fp16"):
-            raise UserError(f"amp={self.amp!r}; expected none, bf16 or fp16")
+        if self.amp not in AMP_CHOICES:
+            raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
         if not (self.max_update or self.max_epoch or self.max_minutes):
             raise UserError("set at least one of max_update, max_epoch, max_minutes")
 
@@ -256,9 +260,14 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    precision = resolve(cfg.amp, device)
+    configure_device(precision, device, cfg.tf32)
+    if rank == 0:
+        log.info("precision: %s (amp: %s; %s) on %s", precision.amp, precision.requested, precision.reason,
+                 precision.device)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
-    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device)
-    progress, autocast = run.progress, _autocast(cfg, device)
+    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device, precision)
+    progress, autocast = run.progress, lambda: precision.autocast(device)
     net = torch.nn.parallel.DistributedDataParallel(run.model) if world_size > 1 else run.model
     run.model.train()
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
@@ -298,10 +307,11 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
             raise SystemExit(75)  # EX_TEMPFAIL: Snakemake's retries restart the job, which resumes
         finally:
             reporter.close()
-    return _finish(run, final, reporter)
+    return _finish(run, final, reporter, precision)
 
 
-def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device) -> Run:
+def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device,
+           precision: Precision) -> Run:
     """The model to train, on vocabularies {source language: …, target language: …}: resumed from
     checkpoint_last.pt when it was made with these settings, else warm-started (`init_from`) or freshly
     initialised."""
@@ -326,7 +336,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
     # fairseq's --fp16-init-scale 128: torch's default 2^16 overflows a few updates in a row at the start
-    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=cfg.amp == "fp16" and device.type == "cuda")
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=precision.amp == "fp16")
     run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -337,15 +347,6 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
                  run.progress.update, run.progress.next_batch)
     return run
-
-
-def _autocast(cfg: TrainConfig, device: torch.device):
-    """A context-manager factory: bf16 autocast (CPU or GPU), fp16 autocast (GPU only), or nothing."""
-    if cfg.amp == "fp16" and device.type != "cuda":
-        log.warning("amp=fp16 needs a GPU; training in fp32 (amp=bf16 works on this CPU)")
-    enabled = cfg.amp != "none" and (cfg.amp == "bf16" or device.type == "cuda")
-    dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
-    return lambda: torch.autocast(device.type, dtype=dtype, enabled=enabled)
 
 
 def _epoch_order(data: ParallelData, cfg: TrainConfig, progress: Progress, per_update: int, data_dir: str) -> list:
@@ -431,7 +432,7 @@ def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
     run.save(f"checkpoint{finished}.pt", LAST, *([BEST] if improved else []))
 
 
-def _finish(run: Run, final: str | None, reporter: Reporter) -> dict:
+def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precision) -> dict:
     """Say why the run stopped; rank 0 writes the final model (the last or the best epoch's weights) and
     training.json."""
     progress, cfg = run.progress, run.cfg
@@ -452,7 +453,7 @@ def _finish(run: Run, final: str | None, reporter: Reporter) -> dict:
         log.info("%s: the weights of %s", final, chosen)
         checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], "final_from": chosen,
                                       "model_config": run.model.config.to_dict(), "progress": progress.to_dict()})
-        reporter.summary(progress)
+        reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()
 
@@ -462,8 +463,11 @@ def _lr(run: Run) -> float:
 
 
 def _adam(model, cfg: TrainConfig) -> torch.optim.Adam:
+    """fairseq's Adam; PyTorch's fused kernel on CUDA (one launch for all parameters instead of several per
+    tensor), its default (foreach) implementation elsewhere."""
+    fused = next(model.parameters()).device.type == "cuda"
     return torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                            weight_decay=cfg.weight_decay)
+                            weight_decay=cfg.weight_decay, fused=fused or None)
 
 
 def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | None]:
