@@ -105,3 +105,23 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
     summary = json.loads(next(tmp_path.rglob("training.json")).read_text())
     assert summary["precision"] == expected.to_dict() and summary["precision"]["requested"] == amp
     assert f"precision: {expected.amp} (amp: {amp}; {expected.reason}) on cpu: " in caplog.text
+
+
+def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path):
+    from layerwise_nmt.report.tables import precision_lines
+
+    runs = {}
+    for name, amp, device in (("a", "bf16", "cpu: Xeon (AVX512)"), ("b", "none", "cpu: EPYC (AVX2)")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "training.json").write_text(json.dumps(
+            {"precision": {"amp": amp, "requested": "auto", "reason": "", "device": device}}))
+        runs[name] = [str(tmp_path / name)]
+    spec = {"precision": "The paper: fp32.", "rows": [
+        {"label": "baseline", "state": "ok", "runs": runs["a"]}, {"label": "LWC", "state": "ok", "runs": runs["b"]},
+        {"label": "quoted", "state": "quoted"}]}
+    lines = precision_lines(spec)
+    assert lines[1] == ("Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512): baseline; "
+                        "fp32 (amp: auto) on cpu: EPYC (AVX2): LWC.")
+    assert lines[2] == "The paper's precision and ours: The paper: fp32."
+    spec["rows"][1]["runs"] = runs["a"]  # one precision for every run: said once, without the row list
+    assert precision_lines(spec)[1] == "Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512)."

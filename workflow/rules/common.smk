@@ -319,7 +319,8 @@ def table_spec(paper, table):
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
             "metric": cfg.metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
-            "significance": spec.get("significance"), "mean_of": derived}
+            "significance": spec.get("significance"), "mean_of": derived,
+            "precision": config["papers"][paper].get("precision", "")}
 
 
 def report_caption(paper, kind, name):

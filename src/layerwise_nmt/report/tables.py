@@ -156,7 +156,7 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     lines.append("| " + " | ".join(shown.columns) + " |")
     lines.append("|" + "|".join("---" for _ in shown.columns) + "|")
     lines += ["| " + " | ".join(str(v) for v in record) + " |" for record in shown.itertuples(index=False)]
-    lines += notes(spec)
+    lines += notes(spec) + precision_lines(spec)
     with atomic_path(f"{out_prefix}.md") as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
     caption = f"{spec['paper']} {spec['table']}: {spec.get('caption', '')} {legend(spec)}"
@@ -178,6 +178,29 @@ def notes(spec: dict) -> list[str]:
             seen.add(row["note"])
             out.append(f"- {row['label']}: {row['note']}")
     return ["", "Notes (the rows' protocol, from their experiments' descriptions):", ""] + out if out else []
+
+
+def precision_lines(spec: dict) -> list[str]:
+    """What our runs computed in (each run's training.json) beside what the paper trained in (config: the paper's
+    `precision`): a number from bf16 on one machine and fp32 on another is not the same experiment."""
+    used: dict[str, list[str]] = {}
+    for row in spec["rows"]:
+        for run in row.get("runs", []) if row["state"] == "ok" else []:
+            path = Path(run) / "training.json"
+            chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
+            if chosen:
+                name = {"none": "fp32"}.get(chosen["amp"], chosen["amp"])
+                key = f"{name} (amp: {chosen['requested']}) on {chosen['device']}"
+                used.setdefault(key, []).append(row["label"])
+    out = []
+    if used:
+        rows = sum(len(labels) for labels in used.values())
+        out.append("Our runs' precision: " + "; ".join(
+            key if len(labels) == rows else f"{key}: {', '.join(dict.fromkeys(labels))}"
+            for key, labels in used.items()) + ".")
+    if spec.get("precision"):
+        out.append(f"The paper's precision and ours: {spec['precision']}")
+    return [""] + out if out else []
 
 
 def legend(spec: dict) -> str:
