@@ -18,10 +18,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,slurm,tensorboard]'
 	touch $@
 
-# One thread per training job: two small models training side by side get 1.17x the throughput of one job on
-# two threads (measured on the 2-core CI machine); on bigger machines more demo runs go in parallel.
+# One thread per training and decoding job: two small models training side by side get 1.17x the throughput of one
+# job on two threads (measured on the 2-core CI machine), and a 2-thread decode would wait for both cores; on bigger
+# machines more demo runs go in parallel.
 demo: $(VENV)/.installed
-	snakemake --cores all --configfile config/demo.yaml --set-threads train=1
+	snakemake --cores all --configfile config/demo.yaml --set-threads train=1 translate=1
 
 test: $(VENV)/.installed
 	python -m pytest -q -m "not slurm"
