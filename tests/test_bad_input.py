@@ -180,8 +180,10 @@ def test_download_verifies_and_resumes(server, tmp_path):
 def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
     root, url = server
     (root / "corpus.tgz").write_bytes(b"not what we expected")
-    result = lwnmt("fetch", f"{url}/corpus.tgz", tmp_path / "corpus.tgz", "--sha256", "1" * 64)
-    assert "sha256 is" in one_line_error(result)
+    result = lwnmt("fetch", tmp_path / "corpus.tgz", "--url", f"{url}/corpus.tgz", "--sha256", "1" * 64,
+                   "--checksum-source", "the publisher's list")
+    error = one_line_error(result)
+    assert "sha256 is" in error and f"expected {'1' * 64} (from the publisher's list)" in error
     assert list(tmp_path.iterdir()) == [root]
 
 
