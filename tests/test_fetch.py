@@ -190,3 +190,21 @@ def test_cwmt_files_of_the_config_are_paired():
     config = cfg.load(ROOT / "config.yaml")
     source = cfg.file_source(config, "wmt17-zh-en", "datum2017.zh")
     assert (source.member, source.pair_member) == ("datum2017/*_c[hn].txt", "datum2017/*_en.txt")
+
+
+def test_status_names_the_archives_with_no_working_automatic_source(tmp_path, monkeypatch):
+    monkeypatch.delenv("LWNMT_DATA_MIRROR", raising=False)
+    config = cfg.load(ROOT / "config.yaml")
+    zhen = cfg.task_status(config, "wmt17_zhen")
+    assert zhen.runnable and zhen.state == "manual"  # was "ok": its CWMT archives have no working source
+    assert "casia2015.zip, casict2011.zip" in zhen.reason and "CWMT FTP host unreachable" in zhen.reason
+    assert "put them in <data_mirror or $LWNMT_DATA_MIRROR>/wmt17-zh-en/" in zhen.reason
+    roen = cfg.task_status(config, "iwslt14_roen")
+    assert roen.state == "manual" and "2014-01-test.tgz" in roen.reason and "wit3.fbk.eu/2014-01-b" in roen.reason
+    assert cfg.task_status(config, "wmt14_ende").state == "download"
+    mirrored = tmp_path / "iwslt14-ro-en"
+    mirrored.mkdir()
+    (mirrored / "2014-01-test.tgz").write_bytes(b"")  # the user put it in the mirror
+    config["data_mirror"] = str(tmp_path)
+    roen = cfg.task_status(config, "iwslt14_roen")
+    assert roen.state == "download" and "2014-01.tgz" in roen.reason and "2014-01-test" not in roen.reason
