@@ -146,8 +146,8 @@ def test_an_archive_several_datasets_name_is_downloaded_once():
                                                           ("wmt17-zh-en", "newsdev2017.zh"))}
     assert len(dev) == 1  # both name https://data.statmt.org/wmt17/translation-task/dev.tgz
     key, name = Path(ende.path).parent.name, Path(ende.path).name
-    dataset, entry = cfg.download_spec(config, key, name)
-    assert dataset == "wmt14-en-de" and cfg.urls_of(entry) == ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"]
+    datasets, entry = cfg.download_spec(config, key, name)
+    assert datasets == ["wmt14-en-de", "wmt14-en-fr"] and cfg.urls_of(entry) == ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"]
 
 
 def test_snakemake_plans_one_fetch_for_a_shared_archive(tmp_path):

@@ -231,8 +231,8 @@ def download_key(entry: dict, name: str) -> str:
     return hashlib.sha256(f"{source[0]}\n{name}".encode()).hexdigest()[:12]
 
 
-def downloads(config: dict) -> dict[tuple[str, str], tuple[str, str, dict]]:
-    """(key, name) → (the first dataset naming it, name, its entry) for every downloadable archive or file."""
+def downloads(config: dict) -> dict[tuple[str, str], tuple[list[str], dict]]:
+    """(key, name) → (the datasets naming it, its entry) for every downloadable archive or file."""
     out: dict = {}
     for dataset, spec in config["datasets"].items():
         if "user_path" in spec:
@@ -240,16 +240,16 @@ def downloads(config: dict) -> dict[tuple[str, str], tuple[str, str, dict]]:
         entries = {**{n: e for n, e in spec.get("files", {}).items() if urls_of(e) or "manual" in e},
                    **spec.get("archives", {})}
         for name, entry in entries.items():
-            out.setdefault((download_key(entry, name), name), (dataset, name, entry))
+            out.setdefault((download_key(entry, name), name), ([], entry))[0].append(dataset)
     return out
 
 
-def download_spec(config: dict, key: str, name: str) -> tuple[str, dict]:
-    """(dataset, entry: URLs, checksum, manual instructions) of the download results/downloads/<key>/<name>."""
+def download_spec(config: dict, key: str, name: str) -> tuple[list[str], dict]:
+    """(datasets naming it, entry: URLs, checksum, manual instructions) of results/downloads/<key>/<name>."""
     found = downloads(config).get((key, name))
     if found is None:
         raise UserError(f"results/downloads/{key}/{name}: no archive or file of the config downloads to it")
-    return found[0], found[2]
+    return found
 
 
 def mirror_location(config: dict, dataset: str, name: str) -> str:

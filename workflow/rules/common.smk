@@ -121,11 +121,12 @@ def get_source(wildcards):
 def fetch_args(wildcards):
     """The fetch command's options: every URL in order, checksum and its source, what to do by hand, and where the
     data mirror would hold the file."""
-    dataset, entry = cfg.download_spec(config, wildcards.key, wildcards.archive)
+    datasets, entry = cfg.download_spec(config, wildcards.key, wildcards.archive)
+    mirrored = " and ".join(cfg.mirror_location(config, dataset, wildcards.archive) for dataset in datasets)
     args = [f"--url {shlex.quote(url)}" for url in cfg.urls_of(entry)]
     args.append(checksum_flag(cfg.checksum_of(entry)))
     for option, value in (("--checksum-source", entry.get("checksum_source")), ("--manual", entry.get("manual")),
-                          ("--expected-at", cfg.mirror_location(config, dataset, wildcards.archive))):
+                          ("--expected-at", mirrored)):
         if value:
             args.append(f"{option} {shlex.quote(value)}")
     return " ".join(a for a in args if a)

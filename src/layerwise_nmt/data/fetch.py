@@ -135,6 +135,7 @@ def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum |
             record_unpinned(part, url)
             os.replace(f"{part}.sha256", f"{out}.sha256")
         os.replace(part, out)
+        _forget_origin(part)
         return url
     by_hand = manual or f"download it by hand from {urls[0] if urls else 'its publisher'}"
     where = f" and put it at {expected_at}" if expected_at else ""
@@ -146,8 +147,13 @@ def _verify_download(checksum: Checksum, part: Path, url: str) -> None:
     actual = checksum.compute(part)
     if actual != checksum.value:
         part.unlink()  # a wrong file must be neither resumed nor hashed
+        _forget_origin(part)
         raise SourceFailed(f"{checksum.kind} is {actual}, expected {checksum.value}{checksum.cited()} "
                            f"(a different file or version; deleted)")
+
+
+def _forget_origin(part: Path) -> None:
+    part.with_name(part.name + ".url").unlink(missing_ok=True)
 
 
 def _download_with_retry(url: str, part: Path) -> None:
@@ -169,7 +175,9 @@ def _download_with_retry(url: str, part: Path) -> None:
 
 def _download_once(url: str, part: Path) -> None:
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-    have = part.stat().st_size if part.exists() else 0
+    origin = part.with_name(part.name + ".url")  # a partial file is resumed only from the URL it came from
+    same = part.exists() and origin.exists() and origin.read_text() == url
+    have = part.stat().st_size if same else 0
     response = _open(opener, url, have)
     if _is_html(response):  # Google Drive's "can't scan for viruses" page: confirm once, as gdown does
         page = response.read(1 << 20).decode("utf-8", "replace")
@@ -194,6 +202,7 @@ def _download_once(url: str, part: Path) -> None:
         total = length + have if length is not None else None
         if length is not None:
             require_space(part.parent, length, url)
+        origin.write_text(url)
         with open(part, "ab" if resumed else "wb") as f, tqdm(
             total=total, initial=have, unit="B", unit_scale=True, desc=part.name[: -len(".part")],
             mininterval=2.0,
