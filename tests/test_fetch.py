@@ -208,3 +208,17 @@ def test_status_names_the_archives_with_no_working_automatic_source(tmp_path, mo
     config["data_mirror"] = str(tmp_path)
     roen = cfg.task_status(config, "iwslt14_roen")
     assert roen.state == "download" and "2014-01.tgz" in roen.reason and "2014-01-test" not in roen.reason
+
+
+def test_a_checksum_error_says_which_file_to_replace_and_from_where(tmp_path):
+    config = cfg.load(ROOT / "config.yaml")
+    config["data_mirror"] = str(tmp_path)
+    copy = tmp_path / "wmt16-en-ro" / "newstest2016-enro.ro"
+    copy.parent.mkdir()
+    copy.write_text("a corrupt mirror copy\n")
+    source = cfg.file_source(config, "wmt16-en-ro", "newstest2016.ro")
+    assert source.path == str(copy) and source.where == "https://data.statmt.org/wmt16/translation-task/test.tgz"
+    with pytest.raises(UserError) as err:
+        fetch.Checksum(*source.checksum, "PROVENANCE.md").verify(copy, copy.name, source.where)
+    assert f"(from PROVENANCE.md); the file is corrupt or a different version: delete {copy} and replace it with a " \
+           f"copy from https://data.statmt.org/wmt16/translation-task/test.tgz" in str(err.value)
