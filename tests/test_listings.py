@@ -68,3 +68,15 @@ def test_every_listing_has_a_source_and_belongs_to_an_archive_of_the_config():
 def test_spread_keeps_the_lines_in_extraction_order_and_drops_one_final_newline():
     out = spread(b"a\nb\nc\n", ["x/Book1_cn.txt", "x/Book2_cn.txt"])
     assert out == {"x/Book1_cn.txt": b"a\nb\n", "x/Book2_cn.txt": b"c"}
+
+
+def test_the_rehearsal_stand_ins_fail_on_a_planted_wrong_path(tmp_path, mirror):
+    from layerwise_nmt.rehearsal.standins import build
+
+    config = copy.deepcopy(cfg.load(ROOT / "config.yaml"))
+    config["tasks"] = {"wmt16_enro": config["tasks"]["wmt16_enro"]}
+    files = config["datasets"]["wmt16-en-ro"]["files"]
+    build(config, mirror, tmp_path / "good")  # the config's own paths: packed under the release's names
+    files["europarl-v8.ro-en.ro"]["path"] = "training/europarl-v8.ro-en.ro"  # the WMT18 archive's layout, not WMT16's
+    with pytest.raises(UserError, match="path 'training/europarl-v8.ro-en.ro' is not in the real listing"):
+        build(config, mirror, tmp_path / "bad")
