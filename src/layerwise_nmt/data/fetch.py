@@ -126,7 +126,7 @@ def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum |
         try:
             _download_with_retry(url, part)
             if checksum is not None:
-                _verify_download(checksum, part, url)
+                _verify_download(checksum, part)
         except SourceFailed as err:
             failures.append(f"{url}: {err}")
             log.warning("%s: %s%s", url, err, "; trying the next source" if url != urls[-1] else "")
@@ -143,7 +143,7 @@ def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum |
                     f"{by_hand}{where}")
 
 
-def _verify_download(checksum: Checksum, part: Path, url: str) -> None:
+def _verify_download(checksum: Checksum, part: Path) -> None:
     actual = checksum.compute(part)
     if actual != checksum.value:
         part.unlink()  # a wrong file must be neither resumed nor hashed
