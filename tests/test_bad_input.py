@@ -171,17 +171,32 @@ def test_download_verifies_and_resumes(server, tmp_path):
     sha = hashlib.sha256(payload).hexdigest()
     out = tmp_path / "dl" / "corpus.tgz"
     out.parent.mkdir()
-    (out.parent / "corpus.tgz.part").write_bytes(payload[:1000])  # an interrupted earlier download
+    (out.parent / "corpus.tgz.part").write_bytes(payload[:1000])  # an interrupted earlier download …
+    (out.parent / "corpus.tgz.part.url").write_text(f"{url}/corpus.tgz")  # … of the same URL
     fetch.download(f"{url}/corpus.tgz", out, fetch.Checksum("sha256", sha))
     assert out.read_bytes() == payload
-    assert not (out.parent / "corpus.tgz.part").exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["corpus.tgz"]
+
+
+def test_a_partial_file_from_another_url_is_not_resumed(server, tmp_path):
+    root, url = server
+    payload = bytes(range(256)) * 4000
+    (root / "corpus.tgz").write_bytes(payload)
+    out = tmp_path / "dl" / "corpus.tgz"
+    out.parent.mkdir()
+    (out.parent / "corpus.tgz.part").write_bytes(b"x" * 1000)  # left by a mirror that failed half-way
+    (out.parent / "corpus.tgz.part.url").write_text("https://mirror.example/corpus.tgz")
+    fetch.download(f"{url}/corpus.tgz", out, fetch.Checksum("sha256", hashlib.sha256(payload).hexdigest()))
+    assert out.read_bytes() == payload
 
 
 def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
     root, url = server
     (root / "corpus.tgz").write_bytes(b"not what we expected")
-    result = lwnmt("fetch", f"{url}/corpus.tgz", tmp_path / "corpus.tgz", "--sha256", "1" * 64)
-    assert "sha256 is" in one_line_error(result)
+    result = lwnmt("fetch", tmp_path / "corpus.tgz", "--url", f"{url}/corpus.tgz", "--sha256", "1" * 64,
+                   "--checksum-source", "the publisher's list")
+    error = one_line_error(result)
+    assert "sha256 is" in error and f"expected {'1' * 64} (from the publisher's list)" in error
     assert list(tmp_path.iterdir()) == [root]
 
 

@@ -184,14 +184,15 @@ def test_archive_inside_archive_and_mirror_copies_resolve(tmp_path):
     inner = cfg.file_source(config, "iwslt14-ro-en", "train.tags.ro-en.ro")
     assert inner.path == "results/raw/iwslt14-ro-en/ro-en.tgz" and inner.member == "ro-en/train.tags.ro-en.ro"
     outer = cfg.file_source(config, "iwslt14-ro-en", "ro-en.tgz")
-    assert outer.path == "results/downloads/iwslt14-ro-en/2014-01.tgz"
+    assert outer.path == cfg.download_path(config["datasets"]["iwslt14-ro-en"]["archives"]["2014-01.tgz"], "2014-01.tgz")
     config["data_mirror"] = str(ROOT / ".." / "shared" / "data-mirror")
     if (ROOT / ".." / "shared" / "data-mirror").is_dir():
         plain = cfg.file_source(config, "wmt16-en-ro", "newstest2016.ro")  # SGML officially, plain in the mirror
         assert plain.path.endswith("wmt16-en-ro/newstest2016-enro.ro") and plain.checksum[0] == "sha256"
         luong = cfg.file_source(config, "wmt14-en-de-luong", "newstest2013.de")  # a gzipped mirror copy
         assert luong.is_archive and luong.path.endswith("newstest2013.de.gz")
-        assert luong.checksum == ("sha256", "e893b95f37d1acc5999bc9e1de85ddf988953a8ae59972344129fe63c05aa2a5")
+        assert luong.checksum == ("md5", "5d48c9300649bfad1300e53ad1334aec")  # Sockeye's md5 of the Stanford file
+        assert "Sockeye" in luong.checksum_source
 
 
 def test_every_download_has_a_checksum_or_says_where_none_was_published():
@@ -216,11 +217,12 @@ def test_disk_space_is_checked_before_writing(tmp_path, monkeypatch):
 
 
 def test_manual_downloads_say_what_to_do(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "fetch", "https://wit3.fbk.eu/2014-01-b",
-                             str(tmp_path / "2014-01-test.tgz"), "--manual", "accept the terms, then mirror it"],
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "fetch", str(tmp_path / "2014-01-test.tgz"),
+                             "--manual", "accept the terms, download it", "--expected-at", "/mirror/x/2014-01-test.tgz"],
                             capture_output=True, text=True)
     assert result.returncode == 1 and not (tmp_path / "2014-01-test.tgz").exists()
-    assert "2014-01-test.tgz cannot be downloaded by the workflow: accept the terms" in result.stderr
+    assert ("2014-01-test.tgz: no source gave the file (no URL configured); accept the terms, download it and put "
+            "it at /mirror/x/2014-01-test.tgz") in result.stderr
 
 
 def test_assemble_streams_cleaning_and_the_every_kth_hold_out(tmp_path):

@@ -96,12 +96,18 @@ def test_standins_have_the_releases_formats_and_packaging(standins):
     with tarfile.open(root / "iwslt14-ro-en/2014-01.tgz") as outer:  # IWSLT: a pair's .tgz inside the campaign's
         inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile("2014-01/texts/ro/en/ro-en.tgz").read()))
         tags = inner.extractfile("ro-en/train.tags.ro-en.ro").read().decode()
-    assert "<talkid>1</talkid>" in tags and "<url>" in tags and "<title>" in tags
+    assert "<talkid>1</talkid>" in tags and "<url>" in tags and "<title>" in tags and "<description>" in tags
     with tarfile.open(root / "wmt14-en-fr/training-giga-fren.tar") as tar:  # a .gz inside a .tar
         assert gzip.decompress(tar.extractfile("giga-fren.release2.fixed.fr.gz").read()).decode().count("\n") > 10
-    with zipfile.ZipFile(root / "wmt17-zh-en/casia2015.zip") as zf:  # TFDS's wildcard members made concrete
-        assert sorted(zf.namelist()) == ["casia2015/standin_ch.txt", "casia2015/standin_en.txt"]
-        assert "。" in zf.read("casia2015/standin_ch.txt").decode()
+    with zipfile.ZipFile(root / "wmt17-zh-en/casia2015.zip") as zf:  # the release's real names, not the wildcard
+        assert sorted(zf.namelist()) == ["casia2015/casia2015_ch.txt", "casia2015/casia2015_en.txt"]
+        assert "。" in zf.read("casia2015/casia2015_ch.txt").decode()
+    with zipfile.ZipFile(root / "wmt17-zh-en/datum2017.zip") as zf:  # several files per side, one unended
+        books = sorted(n for n in zf.namelist() if n.endswith("_cn.txt"))
+        assert len(books) == 20 and not zf.read(books[-1]).endswith(b"\n")
+    with tarfile.open(root / "wmt17-zh-en/dev.tgz") as tar:  # .sgm where the release has .sgm; other members too
+        assert '<seg id="1">' in tar.extractfile("dev/newsdev2017-zhen-src.zh.sgm").read().decode()
+        assert "dev/newsdev2017-enzh-src.en.sgm" in tar.getnames()
     with tarfile.open(root / "wmt14-en-fr/test-full.tgz") as tar:  # WMT SGML
         assert '<seg id="1">' in tar.extractfile("test-full/newstest2014-fren-ref.fr.sgm").read().decode()
     assert (out / "user/nist-zh-en/mt04/ref.sgm").read_text().count("<DOC") == 4  # 4 references

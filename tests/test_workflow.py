@@ -306,7 +306,8 @@ def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
         for split in task["splits"]:
             path = f"results/{name}/data/bin-{kind}/{split}.{task['src']}-{task['tgt']}.{task['tgt']}.tokens.npy"
             assert path in out, f"{name}: no job binarizes {split}"
-    assert "results/downloads/wmt14-en-fr/training-giga-fren.tar" in out
+    giga = config["datasets"]["wmt14-en-fr"]["archives"]["training-giga-fren.tar"]
+    assert cfg.download_path(giga, "training-giga-fren.tar") in out  # results/downloads/<key of its URL>/
     assert "results/raw/wmt14-en-fr/giga-fren.release2.fixed.en.gz" in out  # an archive inside an archive
     for split in ("mt04", "mt05", "mt06", "mt08"):
         assert f"results/nist_zhen/mlrf.t3.dec_sa4/seed1/{split}.score.json" in out

@@ -42,39 +42,42 @@ config_files = arg("--config", action="append", metavar="FILE", help="a config f
                    "the option for overlays, later ones override: --config config.yaml --config config/demo.yaml")
 
 
-@command("fetch", "download a file (retries, resume, checksum)",
-    arg("url"),
+@command("fetch", "download a file: each URL in order, resume, HTML refused, checksum",
     arg("out"),
-    arg("--manual", help="the file needs a manual download; this says how (the command only reports it)"),
+    arg("--url", action="append", default=[], help="a source, tried in the order given (official first, then "
+        "mirrors); none: the file needs a manual download (--manual says how)"),
+    arg("--manual", help="what to do by hand when no URL gives the file"),
+    arg("--expected-at", help="where the data mirror would hold the file (named when every source fails)"),
+    arg("--checksum-source", help="where the expected checksum was published (named when it does not match)"),
     checksum_args)
 def cmd_fetch(a) -> None:
     from .data.fetch import checksum_from, download
 
-    if a.manual:  # terms of use: a person downloads it
-        raise UserError(f"{Path(a.out).name} cannot be downloaded by the workflow: {a.manual} "
-                        f"(data mirror layout: <data_mirror>/<dataset mirror dir>/{Path(a.out).name})")
-    download(a.url, a.out, checksum_from(a.sha256, a.git_blob, a.md5))
+    download(a.url, a.out, checksum_from(a.sha256, a.git_blob, a.md5, a.checksum_source), a.manual, a.expected_at)
 
 
 @command("extract", "take a raw file out of an archive (or copy it) and verify it",
     arg("input", help="an archive, or the file itself"),
     arg("out"),
     arg("--archive", action="store_true", help="input is an archive (.tgz/.tar/.zip/.gz)"),
-    arg("--member", help="path inside the archive"),
+    arg("--member", help="path inside the archive (wildcards: the sorted matches, each line-ended)"),
+    arg("--pair-member", help="the other side's wildcard member: files paired by name, line counts checked"),
     arg("--archive-sha256"),
     arg("--archive-git-blob"),
     arg("--archive-md5"),
-    arg("--where", default="its official URL", help="where to get the file again (for errors)"),
+    arg("--archive-checksum-source", help="where the archive's checksum was published"),
+    arg("--checksum-source", help="where the file's checksum was published"),
+    arg("--where", default="its official URL", help="where to get a good copy (for errors)"),
     checksum_args)
 def cmd_extract(a) -> None:
     from .data.fetch import checksum_from, copy_verified, extract_member
 
-    archive_checksum = checksum_from(a.archive_sha256, a.archive_git_blob, a.archive_md5)
+    archive_checksum = checksum_from(a.archive_sha256, a.archive_git_blob, a.archive_md5, a.archive_checksum_source)
     if archive_checksum is not None:  # an archive taken from a mirror is checked before use
         archive_checksum.verify(a.input, a.input, a.where)
-    checksum = checksum_from(a.sha256, a.git_blob, a.md5)
+    checksum = checksum_from(a.sha256, a.git_blob, a.md5, a.checksum_source)
     if a.archive:
-        extract_member(a.input, a.member, a.out, checksum, a.where)
+        extract_member(a.input, a.member, a.out, checksum, a.where, a.pair_member)
     else:
         copy_verified(a.input, a.out, checksum, a.where)
 
@@ -578,7 +581,7 @@ def cmd_status(a) -> None:
         ready = sum(s.runnable for s in selected)
         print(f"\n{kind}s: {ready} of {len(selected)} can run")
         for s in selected:
-            print(f"  {s.state:<7} {s.name:<{width}}  {'' if s.runnable else s.reason}")
+            print(f"  {s.state:<8} {s.name:<{width}}  {'' if s.state == 'ok' else s.reason}")
     from .plan import budget_warnings
 
     flagged = budget_warnings(config)

@@ -5,6 +5,7 @@ Used by the Snakefile (input functions, targets) and by `lwnmt status`, so both 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,9 +147,12 @@ class FileSource:
     path: str  # a mirror file, a mirror archive, or the download location of the archive
     member: str | None  # path inside the archive; None when `path` is the file itself or a .gz of it
     is_archive: bool
-    checksum: tuple[str, str] | None  # ("sha256"|"git_blob", digest) of the extracted file
-    where: str  # human pointer for error messages
+    checksum: tuple[str, str] | None  # ("sha256"|"md5"|"git_blob", digest) of the extracted file
+    where: str  # where a good copy comes from (the official URL, or what to do by hand), for error messages
     archive_checksum: tuple[str, str] | None = None  # checked before extracting from a mirrored archive
+    checksum_source: str | None = None  # where `checksum` was published (named when it does not match)
+    archive_checksum_source: str | None = None
+    pair_member: str | None = None  # the other side's wildcard member: files read pairwise, counts checked
 
 
 def checksum_of(entry: dict) -> tuple[str, str] | None:
@@ -156,6 +160,16 @@ def checksum_of(entry: dict) -> tuple[str, str] | None:
         if entry.get(kind):
             return kind, entry[kind]
     return None
+
+
+def urls_of(entry: dict) -> list[str]:
+    """Where a download comes from, in the order tried: the official URL, then known mirrors."""
+    return ([entry["url"]] if entry.get("url") else []) + list(entry.get("mirrors", []))
+
+
+def where_from(entry: dict) -> str:
+    urls = urls_of(entry)
+    return " or ".join(urls) if urls else f"by hand ({entry.get('manual', 'see its dataset description')})"
 
 
 def file_source(config: dict, dataset: str, name: str) -> FileSource:
@@ -170,40 +184,78 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     archive_name = entry.get("archive")
     archive = spec.get("archives", {}).get(archive_name, {}) if archive_name else {}
     member = entry.get("path")
-    url = archive.get("url", entry.get("url", "?"))
+    where = where_from(archive or entry)
+    own = dict(checksum=checksum_of(entry), checksum_source=entry.get("checksum_source"),
+               pair_member=pair_member(spec, name))
     mirror = mirror_dir(config)
     if mirror is not None:
         base = mirror / spec.get("mirror", dataset)
-        where = f"the data mirror {base} or {url}"
         copy = entry.get("mirror")
         if copy and (base / copy["path"]).is_file():
-            compressed = copy["path"].endswith(".gz")
-            return FileSource(str(base / copy["path"]), None, compressed,
-                              checksum_of(entry) if compressed else checksum_of(copy), where,
-                              checksum_of(copy) if compressed else None)
+            if copy["path"].endswith(".gz"):  # a compressed copy: check it, then the file it inflates to
+                return FileSource(str(base / copy["path"]), None, True, where=where, archive_checksum=checksum_of(
+                    copy), archive_checksum_source=copy.get("checksum_source"), **own)
+            return FileSource(str(base / copy["path"]), None, False, checksum_of(copy), where,
+                              checksum_source=copy.get("checksum_source"))
         if member and (base / member).is_file():
-            return FileSource(str(base / member), None, False, checksum_of(entry), where)
+            return FileSource(str(base / member), None, False, where=where, **own)
         if archive_name and (base / archive_name).is_file():
-            return FileSource(str(base / archive_name), member, True, checksum_of(entry), where,
-                              checksum_of(archive))
+            return FileSource(str(base / archive_name), member, True, where=where, archive_checksum=checksum_of(
+                archive), archive_checksum_source=archive.get("checksum_source"), **own)
         if not archive_name and (base / name).is_file():
-            return FileSource(str(base / name), None, False, checksum_of(entry), where)
+            return FileSource(str(base / name), None, False, where=where, **own)
         # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
     if archive_name in spec.get("files", {}):  # extracted from an outer archive first (its own extract job)
         outer = file_source(config, dataset, archive_name)
-        return FileSource(raw_path(dataset, archive_name), member, True, checksum_of(entry), outer.where)
+        return FileSource(raw_path(dataset, archive_name), member, True, where=outer.where, **own)
     if archive_name:
-        return FileSource(download_path(dataset, archive_name), member, True, checksum_of(entry), url)
-    return FileSource(download_path(dataset, name), None, False, checksum_of(entry), url)
+        return FileSource(download_path(archive, archive_name), member, True, where=where, **own)
+    return FileSource(download_path(entry, name), None, False, where=where, **own)
 
 
-def download_spec(config: dict, dataset: str, name: str) -> dict:
-    """URL and checksum of a downloadable archive (or single file) of a dataset."""
-    spec = config["datasets"][dataset]
-    entry = spec.get("archives", {}).get(name) or spec.get("files", {}).get(name)
-    if not entry or "url" not in entry:
-        raise UserError(f"datasets/{dataset}: nothing named {name!r} to download")
-    return entry
+def pair_member(spec: dict, name: str) -> str | None:
+    """The other side of a wildcard member (CWMT's `casia2015/*_c[hn].txt` ↔ `casia2015/*_en.txt`): the one other
+    wildcard file of the same archive. Its files are paired with this one's by name and their line counts checked."""
+    entry = spec["files"][name]
+    if not any(c in entry.get("path", "") for c in "*?["):
+        return None
+    others = [e["path"] for n, e in spec["files"].items() if n != name and e.get("archive") == entry.get("archive")
+              and any(c in e.get("path", "") for c in "*?[")]
+    return others[0] if len(others) == 1 else None
+
+
+def download_key(entry: dict, name: str) -> str:
+    """One download per source, shared by every dataset that names it: keyed by its URL (or, for a file only a
+    person can fetch, by its instructions) and its name."""
+    source = urls_of(entry)[:1] or [entry.get("manual", "")]
+    return hashlib.sha256(f"{source[0]}\n{name}".encode()).hexdigest()[:12]
+
+
+def downloads(config: dict) -> dict[tuple[str, str], tuple[list[str], dict]]:
+    """(key, name) → (the datasets naming it, its entry) for every downloadable archive or file."""
+    out: dict = {}
+    for dataset, spec in config["datasets"].items():
+        if "user_path" in spec:
+            continue
+        entries = {**{n: e for n, e in spec.get("files", {}).items() if urls_of(e) or "manual" in e},
+                   **spec.get("archives", {})}
+        for name, entry in entries.items():
+            out.setdefault((download_key(entry, name), name), ([], entry))[0].append(dataset)
+    return out
+
+
+def download_spec(config: dict, key: str, name: str) -> tuple[list[str], dict]:
+    """(datasets naming it, entry: URLs, checksum, manual instructions) of results/downloads/<key>/<name>."""
+    found = downloads(config).get((key, name))
+    if found is None:
+        raise UserError(f"results/downloads/{key}/{name}: no archive or file of the config downloads to it")
+    return found
+
+
+def mirror_location(config: dict, dataset: str, name: str) -> str:
+    """Where the data mirror is expected to hold an archive (or single file) of a dataset."""
+    mirror = config.get("data_mirror") or os.environ.get(MIRROR_ENV) or f"<data_mirror or ${MIRROR_ENV}>"
+    return f"{mirror}/{config['datasets'][dataset].get('mirror', dataset)}/{name}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -274,8 +326,8 @@ def raw_path(dataset: str, name: str) -> str:
     return f"results/raw/{dataset}/{name}"
 
 
-def download_path(dataset: str, name: str) -> str:
-    return f"results/downloads/{dataset}/{name}"
+def download_path(entry: dict, name: str) -> str:
+    return f"results/downloads/{download_key(entry, name)}/{name}"
 
 
 def data_path(task: str, *parts: str) -> str:
@@ -379,10 +431,11 @@ class Status:
     runnable: bool
     reason: str
     quoted: bool = False  # a row the paper quotes from other work: never run, never ours
+    fetch: str = ""  # a runnable task whose data is not all at hand: "download" (automatic) or "manual"
 
     @property
     def state(self) -> str:
-        return "ok" if self.runnable else "quoted" if self.quoted else "blocked"
+        return (self.fetch or "ok") if self.runnable else "quoted" if self.quoted else "blocked"
 
 
 def task_status(config: dict, name: str) -> Status:
@@ -400,7 +453,35 @@ def task_status(config: dict, name: str) -> Status:
         if missing:
             return Status("task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks "
                           f"{', '.join(missing)}")
+    by_hand, automatic = fetch_needs(config, task["dataset"])
+    if by_hand:  # still runnable: its fetch job fails with the instructions, and a user may mirror the files
+        return Status("task", name, True, "no working automatic source for " + "; ".join(
+            f"{', '.join(files)} ({why}; put {'it' if len(files) == 1 else 'them'} in "
+            f"{mirror_location(config, task['dataset'], '')})" for why, files in by_hand.items()), fetch="manual")
+    if automatic:
+        return Status("task", name, True, f"downloads {', '.join(automatic)} (not in the data mirror)",
+                      fetch="download")
     return Status("task", name, True, "ready")
+
+
+def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[str]]:
+    """The downloads a dataset's files need (those not in the data mirror): ({why a person must fetch them: names},
+    [names fetched automatically])."""
+    spec = config["datasets"][dataset]
+    by_hand, automatic = {}, []
+    for name in spec.get("files", {}) if "user_path" not in spec else ():
+        path = file_source(config, dataset, name).path
+        if not path.startswith("results/downloads/"):
+            continue
+        file = path.rsplit("/", 1)[1]
+        entry = spec.get("archives", {}).get(file) or spec["files"][file]
+        if not urls_of(entry) or entry.get("reported_broken"):
+            why = "; ".join(filter(None, [entry.get("reported_broken"), entry.get("manual")]))
+            if file not in by_hand.setdefault(why, []):
+                by_hand[why].append(file)
+        elif file not in automatic:
+            automatic.append(file)
+    return by_hand, automatic
 
 
 def experiment_status(config: dict, name: str) -> Status:

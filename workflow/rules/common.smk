@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 import os
+import shlex
 import sys
 
 # Rules call the package as `python -m layerwise_nmt`, found through PYTHONPATH, so the same command works in the
@@ -117,8 +118,30 @@ def get_source(wildcards):
         raise WorkflowError(str(err))
 
 
-def get_download(wildcards):
-    return cfg.download_spec(config, wildcards.dataset, wildcards.archive)
+def fetch_args(wildcards):
+    """The fetch command's options: every URL in order, checksum and its source, what to do by hand, and where the
+    data mirror would hold the file."""
+    datasets, entry = cfg.download_spec(config, wildcards.key, wildcards.archive)
+    mirrored = " and ".join(cfg.mirror_location(config, dataset, wildcards.archive) for dataset in datasets)
+    args = [f"--url {shlex.quote(url)}" for url in cfg.urls_of(entry)]
+    args.append(checksum_flag(cfg.checksum_of(entry)))
+    for option, value in (("--checksum-source", entry.get("checksum_source")), ("--manual", entry.get("manual")),
+                          ("--expected-at", mirrored)):
+        if value:
+            args.append(f"{option} {shlex.quote(value)}")
+    return " ".join(a for a in args if a)
+
+
+def extract_args(wildcards):
+    source = get_source(wildcards)
+    args = ["--archive" if source.is_archive else "", checksum_flag(source.checksum),
+            checksum_flag(source.archive_checksum, prefix="archive-"), f"--where {shlex.quote(source.where)}"]
+    for option, value in (("--member", source.member), ("--pair-member", source.pair_member),
+                          ("--checksum-source", source.checksum_source),
+                          ("--archive-checksum-source", source.archive_checksum_source)):
+        if value:
+            args.append(f"{option} {shlex.quote(value)}")
+    return " ".join(a for a in args if a)
 
 
 # --- preprocessing (preprocess.smk) ---------------------------------------------------------------

@@ -3,10 +3,13 @@
 For each file the tasks of the config read, in this order:
 - the data mirror has it (itself, its `mirror` copy, or its archive): a symlink to the real file, checksum and all;
 - the file is licensed user data (NIST): a stand-in directory laid out as `user_path` expects;
-- otherwise it is written here in the release's format (plain, TED `train.tags`, IWSLT XML, WMT SGML, NIST SGML
-  with 4 references) and packed the way the release packs it: members of .tgz/.tar/.zip archives at their member
-  paths (wildcards made concrete), single-file .gz, archives inside archives (IWSLT's per-pair .tgz inside the
-  campaign .tgz, giga-fren's .gz inside a .tar).
+- otherwise it is written here in the release's format (plain, TED `train.tags`, IWSLT XML, WMT SGML where the
+  release has .sgm, NIST SGML with 4 references) and packed the way the release packs it: single-file .gz, archives
+  inside archives (IWSLT's per-pair .tgz inside the campaign .tgz, giga-fren's .gz inside a .tar), and .tgz/.tar/.zip
+  archives holding every member of the release's real listing (tests/fixtures/release_listings.yaml), not the
+  config's paths: a `path:` the real release does not have fails here as it would on the real archive. A wildcard
+  path's text is spread over the real files it matches (CWMT's Book1…Book20_cn.txt), the last of them without a
+  final newline, as some real files end; members no task reads hold one placeholder line.
 
 Text comes from the mirror where it exists for the language pair (Multi30k De-En, WMT16 newsdev En-Ro, Luong's
 tokenized newstest2013 En-De); French, Spanish and Chinese sides are synthetic and look it ("fr" reverses each
@@ -16,6 +19,7 @@ stand-in can pass for real data. `STANDINS.md` in the output lists every file an
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import io
@@ -27,9 +31,13 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from .. import UserError
 from .. import config as cfg
 
+LISTINGS = cfg.ROOT / "tests" / "fixtures" / "release_listings.yaml"
+PLACEHOLDER = b"stand-in: a member of the real release that no task reads\n"
 TRAIN_LINES = 320  # per training split, shared among its parts (≥ 2 updates of update_freq 128 sentences)
 EVAL_LINES = 12  # per evaluation split, shared among its parts
 CJK = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严龙飞"
@@ -164,7 +172,7 @@ def render(fmt: str, lines: list[str], lang: str, side: int, set_id: str) -> str
                 talk = i // 10 + 1
                 out += [f"<url>http://www.ted.com/talks/standin_{talk}.html</url>",
                         "<keywords>talks, rehearsal</keywords>", f"<talkid>{talk}</talkid>"]
-                out.append(f"<title>{line}</title>" if i % 20 == 0 else line)
+                out.append(f"<title>{line}</title>" if i % 20 == 0 else f"<description>{line}</description>")
                 continue
             out.append(line)
         return "".join(f"{line}\n" for line in out)
@@ -193,10 +201,51 @@ def render(fmt: str, lines: list[str], lang: str, side: int, set_id: str) -> str
     raise UserError(f"no stand-in writer for format {fmt!r}")
 
 
-def concrete(member: str) -> str:
-    """A wildcard member path made into one real name (`casia2015/*_c[hn].txt` → `casia2015/standin_ch.txt`)."""
-    member = re.sub(r"\[([^\]])[^\]]*\]", r"\1", member)
-    return member.replace("*", "standin").replace("?", "x")
+def load_listings(path: Path = LISTINGS) -> dict[str, dict]:
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
+def listing_key(spec: dict, archive: str) -> str:
+    """An archive's key in the listings: its official URL ("manual: <name>" when it has none); an archive inside
+    another: "<outer key> :: <member path>"."""
+    inner = spec.get("files", {}).get(archive)
+    if inner is not None:
+        return f"{listing_key(spec, inner['archive'])} :: {inner['path']}"
+    urls = cfg.urls_of(spec["archives"][archive])
+    return urls[0] if urls else f"manual: {archive}"
+
+
+def real_members(listings: dict, spec: dict, dataset: str, name: str) -> tuple[str, list[str]]:
+    """(listing key, the real members a file's `path:` names): itself, or every member its wildcard matches.
+    A path the listing lacks is a one-line error naming both."""
+    entry = spec["files"][name]
+    key = listing_key(spec, entry["archive"])
+    if key not in listings:
+        raise UserError(f"datasets/{dataset}/files/{name}: no real listing of its archive {key!r} in {LISTINGS}; "
+                        f"add the release's member names there, with their public source")
+    members = listings[key]["members"]
+    found = sorted(fnmatch.filter(members, entry["path"])) if any(c in entry["path"] for c in "*?[") else \
+        [entry["path"]] if entry["path"] in members else []
+    if not found:
+        raise UserError(f"datasets/{dataset}/files/{name}: path {entry['path']!r} is not in the real listing of "
+                        f"{key} ({listings[key]['source'].split(';')[0].strip()}); expected one of its members")
+    return key, found
+
+
+def spread(data: bytes, members: list[str]) -> dict[str, bytes]:
+    """A plain text's lines over the files a wildcard matches, in the order extraction concatenates them (sorted);
+    the last non-empty file loses its final newline, as some real files do."""
+    lines = data.decode("utf-8").splitlines(keepends=True)
+    base, extra = divmod(len(lines), len(members))
+    out, start = {}, 0
+    for i, member in enumerate(members):
+        size = base + (i < extra)
+        out[member] = "".join(lines[start:start + size]).encode("utf-8")
+        start += size
+    last = max((m for m in members if out[m]), key=members.index, default=None)
+    if last is not None:
+        out[last] = out[last].rstrip(b"\n")
+    return out
 
 
 def pack(archive: str, members: dict[str | None, bytes]) -> bytes:
@@ -223,8 +272,10 @@ def pack(archive: str, members: dict[str | None, bytes]) -> bytes:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def build(config: dict, mirror: Path, out: Path) -> Manifest:
-    """Write the stand-in mirror (and user directories) under `out`; `config` is the full config."""
+def build(config: dict, mirror: Path, out: Path, listings: dict | None = None) -> Manifest:
+    """Write the stand-in mirror (and user directories) under `out`; `config` is the full config, `listings` the
+    releases' real member names (default: tests/fixtures/release_listings.yaml)."""
+    listings = load_listings() if listings is None else listings
     mirror = mirror.resolve()
     out.mkdir(parents=True, exist_ok=True)
     link_tree(mirror, out / "mirror")
@@ -243,13 +294,15 @@ def build(config: dict, mirror: Path, out: Path) -> Manifest:
             parts[need.part] = pool.take(need.dataset, need.langs, need.lines)
         where, lines = parts[need.part]
         side = need.langs.index(need.lang)
-        text = render(need.fmt, lines[need.lang], need.lang, side, need.name.split(".")[0])
+        path = spec["files"][need.name].get("path", need.name)
+        fmt = "xml" if need.fmt == "wmt" and path.endswith(".sgm") else need.fmt  # the release's SGML, not plain
+        text = render(fmt, lines[need.lang], need.lang, side, need.name.split(".")[0])
         contents[(need.dataset, need.name)] = text.encode("utf-8")
         manifest.provenance.append(f"| {need.dataset} | {need.name} | {where}, {len(lines[need.lang])} lines, "
-                                   f"format {need.fmt} |")
+                                   f"format {fmt} |")
     for (dataset, name), data in contents.items():
         manifest.digests[(dataset, name)] = digests(data)
-    write_packed(config, contents, out, manifest)
+    write_packed(config, contents, out, manifest, listings)
     (out / "manifest.json").write_text(json.dumps({
         "digests": {f"{d}/{n}": v for (d, n), v in sorted(manifest.digests.items())},
         "user_paths": manifest.user_paths}, indent=1))
@@ -260,10 +313,13 @@ def build(config: dict, mirror: Path, out: Path) -> Manifest:
     return manifest
 
 
-def write_packed(config: dict, contents: dict[tuple[str, str], bytes], out: Path, manifest: Manifest) -> None:
+def write_packed(config: dict, contents: dict[tuple[str, str], bytes], out: Path, manifest: Manifest,
+                 listings: dict) -> None:
     """Place each synthesized file where file_source looks for it: at the mirror root, in the user directory, or
-    in its archive, built here and nested as the release nests it (inner archives are packed first)."""
+    in its archive, built here with the release's real member names and nested as the release nests it (inner
+    archives are packed first)."""
     members: dict[tuple[str, str], dict[str | None, bytes]] = {}  # (dataset, archive) → member path → bytes
+    keys: dict[tuple[str, str], str] = {}  # (dataset, archive) → its listing key
 
     def place(dataset: str, name: str, data: bytes) -> None:
         spec = config["datasets"][dataset]
@@ -273,9 +329,12 @@ def write_packed(config: dict, contents: dict[tuple[str, str], bytes], out: Path
             manifest.user_paths[dataset] = str((out / "user" / dataset).resolve())
         elif entry.get("archive") is None:
             write_file(out / "mirror" / spec.get("mirror", dataset) / name, data)
+        elif entry.get("path") is None:  # a single-file .gz
+            members.setdefault((dataset, entry["archive"]), {})[None] = data
         else:
-            member = concrete(entry["path"]) if entry.get("path") else None
-            members.setdefault((dataset, entry["archive"]), {})[member] = data
+            keys[(dataset, entry["archive"])], found = real_members(listings, spec, dataset, name)
+            packed = spread(data, found) if len(found) > 1 else {found[0]: data}
+            members.setdefault((dataset, entry["archive"]), {}).update(packed)
 
     def depth(dataset: str, archive: str) -> int:
         files = config["datasets"][dataset]["files"]
@@ -285,7 +344,10 @@ def write_packed(config: dict, contents: dict[tuple[str, str], bytes], out: Path
         place(dataset, name, data)
     while members:  # the most deeply nested archive first: packing it makes it a member of its parent
         dataset, archive = max(members, key=lambda key: depth(*key))
-        packed = pack(archive, members.pop((dataset, archive)))
+        inside = members.pop((dataset, archive))
+        if (dataset, archive) in keys:  # every other member of the real release, so wildcards meet them too
+            inside = {**{m: PLACEHOLDER for m in listings[keys[(dataset, archive)]]["members"]}, **inside}
+        packed = pack(archive, inside)
         manifest.digests[(dataset, archive)] = digests(packed)
         place(dataset, archive, packed)
 
