@@ -235,13 +235,16 @@ def test_readme_results_section_is_replaced_between_its_markers(tmp_path):
 
     readme, table, figure = tmp_path / "README.md", tmp_path / "T1.md", tmp_path / "buckets.png"
     readme.write_text(f"# x\n\nbefore\n{START}\nold table\n{END}\nafter\n")
-    table.write_text("# demo T1: caption\n\nScale: demo\n\n| row | ours |\n|---|---|\n| baseline | 29.74 (n=1) |\n")
+    table.write_text("# demo T1: caption\n\nScale: demo\n\n| row | ours |\n|---|---|\n| baseline | 29.74 (n=1) |\n"
+                     "\nOur runs' precision: fp32 (amp: auto) on cpu: AMD EPYC (AVX2).\n")
     figure.write_bytes(b"\x89PNG fake")
-    update(str(readme), str(table), [str(figure)], docs=str(tmp_path / "docs"))
+    update(str(readme), str(table), [str(figure)], commit="abc1234", docs="docs")
     text = readme.read_text()
     assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
     assert "| baseline | 29.74 (n=1) |" in text and (tmp_path / "docs/buckets.png").read_bytes() == b"\x89PNG fake"
-    update(str(readme), str(table), [], docs=str(tmp_path / "docs"))  # idempotent apart from what changed
+    assert f"`{table}` (commit abc1234):" in text and "](docs/buckets.png)" in text  # linked from the README
+    assert "Our runs' precision: fp32 (amp: auto) on cpu: AMD EPYC (AVX2)." in text  # the CPU and precision
+    update(str(readme), str(table), [], docs="docs")  # idempotent apart from what changed
     assert readme.read_text().count(START) == 1
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(UserError, match="no results markers"):

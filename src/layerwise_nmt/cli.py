@@ -545,11 +545,16 @@ def cmd_plan(a) -> None:
 @command("readme", "put a run's table and figures into the README's results section",
     arg("--readme", default="README.md"),
     arg("--table", required=True, help="a results/tables/<paper>/<table>.md"),
-    arg("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)"))
+    arg("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)"),
+    arg("--commit", help="the commit the run was made from (default: this checkout's HEAD)"))
 def cmd_readme(a) -> None:
+    import subprocess
+
     from .report.readme import update
 
-    update(a.readme, a.table, a.figure)
+    commit = a.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip() or None
+    update(a.readme, a.table, a.figure, commit)
 
 
 @command("rehearse", "run every row of config.yaml at toy size on stand-in data, through Snakemake, and summarise "
