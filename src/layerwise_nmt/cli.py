@@ -397,7 +397,9 @@ def cmd_pick_lenpen(a) -> None:
 
 @command("score", "BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)",
     arg("hyp"),
-    arg("--ref", nargs="+", required=True),
+    arg("--ref", nargs="+", required=True, help="reference file(s), one per reference, each as long as HYP"),
+    arg("--stacked-refs", action="store_true",
+        help="each --ref file holds several references one after the other (a multiple of HYP's lines)"),
     arg("--source", help="source text (tokenized, no BPE) for length buckets"),
     arg("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}'),
     arg("--meta", help="JSON merged into score.json (experiment, seed, ...)"),
@@ -410,7 +412,7 @@ def cmd_score(a) -> None:
     from .score import ScoreConfig, score_files
 
     cfg = ScoreConfig.from_dict(json.loads(a.options))
-    result = score_files(a.hyp, a.ref, cfg, a.source)
+    result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
     if a.meta:
         result.update(json.loads(a.meta))

@@ -221,6 +221,12 @@ def tokenized_bleu(wildcards):
     return experiment_of(wildcards)["score"].get("tokenize", "none") == "none"
 
 
+def stacked_references(wildcards):
+    """A NIST split's untokenized references (ref/) hold its K references one after the other; tokenized text
+    (text/) keeps the first only."""
+    return not tokenized_bleu(wildcards) and task_of(wildcards)["splits"][wildcards.split].get("format") == "nist"
+
+
 def model_for_decoding(wildcards):
     name = "averaged.pt" if experiment_of(wildcards)["average"] else "model.pt"
     return f"{run_dir(wildcards)}/{name}"

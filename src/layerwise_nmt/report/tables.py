@@ -97,7 +97,7 @@ def p_value(test: str, baseline: list[dict], system: list[dict]) -> float | None
     if test == "t_test":
         return t_test([b["bleu"] for b in baseline], [s["bleu"] for s in system])
     hyps, base = list(read_lines(system[0]["hyp"])), list(read_lines(baseline[0]["hyp"]))
-    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps))]
+    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps), system[0].get("stacked_refs", False))]
     cfg = ScoreConfig.from_dict(system[0]["options"])
     if test == "sign_test":
         return sign_test(base, hyps, refs, cfg)["p_value"]
