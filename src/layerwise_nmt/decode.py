@@ -27,7 +27,7 @@ from . import UserError
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
-from .settings import Settings
+from .settings import Settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,18 @@ log = logging.getLogger(__name__)
 class BeamConfig(Settings):
     kind = "decoding setting"
 
-    beam: int = 5
+    beam: int = setting(5, ge=1)
     lenpen: float = 1.0
     length_penalty: str = "fairseq"  # fairseq | gnmt
-    max_len_a: float = 1.2  # max output length = a·src_len + b (fairseq's --max-len-a/-b)
-    max_len_b: int = 10
-    min_len: int = 1  # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
-    batch_size: int = 64  # sentences per batch (fairseq --batch-size)
+    max_len_a: float = setting(1.2, ge=0)  # max output length = a·src_len + b (fairseq's --max-len-a/-b)
+    max_len_b: int = setting(10, ge=0)
+    # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
+    min_len: int = setting(1, ge=0)
+    batch_size: int = setting(64, ge=1)  # sentences per batch (fairseq --batch-size)
     amp: str = "none"  # none | bf16
     # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
     # run (the workflow's pick_lenpen step). Empty: decode with `lenpen` as given.
-    tune_lenpen: tuple[float, ...] = ()
+    tune_lenpen: tuple[float, ...] = setting((), ge=0)
 
     @classmethod
     def prepare(cls, values: dict) -> dict:

@@ -22,7 +22,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from . import UserError
 from .data.io import read_lines
-from .settings import Settings
+from .settings import Settings, setting
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 MIN_PERIOD_LINES = 10  # lines ending in a period needed before judging whether a file is tokenized
@@ -37,7 +37,7 @@ class ScoreConfig(Settings):
     tokenize: str = "none"  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
     lowercase: bool = False
     compound_split: bool = False
-    buckets: tuple[int, ...] = ()  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
+    buckets: tuple[int, ...] = setting((), ge=1)  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
     # [0, e1), [e1, e2), …, ≥ e_last by default; right_closed: (0, e1], (e1, e2], …, > e_last (Dou et al.'s Fig. 4
     # labels: a 15-word sentence is in (0, 15], not in the next bucket)
     buckets_right_closed: bool = False
