@@ -82,7 +82,7 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
         assert len((run / "test.txt").read_text(encoding="utf-8").splitlines()) == 100
         assert "@@" not in (run / "test.txt").read_text(encoding="utf-8")
         assert len(list((run / "checkpoints").glob("checkpoint[0-9]*.pt"))) == 3
-        metrics = (run / "metrics.csv").read_text().splitlines()
+        metrics = (run / "checkpoints" / "metrics.csv").read_text().splitlines()
         assert len(metrics) == 4 and "valid_accuracy" in metrics[0]
         assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == ["checkpoint2.pt",
                                                                                        "checkpoint3.pt"]

@@ -263,7 +263,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     net = torch.nn.parallel.DistributedDataParallel(run.model) if world_size > 1 else run.model
     run.model.train()
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
-    reporter = Reporter(run.save_dir.parent if rank == 0 else None, cfg)
+    reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
     started = time.time() - progress.elapsed
     with StopSignals(device) as signals:
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import measure_of, metrics_of, split_of
+from ..config import measure_of, metrics_of, save_dir, split_of
 from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
@@ -62,7 +62,7 @@ def cut_short(runs: list[str]) -> str:
     budget, ended them — the row's numbers are then not those of the protocol it describes."""
     cut = []
     for run in runs:
-        path = Path(run) / "training.json"
+        path = Path(save_dir(run)) / "training.json"
         summary = json.loads(path.read_text()) if path.exists() else {}
         if summary.get("stopped_by") == "max_minutes":
             budget = summary["budget"]
@@ -109,7 +109,7 @@ def run_speeds(row: dict) -> tuple[float | None, float | None]:
     Training speed: the last metrics.csv record's update / wall minutes (validation included, as in a P40 log)."""
     train, decode = [], []
     for run in row.get("runs", []):
-        metrics, score = Path(run) / "metrics.csv", Path(run) / "test.score.json"
+        metrics, score = Path(save_dir(run)) / "metrics.csv", Path(run) / "test.score.json"
         if metrics.exists():
             last = pd.read_csv(metrics).iloc[-1]
             train.append(last["update"] / max(last["minutes"] * 60, 1e-9))
