@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Callable
@@ -243,7 +244,8 @@ def train_spec(a) -> dict:
     arg("--data", required=True, help="binarized data directory (bin-joint or bin-separate)"),
     arg("--src", required=True),
     arg("--tgt", required=True),
-    arg("--save-dir", required=True),
+    arg("--save-dir", required=True, help="everything the run writes: checkpoints, metrics.csv, training.json, "
+                                          "tensorboard/"),
     arg("--final", help="where to write the final model (the rule's output)"),
     arg("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)"),
     arg("--gpus", type=int, default=0,
@@ -594,6 +596,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_error(line: str) -> None:
+    """The one-line error on stderr, and on stdout too when stderr is a log file (a workflow job's `2> {log}`):
+    Snakemake's console then shows the line itself, not only its CalledProcessError pointing at the log."""
+    print(line, file=sys.stderr)
+    try:
+        err, out = os.fstat(sys.stderr.fileno()), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):  # captured streams without a file descriptor (tests)
+        return
+    if stat.S_ISREG(err.st_mode) and (err.st_dev, err.st_ino) != (out.st_dev, out.st_ino):
+        print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -601,13 +615,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except UserError as err:
-        print(f"lwnmt {args.command}: error: {err}", file=sys.stderr)
+        print_error(f"lwnmt {args.command}: error: {err}")
         sys.exit(1)
     except OSError as err:  # a path given on the command line that is not there (or not readable)
         if args.verbose or err.filename is None:
             raise
-        print(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)",
-              file=sys.stderr)
+        print_error(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)")
         sys.exit(1)
 
 
