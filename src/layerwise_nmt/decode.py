@@ -51,18 +51,15 @@ class BeamConfig(Settings):
 
     @classmethod
     def prepare(cls, values: dict) -> dict:
-        grid = values.get("tune_lenpen")
-        if grid is not None:
-            if not isinstance(grid, (list, tuple)) or not all(isinstance(a, (int, float)) for a in grid):
-                raise UserError(f"tune_lenpen={grid!r}; expected a list of α values, e.g. [0.6, 1.0, 1.6]")
-            values["tune_lenpen"] = tuple(float(a) for a in grid)
+        if "tune_lenpen" in values:  # a list of numbers ≥ 0 by now (Settings.check_types)
+            values["tune_lenpen"] = tuple(float(a) for a in values["tune_lenpen"])
         return values
 
     def check(self) -> None:
         if self.length_penalty not in ("fairseq", "gnmt"):
             raise UserError(f"length_penalty={self.length_penalty!r}; expected fairseq or gnmt")
-        if len(set(self.tune_lenpen)) != len(self.tune_lenpen) or any(a < 0 for a in self.tune_lenpen):
-            raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values ≥ 0")
+        if len(set(self.tune_lenpen)) != len(self.tune_lenpen):
+            raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values")
 
     def penalty(self, length: int) -> float:
         if self.length_penalty == "gnmt":
