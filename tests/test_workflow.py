@@ -25,8 +25,10 @@ from layerwise_nmt.data.vocab import Dictionary
 @pytest.mark.parametrize("configfile", [None, "config/demo.yaml", "config/ci.yaml"])
 def test_dry_run_builds_the_dag(tmp_path, configfile):
     args = ["-n", "-p"] + (["--configfile", str(ROOT / configfile)] if configfile else [])
-    out = snakemake(tmp_path, *args).stdout
+    result = snakemake(tmp_path, *args)
+    out = result.stdout
     assert "binarize" in out and "tokenize" in out
+    assert "budget check: " in out + result.stderr  # always, not only when something is flagged (docs/usage.md)
     config = cfg.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
     needs: dict[str, set] = {}  # experiment → the files its table/figure rows need built
     for kind in ("tables", "figures"):

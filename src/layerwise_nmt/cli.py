@@ -545,6 +545,19 @@ def cmd_readme(a) -> None:
     update(a.readme, a.table, a.figure)
 
 
+@command("docs", "rewrite the generated blocks of README.md and docs/*.md (plan, parameter counts, figure kinds) "
+                 "from config.yaml",
+    arg("--check", action="store_true", help="change nothing; exit 1 naming every stale block"))
+def cmd_docs(a) -> None:
+    from .docs import update
+
+    stale = update(check=a.check)
+    if a.check and stale:
+        raise UserError(f"stale generated blocks: {'; '.join(stale)}; run `lwnmt docs` (or `make docs`)")
+    print(f"{len(stale)} generated block(s) {'stale' if a.check else 'rewritten'}"
+          + (f": {'; '.join(stale)}" if stale else ""))
+
+
 @command("rehearse", "run every row of config.yaml at toy size on stand-in data, through Snakemake, and summarise "
                      "what ran and what failed",
     arg("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)"),
@@ -557,7 +570,7 @@ def cmd_rehearse(a) -> None:
     mirror = a.mirror or os.environ.get("LWNMT_DATA_MIRROR")
     if not mirror or not Path(mirror).is_dir():
         raise UserError(f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
-                        f"mirror (../shared/data-mirror, or $LWNMT_DATA_MIRROR)")
+                        f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)")
     sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args))
 
 

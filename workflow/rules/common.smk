@@ -39,8 +39,11 @@ if workflow.is_main_process:
 
     patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/slurm.py)
 
-    for line in budget_warnings(config):  # estimated before anything runs: fix these before spending GPU-days
+    flagged = budget_warnings(config)  # estimated before anything runs: fix these before spending GPU-days
+    for line in flagged:
         logger.warning(f"budget: {line}")
+    logger.info(f"budget check: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart "
+                f"cannot work as configured (`lwnmt plan` lists every budget)")
     blocked = [s for s in cfg.all_statuses(config) if not s.runnable and s.state == "blocked"]
     if blocked:
         logger.info(f"{len(blocked)} tasks/experiments/table rows cannot run yet (e.g. {blocked[0].name}: "
