@@ -41,4 +41,4 @@ def test_the_readme_says_how_to_build_one_table_one_paper_and_translate_raw_text
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "snakemake --cores all results/tables/lwc/T3.md" in readme
     assert "--config targets=" in readme or "targets:" in readme
-    assert re.search(r"translate --experiment \S+ --config config.yaml --config config/demo.yaml", readme)
+    assert re.search(r"translate (\S+ )?--experiment \S+ --config config.yaml --config config/demo.yaml", readme)
