@@ -10,7 +10,7 @@ LWNMT_DATA_MIRROR ?= $(if $(MIRROR),$(abspath $(MIRROR)))
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme bench-preprocess clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -43,6 +43,11 @@ rehearse: $(VENV)/.installed
 readme: $(VENV)/.installed
 	python -m layerwise_nmt readme --table results/tables/demo/T1.md \
 		--figure results/figures/demo/buckets.png results/figures/demo/attention.png
+
+# The generated blocks of README.md and docs/*.md (plan, parameter counts, figure kinds) from config.yaml; after any
+# change to the config, plan or models (tests/test_docs.py fails while one is stale).
+docs: $(VENV)/.installed
+	python -m layerwise_nmt docs
 
 bench-preprocess: $(VENV)/.installed
 	python benchmarks/preprocess.py

@@ -65,7 +65,7 @@ def inspect(run: Path) -> dict:
     from layerwise_nmt.data.binarize import IndexedDataset
     from layerwise_nmt.decode import load_model
 
-    with open(run / "metrics.csv", newline="") as f:
+    with open(run / "checkpoints" / "metrics.csv", newline="") as f:
         last = list(csv.DictReader(f))[-1]
     model = load_model(run / "model.pt")
     valid = IndexedDataset(DATA / "valid.de-en.de")

@@ -177,7 +177,7 @@ def test_a_row_cut_by_the_clock_says_so_in_its_table(toy_data, tmp_path):
     run = tmp_path / "seed1"
     train(toy_spec(max_update=1000, max_minutes=0.0001), str(toy_data), "de", "en", str(run / "checkpoints"),
           final=str(run / "model.pt"))
-    summary = json.loads((run / "training.json").read_text())
+    summary = json.loads((run / "checkpoints" / "training.json").read_text())
     assert summary["stopped_by"] == "max_minutes" and 0 < summary["updates"] < 1000
     assert summary["budget"] == {"max_update": 1000, "max_epoch": 0, "max_minutes": 0.0001}
     (run / "test.score.json").write_text(json.dumps({"bleu": 1.0}))
@@ -188,4 +188,4 @@ def test_a_row_cut_by_the_clock_says_so_in_its_table(toy_data, tmp_path):
 
     train(toy_spec(max_update=3), str(toy_data), "de", "en", str(tmp_path / "full" / "checkpoints"),
           final=str(tmp_path / "full" / "model.pt"))
-    assert json.loads((tmp_path / "full" / "training.json").read_text())["stopped_by"] == "max_update"
+    assert json.loads((tmp_path / "full" / "checkpoints" / "training.json").read_text())["stopped_by"] == "max_update"

@@ -141,11 +141,11 @@ def test_nist_multi_reference_sets_read_normalise_and_score(tmp_path):
     assert lines_of(norm) == ["the cat sat", "on the mat", "a cat was sitting", "on a mat"]
     hyp = tmp_path / "hyp.en"
     hyp.write_text("a cat was sitting\non a mat\n")
-    result = score_files(str(hyp), [str(norm)], ScoreConfig(tokenize="13a"))
+    result = score_files(str(hyp), [str(norm)], ScoreConfig(tokenize="13a"), stacked_refs=True)
     assert result["references"] == 2 and result["bleu"] == pytest.approx(100.0)
     hyp.write_text("only\nthree\nlines\n")
-    with pytest.raises(UserError, match="has 4 lines; expected the 3 hypotheses' count or a multiple"):
-        score_files(str(hyp), [str(norm)], ScoreConfig())
+    with pytest.raises(UserError, match="has 3 lines but reference .* has 4; expected a multiple"):
+        score_files(str(hyp), [str(norm)], ScoreConfig(), stacked_refs=True)
     broken = tmp_path / "broken.sgm"
     broken.write_text(NIST_REF.replace("<seg id=2>on a mat</seg>\n", ""), encoding="utf-8")
     with pytest.raises(UserError, match="different segment counts"):

@@ -129,7 +129,7 @@ def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):
         pick_lenpen({})
     with pytest.raises(UserError, match="tune_lenpen=\\[1.0, 1.0\\]; expected distinct"):
         BeamConfig.from_dict({"tune_lenpen": [1, 1]})
-    with pytest.raises(UserError, match="tune_lenpen=1.6; expected a list of α values"):
+    with pytest.raises(UserError, match="tune_lenpen=1.6; expected a list of numbers ≥ 0"):
         BeamConfig.from_dict({"tune_lenpen": 1.6})
     paths = []
     for alpha, bleu in (("0.6", 30.0), ("1.3", 32.5), ("2", 32.0)):

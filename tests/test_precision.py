@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -110,10 +111,12 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
 def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path):
     from layerwise_nmt.report.tables import precision_lines
 
+    from layerwise_nmt.config import save_dir
+
     runs = {}
     for name, amp, device in (("a", "bf16", "cpu: Xeon (AVX512)"), ("b", "none", "cpu: EPYC (AVX2)")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "training.json").write_text(json.dumps(
+        Path(save_dir(str(tmp_path / name))).mkdir(parents=True)
+        (Path(save_dir(str(tmp_path / name))) / "training.json").write_text(json.dumps(
             {"precision": {"amp": amp, "requested": "auto", "reason": "", "device": device}}))
         runs[name] = [str(tmp_path / name)]
     spec = {"precision": "The paper: fp32.", "rows": [

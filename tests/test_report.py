@@ -156,8 +156,9 @@ def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
     rows = []
     for name, minutes, sents in (("base", 10.0, 8.0), ("mla", 12.5, 6.0)):
         run = tmp_path / name
-        run.mkdir()
-        pd.DataFrame({"update": [500, 1000], "minutes": [5.0, minutes]}).to_csv(run / "metrics.csv", index=False)
+        (run / "checkpoints").mkdir(parents=True)
+        pd.DataFrame({"update": [500, 1000], "minutes": [5.0, minutes]}).to_csv(run / "checkpoints" / "metrics.csv",
+                                                                                 index=False)
         (run / "test.score.json").write_text(json.dumps({"bleu": 27.0, "decoding": {"sentences_per_second": sents}}))
         rows.append({"label": name, "state": "ok", "runs": [str(run)], "scores": {"test": [str(run / "test.score.json")]},
                      "paper": {"bleu": 27.64, "train_steps_per_s": 1.82 if name == "base" else 1.19,

@@ -68,3 +68,41 @@ def test_score_files_give_sacrebleus_chrf_beside_bleu(tmp_path):
     result = score_files(str(tmp_path / "hyp"), [str(tmp_path / "ref")], ScoreConfig(lowercase=True))
     assert math.isclose(result["chrf"], sacrebleu.corpus_chrf([h.lower() for h in HYP], [[r.lower() for r in REF]]).score)
     assert result["chrf_signature"].startswith("nrefs:1|case:lc|eff:yes|nc:6|nw:0")
+
+
+def test_half_length_hypothesis_is_refused_not_read_as_two_references(tmp_path, capsys):
+    """Issue 30 item 2: 500 hypotheses against a 1,000-line reference used to score as nrefs:2."""
+    from layerwise_nmt.cli import main
+
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("".join(f"sentence {i} .\n" for i in range(500)))
+    ref.write_text("".join(f"sentence {i % 500} .\n" for i in range(1000)))
+    with pytest.raises(SystemExit):
+        main(["score", str(hyp), "--ref", str(ref), "--out", str(tmp_path / "score.json")])
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{hyp} has 500 lines but reference {ref} has 1,000" in err
+    assert not (tmp_path / "score.json").exists()
+    # several references are asked for: one file each, or one file with --stacked-refs
+    main(["score", str(hyp), "--ref", str(ref), "--stacked-refs", "--out", str(tmp_path / "score.json")])
+    assert "nrefs:2" in capsys.readouterr().out
+
+
+DETOK = [f"A man rides horse number {i}." for i in range(20)]
+TOK = [f"A man rides horse number {i} ." for i in range(20)]
+
+
+@pytest.mark.parametrize("tokenize, hyps, warned", [
+    ("none", DETOK, "looks detokenized"), ("13a", TOK, "looks tokenized"), ("none", TOK, None), ("13a", DETOK, None),
+    ("none", DETOK[:5], None)])  # too few lines ending in a period to tell
+def test_score_warns_in_one_line_when_the_text_does_not_suit_the_metric(tmp_path, caplog, tokenize, hyps, warned):
+    from layerwise_nmt.score import score_files
+
+    (tmp_path / "hyp").write_text("\n".join(hyps) + "\n")
+    (tmp_path / "ref").write_text("\n".join(hyps) + "\n")
+    score_files(str(tmp_path / "hyp"), [str(tmp_path / "ref")], ScoreConfig(tokenize=tokenize))
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    if warned is None:
+        assert messages == []
+    else:  # ours, once per file and one line each; sacrebleu's three-line warning is not printed
+        assert len(messages) == 2 and all(warned in m and "\n" not in m for m in messages)
+        assert str(tmp_path / "hyp") in messages[0]

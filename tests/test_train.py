@@ -289,7 +289,7 @@ def test_final_model_best_is_the_epoch_early_stopping_chose(data, tmp_path):
     save = tmp_path / "run"
     train(spec(max_epoch=4, patience=3, final_model="best", lr=0.02), str(data), "de", "en", str(save),
           str(tmp_path / "model.pt"))
-    with open(tmp_path / "metrics.csv", newline="") as f:
+    with open(save / "metrics.csv", newline="") as f:
         losses = [float(row["valid_loss"]) for row in csv.DictReader(f)]
     best_epoch = losses.index(min(losses)) + 1
     final, best = (torch.load(p, weights_only=False) for p in (tmp_path / "model.pt", save / "checkpoint_best.pt"))
@@ -321,11 +321,24 @@ def test_tensorboard_event_files_hold_the_curves_of_metrics_csv(data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     train(spec(max_epoch=2, log_interval=1), str(data), "de", "en", str(tmp_path / "run"), str(tmp_path / "model.pt"))
-    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
-    with open(tmp_path / "metrics.csv", newline="") as f:
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
+    with open(tmp_path / "run" / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     valid = events.Scalars("epoch/valid_loss")
     assert [e.step for e in valid] == [int(r["update"]) for r in rows]
     assert [e.value for e in valid] == pytest.approx([float(r["valid_loss"]) for r in rows], rel=1e-6)
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, int(rows[-1]["update"]) + 1))
     assert {"train/lr", "train/grad_norm", "train/target_tokens_per_second"} <= set(events.Tags()["scalars"])
+
+
+def test_a_hand_run_writes_only_under_its_save_dir(data, tmp_path):
+    """Issue 30 item 8: metrics.csv, training.json and tensorboard/ went to the parent of --save-dir, so two hand
+    runs sharing a parent overwrote each other's."""
+    from layerwise_nmt.cli import main
+
+    for name in ("a", "b"):
+        run = tmp_path / name
+        main(["train", "--spec", json.dumps(spec(max_update=2)), "--data", str(data), "--src", "de", "--tgt", "en",
+              "--save-dir", str(run), "--final", str(run / "model.pt")])
+        assert (run / "metrics.csv").is_file() and (run / "training.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

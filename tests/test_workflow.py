@@ -17,6 +17,7 @@ from sacremoses import MosesDetokenizer
 from conftest import ROOT, snakemake
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
+from layerwise_nmt.checks import check_experiments
 from layerwise_nmt.data.binarize import IndexedDataset
 from layerwise_nmt.data.vocab import Dictionary
 
@@ -24,8 +25,10 @@ from layerwise_nmt.data.vocab import Dictionary
 @pytest.mark.parametrize("configfile", [None, "config/demo.yaml", "config/ci.yaml"])
 def test_dry_run_builds_the_dag(tmp_path, configfile):
     args = ["-n", "-p"] + (["--configfile", str(ROOT / configfile)] if configfile else [])
-    out = snakemake(tmp_path, *args).stdout
+    result = snakemake(tmp_path, *args)
+    out = result.stdout
     assert "binarize" in out and "tokenize" in out
+    assert "budget check: " in out + result.stderr  # always, not only when something is flagged (docs/usage.md)
     config = cfg.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
     needs: dict[str, set] = {}  # experiment → the files its table/figure rows need built
     for kind in ("tables", "figures"):
@@ -81,7 +84,7 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
         assert len((run / "test.txt").read_text(encoding="utf-8").splitlines()) == 100
         assert "@@" not in (run / "test.txt").read_text(encoding="utf-8")
         assert len(list((run / "checkpoints").glob("checkpoint[0-9]*.pt"))) == 3
-        metrics = (run / "metrics.csv").read_text().splitlines()
+        metrics = (run / "checkpoints" / "metrics.csv").read_text().splitlines()
         assert len(metrics) == 4 and "valid_accuracy" in metrics[0]
         assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == ["checkpoint2.pt",
                                                                                        "checkpoint3.pt"]
@@ -272,6 +275,34 @@ def test_a_typo_in_any_stage_stops_the_dry_run_with_a_did_you_mean(tmp_path, sta
                              "--config", str(ROOT / "config/demo.yaml"), "--config", str(bad)],
                             capture_output=True, text=True)
     assert status.returncode == 1 and expected in status.stderr and hint in status.stderr
+
+
+@pytest.mark.parametrize("stage, key, value, expected", [
+    ("train", "lr", "fast", "a number > 0"),
+    ("arch", "dropout", "0.1", "a number ≥ 0 and < 1"),
+    ("decode", "beam", -3, "an integer ≥ 1"),
+    ("decode", "beam", 0, "an integer ≥ 1"),
+    ("train", "max_tokens", "4k", "an integer ≥ 1 or null"),  # was a TypeError traceback from the budget check
+])
+def test_a_wrong_type_or_range_stops_the_dry_run_naming_experiment_key_and_value(tmp_path, stage, key, value,
+                                                                                 expected):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"experiments": {"demo.lwc": {stage: {key: value}}}}))
+    line = f"config key experiments/demo.lwc/{stage}/{key}: {value!r}; expected {expected}"
+    result = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad), check=False)
+    assert result.returncode != 0 and line in result.stdout + result.stderr
+    status = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
+                             "--config", str(ROOT / "config/demo.yaml"), "--config", str(bad)],
+                            capture_output=True, text=True)
+    assert status.returncode == 1 and status.stderr.strip() == f"lwnmt status: error: {line}"
+
+
+def test_a_bad_default_is_named_with_the_experiment_that_reads_it(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"defaults": {"train": {"label_smoothing": 1.5}}}))
+    with pytest.raises(UserError, match=r"config key defaults/train \(experiment [^)]+\)/label_smoothing: 1\.5; "
+                                        r"expected a number ≥ 0 and < 1"):
+        check_experiments(cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", bad))
 
 
 def test_status_says_why_rows_cannot_run():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import UserError
 from . import config as cfg
+from .settings import SettingError
 
 AVERAGE_KEYS = {"num", "by"}
 
@@ -28,6 +29,10 @@ def check_experiments(config: dict) -> None:
         for stage, settings, values in stages:
             try:
                 settings.from_dict(values)
+            except SettingError as err:
+                own = err.key in config["experiments"][name].get(stage, {})
+                where = f"experiments/{name}/{stage}" if own else f"defaults/{stage} (experiment {name})"
+                raise UserError(f"config key {where}/{err.key}: {err.value!r}; expected {err.expected}")
             except (UserError, TypeError, ValueError) as err:
                 raise UserError(f"config key experiments/{name}/{stage} (or defaults/{stage}): {err}")
         average = e["average"] or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Callable
@@ -246,7 +247,8 @@ def train_spec(a) -> dict:
     arg("--data", required=True, help="binarized data directory (bin-joint or bin-separate)"),
     arg("--src", required=True),
     arg("--tgt", required=True),
-    arg("--save-dir", required=True),
+    arg("--save-dir", required=True, help="everything the run writes: checkpoints, metrics.csv, training.json, "
+                                          "tensorboard/"),
     arg("--final", help="where to write the final model (the rule's output)"),
     arg("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)"),
     arg("--gpus", type=int, default=0,
@@ -400,7 +402,9 @@ def cmd_pick_lenpen(a) -> None:
 
 @command("score", "BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)",
     arg("hyp"),
-    arg("--ref", nargs="+", required=True),
+    arg("--ref", nargs="+", required=True, help="reference file(s), one per reference, each as long as HYP"),
+    arg("--stacked-refs", action="store_true",
+        help="each --ref file holds several references one after the other (a multiple of HYP's lines)"),
     arg("--source", help="source text (tokenized, no BPE) for length buckets"),
     arg("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}'),
     arg("--meta", help="JSON merged into score.json (experiment, seed, ...)"),
@@ -413,7 +417,7 @@ def cmd_score(a) -> None:
     from .score import ScoreConfig, score_files
 
     cfg = ScoreConfig.from_dict(json.loads(a.options))
-    result = score_files(a.hyp, a.ref, cfg, a.source)
+    result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
     if a.meta:
         result.update(json.loads(a.meta))
@@ -557,6 +561,19 @@ def cmd_readme(a) -> None:
     update(a.readme, a.table, a.figure, commit)
 
 
+@command("docs", "rewrite the generated blocks of README.md and docs/*.md (plan, parameter counts, figure kinds) "
+                 "from config.yaml",
+    arg("--check", action="store_true", help="change nothing; exit 1 naming every stale block"))
+def cmd_docs(a) -> None:
+    from .docs import update
+
+    stale = update(check=a.check)
+    if a.check and stale:
+        raise UserError(f"stale generated blocks: {'; '.join(stale)}; run `lwnmt docs` (or `make docs`)")
+    print(f"{len(stale)} generated block(s) {'stale' if a.check else 'rewritten'}"
+          + (f": {'; '.join(stale)}" if stale else ""))
+
+
 @command("rehearse", "run every row of config.yaml at toy size on stand-in data, through Snakemake, and summarise "
                      "what ran and what failed",
     arg("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)"),
@@ -569,7 +586,7 @@ def cmd_rehearse(a) -> None:
     mirror = a.mirror or os.environ.get("LWNMT_DATA_MIRROR")
     if not mirror or not Path(mirror).is_dir():
         raise UserError(f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
-                        f"mirror (../shared/data-mirror, or $LWNMT_DATA_MIRROR)")
+                        f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)")
     sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args))
 
 
@@ -608,6 +625,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_error(line: str) -> None:
+    """The one-line error on stderr, and on stdout too when stderr is a log file (a workflow job's `2> {log}`):
+    Snakemake's console then shows the line itself, not only its CalledProcessError pointing at the log."""
+    print(line, file=sys.stderr)
+    try:
+        err, out = os.fstat(sys.stderr.fileno()), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):  # captured streams without a file descriptor (tests)
+        return
+    if stat.S_ISREG(err.st_mode) and (err.st_dev, err.st_ino) != (out.st_dev, out.st_ino):
+        print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -615,13 +644,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except UserError as err:
-        print(f"lwnmt {args.command}: error: {err}", file=sys.stderr)
+        print_error(f"lwnmt {args.command}: error: {err}")
         sys.exit(1)
     except OSError as err:  # a path given on the command line that is not there (or not readable)
         if args.verbose or err.filename is None:
             raise
-        print(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)",
-              file=sys.stderr)
+        print_error(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)")
         sys.exit(1)
 
 

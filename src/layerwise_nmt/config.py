@@ -343,6 +343,12 @@ def run_dir(task: str, experiment: str, seed: int | str) -> str:
     return f"results/{task}/{experiment}/seed{seed}"
 
 
+def save_dir(run: str | os.PathLike) -> str:
+    """What `lwnmt train --save-dir` owns in a run: checkpoints, metrics.csv, training.json, tensorboard/ (the final
+    model is the train rule's output, beside it)."""
+    return f"{run}/checkpoints"
+
+
 def experiment_dir(config: dict, name: str, seed: int) -> str:
     return run_dir(config["experiments"][name]["task"], name, seed)
 

@@ -28,7 +28,7 @@ from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
 from .precision import AMP_CHOICES, configure_device, resolve
-from .settings import Settings
+from .settings import Settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -37,25 +37,23 @@ log = logging.getLogger(__name__)
 class BeamConfig(Settings):
     kind = "decoding setting"
 
-    beam: int = 5
+    beam: int = setting(5, ge=1)
     lenpen: float = 1.0
     length_penalty: str = "fairseq"  # fairseq | gnmt
-    max_len_a: float = 1.2  # max output length = a·src_len + b (fairseq's --max-len-a/-b)
-    max_len_b: int = 10
-    min_len: int = 1  # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
-    batch_size: int = 64  # sentences per batch (fairseq --batch-size)
+    max_len_a: float = setting(1.2, ge=0)  # max output length = a·src_len + b (fairseq's --max-len-a/-b)
+    max_len_b: int = setting(10, ge=0)
+    # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
+    min_len: int = setting(1, ge=0)
+    batch_size: int = setting(64, ge=1)  # sentences per batch (fairseq --batch-size)
     amp: str = "auto"  # auto | none | bf16 | fp16, as in training (precision.py)
     # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
     # run (the workflow's pick_lenpen step). Empty: decode with `lenpen` as given.
-    tune_lenpen: tuple[float, ...] = ()
+    tune_lenpen: tuple[float, ...] = setting((), ge=0)
 
     @classmethod
     def prepare(cls, values: dict) -> dict:
-        grid = values.get("tune_lenpen")
-        if grid is not None:
-            if not isinstance(grid, (list, tuple)) or not all(isinstance(a, (int, float)) for a in grid):
-                raise UserError(f"tune_lenpen={grid!r}; expected a list of α values, e.g. [0.6, 1.0, 1.6]")
-            values["tune_lenpen"] = tuple(float(a) for a in grid)
+        if "tune_lenpen" in values:  # a list of numbers ≥ 0 by now (Settings.check_types)
+            values["tune_lenpen"] = tuple(float(a) for a in values["tune_lenpen"])
         return values
 
     def check(self) -> None:
@@ -63,8 +61,8 @@ class BeamConfig(Settings):
             raise UserError(f"length_penalty={self.length_penalty!r}; expected fairseq or gnmt")
         if self.amp not in AMP_CHOICES:
             raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
-        if len(set(self.tune_lenpen)) != len(self.tune_lenpen) or any(a < 0 for a in self.tune_lenpen):
-            raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values ≥ 0")
+        if len(set(self.tune_lenpen)) != len(self.tune_lenpen):
+            raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values")
 
     def penalty(self, length: int) -> float:
         if self.length_penalty == "gnmt":

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import statistics
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from . import UserError
 from .data.io import read_lines
-from .settings import Settings
+from .settings import Settings, setting
 
 COMPOUND = re.compile(r"(\S)-(\S)")
+MIN_PERIOD_LINES = 10  # lines ending in a period needed before judging whether a file is tokenized
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,7 +37,7 @@ class ScoreConfig(Settings):
     tokenize: str = "none"  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
     lowercase: bool = False
     compound_split: bool = False
-    buckets: tuple[int, ...] = ()  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
+    buckets: tuple[int, ...] = setting((), ge=1)  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
     # [0, e1), [e1, e2), …, ≥ e_last by default; right_closed: (0, e1], (e1, e2], …, > e_last (Dou et al.'s Fig. 4
     # labels: a 15-word sentence is in (0, 15], not in the next bucket)
     buckets_right_closed: bool = False
@@ -54,7 +58,31 @@ def compound_split(line: str) -> str:
 
 
 def metric(cfg: ScoreConfig) -> BLEU:
-    return BLEU(tokenize=cfg.tokenize, lowercase=cfg.lowercase, force=cfg.tokenize == "none")
+    # sacrebleu's own tokenized-input warning is three lines and one way only: `warn_if_mistokenized` replaces it
+    return BLEU(tokenize=cfg.tokenize, lowercase=cfg.lowercase, force=True)
+
+
+def looks_tokenized(lines: list[str]) -> bool | None:
+    """sacrebleu's test (metrics/base.py: a line ending in " ." is tokenized text), read both ways: True when most
+    lines that end in a period end in a detached one, False when most end in one attached to the word, None when
+    fewer than MIN_PERIOD_LINES lines end in a period (too few to tell)."""
+    detached = sum(line.endswith(" .") for line in lines)
+    attached = sum(line.endswith(".") and not line.endswith(" .") for line in lines)
+    if detached + attached < MIN_PERIOD_LINES:
+        return None
+    return detached > attached
+
+
+def warn_if_mistokenized(path: str, lines: list[str], cfg: ScoreConfig) -> None:
+    """One line when a file looks detokenized for tokenized BLEU (tokenize: none), or tokenized for a metric that
+    tokenizes itself (13a, intl, ...): either scores several points off without failing."""
+    tokenized, wanted = looks_tokenized(lines), cfg.tokenize == "none"
+    if tokenized is None or tokenized == wanted:
+        return
+    seen, fix = ("detokenized", "score the tokenized output (.txt) or set tokenize: 13a") if wanted else \
+        ("tokenized", "score the detokenized output (.detok) or set tokenize: none")
+    log.warning(f"{path} looks {seen} (sacrebleu's test: lines ending in ' .' vs '.'), but tokenize="
+                f"{cfg.tokenize} expects {'tokenized' if wanted else 'detokenized'} text: {fix}")
 
 
 def prepare(lines: list[str], cfg: ScoreConfig) -> list[str]:
@@ -136,20 +164,28 @@ def t_test(baseline: list[float], system: list[float]) -> float | None:
     return float(ttest_ind(system, baseline, equal_var=False).pvalue)
 
 
-def reference_streams(path: str, n: int) -> list[list[str]]:
-    """The references in one file: N lines, or K × N lines holding K references one after the other (the
-    workflow's multi-reference NIST sets)."""
+def reference_streams(path: str, n: int, stacked: bool = False, hyp_path: str = "the hypotheses") -> list[list[str]]:
+    """The references in one file: its N lines (one reference), or with `stacked` K × N lines holding K references
+    one after the other (the workflow's multi-reference NIST sets). Stacking is never guessed from the line count:
+    a hypothesis file of half a reference's length would otherwise score as if against two references."""
     lines = list(read_lines(path))
-    if n == 0 or len(lines) % n:
-        raise UserError(f"{path} has {len(lines)} lines; expected the {n} hypotheses' count or a multiple of it "
-                        f"(one block per reference)")
-    return [lines[k:k + n] for k in range(0, len(lines), n)]
+    if stacked and n and len(lines) % n == 0 and lines:
+        return [lines[k:k + n] for k in range(0, len(lines), n)]
+    if not stacked and len(lines) == n:
+        return [lines]
+    expected = "a multiple of that (--stacked-refs: references one after the other)" if stacked else \
+        "the same count (several references: one --ref file each)"
+    raise UserError(f"{hyp_path} has {n:,} lines but reference {path} has {len(lines):,}; expected {expected}")
 
 
-def score_files(hyp_path: str, ref_paths: list[str], cfg: ScoreConfig, src_path: str | None = None) -> dict:
+def score_files(hyp_path: str, ref_paths: list[str], cfg: ScoreConfig, src_path: str | None = None,
+                stacked_refs: bool = False) -> dict:
     hyps = list(read_lines(hyp_path))
-    refs = [stream for p in ref_paths for stream in reference_streams(p, len(hyps))]
-    result = {"hyp": hyp_path, "refs": ref_paths, "references": len(refs), **bleu(hyps, refs, cfg)}
+    refs = [stream for p in ref_paths for stream in reference_streams(p, len(hyps), stacked_refs, hyp_path)]
+    for path, lines in [(hyp_path, hyps), (ref_paths[0], refs[0])]:
+        warn_if_mistokenized(path, lines, cfg)
+    result = {"hyp": hyp_path, "refs": ref_paths, "stacked_refs": stacked_refs, "references": len(refs),
+              **bleu(hyps, refs, cfg)}
     chrf = CHRF(lowercase=cfg.lowercase)
     result["chrf"], result["chrf_signature"] = chrf.corpus_score(hyps, refs).score, str(chrf.get_signature())
     if cfg.buckets:

@@ -1,15 +1,82 @@
-"""The typed settings of each stage (model, training, decoding, scoring) share one way in from the config."""
+"""The typed settings of each stage (model, training, decoding, scoring) share one way in from the config.
+
+Every field is checked against its annotation (int, float, bool, str, None, tuples) and, where declared with
+`setting(default, ge=…, gt=…, lt=…)`, its range, before the dataclass is built: a wrong value stops `snakemake -n`
+and `lwnmt status` (checks.py) in one line instead of failing a job, or a budget estimate, with a traceback."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import operator
+import types
+from dataclasses import field, fields
 from difflib import get_close_matches
+from functools import cache
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from . import UserError
 
+BOUNDS = {"ge": (operator.ge, "≥"), "gt": (operator.gt, ">"), "le": (operator.le, "≤"), "lt": (operator.lt, "<")}
+TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+
+
+class SettingError(UserError):
+    """A value of the wrong type or out of range, with the key, the value and what was expected."""
+
+    def __init__(self, key: str, value: Any, expected: str):
+        super().__init__(f"{key}={value!r}; expected {expected}")
+        self.key, self.value, self.expected = key, value, expected
+
+
+def setting(default: Any, **bounds: float):
+    """A dataclass field with a range (ge, gt, le, lt; for a tuple, of each element): `beam: int = setting(5, ge=1)`."""
+    unknown = set(bounds) - set(BOUNDS)
+    if unknown:
+        raise TypeError(f"unknown bound(s) {unknown}; expected {', '.join(BOUNDS)}")
+    kind = dict(default_factory=lambda: default) if isinstance(default, (list, dict)) else dict(default=default)
+    return field(metadata={"bounds": bounds}, **kind)
+
+
+def type_matches(value: Any, hint: Any) -> bool:
+    """isinstance against an annotation; bool is not a number, an int is a float, a list is a tuple (YAML, JSON)."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(type_matches(value, h) for h in get_args(hint))
+    if origin is tuple:
+        items = get_args(hint)
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(items) == 2 and items[1] is Ellipsis:
+            return all(type_matches(v, items[0]) for v in value)
+        return len(value) == len(items) and all(type_matches(v, h) for v, h in zip(value, items))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def describe(hint: Any, bounds: dict) -> str:
+    """What a field expects, in words: "an integer ≥ 1", "a number ≥ 0 and < 1 or null", "a list of numbers"."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe(h, bounds if h is not type(None) else {}) for h in get_args(hint))
+    if origin is tuple:
+        items = get_args(hint)
+        count = "" if len(items) == 2 and items[1] is Ellipsis else f"{len(items)} "
+        each = describe(items[0], bounds).removeprefix("an ").removeprefix("a ")
+        return f"a list of {count}{each.replace('integer', 'integers').replace('number', 'numbers', 1)}"
+    name = TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+    return " ".join([name, " and ".join(f"{BOUNDS[b][1]} {v:g}" for b, v in bounds.items())]) if bounds else name
+
+
+def in_range(value: Any, bounds: dict) -> bool:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return all(v is None or BOUNDS[b][0](v, limit) for v in values for b, limit in bounds.items())
+
 
 class Settings:
-    """Mixin for the stage dataclasses: `from_dict` rejects unknown keys by name, then `check()` validates values."""
+    """Mixin for the stage dataclasses: `from_dict` rejects unknown keys by name, checks every value's type and
+    range, then `check()` validates what a single field cannot (choices, combinations)."""
 
     kind = "setting"  # what the error calls a key: "model setting", "training setting", ...
 
@@ -21,9 +88,25 @@ class Settings:
             close = get_close_matches(unknown[0], known, n=1)
             hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
             raise UserError(f"unknown {cls.kind}(s) {', '.join(unknown)}; {hint}")
+        cls.check_types(values)
         settings = cls(**cls.prepare(dict(values)))
         settings.check()
         return settings
+
+    @classmethod
+    def check_types(cls, values: dict) -> None:
+        """Raise SettingError for the first value whose type or range does not match its field."""
+        hints = cls.field_hints()
+        for f in fields(cls):
+            if f.name in values:
+                value, bounds = values[f.name], f.metadata.get("bounds", {})
+                if not type_matches(value, hints[f.name]) or not in_range(value, bounds):
+                    raise SettingError(f.name, value, describe(hints[f.name], bounds))
+
+    @classmethod
+    @cache
+    def field_hints(cls) -> dict:
+        return get_type_hints(cls)
 
     @classmethod
     def prepare(cls, values: dict) -> dict:

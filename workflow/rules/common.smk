@@ -40,8 +40,11 @@ if workflow.is_main_process:
 
     patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/slurm.py)
 
-    for line in budget_warnings(config):  # estimated before anything runs: fix these before spending GPU-days
+    flagged = budget_warnings(config)  # estimated before anything runs: fix these before spending GPU-days
+    for line in flagged:
         logger.warning(f"budget: {line}")
+    logger.info(f"budget check: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart "
+                f"cannot work as configured (`lwnmt plan` lists every budget)")
     blocked = [s for s in cfg.all_statuses(config) if not s.runnable and s.state == "blocked"]
     if blocked:
         logger.info(f"{len(blocked)} tasks/experiments/table rows cannot run yet (e.g. {blocked[0].name}: "
@@ -244,6 +247,12 @@ def tokenized_bleu(wildcards):
     return experiment_of(wildcards)["score"].get("tokenize", "none") == "none"
 
 
+def stacked_references(wildcards):
+    """A NIST split's untokenized references (ref/) hold its K references one after the other; tokenized text
+    (text/) keeps the first only."""
+    return not tokenized_bleu(wildcards) and task_of(wildcards)["splits"][wildcards.split].get("format") == "nist"
+
+
 def model_for_decoding(wildcards):
     name = "averaged.pt" if experiment_of(wildcards)["average"] else "model.pt"
     return f"{run_dir(wildcards)}/{name}"
@@ -383,7 +392,7 @@ def figure_spec(paper, figure):
             e = cfg.experiment(config, row["experiment"])
             runs = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
             if spec["kind"] == "accuracy_curves":
-                out["metrics"], out["needs"] = f"{runs[0]}/metrics.csv", [f"{runs[0]}/model.pt"]
+                out["metrics"], out["needs"] = f"{cfg.save_dir(runs[0])}/metrics.csv", [f"{runs[0]}/model.pt"]
             elif spec["kind"] in ("aggregation_shares", "attention"):
                 out["inspection"] = f"{runs[0]}/inspect/{paper}.{figure}.{index}.json"
                 out["needs"] = [out["inspection"]]

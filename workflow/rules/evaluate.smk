@@ -51,13 +51,14 @@ rule score:
         "results/{task}/{experiment}/seed{seed}/{split}.score.json",
     params:
         options=lambda w: json.dumps(experiment_of(w)["score"]),
+        stacked=lambda w: "--stacked-refs" if stacked_references(w) else "",
         meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": w.split}),
     log:
         "results/{task}/{experiment}/seed{seed}/score.{split}.log",
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} --source {input.src:q} --options {params.options:q}"
+        "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} {params.stacked} --source {input.src:q} --options {params.options:q}"
         " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"
 
 

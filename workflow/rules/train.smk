@@ -6,8 +6,8 @@ rule train:
         train_inputs,
         warm_start_model,
     output:
-        # The final model is the only output: checkpoints/ survives a failed or preempted job, and the retry
-        # resumes from checkpoints/checkpoint_last.pt.
+        # The final model is the only output: checkpoints/ (the save dir: also metrics.csv, training.json,
+        # tensorboard/) survives a failed or preempted job, and the retry resumes from checkpoints/checkpoint_last.pt.
         "results/{task}/{experiment}/seed{seed}/model.pt",
     params:
         spec=train_spec,
@@ -16,7 +16,7 @@ rule train:
         # experiment here would retrain every seed after a decode or score edit
         src=lambda w: experiment_of(w)["src"],
         tgt=lambda w: experiment_of(w)["tgt"],
-        run=run_dir,
+        save_dir=lambda w: cfg.save_dir(run_dir(w)),
     threads: 2
     resources:
         # Snakemake counts GPUs (--resources gpu=N locally, --gpus on SLURM); `lwnmt train --gpus` picks which
@@ -31,7 +31,7 @@ rule train:
         "../../envs/train.yaml"
     shell:
         "python -m layerwise_nmt train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
-        " --save-dir {params.run}/checkpoints --final {output:q} --threads {threads} --gpus {resources.gpu}"
+        " --save-dir {params.save_dir} --final {output:q} --threads {threads} --gpus {resources.gpu}"
         " 2>> {log:q}"
 
 
@@ -41,7 +41,7 @@ rule average:
     output:
         "results/{task}/{experiment}/seed{seed}/averaged.pt",
     params:
-        run=run_dir,
+        save_dir=lambda w: cfg.save_dir(run_dir(w)),
         num=lambda w: experiment_of(w)["average"].get("num", 10),
         by=lambda w: experiment_of(w)["average"].get("by", "epoch"),
     log:
@@ -49,4 +49,4 @@ rule average:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m layerwise_nmt average {params.run}/checkpoints --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt average {params.save_dir} --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"

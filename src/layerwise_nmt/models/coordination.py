@@ -35,12 +35,13 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
+from ..settings import setting
 from .transformer import KV, Embedding, EncoderLayer, ModelConfig, final_norm, new_token_embedding, reorder_beams
 
 
 @dataclass
 class CoordinationConfig(ModelConfig):
-    layers: int = 14  # levels (LWC-small: 14 shared layers ≈ the parameters of a 6+6 Transformer-small)
+    layers: int = setting(14, ge=1)  # levels (LWC-small: 14 shared layers ≈ the parameters of a 6+6 Transformer-small)
     tie: str = "all"  # the paper's single token table (its 19.07M count implies it)
     language_embeddings: bool = True  # L_src, L_tgt (Table 3 ablation: off)
     share_layers: bool = True  # one parameter set per level for both halves (Table 3 ablation: off, with 7 layers)

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
+from ..settings import setting
 from .transformer import (KV, DecoderLayer, EncoderLayer, ModelConfig,
                           MultiheadAttention, Seq2Seq, attention)
 
@@ -46,8 +47,8 @@ AGGREGATIONS = ("none", "dense", "linear", "iterative", "hierarchical")
 @dataclass
 class DeepConfig(ModelConfig):
     aggregation: str = "none"
-    mla_k: int = 0  # multi-layer attention over the k layers below (0 = off; the paper uses 2 and 3)
-    diversity: float = 0.0  # λ of the layer-diversity term (the paper: 1.0)
+    mla_k: int = setting(0, ge=0)  # multi-layer attention over the k layers below (0 = off; the paper uses 2 and 3)
+    diversity: float = setting(0.0, ge=0)  # λ of the layer-diversity term (the paper: 1.0)
     apply_to: str = "both"  # encoder | decoder | both (Table 3)
     agg_residual: str = "all"  # all | top | none (Table 4)
     agg_function: str = "sigmoid"  # sigmoid | relu | attention (Table 4)

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from .. import UserError
 from .registry import register
+from ..settings import setting
 from .transformer import EncoderOutput, ModelConfig, Seq2Seq
 
 FUSIONS = ("none", "avg", "fnn", "sa")
@@ -41,9 +42,9 @@ FUSIONS = ("none", "avg", "fnn", "sa")
 class FusionConfig(ModelConfig):
     encoder_fusion: str = "none"  # none | avg | fnn | sa
     decoder_fusion: str = "none"
-    n_hop: int = 4
-    d_a: int = 1024  # SA's inner size (W_1: d × d_a)
-    d_f: int = 512  # the fusion FNN's hidden size
+    n_hop: int = setting(4, ge=1)
+    d_a: int = setting(1024, ge=1)  # SA's inner size (W_1: d × d_a)
+    d_f: int = setting(512, ge=1)  # the fusion FNN's hidden size
     independent_w1: bool = False  # Table 3 "+ indep. W_1": one W_1 per layer
     w1_per_hop: bool = False  # one W_1 per hop (h): the reading that gives T2's printed 13.47M for Dec-SA, 6 hops
     word_embedding: bool = True  # fuse z^0 too (Table 4 ablation: off)

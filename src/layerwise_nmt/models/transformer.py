@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import UserError
-from ..settings import Settings
+from ..settings import Settings, setting
 from .registry import register
 
 # backbone name → (encoder layer class, decoder layer class); models/dynamic_conv.py adds the convolutional ones.
@@ -43,19 +43,19 @@ class ModelConfig(Settings):
 
     kind = "model setting"
 
-    src_vocab: int = 0
-    tgt_vocab: int = 0
-    pad: int = 1  # fairseq Dictionary: <s>=0 <pad>=1 </s>=2 <unk>=3
-    eos: int = 2
+    src_vocab: int = setting(0, ge=0)
+    tgt_vocab: int = setting(0, ge=0)
+    pad: int = setting(1, ge=0)  # fairseq Dictionary: <s>=0 <pad>=1 </s>=2 <unk>=3
+    eos: int = setting(2, ge=0)
     preset: str | None = None  # fills d_model/d_ff/heads unless given explicitly
-    d_model: int = 512
-    d_ff: int = 2048
-    heads: int = 8
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    dropout: float = 0.1  # residual and embedding dropout
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
+    d_model: int = setting(512, ge=1)
+    d_ff: int = setting(2048, ge=1)
+    heads: int = setting(8, ge=1)
+    encoder_layers: int = setting(6, ge=1)
+    decoder_layers: int = setting(6, ge=1)
+    dropout: float = setting(0.1, ge=0, lt=1)  # residual and embedding dropout
+    attention_dropout: float = setting(0.0, ge=0, lt=1)
+    activation_dropout: float = setting(0.0, ge=0, lt=1)
     # none: three matrices; decoder: target input = output projection (fairseq share_decoder_input_output_embed);
     # all: one matrix for source, target and output (needs a joint vocabulary; LWC's 19.07M count implies it).
     tie: str = "decoder"
@@ -73,10 +73,10 @@ class ModelConfig(Settings):
     # transformer, or a convolutional backbone registered in BACKBONES (dynamic_conv, lightweight_conv: Wu et al.
     # 2019) whose blocks keep the encoder-decoder attention, so every cross-view strategy applies to it too.
     backbone: str = "transformer"
-    kernel_sizes: tuple[int, ...] = (3, 7, 15, 31, 31, 31, 31)  # conv backbones: kernel width per layer
-    weight_dropout: float = 0.1  # conv backbones: dropout on the normalised kernel weights
+    kernel_sizes: tuple[int, ...] = setting((3, 7, 15, 31, 31, 31, 31), ge=1)  # conv backbones: kernel width per layer
+    weight_dropout: float = setting(0.1, ge=0, lt=1)  # conv backbones: dropout on the normalised kernel weights
     conv_glu: bool = True  # conv backbones: GLU on the input projection (fairseq's IWSLT recipe turns it off)
-    max_positions: int = 1024
+    max_positions: int = setting(1024, ge=1)
     # post: x = LN(x + Drop(f(x))) (Vaswani et al., fairseq, THUMT); pre: x = x + Drop(f(LN(x))) and a final LN on
     # each stack's top states (tensor2tensor's transformer_base/small since v1.2, i.e. LWC's code base).
     norm: str = "post"

@@ -91,7 +91,7 @@ def fidelity(directory: Path, config: dict) -> list[dict]:
     for name, note in config["rehearsal"]["experiments"].items():
         real = note.get("real")
         e = cfg.experiment(config, name)
-        metrics = directory / cfg.experiment_dir(config, name, e["seeds"][0]) / "metrics.csv"
+        metrics = directory / cfg.save_dir(cfg.experiment_dir(config, name, e["seeds"][0])) / "metrics.csv"
         if real is None or not metrics.is_file():
             out.append({"experiment": name, "real": real, "rehearsal": None, "agree": None})
             continue

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import measure_of, metrics_of, split_of
+from ..config import measure_of, metrics_of, save_dir, split_of
 from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
@@ -62,7 +62,7 @@ def cut_short(runs: list[str]) -> str:
     budget, ended them — the row's numbers are then not those of the protocol it describes."""
     cut = []
     for run in runs:
-        path = Path(run) / "training.json"
+        path = Path(save_dir(run)) / "training.json"
         summary = json.loads(path.read_text()) if path.exists() else {}
         if summary.get("stopped_by") == "max_minutes":
             budget = summary["budget"]
@@ -97,7 +97,7 @@ def p_value(test: str, baseline: list[dict], system: list[dict]) -> float | None
     if test == "t_test":
         return t_test([b["bleu"] for b in baseline], [s["bleu"] for s in system])
     hyps, base = list(read_lines(system[0]["hyp"])), list(read_lines(baseline[0]["hyp"]))
-    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps))]
+    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps), system[0].get("stacked_refs", False))]
     cfg = ScoreConfig.from_dict(system[0]["options"])
     if test == "sign_test":
         return sign_test(base, hyps, refs, cfg)["p_value"]
@@ -109,7 +109,7 @@ def run_speeds(row: dict) -> tuple[float | None, float | None]:
     Training speed: the last metrics.csv record's update / wall minutes (validation included, as in a P40 log)."""
     train, decode = [], []
     for run in row.get("runs", []):
-        metrics, score = Path(run) / "metrics.csv", Path(run) / "test.score.json"
+        metrics, score = Path(save_dir(run)) / "metrics.csv", Path(run) / "test.score.json"
         if metrics.exists():
             last = pd.read_csv(metrics).iloc[-1]
             train.append(last["update"] / max(last["minutes"] * 60, 1e-9))
@@ -186,7 +186,7 @@ def precision_lines(spec: dict) -> list[str]:
     used: dict[str, list[str]] = {}
     for row in spec["rows"]:
         for run in row.get("runs", []) if row["state"] == "ok" else []:
-            path = Path(run) / "training.json"
+            path = Path(save_dir(run)) / "training.json"
             chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
             if chosen:
                 name = {"none": "fp32"}.get(chosen["amp"], chosen["amp"])

@@ -1,0 +1,110 @@
+"""`lwnmt docs`: the blocks of README.md and docs/*.md that the code can write, rewritten from it so that they
+cannot drift: the GPU-hour plan (`lwnmt plan`), parameter counts beside the papers' (`lwnmt params`), and which
+figures of config.yaml use each figure kind. A block sits between
+
+    <!-- generated: KIND [key=value ...] -->
+    ...
+    <!-- end generated -->
+
+and is always computed from config.yaml (the full grid), whatever else is on the machine. `lwnmt docs --check`
+(tests/test_docs.py) names every stale block and changes nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import UserError
+from . import config as cfg
+
+BLOCK = re.compile(r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",
+                   re.S)
+
+
+def documents() -> list[Path]:
+    return [cfg.ROOT / "README.md", *sorted((cfg.ROOT / "docs").glob("*.md"))]
+
+
+@contextmanager
+def in_checkout():
+    """Relative paths of the config (warm-start files, results/) resolve in the checkout, not where docs is run."""
+    here = os.getcwd()
+    os.chdir(cfg.ROOT)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
+def plan_block(config: dict) -> str:
+    from .plan import plan, render
+
+    return f"```\n{render(plan(config))}\n```\n"  # the default pricing: A100, 33% of peak
+
+
+def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
+    """One line per experiment of the paper's `tables` (comma-separated), counted at one joint vocabulary size,
+    with the rows that run it and the paper's printed count; other readings the model can build in brackets."""
+    from .params import parameter_rows
+
+    wanted = tables.split(",")
+    names = list(dict.fromkeys(row.spec["experiment"] for row in cfg.rows(config, ("tables",))
+                               if row.paper == paper and row.name in wanted and "experiment" in row.spec))
+    by_experiment: dict[str, list[dict]] = {}
+    for r in parameter_rows(config, names, (int(vocab), int(vocab))):
+        if r["paper"] == paper and r["table"] in wanted:
+            by_experiment.setdefault(r["experiment"], []).append(r)
+    lines = ["| rows | experiment | ours | paper |", "|---|---|---:|---:|"]
+    for name, records in by_experiment.items():
+        first = records[0]
+        ours = f"{first['params']:,}" if first["params"] is not None else first["note"]
+        ours += "".join(f" ({k}: {v:,})" for k, v in first["other_readings"].items())
+        printed = [f"{r['paper_params']:.2f}M" for r in records if r["paper_params"] is not None]
+        rows = " / ".join(f"{r['table']} {r['row']}" for r in records)
+        lines.append(f"| {rows} | `{name}` | {ours} | {printed[0] if printed else '—'} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure_kinds_block(config: dict) -> str:
+    """Each figure kind the code draws, with the figures of config.yaml that use it."""
+    from .report.figures import KINDS
+
+    used: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    for paper, figure in cfg.tables(config, "figures", targeted=False):
+        used[config["papers"][paper]["figures"][figure]["kind"]].append(f"{paper} {figure}")
+    return "\n".join(f"- `{kind}`: {', '.join(names) if names else 'no figure of config.yaml (the demo has one)'}"
+                     for kind, names in used.items()) + "\n"
+
+
+GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block}
+
+
+def render_block(spec: str, config: dict, where: str) -> str:
+    kind, *arguments = spec.split()
+    if kind not in GENERATORS:
+        raise UserError(f"{where}: unknown generated block {kind!r}; expected one of {', '.join(GENERATORS)}")
+    options = dict(a.split("=", 1) for a in arguments)
+    return GENERATORS[kind](config, **options)
+
+
+def update(check: bool = False) -> list[str]:
+    """Rewrite every generated block (check=True: only compare); returns the stale ones as "file: kind"."""
+    with in_checkout():
+        config = cfg.load(cfg.ROOT / "config.yaml")
+        stale = []
+        for path in documents():
+            text = path.read_text(encoding="utf-8")
+
+            def fill(match: re.Match) -> str:
+                where = f"{path.relative_to(cfg.ROOT)}: {match['spec']}"
+                body = render_block(match["spec"], config, where)
+                if body != match["body"]:
+                    stale.append(where)
+                return match["open"] + body + match["close"]
+
+            new = BLOCK.sub(fill, text)
+            if new != text and not check:
+                path.write_text(new, encoding="utf-8")
+    return stale
