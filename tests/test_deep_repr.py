@@ -47,7 +47,7 @@ def test_lwnmt_params_prints_the_other_readings_beside_the_paper():
 
 def test_dou_counts_are_the_printed_ones_with_thumts_two_vocabularies():
     """Dou's En-De rows train on separate source/target vocabularies (THUMT's); at 28,540 symbols per side every
-    printed En-De count (88.0M, 111M, 264M, 356M, to the printed digits) is ours; one joint 32,768 table is not."""
+    printed En-De count (88.0M, 111.1M, 264M, 356M, to the printed digits) is ours; one joint 32,768 table is not."""
     import csv
     import io
     import subprocess
