@@ -137,3 +137,29 @@ def test_dynamic_conv_parameter_count():
                 + sum(conv(K) + ffn_ln for K in base["kernel_sizes"])
                 + sum(conv(K) + ffn_ln + cross for K in base["kernel_sizes"]))
     assert count_parameters(build("transformer", base)) == expected
+
+
+@pytest.mark.parametrize("backbone", ["dynamic_conv", "lightweight_conv"])
+def test_conv_input_dropout_acts_in_training_only(backbone):
+    """Wu et al.'s input_dropout: each conv block's input is dropped before its projection, in training only."""
+    torch.manual_seed(0)
+    src, prev = batch()
+    dropped = build("transformer", {**CONV, "backbone": backbone, "input_dropout": 0.5})
+    plain = build("transformer", {**CONV, "backbone": backbone, "input_dropout": 0.0})
+    plain.load_state_dict(dropped.state_dict())
+    for model in (dropped, plain):
+        model.eval()
+    with torch.no_grad():
+        assert torch.equal(dropped(src, prev), plain(src, prev))  # eval: no effect
+    dropped.train(), plain.train()
+    torch.manual_seed(1)
+    first, second = dropped(src, prev), dropped(src, prev)
+    assert not torch.allclose(first, second)  # train: a fresh mask each pass, though every other dropout is 0
+    torch.manual_seed(1)
+    assert torch.equal(plain(src, prev), plain(src, prev))  # and with input_dropout 0 nothing else is random
+    seen = []
+    hook = dropped.encoder.layers[0].conv.inp.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    dropped(src, prev)
+    hook.remove()
+    zeros = (seen[0] == 0).float().mean().item()
+    assert 0.3 < zeros < 0.7  # about half the projection's inputs zeroed

@@ -45,6 +45,36 @@ def test_lwnmt_params_prints_the_other_readings_beside_the_paper():
     assert "12,162,076" in out and "13.47M" in out and "[w1_per_hop=true: 13,472,796]" in out
 
 
+def test_dou_counts_are_the_printed_ones_with_thumts_two_vocabularies():
+    """Dou's En-De rows train on separate source/target vocabularies (THUMT's); at 28,540 symbols per side every
+    printed En-De count (88.0M, 111.1M, 264M, 356M, to the printed digits) is ours; one joint 32,768 table is not."""
+    import csv
+    import io
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from layerwise_nmt import config as cfg
+
+    config = cfg.load(ROOT / "config.yaml")
+    names = ["dou.ende.base", "dou.ende.hierarchical_div", "dou.ende.big", "dou.ende.big_deep"]
+    assert {cfg.experiment(config, name)["vocab"] for name in names} == {"separate"}
+
+    def counts(*vocab: str) -> list[tuple[int, str]]:
+        out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),
+                              *vocab, "--format", "csv", *names], capture_output=True, text=True, check=True).stdout
+        return [(int(row["params"]), row["paper_params"]) for row in csv.DictReader(io.StringIO(out))
+                if row["paper_params"] and row["table"] in ("T1", "T2")]
+
+    def printed(params: int, paper: str) -> bool:  # equal to the digits the paper prints
+        digits = len(paper.partition(".")[2])
+        return round(params / 1e6, digits) == float(paper)
+
+    separate = counts("--src-vocab", "28540", "--tgt-vocab", "28540")
+    assert len(separate) == 6 and all(printed(*row) for row in separate)
+    assert not any(printed(*row) for row in counts("--vocab", "32768"))
+
+
 @torch.no_grad()
 def test_eq4_dense_sum_doubles_the_scale_per_layer_and_dense_norm_keeps_it():
     """Σ_{i≤l} H^i = 2·Σ_{i<l} H^i + LAYER(H^{l−1}): with 6 post-norm layers (each output of RMS 1) the top state

@@ -62,3 +62,18 @@ def test_valid_bpe_equals_fairseq(mirror, tmp_path, lang):
     subprocess.run([sys.executable, "-m", "layerwise_nmt", "apply-bpe", str(IWSLT_FAIRSEQ / "tmp" / f"valid.{lang}"),
                     str(out), "--codes", str(IWSLT_FAIRSEQ / "code"), "--workers", "2"], check=True)
     assert out.read_bytes() == (IWSLT_FAIRSEQ / f"valid.{lang}").read_bytes()
+
+
+def test_lwc_test_set_is_the_papers_5585_sentences(tmp_path, mirror):
+    """LWC §4.1: "the concatenation of dev2010, tst2010, tst2011 and tst2012 as the test set" (no TEDX.dev2012)."""
+    task = cfg.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen_bpe32k"]
+    parts = [template.split(".de-en.")[0] for template in task["splits"]["test"]["parts"]]
+    assert parts == [p for p in PARTS if p != "IWSLT14.TEDX.dev2012"]
+    targets = [f"results/iwslt14_deen_bpe32k/data/{kind}" for kind in
+               [f"ref/test.de-en.{lang}" for lang in ("de", "en")] + [f"tok/{p}.de-en.en" for p in parts]]
+    snakemake(tmp_path, *targets, mirror=mirror)
+    data = tmp_path / "results/iwslt14_deen_bpe32k/data"
+    for lang in ("de", "en"):
+        assert (data / f"ref/test.de-en.{lang}").read_bytes().count(b"\n") == 5585
+    tokenized = b"".join((data / f"tok/{p}.de-en.en").read_bytes() for p in parts)
+    assert tokenized == b"".join((IWSLT_FAIRSEQ / "tmp" / f"{p}.de-en.en").read_bytes() for p in parts)

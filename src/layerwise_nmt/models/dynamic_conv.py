@@ -2,14 +2,15 @@
 
 A convolution block replaces self-attention; everything else is the Transformer's (post-norm):
 
-    h = GLU(W_1 x)                                   input projection d → 2d, gated back to d (or W_1 x, d → d)
+    h = GLU(W_1 Drop_in(x))                          input projection d → 2d, gated back to d (or W_1 x, d → d)
     DynamicConv: w_t = softmax_k(W_w h_t) ∈ R^{H×K}  kernel predicted from the current position, per head
     LightConv:   w   = softmax_k(W)       ∈ R^{H×K}  one kernel per head, shared by positions
     c_t[r] = Σ_k w_{t,head(r),k} · h_{t−p+k}[r]      depthwise over the d channels (d/H channels share a head's kernel)
     x = LN(x + Drop(W_2 c + b))                      then, in the decoder, encoder-decoder attention, then the FFN
 
 Encoder convolutions are centred (p = K//2); decoder ones are causal (p = K−1), so incremental decoding keeps the
-last K−1 gated inputs of each layer (`ConvCache`). Weight dropout applies to the normalised kernels.
+last K−1 gated inputs of each layer (`ConvCache`). Weight dropout applies to the normalised kernels; input dropout
+(Drop_in, fairseq's input_dropout) to the block's input before W_1, not to the residual.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Convolution(nn.Module):
             nn.init.xavier_uniform_(self.weight)
         self.bias = nn.Parameter(torch.zeros(d))
         self.out = nn.Linear(d, d)
-        self.weight_dropout = config.weight_dropout
+        self.weight_dropout, self.input_dropout = config.weight_dropout, config.input_dropout
         for linear in (self.inp, self.out):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -60,7 +61,8 @@ class Convolution(nn.Module):
     def forward(self, x: Tensor, pad: Tensor | None = None, cache: ConvCache | None = None
                 ) -> tuple[Tensor, ConvCache | None]:
         """x (B, T, D); pad (B, T) True at padding (zeroed before convolving); cache: causal decoding only."""
-        h = F.glu(self.inp(x), dim=-1) if self.glu else self.inp(x)
+        h = self.inp(F.dropout(x, self.input_dropout, self.training))
+        h = F.glu(h, dim=-1) if self.glu else h
         if pad is not None:
             h = h.masked_fill(pad[..., None], 0.0)
         B, T, D = h.shape

@@ -76,6 +76,9 @@ class ModelConfig(Settings):
     kernel_sizes: tuple[int, ...] = setting((3, 7, 15, 31, 31, 31, 31), ge=1)  # conv backbones: kernel width per layer
     weight_dropout: float = setting(0.1, ge=0, lt=1)  # conv backbones: dropout on the normalised kernel weights
     conv_glu: bool = True  # conv backbones: GLU on the input projection (fairseq's IWSLT recipe turns it off)
+    # conv backbones: dropout on each convolution block's input, before the input projection (fairseq lightconv's
+    # input_dropout: 0.1 in its WMT architectures, 0.0 in lightconv_iwslt_de_en); the residual path is not dropped.
+    input_dropout: float = setting(0.0, ge=0, lt=1)
     max_positions: int = setting(1024, ge=1)
     # post: x = LN(x + Drop(f(x))) (Vaswani et al., fairseq, THUMT); pre: x = x + Drop(f(LN(x))) and a final LN on
     # each stack's top states (tensor2tensor's transformer_base/small since v1.2, i.e. LWC's code base).
