@@ -207,7 +207,7 @@ def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
     (["translate", "/dev/null", "--model", "m.pt", "--data", "/nope", "--src", "de", "--tgt", "en", "--out-prefix",
       "x"], "--data /nope: expected a binarized data directory"),
     (["average", "/nope", "--out", "x.pt", "--num", "2"], "/nope: No such file or directory"),
-    (["translate", "in.bpe", "--model", "m.pt"], "missing --data, --src, --tgt, --out-prefix"),
+    (["translate", "in.bpe", "--model", "m.pt"], "missing --data, --src, --tgt"),
     (["translate", "-", "--experiment", "no.such"], "--experiment 'no.such': not an experiment of the config"),
     (["translate", "-", "--experiment", "demo.transformer", "--seed", "99", "--config", "config.yaml", "--config",
       "config/demo.yaml"], "not trained yet; run snakemake results/"),

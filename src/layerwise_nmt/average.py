@@ -27,5 +27,6 @@ def average(paths: list[Path], out: str | Path) -> None:
         newest = state
     averaged = {k: (v / len(paths)).to(dtypes[k]) if dtypes[k].is_floating_point else v for k, v in total.items()}
     save(Path(out), {"model": averaged, "model_name": newest["model_name"], "model_config": newest["model_config"],
-                     "averaged_from": [p.name for p in paths], "progress": newest.get("progress")})
+                     "averaged_from": [p.name for p in paths], "progress": newest.get("progress"),
+                     "dictionaries": newest.get("dictionaries")})
     log.info("averaged %d checkpoints (%s) → %s", len(paths), ", ".join(p.name for p in paths), out)

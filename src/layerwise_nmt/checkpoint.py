@@ -15,10 +15,13 @@ start that reads a trained model into a larger one.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import pickle
 import random
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -67,8 +70,36 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+# What a checkpoint may contain besides tensors and plain data (torch's weights-only unpickler refuses anything
+# else, so opening a shared model.pt never runs code it pickled): numpy arrays and scalars (our RNG state and
+# progress), fairseq's argparse Namespace (its args). Rebuilding these calls no code named by the file.
+_multiarray = getattr(np, "_core", None) or np.core  # numpy 2 renamed numpy.core
+SAFE_GLOBALS = [np.ndarray, np.dtype, argparse.Namespace, *(getattr(np.dtypes, name) for name in np.dtypes.__all__)]
+for _module in ("numpy._core.multiarray", "numpy.core.multiarray"):  # pickled by numpy 2 and by numpy 1
+    SAFE_GLOBALS += [(_multiarray.multiarray._reconstruct, f"{_module}._reconstruct"),
+                     (_multiarray.multiarray.scalar, f"{_module}.scalar")]
+# what some checkpoints need that we do not allow: (prefix of the global, what the user can do about it)
+NEEDS = (("omegaconf.", "which needs omegaconf (fairseq 0.10/0.11 pickled its cfg as an omegaconf DictConfig); "
+                        "re-save it with fairseq 0.12, whose checkpoints keep cfg as plain data"),)
+
+
 def load(path: str | Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """A checkpoint's contents, read with torch's weights-only unpickler: tensors, plain data and SAFE_GLOBALS.
+    A file that needs anything else, or that cannot be read, is a UserError naming it."""
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        needed = re.search(r"GLOBAL ([\w.]+)|but got <class '([\w.]+)'>", str(err))
+        if needed is None:  # not a pickle torch wrote: an unsupported opcode, garbage
+            detail = str(err).split("WeightsUnpickler error:", 1)[-1].strip().splitlines()[0]
+            raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({detail})") from None
+        name = needed.group(1) or needed.group(2)
+        why = next((advice for prefix, advice in NEEDS if name.startswith(prefix)), "which could run code when opened")
+        raise UserError(f"{path}: refused: it needs {name}, {why}; a checkpoint may hold only tensors, plain data, "
+                        f"numpy arrays and argparse.Namespace") from None
+    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as err:
+        raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
 
 
 def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
@@ -81,8 +112,9 @@ def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
             continue
         try:
             state = load(path)
-        except Exception as err:  # noqa: BLE001 — truncated zip, bad pickle, I/O error: all mean "cannot read"
-            unreadable.append(f"{path.name} ({_first_line(err)})")
+        except (UserError, OSError) as err:  # truncated zip, refused pickle, I/O error: all mean "cannot read"
+            reason = str(err).removeprefix(f"{path}: ") if isinstance(err, UserError) else _first_line(err)
+            unreadable.append(f"{path.name} ({reason})")
             continue
         if path.name != LAST:
             log.warning("%s: %s; resuming from %s (update %d) instead", save_dir,
@@ -160,6 +192,28 @@ def set_aside(save_dir: Path) -> Path:
     save_dir.rename(aside)
     save_dir.mkdir(parents=True)
     return aside
+
+
+def dictionaries(src: Dictionary, tgt: Dictionary) -> dict:
+    """What model.pt records of the dictionaries it was trained with, for `check_dictionaries`."""
+    return {side: {"size": len(d), "fingerprint": d.fingerprint()} for side, d in (("source", src), ("target", tgt))}
+
+
+def check_dictionaries(state: dict, path: str | Path, src: Dictionary, tgt: Dictionary) -> None:
+    """A UserError naming the dictionary file when `src`/`tgt` are not those the model was trained with: their
+    sizes against the model's vocabulary sizes, and their fingerprints where the checkpoint has them (older ones
+    do not)."""
+    config, recorded = state.get("model_config", {}), state.get("dictionaries") or {}
+    for side, given, size in (("source", src, config.get("src_vocab")), ("target", tgt, config.get("tgt_vocab"))):
+        name = given.path or f"the {side} dictionary"
+        if size is not None and len(given) != size:
+            raise UserError(f"{name}: {len(given):,} symbols, but {path} has a {size:,}-symbol {side} vocabulary; "
+                            f"--data must be the data directory the model was trained on")
+        theirs = recorded.get(side, {}).get("fingerprint")
+        if theirs is not None and theirs != given.fingerprint():
+            raise UserError(f"{name}: fingerprint {given.fingerprint()}, but {path} was trained with a {side} "
+                            f"dictionary of fingerprint {theirs} (same size, other symbols); --data must be the "
+                            f"data directory the model was trained on")
 
 
 # settings that change what a tensor means without changing its shape: a warm start needs them equal

@@ -284,8 +284,8 @@ def cmd_average(a) -> None:
 
 
 @command("translate", "beam-search decode a BPE'd source file, or raw text with --experiment",
-    arg("input", nargs="?", help="BPE'd source text, one sentence per line; with --experiment raw text "
-                                 "(a file, or - / nothing for stdin)"),
+    arg("input", nargs="?", help="source text, one sentence per line, BPE'd (raw with --experiment): a file, or "
+                                 "- / nothing for stdin"),
     arg("--experiment", help="translate raw text with this experiment's trained model: its task's "
                              "tokenization, BPE, decoding settings and detokenization"),
     arg("--seed", type=int, help="with --experiment: which seed's run (default: its first)"),
@@ -294,7 +294,12 @@ def cmd_average(a) -> None:
     arg("--data", help="the binarized data directory the model was trained on (or a fairseq one)"),
     arg("--src"),
     arg("--tgt"),
-    arg("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok, PREFIX.json"),
+    arg("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok (with --detokenize or --experiment), "
+                             "PREFIX.nbest (with --nbest) and PREFIX.json (options, speed, model size); without it "
+                             "the translations go to stdout, one line per input line"),
+    arg("--nbest", type=int, default=0, metavar="N",
+        help="fairseq-generate's output: S- (source), H-/D- (score in base 2, text), P- (per-token scores) lines "
+             "of the N best hypotheses, in PREFIX.nbest or on stdout instead of the plain lines"),
     arg("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}'),
     arg("--detokenize", action="store_true"),
     arg("--threads", type=int, default=0),
@@ -304,6 +309,7 @@ def cmd_average(a) -> None:
     fairseq_generate_flags)
 def cmd_translate(a) -> None:
     import json
+    import tempfile
 
     import torch
 
@@ -322,46 +328,64 @@ def cmd_translate(a) -> None:
     if a.lenpen_from:  # the α the pick_lenpen step chose on the validation set
         options["lenpen"] = json.loads(Path(a.lenpen_from).read_text())["lenpen"]
         log.info("length penalty %s, tuned on the validation set (%s)", options["lenpen"], a.lenpen_from)
-    if a.experiment:  # raw text, with the experiment's trained model and its task's preprocessing
-        return translate_raw(a, options)
-    missing = [f"--{k.replace('_', '-')}" for k in ("model", "data", "src", "tgt", "out_prefix") if not getattr(a, k)]
-    if missing or not a.input or a.input == "-":
-        raise UserError(f"missing {', '.join(missing) or 'INPUT'}: give a BPE'd INPUT file with --model --data --src "
-                        f"--tgt --out-prefix, or raw text (a file or - for stdin) with --experiment NAME")
-    cfg = BeamConfig.from_dict(options)
-    src_vocab, tgt_vocab = load_pair(a.data, a.src, a.tgt)
-    model = load_model(a.model)
-    stats = translate(model, a.input, src_vocab, tgt_vocab, cfg, a.out_prefix,
-                      detok_lang=a.tgt if a.detokenize else None)
+    with tempfile.TemporaryDirectory() as tmp:
+        # raw text: the experiment's trained model and its task's preprocessing
+        job = raw_text_job(a, options, Path(tmp)) if a.experiment else bpe_job(a, options, Path(tmp))
+        cfg = BeamConfig.from_dict(job["options"])
+        if a.nbest > cfg.beam:
+            raise UserError(f"--nbest {a.nbest} with beam {cfg.beam}; expected at most the beam's hypotheses")
+        src_vocab, tgt_vocab = load_pair(job["data"], job["src"], job["tgt"])
+        model = load_model(job["model"], src_vocab, tgt_vocab)
+        stats = translate(model, job["source"], src_vocab, tgt_vocab, cfg, a.out_prefix, detok_lang=job["detok"],
+                          nbest=a.nbest, label=job["label"])
     stats["params"] = count_parameters(model)
     log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
              stats["sentences_per_second"])
-    with atomic_path(f"{a.out_prefix}.json") as tmp, open(tmp, "w") as f:
-        json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+    if a.out_prefix:
+        with atomic_path(f"{a.out_prefix}.json") as tmp_json, open(tmp_json, "w") as f:
+            json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
 
 
-def translate_raw(a, options: dict) -> None:
-    """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE → beam search → detokenize, printed one line per
-    input line (also kept as --out-prefix files when given)."""
-    import tempfile
+def source_lines(a) -> tuple[list[str], str]:
+    """The input's lines and its name for messages: INPUT, or stdin for - or nothing."""
+    from .data.io import decode_lines, read_lines
 
+    if a.input in (None, "-"):
+        return list(decode_lines(sys.stdin.buffer, "stdin")), "stdin"
+    return list(read_lines(a.input)), a.input
+
+
+def bpe_job(a, options: dict, tmp: Path) -> dict:
+    """`lwnmt translate [FILE|-] --model --data --src --tgt`: a BPE'd source, decoded as it is."""
+    from .data.io import write_lines
+
+    missing = [f"--{k.replace('_', '-')}" for k in ("model", "data", "src", "tgt") if not getattr(a, k)]
+    if missing:
+        raise UserError(f"missing {', '.join(missing)}: give a BPE'd INPUT (a file or - for stdin) with --model "
+                        f"--data --src --tgt, or raw text with --experiment NAME")
+    source, label = a.input, a.input
+    if a.input in (None, "-"):
+        lines, label = source_lines(a)
+        source = str(tmp / "input.bpe")
+        write_lines(source, lines)
+    return {"model": a.model, "data": a.data, "src": a.src, "tgt": a.tgt, "source": source, "label": label,
+            "detok": a.tgt if a.detokenize else None, "options": options}
+
+
+def raw_text_job(a, options: dict, tmp: Path) -> dict:
+    """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after)."""
     from . import config as cfg
-    from .data.io import read_lines, write_lines
-    from .data.vocab import load_pair
-    from .decode import BeamConfig, load_model, prepare_raw, translate
+    from .data.io import write_lines
+    from .decode import prepare_raw
 
     setup = cfg.trained_model(load_config(a), a.experiment, a.seed)
     if not Path(setup["model"]).exists():
         raise UserError(f"{setup['model']}: not trained yet; run snakemake {setup['model']} first")
-    lines = sys.stdin.read().splitlines() if a.input in (None, "-") else list(read_lines(a.input))
-    beam = BeamConfig.from_dict({**setup["decode"], **options})
-    src_vocab, tgt_vocab = load_pair(setup["data"], setup["src"], setup["tgt"])
-    with tempfile.TemporaryDirectory() as tmp:
-        source, prefix = Path(tmp) / "input.bpe", a.out_prefix or str(Path(tmp) / "out")
-        write_lines(source, prepare_raw(lines, setup["src"], setup["tokenize"], setup["codes"]))
-        translate(load_model(setup["model"]), str(source), src_vocab, tgt_vocab, beam, prefix, detok_lang=setup["tgt"])
-        for line in read_lines(f"{prefix}.detok"):
-            print(line)
+    lines, label = source_lines(a)
+    source = tmp / "input.bpe"
+    write_lines(source, prepare_raw(lines, setup["src"], setup["tokenize"], setup["codes"]))
+    return {"model": setup["model"], "data": setup["data"], "src": setup["src"], "tgt": setup["tgt"],
+            "source": str(source), "label": label, "detok": setup["tgt"], "options": {**setup["decode"], **options}}
 
 
 @command("import-fairseq", "convert a fairseq 0.12 Transformer checkpoint into our model.pt",
@@ -614,11 +638,17 @@ def cmd_status(a) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="lwnmt", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help, arguments, handler) in COMMANDS.items():
         p = sub.add_parser(name, help=help)
+        # also after the subcommand; SUPPRESS keeps a -v given before it
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="debug logging and tracebacks")
         for add in arguments:
             add(p)
         p.set_defaults(func=handler)

@@ -15,8 +15,9 @@ where len counts the generated tokens including </s>.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,7 @@ class Hypothesis:
     tokens: list[int]  # without the leading </s>, with the final </s>
     score: float  # length-normalised
     raw_score: float  # sum of log-probabilities
+    positional: list[float] = field(default_factory=list)  # each token's log-probability (fairseq's P- line)
 
 
 @torch.no_grad()
@@ -99,6 +101,7 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
     # fairseq's cands_to_ignore: beam slots that had to be filled with an ended candidate (more than `beam` of the
     # 2·beam candidates ended); the candidates at those ranks of the next step neither finish nor continue.
     ignore = torch.zeros(B, beam, dtype=torch.bool, device=device)
+    history = torch.zeros(B * beam, 0, device=device)  # each row's cumulative score after each of its tokens
     for step in range(int(max_lens.max()) + 1):
         lprobs = F.log_softmax(model.step(tokens[:, -1], state).float(), dim=-1)  # (n·beam, V)
         lprobs[lprobs != lprobs] = float("-inf")
@@ -121,7 +124,9 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
             if len(finished[sentence]) < beam:
                 row = int(i) * beam + int(cand_beam[i, j])
                 hyp = tokens[row, 1:].tolist() + [eos]
-                finished[sentence].append(Hypothesis(hyp, score / cfg.penalty(step + 1), score))
+                cumulative = history[row].tolist() + [score]
+                positional = [b - a for a, b in zip([0.0] + cumulative, cumulative)]
+                finished[sentence].append(Hypothesis(hyp, score / cfg.penalty(step + 1), score, positional))
         # the next beams: the first `beam` candidates that did not end (fairseq's active_mask trick)
         ended[:, :beam] |= ignore
         rank, pick = (ended.long() * (2 * beam) + torch.arange(2 * beam, device=device)).topk(beam, dim=1,
@@ -134,20 +139,52 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
         rows = (torch.arange(n, device=device)[:, None] * beam + next_beam)[keep].view(-1)
         state.reorder(rows)
         tokens = torch.cat([tokens.index_select(0, rows), next_tok[keep].view(-1, 1)], dim=1)
+        history = torch.cat([history.index_select(0, rows), next_scores[keep].view(-1, 1)], dim=1)
         scores, active, ignore = next_scores[keep], active[keep], (rank >= 2 * beam)[keep]
     return [sorted(hyps, key=lambda h: -h.score) for hyps in finished]
 
 
 def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig,
-              out_prefix: str, remove_bpe: str = "@@ ", detok_lang: str | None = None) -> dict:
-    """Decode a BPE'd source file (one sentence per line); writes <out_prefix>.bpe (raw hypotheses),
-    <out_prefix>.txt (BPE removed, tokenized) and, with detok_lang, <out_prefix>.detok (Moses-detokenized)."""
+              out_prefix: str | None, remove_bpe: str = "@@ ", detok_lang: str | None = None, nbest: int = 0,
+              label: str | None = None) -> dict:
+    """Decode a BPE'd source file (one sentence per line). With `out_prefix`, writes <out_prefix>.bpe (raw
+    hypotheses), .txt (BPE removed, tokenized) and, with detok_lang, .detok (Moses-detokenized); without, prints
+    the last of these to stdout. nbest > 0: also fairseq-generate's S-/H-/D-/P- lines of the `nbest` best
+    hypotheses, in <out_prefix>.nbest or instead of the plain lines on stdout. Either way one output line per
+    input line: an empty or overlong source (named in a warning as `label`:line) gets an empty translation."""
     from .data.io import read_lines
 
-    lines = list(read_lines(src_path))
-    encoded = [np.asarray(src_vocab.encode(line)) for line in lines]
-    order = np.argsort([len(e) for e in encoded], kind="stable")
-    hyps: list[str] = [""] * len(lines)
+    sources = list(read_lines(src_path))
+    results, stats = decode_lines(model, sources, src_vocab, tgt_vocab, cfg, label or src_path)
+    forms = {"bpe": [tgt_vocab.decode(r[0].tokens) if r else "" for r in results]}
+    forms["txt"] = [strip_bpe(h, remove_bpe) for h in forms["bpe"]]
+    if detok_lang:
+        forms["detok"] = detokenizer(detok_lang)(forms["txt"])
+    if nbest:
+        forms["nbest"] = fairseq_lines(sources, results, tgt_vocab, nbest, remove_bpe, detok_lang)
+    if out_prefix is None:
+        for line in forms["nbest"] if nbest else forms["detok" if detok_lang else "txt"]:
+            print(line)
+        return stats
+    for form, lines in forms.items():
+        write_lines(f"{out_prefix}.{form}", lines)
+    return stats
+
+
+def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig,
+                 label: str) -> tuple[list[list[Hypothesis]], dict]:
+    """Each source's hypotheses, best first, and the decoding's speed. An empty source gets none (no translation,
+    as fairseq-interactive); so does one longer than the model's max_positions, with a warning naming it (fairseq
+    skips those with --skip-invalid-size-inputs-valid-test)."""
+    encoded = [np.asarray(src_vocab.encode(line)) for line in sources]
+    limit = model.config.max_positions
+    for number, e in enumerate(encoded, start=1):
+        if len(e) > limit:
+            log.warning("%s:%d: %d tokens (with </s>), longer than the model's max_positions %d; left untranslated "
+                        "(an empty output line)", label, number, len(e), limit)
+    todo = [i for i, e in enumerate(encoded) if 1 < len(e) <= limit]
+    order = [todo[k] for k in np.argsort([len(encoded[i]) for i in todo], kind="stable")]
+    results: list[list[Hypothesis]] = [[] for _ in sources]
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     model.to(device).eval()
     start, generated = time.time(), 0
@@ -159,25 +196,45 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
         ids = order[b:b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
         with precision.autocast(device):
-            results = beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)
-        for i, result in zip(ids, results):
-            hyps[i] = tgt_vocab.decode(result[0].tokens)
-            generated += len(result[0].tokens)
+            for i, result in zip(ids, beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)):
+                results[i] = result
+                generated += len(result[0].tokens)
         done = min(b + cfg.batch_size, len(order))
         elapsed = time.time() - start
         log.info("decoded %d/%d sentences, %.1f sentences/s, ETA %.0f s", done, len(order), done / elapsed,
                  (len(order) - done) * elapsed / done)
     seconds = time.time() - start
-    write_lines(f"{out_prefix}.bpe", hyps)
-    plain = [(h + " ").replace(remove_bpe, "").rstrip() if remove_bpe else h for h in hyps]
-    write_lines(f"{out_prefix}.txt", plain)
-    if detok_lang:
-        from sacremoses import MosesDetokenizer
+    return results, {"sentences": len(sources), "seconds": seconds,
+                     "sentences_per_second": len(sources) / max(seconds, 1e-9), "generated_tokens": generated,
+                     "untranslated": len(sources) - len(todo), "precision": precision.to_dict()}
 
-        detok = MosesDetokenizer(lang=detok_lang)
-        write_lines(f"{out_prefix}.detok", [detok.detokenize(h.split()) for h in plain])
-    return {"sentences": len(lines), "seconds": seconds, "sentences_per_second": len(lines) / max(seconds, 1e-9),
-            "generated_tokens": generated, "precision": precision.to_dict()}
+
+def strip_bpe(line: str, remove_bpe: str | None) -> str:
+    return (line + " ").replace(remove_bpe, "").rstrip() if remove_bpe else line
+
+
+def detokenizer(lang: str):
+    """Tokenized lines → Moses-detokenized ones."""
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    return lambda lines: [detok.detokenize(line.split()) for line in lines]
+
+
+def fairseq_lines(sources: list[str], results: list[list[Hypothesis]], tgt_vocab: Dictionary, nbest: int,
+                  remove_bpe: str | None, detok_lang: str | None) -> list[str]:
+    """fairseq-generate's output for each sentence (ids from 0): S- (source), then per hypothesis H- (score and
+    BPE-free text), D- (score and detokenized text) and P- (each token's score), scores in base 2 as fairseq
+    prints them. An untranslated sentence has its S- line only."""
+    detok = detokenizer(detok_lang) if detok_lang else (lambda lines: lines)
+    out = []
+    for i, (source, hyps) in enumerate(zip(sources, results)):
+        out.append(f"S-{i}\t{source}")
+        for hyp in hyps[:nbest]:
+            text, score = strip_bpe(tgt_vocab.decode(hyp.tokens), remove_bpe), hyp.score / math.log(2)
+            out += [f"H-{i}\t{score}\t{text}", f"D-{i}\t{score}\t{detok([text])[0]}",
+                    f"P-{i}\t" + " ".join(f"{p / math.log(2):.4f}" for p in hyp.positional)]
+    return out
 
 
 def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) -> list[str]:
@@ -190,12 +247,15 @@ def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) 
     return list(bpe.apply(codes, tokenized)) if codes else tokenized
 
 
-def load_model(path: str | Path):
-    """A model from a checkpoint (any of ours: final, averaged, or a training checkpoint)."""
-    from .checkpoint import load
+def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab: Dictionary | None = None):
+    """A model from a checkpoint (any of ours: final, averaged, or a training checkpoint); with the dictionaries it
+    will be used with, checked to be those it was trained with."""
+    from .checkpoint import check_dictionaries, load
     from .models import build
 
     state = load(path)
+    if src_vocab is not None:
+        check_dictionaries(state, path, src_vocab, tgt_vocab)
     model = build(state["model_name"], state["model_config"])
     model.load_state_dict(state["model"])
     return model.eval()

@@ -150,5 +150,6 @@ def import_fairseq(path: str, data: str, src: str, tgt: str, out_dir: str) -> Pa
             shutil.copy(dict_path, out / dict_path.name)
     target = out / "model.pt"
     checkpoint.save(target, {"model": model.state_dict(), "model_name": "transformer",
-                             "model_config": model.config.to_dict(), "imported_from": str(path)})
+                             "model_config": model.config.to_dict(), "imported_from": str(path),
+                             "dictionaries": checkpoint.dictionaries(src_dict, tgt_dict)})
     return target

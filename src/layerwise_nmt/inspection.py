@@ -46,7 +46,7 @@ def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypot
     src_vocab, tgt_vocab = load_pair(data, src, tgt)
     source_line = list(read_lines(source))[sentence]
     target_line = list(read_lines(hypothesis))[sentence]
-    model = load_model(model_path)
+    model = load_model(model_path, src_vocab, tgt_vocab)
     modules = dict(model.named_modules())
     if module not in modules:
         raise UserError(f"{model_path}: no module {module!r}; expected a name from model.named_modules()")

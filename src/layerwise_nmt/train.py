@@ -230,6 +230,7 @@ class Run:
     rank: int
     saved_time: float = field(default_factory=time.time)
     saved_update: int | None = None  # of the newest checkpoint_last.pt this process wrote
+    dictionaries: dict = field(default_factory=dict)  # checkpoint.dictionaries: translate checks them
 
     def save(self, *names: str) -> None:
         """Rank 0 writes checkpoint_last.pt (all a resume needs; the only one resumed from) and weights-only
@@ -238,7 +239,8 @@ class Run:
             return
         weights = {"model": self.model.state_dict(), "model_name": self.spec["model"],
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
-                   "train_config": asdict(self.cfg), "progress": self.progress.to_dict()}
+                   "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
+                   "dictionaries": self.dictionaries}
         for name in names:
             if name == LAST:
                 state = {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
@@ -338,7 +340,8 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
                      ", ".join(new) or "none")
     # fairseq's --fp16-init-scale 128: torch's default 2^16 overflows a few updates in a row at the start
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=precision.amp == "fp16")
-    run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank)
+    run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank,
+              dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab))
     if state is not None:
         model.load_state_dict(state["model"])
         run.optimizer.load_state_dict(state["optimizer"])
@@ -453,7 +456,8 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
                         final)
         log.info("%s: the weights of %s", final, chosen)
         checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], "final_from": chosen,
-                                      "model_config": run.model.config.to_dict(), "progress": progress.to_dict()})
+                                      "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
+                                      "dictionaries": run.dictionaries})
         reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()

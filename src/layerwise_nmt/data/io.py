@@ -47,15 +47,21 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> int:
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
     """Lines of a UTF-8 text file without their newline; invalid UTF-8 is an error naming file and line."""
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise UserError(
-                    f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line "
-                    f"({raw[max(0, err.start - 10):err.start + 10]!r}); expected UTF-8 text"
-                ) from None
-            yield line.rstrip("\n").rstrip("\r")
+        yield from decode_lines(f, path)
+
+
+def decode_lines(raw_lines: Iterable[bytes], name: str | os.PathLike) -> Iterator[str]:
+    """Byte lines (a binary file, sys.stdin.buffer) as text lines without their newline; invalid UTF-8 is an
+    error naming `name` and the line."""
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(
+                f"{name}:{number}: invalid UTF-8 at byte {err.start} of the line "
+                f"({raw[max(0, err.start - 10):err.start + 10]!r}); expected UTF-8 text"
+            ) from None
+        yield line.rstrip("\n").rstrip("\r")
 
 
 def count_lines(path: str | os.PathLike) -> int:

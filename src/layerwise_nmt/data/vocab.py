@@ -7,6 +7,7 @@ Index order follows fairseq's Dictionary so that users can swap dictionaries bet
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
@@ -25,6 +26,7 @@ class Dictionary:
         self.index = {s: i for i, s in enumerate(self.symbols)}
         if len(self.index) != len(self.symbols):
             raise UserError("vocabulary has duplicate symbols")
+        self.path: str | Path | None = None  # the file it was loaded from, for messages
 
     bos, pad, eos, unk = (SPECIALS.index(s) for s in SPECIALS)
 
@@ -52,12 +54,18 @@ class Dictionary:
                 raise UserError(f"{path}:{number}: expected 'symbol count', got {line!r}")
             symbols.append(symbol)
             counts.append(int(count))
-        return cls(symbols, counts)
+        dictionary = cls(symbols, counts)
+        dictionary.path = path
+        return dictionary
 
     def save(self, path: str | Path) -> None:
         with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
             for symbol, count in zip(self.symbols[len(SPECIALS):], self.counts[len(SPECIALS):]):
                 f.write(f"{symbol} {count}\n")
+
+    def fingerprint(self) -> str:
+        """What a model trained on this dictionary depends on: its symbols in index order (counts aside)."""
+        return hashlib.sha256("\n".join(self.symbols).encode("utf-8")).hexdigest()[:16]
 
     def encode(self, line: str) -> list[int]:
         """Token ids of a line plus </s>, as fairseq-preprocess binarizes it."""

@@ -1,0 +1,149 @@
+"""`lwnmt translate` as a user meets it: the dictionaries checked against the model, one output line per input line
+(empty and overlong sources included), stdout, fairseq-generate's n-best lines, one-line errors."""
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import toy_spec
+from layerwise_nmt import checkpoint, cli
+from layerwise_nmt import config as config_module
+from layerwise_nmt.data.vocab import Dictionary
+from layerwise_nmt.train import train
+
+
+def lwnmt(*args, stdin: bytes | None = None):
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True,
+                            input=stdin)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def one_line_error(code: int, stderr: str) -> str:
+    assert code == 1 and "Traceback" not in stderr, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def trained(toy_data, tmp_path_factory) -> dict:
+    """A toy model, the fairseq-style data directory beside it (its dictionaries) and the same model saved as
+    older checkpoints were, without the dictionaries' fingerprints."""
+    root = tmp_path_factory.mktemp("translate")
+    model = root / "model.pt"
+    train(toy_spec(max_update=2), str(toy_data), "de", "en", str(root / "run"), str(model))
+    for lang in ("de", "en"):
+        shutil.copy(toy_data.parent / "vocab" / "dict.joint.txt", root / f"dict.{lang}.txt")
+    state = checkpoint.load(model)
+    old = root / "old.pt"
+    torch.save({k: v for k, v in state.items() if k != "dictionaries"}, old)
+    return {"model": model, "old": old, "data": root, "vocab": Dictionary.load(root / "dict.de.txt")}
+
+
+def decode_args(trained: dict, model: Path | None = None, data: Path | None = None) -> list:
+    return ["--model", model or trained["model"], "--data", data or trained["data"], "--src", "de", "--tgt", "en"]
+
+
+def dictionaries(tmp_path: Path, symbols: list[str]) -> Path:
+    for lang in ("de", "en"):
+        (tmp_path / f"dict.{lang}.txt").write_text("".join(f"{s} 1\n" for s in symbols), encoding="utf-8")
+    return tmp_path
+
+
+def test_a_dictionary_of_another_size_is_refused(trained, tmp_path):
+    words = trained["vocab"].symbols[4:]
+    source = tmp_path / "in.bpe"
+    source.write_text("w1 w2\n")
+    code, _, err = lwnmt("translate", source, *decode_args(trained, data=dictionaries(tmp_path, words[:-8])))
+    line = one_line_error(code, err)
+    n = len(trained["vocab"])
+    assert f"dict.de.txt: {n - 8} symbols, but {trained['model']} has a {n}-symbol source vocabulary" in line
+
+
+def test_a_same_size_dictionary_with_other_symbols_is_refused_by_its_fingerprint(trained, tmp_path):
+    words = trained["vocab"].symbols[4:]
+    swapped = dictionaries(tmp_path, [words[1], words[0], *words[2:]])
+    source = tmp_path / "in.bpe"
+    source.write_text("w1 w2\n")
+    code, _, err = lwnmt("translate", source, *decode_args(trained, data=swapped))
+    line = one_line_error(code, err)
+    assert "dict.de.txt: fingerprint" in line and "same size, other symbols" in line
+    # a checkpoint from before the fingerprints: the size check only
+    code, out, err = lwnmt("translate", source, *decode_args(trained, model=trained["old"], data=swapped))
+    assert code == 0 and len(out.splitlines()) == 1, err
+
+
+def test_empty_and_overlong_sources_keep_their_lines_empty(trained, tmp_path, caplog):
+    source = tmp_path / "in.bpe"
+    long = " ".join(["w3"] * 1100)  # > max_positions 1,024
+    source.write_text(f"w1 w2 w3\n\n{long}\nw4 w5\n", encoding="utf-8")
+    code, out, err = lwnmt("translate", source, *decode_args(trained), "--out-prefix", tmp_path / "hyp")
+    assert code == 0, err
+    assert f"{source}:3: 1101 tokens (with </s>), longer than the model's max_positions 1024" in err
+    lines = (tmp_path / "hyp.txt").read_text().split("\n")[:-1]
+    assert len(lines) == 4 and lines[1] == lines[2] == "" and lines[0] and lines[3]
+    assert json.loads((tmp_path / "hyp.json").read_text())["untranslated"] == 2
+
+
+def test_stdout_and_fairseq_nbest_lines(trained, tmp_path):
+    code, out, err = lwnmt("translate", "-", *decode_args(trained), stdin=b"w1 w2 w3\nw4\n")
+    assert code == 0 and len(out.splitlines()) == 2, err
+    code, out, err = lwnmt("translate", *decode_args(trained), "--nbest", "3", "--beam", "4", stdin=b"w1 w2 w3\n")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "S-0\tw1 w2 w3" and [line[:2] for line in lines[1:]] == ["H-", "D-", "P-"] * 3
+    _, score, text = lines[1].split("\t")
+    positional = [float(p) for p in lines[3].split("\t")[1].split()]
+    assert len(positional) == len(text.split()) + 1  # with </s>
+    assert math.isclose(float(score), sum(positional) / len(positional), abs_tol=1e-3)  # lenpen 1
+    assert float(lines[1].split("\t")[1]) >= float(lines[4].split("\t")[1]) >= float(lines[7].split("\t")[1])
+    assert lines[1].split("\t")[2] == out.splitlines()[2].split("\t")[2]  # no detokenizer: D = H
+    code, _, err = lwnmt("translate", *decode_args(trained), "--nbest", "6", "--beam", "4", stdin=b"w1\n")
+    assert "--nbest 6 with beam 4" in one_line_error(code, err)
+
+
+def test_raw_text_keeps_an_empty_line_empty_and_writes_what_help_promises(trained, tmp_path, monkeypatch, capsys):
+    setup = {"model": str(trained["model"]), "data": str(trained["data"]), "src": "de", "tgt": "en",
+             "tokenize": {"tokenizer": "moses"}, "codes": None, "decode": {"beam": 2}}
+    monkeypatch.setattr(cli, "load_config", lambda a: {})
+    monkeypatch.setattr(config_module, "trained_model", lambda config, name, seed: setup)
+    source = tmp_path / "raw.txt"
+    source.write_text("w1 w2 w3\n\nw4 w5\n", encoding="utf-8")
+    cli.main(["translate", str(source), "--experiment", "toy"])
+    printed = capsys.readouterr().out.split("\n")[:-1]
+    assert len(printed) == 3 and printed[1] == "" and printed[0] and printed[2]
+    cli.main(["translate", str(source), "--experiment", "toy", "--out-prefix", str(tmp_path / "hyp")])
+    promised = set(re.findall(r"PREFIX\.(\w+)", " ".join(lwnmt("translate", "--help")[1].split())))
+    assert promised == {"bpe", "txt", "detok", "nbest", "json"}
+    written = {p.suffix[1:] for p in tmp_path.glob("hyp.*")}
+    assert written == promised - {"nbest"}  # .nbest only with --nbest
+    assert (tmp_path / "hyp.detok").read_text().split("\n")[:-1] == printed
+
+
+@pytest.mark.parametrize("content", [b"", "cut"])
+def test_a_corrupt_or_truncated_model_is_one_line_naming_it(trained, tmp_path, content):
+    bad = tmp_path / "model.pt"
+    data = trained["model"].read_bytes()
+    bad.write_bytes(data[: len(data) // 2] if content == "cut" else content)
+    code, _, err = lwnmt("translate", *decode_args(trained, model=bad), stdin=b"w1\n")
+    assert f"{bad}: not a readable checkpoint, truncated or corrupt?" in one_line_error(code, err)
+
+
+def test_invalid_utf8_on_stdin_is_one_line(trained):
+    code, _, err = lwnmt("translate", *decode_args(trained), stdin=b"w1\nw2 \xff w3\n")
+    assert "stdin:2: invalid UTF-8 at byte 3" in one_line_error(code, err)
+
+
+def test_verbose_after_the_subcommand_and_version():
+    from layerwise_nmt import __version__
+
+    assert cli.build_parser().parse_args(["translate", "-v"]).verbose
+    assert cli.build_parser().parse_args(["-v", "translate"]).verbose
+    assert not cli.build_parser().parse_args(["translate"]).verbose
+    code, out, _ = lwnmt("--version")
+    assert code == 0 and out.strip() == f"lwnmt {__version__}"
