@@ -234,26 +234,71 @@ def parameters(module) -> int:
     return sum(p.numel() for p in module.parameters())  # a tied matrix is one parameter, counted once
 
 
-def ours_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> float:
-    """lwnmt's own update (train.accumulate: autocast forward, fp32 loss, backward) and Adam, as `lwnmt train`."""
+def ours_updates(work: Path, model: dict, amp: str, count: int):
+    """Runs `count` updates of lwnmt's trainer (train.accumulate: autocast forward, fp32 loss, backward; then
+    Adam, as `lwnmt train`), yielding each one's target tokens when it is done."""
     import torch
 
     from layerwise_nmt.precision import resolve
     from layerwise_nmt.train import TrainConfig, accumulate
 
-    torch.set_num_threads(THREADS)
     net = ours_model(work, model)
     cfg = TrainConfig.from_dict({"max_update": 1, "amp": amp})
     opt = torch.optim.Adam(net.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-4)
     cpu = torch.device("cpu")
     precision = resolve(amp, cpu)
-    stamps = []
-    for _, batch in zip(range(updates + warmup), training_batches(work, model["max_tokens"])):
+    for _, batch in zip(range(count), training_batches(work, model["max_tokens"])):
         stats = accumulate(net, [batch], cfg, cpu, lambda: precision.autocast(cpu))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        stamps.append((time.perf_counter(), stats["ntokens"]))
-    return rate_after_warmup(stamps, warmup)
+        yield stats["ntokens"]
+
+
+def ours_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> float:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    return rate_after_warmup([(time.perf_counter(), n) for n in ours_updates(work, model, amp, updates + warmup)],
+                             warmup)
+
+
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
+
+
+def where_time_goes(work: Path, name: str, gemm_ratio: float, updates: int = 3, warmup: int = 2) -> dict:
+    """Single-thread CPU seconds per update of our trainer in fp32 and bf16 (process time), the share of it in
+    matrix products (torch.profiler's self time of mm/addmm/bmm over a further `updates` updates), and what that
+    bounds: the bf16/fp32 ratio if bf16 sped up only the GEMMs (by gemm_ratio) and left the rest as in fp32."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    out = {}
+    for amp, label in (("none", "fp32"), ("bf16", "bf16")):
+        steps = ours_updates(work, MODELS[name], amp, warmup + 2 * updates)
+        for _ in range(warmup):
+            next(steps)
+        start = time.process_time()
+        for _ in range(updates):
+            next(steps)
+        seconds = (time.process_time() - start) / updates
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in steps:
+                pass
+        ops = prof.key_averages()
+        share = sum(e.self_cpu_time_total for e in ops if e.key in GEMM_OPS) / sum(e.self_cpu_time_total for e in ops)
+        top = sorted(ops, key=lambda e: -e.self_cpu_time_total)[:12]
+        total = sum(e.self_cpu_time_total for e in ops)
+        out[label] = {"cpu_seconds_per_update": seconds, "gemm_share": share,
+                      "top_ops_share": {e.key: e.self_cpu_time_total / total for e in top}}
+    fp32 = out["fp32"]
+    gemm, rest = fp32["cpu_seconds_per_update"] * fp32["gemm_share"], fp32["cpu_seconds_per_update"] * (
+        1 - fp32["gemm_share"])
+    out["bf16_over_fp32"] = fp32["cpu_seconds_per_update"] / out["bf16"]["cpu_seconds_per_update"]
+    out["ceiling_if_only_gemms_gain"] = fp32["cpu_seconds_per_update"] / (gemm / gemm_ratio + rest)
+    out["non_gemm_seconds_fp32"] = rest
+    out["non_gemm_seconds_allowed_for_2_5x"] = fp32["cpu_seconds_per_update"] / 2.5 - gemm / gemm_ratio
+    return out
 
 
 def plain_model(vocab: int):
@@ -413,12 +458,13 @@ def main() -> None:
     parser.add_argument("--isa", choices=("native", "avx2"), default="native",
                         help="avx2: emulate an AVX2-only CPU (fp32 only, as amp auto would choose)")
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/train_decode.json"))
-    parser.add_argument("--parts", default="train,decode,gemm", help="which parts to (re)measure (train, decode, "
-                        "gemm: the GEMM-only bound on bf16 over fp32); others are kept")
+    parser.add_argument("--parts", default="train,decode,gemm,profile",
+                        help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
+                        "fp32), profile (where an update's time goes; needs gemm); others are kept")
     args = parser.parse_args()
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})  # before torch loads
-    parts = set(args.parts.split(","))
+    parts, models = set(args.parts.split(",")), args.models.split(",")
     precisions = ["fp32"] if args.isa == "avx2" else ["fp32", "bf16"]
     out = Path(args.json)
     result = json.loads(out.read_text()) if out.exists() else {}
@@ -434,15 +480,18 @@ def main() -> None:
         prepare(work, needs_fairseq)
         if "train" in parts:
             run["peak_flops_per_s"] = peak = measured_peak()
-            run["train"] = {name: train_part(work, name, args.updates, args.warmup, peak, precisions)
-                            for name in args.models.split(",")}
+            run.setdefault("train", {}).update({name: train_part(work, name, args.updates, args.warmup, peak,
+                                                                 precisions) for name in models})
             run["train_settings"] = {"updates": args.updates, "warmup": args.warmup,
                                      "mfu": "6 * parameters * target tokens/s / peak_flops_per_s[precision]"}
         if "gemm" in parts:
-            run["gemm_bound"] = {name: gemm_bound(work, name) for name in args.models.split(",")}
+            run.setdefault("gemm_bound", {}).update({name: gemm_bound(work, name) for name in models})
+        if "profile" in parts:
+            run.setdefault("where_time_goes", {}).update({
+                name: where_time_goes(work, name, run["gemm_bound"][name]["bf16_over_fp32"]) for name in models})
         if "decode" in parts:
-            run["decode"] = {name: decode_part(work, name, precisions, args.decode_repeats)
-                             for name in args.decode_models.split(",")}
+            run.setdefault("decode", {}).update({name: decode_part(work, name, precisions, args.decode_repeats)
+                                                 for name in args.decode_models.split(",")})
             run["decode_settings"] = {**DECODE, "threads": THREADS, "repeats": args.decode_repeats}
     run["machine"]["load_average_at_end"] = os.getloadavg()
     report(machine_label(info), run)
@@ -460,6 +509,11 @@ def report(label: str, run: dict) -> None:
                   f"{part['model_flop_utilisation'][system]:6.1%}")
     for name, part in run.get("gemm_bound", {}).items():
         print(f"{name}: its GEMMs alone run {part['bf16_over_fp32']:.2f}x faster in bf16 than in fp32")
+    for name, part in run.get("where_time_goes", {}).items():
+        print(f"{name}: 1-thread CPU s/update fp32 {part['fp32']['cpu_seconds_per_update']:.3f} "
+              f"(GEMMs {part['fp32']['gemm_share']:.0%}), bf16 {part['bf16']['cpu_seconds_per_update']:.3f} "
+              f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
+              f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x")
     for name, part in run.get("decode", {}).items():
         print(f"\ndecoding {name}, beam 5\n{'system':<28} {'whole-process s':>15} {'vs fairseq':>10} "
               f"{'own sent/s':>10} {'same hyps':>9}")
