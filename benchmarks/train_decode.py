@@ -1,16 +1,28 @@
-"""Training and decoding speed vs fairseq 0.12.2 and plain torch.nn.Transformer, measured back to back here.
+"""CPU training and decoding speed vs fairseq 0.12.2 and plain torch.nn.Transformer, measured back to back here.
 
-Training: target tokens/s of transformer_iwslt_de_en (512/1024/4, 6+6, shared decoder embeddings, dropout 0.3,
-label smoothing 0.1, max_tokens 4096) on the real BPE'd IWSLT14 test set (6,750 pairs from the data mirror, used
-only as realistic sentence lengths), after warm-up updates, for
-  fairseq-train (fp32, --cpu), lwnmt train (fp32 and bf16 autocast), plain torch.nn.Transformer (fp32 and bf16).
-Decoding: beam 5, batch 64, output capped at 1.2·src + 10, 500 sources, untrained models (so that every system
-decodes to the cap and the comparison is per step): fairseq-generate vs lwnmt translate.
+Every figure is filed under the CPU it was measured on (model name, PyTorch's kernel level, native bf16 or not), with
+the threads used, the load average (a shared machine says so) and the peak FLOP/s it is compared with: measured, the
+fastest of several 2048x2048 @ 2048x2048 matmuls per precision at the same threads (portable, and what the kernels
+can actually reach on this CPU; no datasheet clock or FMA count assumed).
+
+Training: target tokens/s after warm-up updates, on the real BPE'd IWSLT14 test set (6,750 pairs from the data
+mirror, used only as realistic sentence lengths), for two models:
+  iwslt  transformer_iwslt_de_en (512/1024/4, 6+6, decoder embeddings shared, dropout 0.3), max_tokens 4096
+  demo   config/demo.yaml's baseline (256/1024/4, 3+3, all embeddings shared, dropout 0.1), max_tokens 1024
+each by fairseq-train (fp32, --cpu), lwnmt's trainer (fp32 and bf16 autocast) and, for iwslt, a hand-written
+torch.nn.Transformer (fp32 and bf16). Model FLOP utilisation = 6 * parameters * target tokens/s / peak.
+Decoding: the fairseq fixture's two models (tests/fixtures/fairseq: trained 1,500 updates on Multi30k, so they stop
+at </s> like real models), its 300 test sources, beam 5, batch 64: fairseq-generate on its checkpoint vs
+lwnmt translate on the `lwnmt import-fairseq` import of it; whole-process wall time of each command (start-up and
+model loading included), each tool's own decoding rate, and how many hypotheses agree.
+
+--isa avx2 re-runs itself with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 (an
+emulated AVX2-only CPU: amp auto picks fp32 there, so only fp32 is measured) for fairseq and for us alike.
 
 fairseq runs in its own venv (`.fairseq-venv`, Python 3.10 from pyenv; created on first use, ~2 minutes); the
 project never imports it.
 
-    python benchmarks/train_decode.py [--updates 12] [--warmup 3] [--json benchmarks/results/train_decode.json]
+    python benchmarks/train_decode.py [--updates 12] [--warmup 3] [--isa native|avx2] [--models iwslt,demo]
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +43,23 @@ MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / ".." / "shared" / "d
 BPE_DIR = MIRROR / "iwslt14-de-en/iwslt14.tokenized.de-en"
 FAIRSEQ_VENV = ROOT / ".fairseq-venv"
 FAIRSEQ_BIN = FAIRSEQ_VENV / "bin"
-ARCH = {"preset": "iwslt", "encoder_layers": 6, "decoder_layers": 6, "tie": "decoder", "dropout": 0.3}
+FIXTURE = ROOT / "tests" / "fixtures" / "fairseq"
+THREADS = 2
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+LAYERS = ["--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+MODELS = {
+    "iwslt": {"title": "transformer_iwslt_de_en (512/1024/4, 6+6), max_tokens 4096", "max_tokens": 4096,
+              "ours": {"preset": "iwslt", "encoder_layers": 6, "decoder_layers": 6, "tie": "decoder",
+                       "dropout": 0.3},
+              "fairseq": ["--arch", "transformer_iwslt_de_en", "--share-decoder-input-output-embed",
+                          "--dropout", "0.3"]},
+    "demo": {"title": "config/demo.yaml's baseline (256/1024/4, 3+3), max_tokens 1024", "max_tokens": 1024,
+             "ours": {"preset": "small", "encoder_layers": 3, "decoder_layers": 3, "tie": "all", "dropout": 0.1},
+             "fairseq": ["--arch", "transformer", "--share-all-embeddings", "--encoder-embed-dim", "256",
+                         "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
+                         "1024", "--encoder-layers", "3", "--decoder-layers", "3", "--dropout", "0.1", *LAYERS]},
+}
+DECODE = {"beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200, "batch_size": 64}  # the fixture's beam5
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -67,14 +96,15 @@ def fairseq_cli(tool: str) -> list[str]:
     return [str(FAIRSEQ_BIN / "python"), "-c", driver]
 
 
-def prepare(work: Path) -> None:
+def prepare(work: Path, fairseq: bool = True) -> None:
     """The same BPE text binarized for fairseq (fairseq-preprocess) and for us (lwnmt vocab + binarize)."""
     for lang in ("de", "en"):
         for split in ("train", "valid"):
             (work / f"{split}.{lang}").write_bytes((BPE_DIR / f"test.{lang}").read_bytes())
-    sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
-        "--trainpref", str(work / "train"), "--validpref", str(work / "valid"), "--destdir", str(work / "fairseq-bin"),
-        "--joined-dictionary", "--workers", "2"])
+    if fairseq:
+        sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
+            "--trainpref", str(work / "train"), "--validpref", str(work / "valid"), "--destdir",
+            str(work / "fairseq-bin"), "--joined-dictionary", "--workers", "2"])
     lwnmt = [sys.executable, "-m", "layerwise_nmt"]
     (work / "ours" / "vocab").mkdir(parents=True)
     sh(lwnmt + ["vocab", str(work / "train.de"), str(work / "train.en"), "--out",
@@ -91,14 +121,79 @@ def rate_after_warmup(lines: list[tuple[float, int]], warmup: int) -> float:
     return sum(n for _, n in rest) / (rest[-1][0] - t0)
 
 
-def fairseq_train(work: Path, updates: int, warmup: int) -> float:
-    cmd = [str(FAIRSEQ_BIN / "fairseq-train"), str(work / "fairseq-bin"), "--arch", "transformer_iwslt_de_en",
-           "--share-decoder-input-output-embed", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-           "--clip-norm", "0.0", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000",
-           "--dropout", "0.3", "--weight-decay", "0.0001", "--criterion", "label_smoothed_cross_entropy",
-           "--label-smoothing", "0.1", "--max-tokens", "4096", "--max-update", str(updates + warmup), "--cpu",
-           "--no-save", "--disable-validation", "--log-format", "json", "--log-interval", "1", "--seed", "1"]
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+def machine() -> dict:
+    """The CPU this run's figures belong to, as PyTorch sees it (ATEN_CPU_CAPABILITY lowers the kernel level)."""
+    import torch
+
+    from layerwise_nmt.precision import _cpuinfo_flags, cpu_capability, cpu_has_native_bf16, cpu_model
+
+    emulated = {k: os.environ[k] for k in AVX2_ENV if k in os.environ}
+    flags = sorted(_cpuinfo_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    return {"cpu": cpu_model(), "cpu_flags": flags, "pytorch_cpu_capability": cpu_capability(),
+            "native_bf16": cpu_has_native_bf16(),
+            "threads": THREADS, "cores": os.cpu_count(), "torch": torch.__version__,
+            "isa_limits": emulated or None}
+
+
+def machine_label(info: dict) -> str:
+    return f"{info['cpu']}, PyTorch kernels at {info['pytorch_cpu_capability']}" + (
+        " (emulated AVX2-only CPU)" if info["isa_limits"] else "")
+
+
+def measured_peak(size: int = 2048, repeats: int = 8) -> dict:
+    """FLOP/s of the fastest of `repeats` size³ matmuls per precision, at THREADS threads."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    peak = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a @ b
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        peak[name] = 2 * size**3 / min(times)
+    peak["method"] = (f"measured: fastest of {repeats} {size}x{size} @ {size}x{size} torch.matmul per precision, "
+                      f"{THREADS} threads, on this machine at this time")
+    return peak
+
+
+def gemm_bound(work: Path, name: str, repeats: int = 3) -> dict:
+    """Single-thread CPU seconds (process time: a shared machine does not inflate it) of one layer's GEMM shapes
+    and the output projection at the model's batch size, fp32 vs bf16: the most bf16 can gain on a whole update."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = MODELS[name]
+    config = ours_model(work, model).config
+    d, d_ff = config.d_model, config.d_ff
+    tokens, vocab = model["max_tokens"], vocab_size(work)
+    shapes = [(tokens, d, 3 * d), (tokens, d, d), (tokens, d, d_ff), (tokens, d_ff, d), (tokens, d, vocab)]
+    seconds = {}
+    for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        total = 0.0
+        for m, k, n in shapes:
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            a @ b
+            start = time.process_time()
+            for _ in range(repeats):
+                a @ b
+            total += (time.process_time() - start) / repeats
+        seconds[label] = total
+    return {"shapes_mkn": shapes, "cpu_seconds_1_thread": seconds,
+            "bf16_over_fp32": seconds["fp32"] / seconds["bf16"]}
+
+
+def fairseq_train(work: Path, model: dict, updates: int, warmup: int) -> float:
+    cmd = [str(FAIRSEQ_BIN / "fairseq-train"), str(work / "fairseq-bin"), *model["fairseq"], "--optimizer", "adam",
+           "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt",
+           "--warmup-updates", "4000", "--weight-decay", "0.0001", "--criterion", "label_smoothed_cross_entropy",
+           "--label-smoothing", "0.1", "--max-tokens", str(model["max_tokens"]), "--max-update",
+           str(updates + warmup), "--cpu", "--no-save", "--disable-validation", "--log-format", "json",
+           "--log-interval", "1", "--seed", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     stamps = []
     for line in proc.stdout:  # one JSON log line per update, stamped as it arrives
@@ -111,56 +206,126 @@ def fairseq_train(work: Path, updates: int, warmup: int) -> float:
     return rate_after_warmup(stamps, warmup)
 
 
-def ours_train(work: Path, updates: int, warmup: int, amp: str) -> float:
+def training_batches(work: Path, max_tokens: int):
     from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
-    from layerwise_nmt.models import build
-    from layerwise_nmt.train import TrainConfig, accumulate
-    import torch
 
     data = ParallelData(work / "ours/bin-joint", "train", "de", "en")
+    for ids in epoch_order(make_batches(data.src.sizes, data.tgt.sizes, max_tokens, None, 1), 1, 1):
+        yield collate(data, ids)
+
+
+def vocab_size(work: Path) -> int:
     from layerwise_nmt.data.vocab import Dictionary
 
-    vocab = len(Dictionary.load(work / "ours/vocab/dict.joint.txt"))
+    return len(Dictionary.load(work / "ours/vocab/dict.joint.txt"))
+
+
+def ours_model(work: Path, model: dict):
+    import torch
+
+    from layerwise_nmt.models import build
+
     torch.manual_seed(1)
-    model = build("transformer", {**ARCH, "src_vocab": vocab, "tgt_vocab": vocab}).train()
+    vocab = vocab_size(work)
+    return build("transformer", {**model["ours"], "src_vocab": vocab, "tgt_vocab": vocab}).train()
+
+
+def parameters(module) -> int:
+    return sum(p.numel() for p in module.parameters())  # a tied matrix is one parameter, counted once
+
+
+def ours_updates(work: Path, model: dict, amp: str, count: int):
+    """Runs `count` updates of lwnmt's trainer (train.accumulate: autocast forward, fp32 loss, backward; then
+    Adam, as `lwnmt train`), yielding each one's target tokens when it is done."""
+    import torch
+
+    from layerwise_nmt.precision import resolve
+    from layerwise_nmt.train import TrainConfig, accumulate
+
+    net = ours_model(work, model)
     cfg = TrainConfig.from_dict({"max_update": 1, "amp": amp})
-    opt = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-4)
-    batches = epoch_order(make_batches(data.src.sizes, data.tgt.sizes, 4096, None, 1), 1, 1)
-    autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp == "bf16")  # noqa: E731
-    stamps = []
-    for ids in batches[: updates + warmup]:
-        stats = accumulate(model, [collate(data, ids)], cfg, torch.device("cpu"), autocast)
+    opt = torch.optim.Adam(net.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-4)
+    cpu = torch.device("cpu")
+    precision = resolve(amp, cpu)
+    for _, batch in zip(range(count), training_batches(work, model["max_tokens"])):
+        stats = accumulate(net, [batch], cfg, cpu, lambda: precision.autocast(cpu))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        stamps.append((time.perf_counter(), stats["ntokens"]))
-    return rate_after_warmup(stamps, warmup)
+        yield stats["ntokens"]
 
 
-def plain_train(work: Path, updates: int, warmup: int, amp: str) -> float:
-    """What a user writes by hand: torch.nn.Transformer + embeddings + cross-entropy, same batches."""
+def ours_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> float:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    return rate_after_warmup([(time.perf_counter(), n) for n in ours_updates(work, model, amp, updates + warmup)],
+                             warmup)
+
+
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
+
+
+def where_time_goes(work: Path, name: str, gemm_ratio: float, updates: int = 3, warmup: int = 2) -> dict:
+    """Single-thread CPU seconds per update of our trainer in fp32 and bf16 (process time), the share of it in
+    matrix products (torch.profiler's self time of mm/addmm/bmm over a further `updates` updates), and what that
+    bounds: the bf16/fp32 ratio if bf16 sped up only the GEMMs (by gemm_ratio) and left the rest as in fp32."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    out = {}
+    for amp, label in (("none", "fp32"), ("bf16", "bf16")):
+        steps = ours_updates(work, MODELS[name], amp, warmup + 2 * updates)
+        for _ in range(warmup):
+            next(steps)
+        start = time.process_time()
+        for _ in range(updates):
+            next(steps)
+        seconds = (time.process_time() - start) / updates
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in steps:
+                pass
+        ops = prof.key_averages()
+        share = sum(e.self_cpu_time_total for e in ops if e.key in GEMM_OPS) / sum(e.self_cpu_time_total for e in ops)
+        top = sorted(ops, key=lambda e: -e.self_cpu_time_total)[:12]
+        total = sum(e.self_cpu_time_total for e in ops)
+        out[label] = {"cpu_seconds_per_update": seconds, "gemm_share": share,
+                      "top_ops_share": {e.key: e.self_cpu_time_total / total for e in top}}
+    fp32 = out["fp32"]
+    gemm, rest = fp32["cpu_seconds_per_update"] * fp32["gemm_share"], fp32["cpu_seconds_per_update"] * (
+        1 - fp32["gemm_share"])
+    out["bf16_over_fp32"] = fp32["cpu_seconds_per_update"] / out["bf16"]["cpu_seconds_per_update"]
+    out["ceiling_if_only_gemms_gain"] = fp32["cpu_seconds_per_update"] / (gemm / gemm_ratio + rest)
+    out["non_gemm_seconds_fp32"] = rest
+    out["non_gemm_seconds_allowed_for_2_5x"] = fp32["cpu_seconds_per_update"] / 2.5 - gemm / gemm_ratio
+    return out
+
+
+def plain_model(vocab: int):
+    import torch
+
+    torch.manual_seed(1)
+    emb = torch.nn.Embedding(vocab, 512, padding_idx=1)
+    net = torch.nn.Transformer(512, 4, 6, 6, 1024, dropout=0.3, batch_first=True)
+    return torch.nn.ModuleList([emb, net])
+
+
+def plain_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> float:
+    """What a user writes by hand: torch.nn.Transformer + embeddings + cross-entropy, same batches (iwslt sizes)."""
     import math
 
     import torch
     import torch.nn.functional as F
 
-    from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
-    from layerwise_nmt.data.vocab import Dictionary
+    from layerwise_nmt.models.transformer import sinusoidal_positions
 
-    data = ParallelData(work / "ours/bin-joint", "train", "de", "en")
-    V = len(Dictionary.load(work / "ours/vocab/dict.joint.txt"))
-    torch.manual_seed(1)
-    emb = torch.nn.Embedding(V, 512, padding_idx=1)
-    net = torch.nn.Transformer(512, 4, 6, 6, 1024, dropout=0.3, batch_first=True)
-    params = list(emb.parameters()) + list(net.parameters())
-    opt = torch.optim.Adam(params, lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
-    pos = torch.zeros(1024, 512)
-    position = torch.arange(1024)[:, None]
-    div = torch.exp(torch.arange(0, 512, 2) * (-math.log(10000.0) / 512))
-    pos[:, 0::2], pos[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
-    batches = epoch_order(make_batches(data.src.sizes, data.tgt.sizes, 4096, None, 1), 1, 1)
+    torch.set_num_threads(THREADS)
+    V = vocab_size(work)
+    emb, net = plain_model(V)
+    opt = torch.optim.Adam(list(emb.parameters()) + list(net.parameters()), lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
+    pos = sinusoidal_positions(1024, 512)
     stamps = []
-    for ids in batches[: updates + warmup]:
-        b = collate(data, ids)
+    for _, b in zip(range(updates + warmup), training_batches(work, model["max_tokens"])):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp == "bf16"):
             src = emb(b.src) * math.sqrt(512) + pos[: b.src.size(1)]
             tgt = emb(b.prev) * math.sqrt(512) + pos[: b.prev.size(1)]
@@ -176,99 +341,188 @@ def plain_train(work: Path, updates: int, warmup: int, amp: str) -> float:
     return rate_after_warmup(stamps, warmup)
 
 
-def fairseq_decode(work: Path, n: int) -> float:
-    ckpt = work / "fairseq-ckpt"
-    sh([str(FAIRSEQ_BIN / "fairseq-train"), str(work / "fairseq-bin"), "--arch", "transformer_iwslt_de_en",
-        "--share-decoder-input-output-embed", "--optimizer", "adam", "--lr", "1e-9", "--max-tokens", "512",
-        "--max-update", "1", "--cpu", "--save-dir", str(ckpt), "--disable-validation", "--no-epoch-checkpoints"])
-    src = decode_sources(work, n)
-    start = time.perf_counter()
-    sh(fairseq_cli("interactive") + [str(work / "fairseq-bin"), "--path", str(ckpt / "checkpoint_last.pt"),
-        "--input", str(src), "--beam", "5", "--batch-size", "64", "--buffer-size", "2000", "--max-len-a", "1.2",
-        "--max-len-b", "10", "--cpu", "--source-lang", "de", "--target-lang", "en"],
-       env=dict(os.environ, OMP_NUM_THREADS="2"))
-    return n / (time.perf_counter() - start)
+def train_part(work: Path, name: str, updates: int, warmup: int, peak: dict, precisions: list[str]) -> dict:
+    """One model's training rates, their ratios to fairseq and our fp32, and MFU against the measured peak."""
+    model = MODELS[name]
+    n_params = parameters(ours_model(work, model))  # fairseq's model of the same arch has the same count
+    systems = {"fairseq 0.12.2 (fp32)": ("fp32", n_params, lambda: fairseq_train(work, model, updates, warmup))}
+    for amp, label in (("none", "fp32"), ("bf16", "bf16")):
+        if label in precisions:
+            systems[f"lwnmt ({label})"] = (label, n_params, lambda amp=amp: ours_train(work, model, updates, warmup,
+                                                                                        amp))
+    if name == "iwslt":
+        plain_params = parameters(plain_model(vocab_size(work)))
+        for amp, label in (("none", "fp32"), ("bf16", "bf16")):
+            if label in precisions:
+                systems[f"torch.nn.Transformer ({label})"] = (
+                    label, plain_params, lambda amp=amp: plain_train(work, model, updates, warmup, amp))
+    rates, mfu = {}, {}
+    for system, (precision, count, measure) in systems.items():
+        print(f"training {name}: {system} ...", flush=True)
+        rates[system] = measure()
+        mfu[system] = 6 * count * rates[system] / peak[precision]
+    base = rates["fairseq 0.12.2 (fp32)"]
+    part = {"model": model["title"], "parameters": n_params, "target_tokens_per_s": rates,
+            "vs_fairseq_fp32": {k: v / base for k, v in rates.items()}, "model_flop_utilisation": mfu}
+    if "lwnmt (bf16)" in rates:
+        part["lwnmt_bf16_over_fp32"] = rates["lwnmt (bf16)"] / rates["lwnmt (fp32)"]
+    return part
 
 
-def decode_sources(work: Path, n: int) -> Path:
-    src = work / "decode.de"
-    src.write_text("".join((BPE_DIR / "test.de").read_text(encoding="utf-8").splitlines(keepends=True)[:n]))
-    return src
+def decode_part(work: Path, name: str, precisions: list[str], repeats: int) -> dict:
+    """fairseq-generate vs lwnmt translate on one fixture model: whole-process wall (median of `repeats`, taken in
+    turn), each tool's own decoding rate, and agreement of the hypotheses."""
+    data = binarize_fixture_sources(work, name)
+    imported = work / f"imported-{name}"
+    sh([sys.executable, "-m", "layerwise_nmt", "import-fairseq", str(FIXTURE / name / "checkpoint.pt"), "--data",
+        str(FIXTURE / name), "--src", "de", "--tgt", "en", "--out", str(imported)])
+    generate = fairseq_cli("generate") + [
+        str(data), "--path", str(FIXTURE / name / "checkpoint.pt"), "--gen-subset", "test", "--cpu", "--beam",
+        str(DECODE["beam"]), "--lenpen", str(DECODE["lenpen"]), "--max-len-a", str(DECODE["max_len_a"]),
+        "--max-len-b", str(DECODE["max_len_b"]), "--batch-size", str(DECODE["batch_size"]), "--num-workers", "0"]
+    commands = {"fairseq-generate (fp32)": generate}
+    for amp, label in (("none", "fp32"), ("bf16", "bf16")):
+        if label in precisions:
+            commands[f"lwnmt translate ({label})"] = [
+                sys.executable, "-m", "layerwise_nmt", "translate", str(FIXTURE / "test.de"), "--model",
+                str(imported / "model.pt"), "--data", str(imported), "--src", "de", "--tgt", "en", "--out-prefix",
+                str(work / f"hyp-{name}-{label}"), "--threads", str(THREADS), "--options",
+                json.dumps({**DECODE, "amp": amp})]
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
+    walls = {system: [] for system in commands}
+    outputs = {}
+    for _ in range(repeats):  # in turn, so that a change in the machine's load hits every system alike
+        for system, cmd in commands.items():
+            print(f"decoding {name}: {system} ...", flush=True)
+            start = time.perf_counter()
+            outputs[system] = sh(cmd, env=env)
+            walls[system].append(time.perf_counter() - start)
+    theirs = fairseq_hypotheses(outputs["fairseq-generate (fp32)"].stdout)
+    own_rate = {"fairseq-generate (fp32)": fairseq_rate(outputs["fairseq-generate (fp32)"])}
+    agree = {}
+    for system in commands:
+        if system.startswith("lwnmt"):
+            label = system[system.index("(") + 1:-1]
+            prefix = work / f"hyp-{name}-{label}"
+            own_rate[system] = json.loads(Path(f"{prefix}.json").read_text())["sentences_per_second"]
+            ours = Path(f"{prefix}.bpe").read_text(encoding="utf-8").splitlines()
+            agree[system] = sum(a == b for a, b in zip(ours, theirs))
+    sentences = len(theirs)
+    wall = {k: statistics.median(v) for k, v in walls.items()}
+    base = wall["fairseq-generate (fp32)"]
+    return {"model": f"tests/fixtures/fairseq/{name}: {' '.join(fixture_train_args(name))}", "sentences": sentences,
+            "whole_process_seconds": wall, "whole_process_sentences_per_s": {k: sentences / v for k, v in wall.items()},
+            "whole_process_vs_fairseq_fp32": {k: base / v for k, v in wall.items()},
+            "decoding_sentences_per_s_own_timer": own_rate,
+            "own_timer_vs_fairseq_fp32": {k: v / own_rate["fairseq-generate (fp32)"] for k, v in own_rate.items()},
+            "hypotheses_identical_to_fairseq": agree}
 
 
-def ours_decode(work: Path, n: int, amp: str) -> float:
-    import torch
+def fixture_train_args(name: str) -> list[str]:
+    return json.loads((FIXTURE / "manifest.json").read_text())["models"][name]["fairseq_train_args"]
 
-    from layerwise_nmt.data.vocab import Dictionary
-    from layerwise_nmt.decode import BeamConfig, translate
-    from layerwise_nmt.models import build
 
-    vocab = Dictionary.load(work / "ours/vocab/dict.joint.txt")
-    torch.manual_seed(1)
-    model = build("transformer", {**ARCH, "src_vocab": len(vocab), "tgt_vocab": len(vocab)}).eval()
-    src = decode_sources(work, n)
-    cfg = BeamConfig(beam=5, batch_size=64, max_len_a=1.2, max_len_b=10, amp=amp)
-    start = time.perf_counter()
-    translate(model, str(src), vocab, vocab, cfg, str(work / f"ours-{amp}"))
-    return n / (time.perf_counter() - start)
+def binarize_fixture_sources(work: Path, name: str) -> Path:
+    """The fixture's sources binarized with the model's dictionaries for fairseq-generate (which needs a target
+    side: the sources again, only printed, never scored here)."""
+    head = work / f"fixture-{name}"
+    for lang in ("de", "en"):
+        Path(f"{head}.{lang}").write_bytes((FIXTURE / "test.de").read_bytes())
+    dest = work / f"fixture-bin-{name}"
+    sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--srcdict",
+        str(FIXTURE / name / "dict.de.txt"), "--tgtdict", str(FIXTURE / name / "dict.en.txt"), "--testpref",
+        str(head), "--destdir", str(dest), "--workers", "1"])
+    return dest
+
+
+def fairseq_hypotheses(text: str) -> list[str]:
+    hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", text, re.M)}
+    return [hyps[i] for i in range(len(hyps))]
+
+
+def fairseq_rate(result: subprocess.CompletedProcess) -> float:
+    match = re.search(r"Translated [\d,]+ sentences \([\d,]+ tokens\) in [\d.]+s \(([\d.]+) sentences/s",
+                      result.stdout + result.stderr)
+    if not match:
+        raise RuntimeError("fairseq-generate printed no 'Translated ... sentences/s' line")
+    return float(match.group(1))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--models", default="iwslt,demo", help="training models to measure (iwslt, demo)")
+    parser.add_argument("--decode-models", default="shared_post,separate_pre", help="fixture models to decode")
+    parser.add_argument("--decode-repeats", type=int, default=3)
+    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
+                        help="avx2: emulate an AVX2-only CPU (fp32 only, as amp auto would choose)")
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/train_decode.json"))
-    parser.add_argument("--parts", default="train,decode", help="which parts to (re)measure; others are kept")
+    parser.add_argument("--parts", default="train,decode,gemm,profile",
+                        help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
+                        "fp32), profile (where an update's time goes; needs gemm); others are kept")
     args = parser.parse_args()
-    parts = set(args.parts.split(","))
+    if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})  # before torch loads
+    parts, models = set(args.parts.split(",")), args.models.split(",")
+    if args.isa == "avx2":
+        parts -= {"gemm", "profile"}  # they compare bf16 with fp32, and bf16 is emulated there
+    precisions = ["fp32"] if args.isa == "avx2" else ["fp32", "bf16"]
     out = Path(args.json)
     result = json.loads(out.read_text()) if out.exists() else {}
-    ensure_fairseq()
+    needs_fairseq = bool(parts & {"train", "decode"})
+    if needs_fairseq:
+        ensure_fairseq()
+    info = machine()
+    run = result.setdefault("runs", {}).setdefault(machine_label(info), {})
+    run["machine"] = {**info, "load_average_at_start": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                               time.gmtime())}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        prepare(work)
+        prepare(work, needs_fairseq)
         if "train" in parts:
-            result["train_target_tokens_per_s"] = {
-                "fairseq 0.12.2 (fp32)": fairseq_train(work, args.updates, args.warmup),
-                "lwnmt (fp32)": ours_train(work, args.updates, args.warmup, "none"),
-                "lwnmt (bf16 autocast)": ours_train(work, args.updates, args.warmup, "bf16"),
-                "torch.nn.Transformer (fp32)": plain_train(work, args.updates, args.warmup, "none"),
-                "torch.nn.Transformer (bf16 autocast)": plain_train(work, args.updates, args.warmup, "bf16"),
-            }
-            result["train_settings"] = {"updates": args.updates, "warmup": args.warmup}
+            run["peak_flops_per_s"] = peak = measured_peak()
+            run.setdefault("train", {}).update({name: train_part(work, name, args.updates, args.warmup, peak,
+                                                                 precisions) for name in models})
+            run["train_settings"] = {"updates": args.updates, "warmup": args.warmup,
+                                     "mfu": "6 * parameters * target tokens/s / peak_flops_per_s[precision]"}
+        if "gemm" in parts:
+            run.setdefault("gemm_bound", {}).update({name: gemm_bound(work, name) for name in models})
+        if "profile" in parts:
+            run.setdefault("where_time_goes", {}).update({
+                name: where_time_goes(work, name, run["gemm_bound"][name]["bf16_over_fp32"]) for name in models})
         if "decode" in parts:
-            result["decode_sentences_per_s"] = {
-                "fairseq-interactive (fp32)": fairseq_decode(work, args.sentences),
-                "lwnmt translate (fp32)": ours_decode(work, args.sentences, "none"),
-                "lwnmt translate (bf16 autocast)": ours_decode(work, args.sentences, "bf16"),
-            }
-            result["decode_settings"] = {"sentences": args.sentences, "beam": 5, "batch_size": 64,
-                                         "max_len": "1.2*src+10"}
-    result["cpu_count"] = os.cpu_count()
-    for key, base in (("train_target_tokens_per_s", "fairseq 0.12.2 (fp32)"),
-                      ("decode_sentences_per_s", "fairseq-interactive (fp32)")):
-        if key in result:
-            values = result[key]
-            result[key.replace("_per_s", "_speedup_vs_fairseq")] = {k: v / values[base] for k, v in values.items()}
-    report(result)
+            run.setdefault("decode", {}).update({name: decode_part(work, name, precisions, args.decode_repeats)
+                                                 for name in args.decode_models.split(",")})
+            run["decode_settings"] = {**DECODE, "threads": THREADS, "repeats": args.decode_repeats}
+    run["machine"]["load_average_at_end"] = os.getloadavg()
+    report(machine_label(info), run)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {out}")
 
 
-def report(result: dict) -> None:
-    for key, unit, title in (("train_target_tokens_per_s", "target tok/s",
-                              "training, transformer_iwslt_de_en, max_tokens 4096"),
-                             ("decode_sentences_per_s", "sentences/s",
-                              "decoding, beam 5, batch 64, max length 1.2*src+10 (untrained models)")):
-        if key not in result:
-            continue
-        values = result[key]
-        base = next(iter(values.values()))
-        print(f"\n{title}\n{'system':<40} {unit:>12} {'vs fairseq':>10}")
-        for name, value in values.items():
-            print(f"{name:<40} {value:12.2f} {value / base:9.2f}x")
+def report(label: str, run: dict) -> None:
+    print(f"\n{label}; load average {run['machine']['load_average_at_start']}")
+    for name, part in run.get("train", {}).items():
+        print(f"\ntraining {part['model']}\n{'system':<36} {'target tok/s':>12} {'vs fairseq':>10} {'MFU':>6}")
+        for system, rate in part["target_tokens_per_s"].items():
+            print(f"{system:<36} {rate:12.1f} {part['vs_fairseq_fp32'][system]:9.2f}x "
+                  f"{part['model_flop_utilisation'][system]:6.1%}")
+    for name, part in run.get("gemm_bound", {}).items():
+        print(f"{name}: its GEMMs alone run {part['bf16_over_fp32']:.2f}x faster in bf16 than in fp32")
+    for name, part in run.get("where_time_goes", {}).items():
+        print(f"{name}: 1-thread CPU s/update fp32 {part['fp32']['cpu_seconds_per_update']:.3f} "
+              f"(GEMMs {part['fp32']['gemm_share']:.0%}), bf16 {part['bf16']['cpu_seconds_per_update']:.3f} "
+              f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
+              f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x")
+    for name, part in run.get("decode", {}).items():
+        print(f"\ndecoding {name}, beam 5\n{'system':<28} {'whole-process s':>15} {'vs fairseq':>10} "
+              f"{'own sent/s':>10} {'same hyps':>9}")
+        for system, seconds in part["whole_process_seconds"].items():
+            same = part["hypotheses_identical_to_fairseq"].get(system, part["sentences"])
+            print(f"{system:<28} {seconds:15.2f} {part['whole_process_vs_fairseq_fp32'][system]:9.2f}x "
+                  f"{part['decoding_sentences_per_s_own_timer'][system]:10.1f} {same:>5}/{part['sentences']}")
 
 
 if __name__ == "__main__":
