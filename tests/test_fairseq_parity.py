@@ -70,10 +70,11 @@ def test_translate_cli_reads_the_import_like_a_fairseq_data_directory(tmp_path):
     main(["translate", str(FIXTURE / "test.de"), "--model", str(tmp_path / "model/model.pt"), "--data",
           str(tmp_path / "model"), "--src", "de", "--tgt", "en", "--out-prefix", str(tmp_path / "hyp"),
           "--beam", str(options["beam"]), "--lenpen", str(options["lenpen"]), "--max-len-a", "0",
-          "--max-len-b", "200"])
+          "--max-len-b", "200", "--amp", "none"])  # fairseq-generate computed in fp32
     expected = [h["text"] for h in json.loads((FIXTURE / name / f"{setting}.json").read_text())["hypotheses"]]
     assert list(read_lines(tmp_path / "hyp.bpe")) == expected
-    assert json.loads((tmp_path / "hyp.json").read_text())["options"]["max_len_a"] == 0
+    decoding = json.loads((tmp_path / "hyp.json").read_text())
+    assert decoding["options"]["max_len_a"] == 0 and decoding["precision"]["amp"] == "none"
 
 
 def fairseq_state(name: str = "shared_post") -> dict:

@@ -222,6 +222,9 @@ def fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
     for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
                        ("--min-len", int), ("--batch-size", int)):
         parser.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
+    parser.add_argument("--amp", choices=["auto", "none", "bf16", "fp16"],
+                        help="precision (default auto: bf16 where the device runs it natively, else fp32; "
+                             "none = fp32, as fairseq-generate without --fp16/--bf16); overrides --options")
 
 
 def train_spec(a) -> dict:
@@ -324,7 +327,7 @@ def cmd_translate(a) -> None:
         torch.set_num_threads(a.threads)
     options = json.loads(a.options)
     options.update({key: getattr(a, key) for key in ("beam", "lenpen", "max_len_a", "max_len_b", "min_len",
-                                                      "batch_size") if getattr(a, key) is not None})
+                                                      "batch_size", "amp") if getattr(a, key) is not None})
     if a.lenpen_from:  # the α the pick_lenpen step chose on the validation set
         options["lenpen"] = json.loads(Path(a.lenpen_from).read_text())["lenpen"]
         log.info("length penalty %s, tuned on the validation set (%s)", options["lenpen"], a.lenpen_from)
