@@ -45,10 +45,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # the device machines have nothing of ours installed
-
-from layerwise_nmt import config as cfg  # noqa: E402
-from layerwise_nmt.data.batching import Batch, make_batches, pad  # noqa: E402
-from layerwise_nmt.plan import GPUS, task_vocab  # noqa: E402
+# the package is imported inside the functions: without CUDA the script answers before loading it
 
 TINY = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
         "dropout": 0.0}
@@ -295,6 +292,8 @@ def read_lengths(mirror: Path, lengths: str) -> tuple[np.ndarray, np.ndarray]:
 def real_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, vocab: tuple[int, int],
                  seed: int = 1) -> list[Batch]:
     """The trainer's length-bucketed batches over these lengths, filled with random token ids (4 ..)."""
+    from layerwise_nmt.data.batching import Batch, make_batches, pad
+
     rng = np.random.RandomState(seed)
     keep = np.maximum(src_sizes, tgt_sizes) <= 1024
     src_sizes, tgt_sizes = src_sizes[keep], tgt_sizes[keep]
@@ -309,6 +308,8 @@ def real_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, 
 
 def gpu_peak(device_name: str) -> tuple[str | None, float | None]:
     """(plan.GPUS key, dense bf16 TFLOP/s) of the GPU whose name this is; (None, None) for one not in the table."""
+    from layerwise_nmt.plan import GPUS
+
     upper = device_name.upper()
     for key, gpu in GPUS.items():
         if key.upper() in upper.replace(" ", ""):
@@ -327,7 +328,9 @@ def measure(name: str, config: dict, mirror: Path, device: torch.device, amp: st
             warmup: int, compile_model: bool) -> dict:
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
     length-bucketed batches of real lengths, after `warmup` updates."""
+    from layerwise_nmt import config as cfg
     from layerwise_nmt.models.transformer import count_parameters
+    from layerwise_nmt.plan import task_vocab
     from layerwise_nmt.precision import resolve
     from layerwise_nmt.train import TrainConfig, _start, _update
 
@@ -413,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu-check: no CUDA device visible to PyTorch; nothing checked (run it on a GPU machine)")
         return 0
+    from layerwise_nmt import config as cfg
+
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as work:
         checks = correctness(device, Path(work), args.families)
