@@ -88,7 +88,7 @@ def family_spec(family: str, amp: str, **train) -> dict:
         arch = {k: v for k, v in arch.items() if k not in ("encoder_layers", "decoder_layers")}
     return {"model": model, "arch": arch,
             "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, "amp": amp,
-                      "save_interval_minutes": 0, **train}}
+                      "save_interval_minutes": 0, "max_update": 100, **train}}
 
 
 def toy_data(root: Path) -> Path:

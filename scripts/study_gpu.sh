@@ -15,12 +15,15 @@
 # back in $OUT), STUDY_WHEELS=0 (prepare: skip the wheels, e.g. on a machine that has snakemake). On your own GPU box
 # none of this is needed: `snakemake --cores all --configfile config/study.yaml`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-CONFIG=${STUDY_CONFIG:-config/study.yaml}
-EXTRA=${STUDY_EXTRA:-}
-SNAKE=(python -m snakemake --configfile "$CONFIG" $EXTRA)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+CONFIG=$(realpath "${STUDY_CONFIG:-config/study.yaml}")
+EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
+cd "${STUDY_WORKDIR:-$ROOT}"  # where results/ is (the tests use a scratch folder)
+SNAKE=(python -m snakemake -s "$ROOT/Snakefile" --configfile "$CONFIG" $EXTRA)
 RESULTS_TGZ=study-results.tar.gz
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+CARRY=${STUDY_CARRY:-$ROOT/.study}  # what travels to the device besides .whl: the prepared data
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 
 # snakemake 9.27.1, sacremoses and subword-nmt with what they need beyond the device image's packages (pip resolves
 # against the image's own site-packages there, so the wheels of packages it already has are ignored)
@@ -34,24 +37,24 @@ prepare() {
         touch .whl/.complete
     fi
     "${SNAKE[@]}" --cores all --until binarize --quiet rules
-    mkdir -p .study
-    tar -czf .study/data.tar.gz results/*/data
-    echo "study: prepared .study/data.tar.gz ($(du -h .study/data.tar.gz | cut -f1)); now run 'scripts/study_gpu.sh device' there"
+    mkdir -p "$CARRY"
+    tar -czf "$CARRY/data.tar.gz" results/*/data
+    echo "study: prepared .study/data.tar.gz ($(du -h "$CARRY/data.tar.gz" | cut -f1)); now 'scripts/study_gpu.sh device' there"
 }
 
 device() {
-    local out=${OUT:-.study/out}
+    local out=${OUT:-study-out}
     mkdir -p "$out"
-    if [ -d .whl ] && ! python -c "import snakemake" 2>/dev/null; then  # once per fresh machine
+    if [ -d "$ROOT/.whl" ] && ! python -c "import snakemake" 2>/dev/null; then  # once per fresh machine
         python3 -m venv --system-site-packages /tmp/study-venv
-        /tmp/study-venv/bin/pip install --quiet --no-index --find-links .whl $WHEELS
+        /tmp/study-venv/bin/pip install --quiet --no-index --find-links "$ROOT/.whl" $WHEELS
     fi
     [ -x /tmp/study-venv/bin/python ] && export PATH=/tmp/study-venv/bin:$PATH  # `python` for the rules
-    [ -d results ] || tar -xzf .study/data.tar.gz
+    [ -d results ] || tar -xzf "$CARRY/data.tar.gz"
     local start=$SECONDS status=0
-    if [ "${GPU_CHECK:-0}" = 1 ] && [ ! -f .study/gpu-check.done ]; then  # once per machine, inside the same budget
-        python benchmarks/gpu_check.py --json "$out/gpu.json" || echo "gpu-check: some checks failed (see gpu.json)"
-        touch .study/gpu-check.done
+    if [ "${GPU_CHECK:-0}" = 1 ] && [ ! -f results/.gpu-check.done ]; then  # once per machine, same budget
+        python "$ROOT/benchmarks/gpu_check.py" --json "$out/gpu.json" || echo "gpu-check: some checks failed (gpu.json)"
+        touch results/.gpu-check.done
     fi
     local left=$(( ${STUDY_SECONDS:-480} - (SECONDS - start) ))
     if [ "$left" -lt 60 ]; then pack "$out"; echo "study: not started (gpu-check took the budget); call again"; return; fi
@@ -72,7 +75,7 @@ pack() {
 
 collect() {
     tar -xzf "$1/$RESULTS_TGZ"
-    [ -f "$1/gpu.json" ] && cp "$1/gpu.json" benchmarks/results/gpu.json
+    if [ -f "$1/gpu.json" ]; then cp "$1/gpu.json" "$ROOT/benchmarks/results/gpu.json"; fi
     # only the report's rules: the scores came from the GPU, whose models stayed there
     "${SNAKE[@]}" --cores all --allowed-rules table figure summary all --quiet rules
 }
@@ -80,6 +83,6 @@ collect() {
 case "${1:-}" in
     prepare) prepare ;;
     device) device ;;
-    collect) collect "${2:?collect needs the folder holding $RESULTS_TGZ}" ;;
+    collect) collect "$(realpath "${2:?collect needs the folder holding $RESULTS_TGZ}")" ;;
     *) echo "usage: $0 prepare | device | collect DIR" >&2; exit 2 ;;
 esac
