@@ -10,7 +10,7 @@ LWNMT_DATA_MIRROR ?= $(if $(MIRROR),$(abspath $(MIRROR)))
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check study-prepare study-gpu study-collect clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -51,6 +51,22 @@ docs: $(VENV)/.installed
 
 bench-preprocess: $(VENV)/.installed
 	python benchmarks/preprocess.py
+
+# On a GPU machine (no venv needed: the device machines have PyTorch): the CUDA path checked and measured, written
+# to benchmarks/results/gpu.json; without CUDA it says so and exits 0.
+gpu-check:
+	python3 benchmarks/gpu_check.py
+
+# The converged study (config/study.yaml) on a GPU machine without our packages or internet: prepare here, run
+# `make study-gpu` there until it prints "study: done", then `make study-collect DIR=<its $$OUT>` here.
+study-prepare: $(VENV)/.installed
+	bash scripts/study_gpu.sh prepare
+
+study-gpu:
+	GPU_CHECK=$${GPU_CHECK:-1} bash scripts/study_gpu.sh device
+
+study-collect: $(VENV)/.installed
+	bash scripts/study_gpu.sh collect $(DIR)
 
 clean:
 	rm -rf results rehearsal .snakemake

@@ -95,33 +95,11 @@ def assert_target_prefix_only(model, src, prev, position: int = 4) -> None:
     assert not torch.allclose(model(src, changed)[:, position:], logits[:, position:], atol=1e-4)
 
 
-class Recompute:
-    """The same model decoded without any cache: every step re-runs the full forward pass over the prefix."""
-
-    def __init__(self, model):
-        self.model, self.config = model, model.config
-
-    def start(self, src):
-        return _Prefixes(src)
-
-    def step(self, last, state):
-        state.prefix = torch.cat([state.prefix, last[:, None]], dim=1)
-        return self.model(state.src, state.prefix)[:, -1]
-
-
-class _Prefixes:
-    def __init__(self, src):
-        self.src, self.prefix = src, torch.zeros(src.size(0), 0, dtype=torch.long)
-
-    def reorder(self, order):
-        self.src, self.prefix = self.src.index_select(0, order), self.prefix.index_select(0, order)
-
-
 def assert_cached_beam_equals_recompute(model, src) -> None:
     """Beam search with the model's incremental state returns the hypotheses and scores of full recomputation."""
     import math
 
-    from layerwise_nmt.decode import BeamConfig, beam_search
+    from layerwise_nmt.decode import BeamConfig, Recompute, beam_search
 
     for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
                 BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):

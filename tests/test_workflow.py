@@ -22,7 +22,7 @@ from layerwise_nmt.data.binarize import IndexedDataset
 from layerwise_nmt.data.vocab import Dictionary
 
 
-@pytest.mark.parametrize("configfile", [None, "config/demo.yaml", "config/ci.yaml"])
+@pytest.mark.parametrize("configfile", [None, "config/demo.yaml", "config/ci.yaml", "config/study.yaml"])
 def test_dry_run_builds_the_dag(tmp_path, configfile):
     args = ["-n", "-p"] + (["--configfile", str(ROOT / configfile)] if configfile else [])
     result = snakemake(tmp_path, *args)
@@ -241,7 +241,7 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
     assert result.returncode == 0 and "Congratulations" in result.stdout + result.stderr, result.stdout[-3000:]
 
 
-@pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml"])
+@pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml", "config/study.yaml"])
 def test_no_two_experiments_share_a_settings_dict(path):
     """A YAML alias (`train: *x`) loads as one dict shared by every experiment that names it, and Snakemake merges
     an overlay into it in place: `--configfile` editing one experiment would silently edit them all. Merge keys

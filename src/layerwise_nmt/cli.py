@@ -545,7 +545,7 @@ def cmd_params(a) -> None:
 
 @command("plan", "GPU-hours each table needs, estimated before running anything",
     config_files,
-    arg("--gpu", default="a100", help="the GPU to price on: h100, a100 (default), l40s, a10, v100, t4"),
+    arg("--gpu", default="a100", help="the GPU to price on: h200, h100, a100 (default), l40s, a10, v100, t4"),
     arg("--mfu", type=float, default=0.33, help="assumed model FLOP utilisation: sustained / dense peak (0.33)"),
     arg("--tflops", type=float, help="instead of --mfu: sustained mixed-precision TFLOP/s per GPU (tf32 and fp32 "
         "rows scaled by the GPU's peak ratios)"),

@@ -259,3 +259,26 @@ def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab:
     model = build(state["model_name"], state["model_config"])
     model.load_state_dict(state["model"])
     return model.eval()
+
+
+class Recompute:
+    """`model` decoded without any cache: every step re-runs the full forward pass over the prefix. The reference
+    that cached beam search must equal (tests, benchmarks/gpu_check.py)."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def start(self, src):
+        return _Prefixes(src)
+
+    def step(self, last, state):
+        state.prefix = torch.cat([state.prefix, last[:, None]], dim=1)
+        return self.model(state.src, state.prefix)[:, -1]
+
+
+class _Prefixes:
+    def __init__(self, src):
+        self.src, self.prefix = src, torch.zeros(src.size(0), 0, dtype=torch.long, device=src.device)
+
+    def reorder(self, order):
+        self.src, self.prefix = self.src.index_select(0, order), self.prefix.index_select(0, order)

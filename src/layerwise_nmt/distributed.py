@@ -24,7 +24,9 @@ def world() -> tuple[int, int]:
 def all_reduce_sum(values: list[float]) -> list[float]:
     if world()[1] == 1:
         return values
-    tensor = torch.tensor(values, dtype=torch.float64)
+    # NCCL reduces only CUDA tensors (a CPU tensor fails with "No backend type associated with device type cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
     return tensor.tolist()
 

@@ -55,6 +55,7 @@ class Gpu:
 
 GPUS = {
     "h100": Gpu("NVIDIA H100 SXM", bf16=989, fp16=989, tf32=494, fp32=67),
+    "h200": Gpu("NVIDIA H200 SXM", bf16=989, fp16=989, tf32=494, fp32=67),  # H100's compute, more memory
     "a100": Gpu("NVIDIA A100 SXM", bf16=312, fp16=312, tf32=156, fp32=19.5),
     "l40s": Gpu("NVIDIA L40S", bf16=362, fp16=362, tf32=183, fp32=91.6),
     "a10": Gpu("NVIDIA A10", bf16=125, fp16=125, tf32=62.5, fp32=31.2),
