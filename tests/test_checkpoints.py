@@ -60,12 +60,13 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
     assert kept["epoch"] == 1 and kept["next_batch"] > 0  # a mid-epoch checkpoint: only the clock writes those
     assert logged[-1] > kept["update"]  # the kill did lose work, …
     assert lost_seconds <= minutes * 60 + 1.0  # … at most one interval of it (+ the time a save takes)
-    assert not list(run.glob(".tmp-*"))
+    (run / f".tmp-{LAST}.{proc.pid}").write_bytes(b"half a checkpoint")  # as a kill during a save leaves it
 
     total = {**spec, "train": {**spec["train"], "max_update": kept["update"] + 25}}
     resumed = subprocess.run(train_command(total, toy_data, run), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resumed from {run / LAST}: epoch 1, update {kept['update']}" in resumed.stderr
+    assert not list(run.glob(".tmp-*"))  # the dead writer's half-written file is gone
     straight = subprocess.run(train_command(total, toy_data, tmp_path / "straight"), capture_output=True,
                               text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]

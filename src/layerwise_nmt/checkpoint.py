@@ -105,7 +105,9 @@ def load(path: str | Path) -> dict:
 def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
     """(state, path) of the newest readable full checkpoint of `save_dir`: checkpoint_last.pt, else
     checkpoint_previous.pt (with a warning naming both); (None, None) when there is none. A UserError when they
-    exist and none can be read, so that a run of days is never restarted from scratch without a person deciding."""
+    exist and none can be read, so that a run of days is never restarted from scratch without a person deciding.
+    Half-written files of a writer that was killed mid-save (SIGKILL, OOM, a node failure) are removed."""
+    _remove_stale_temporaries(save_dir)
     unreadable = []
     for path in (save_dir / LAST, save_dir / PREVIOUS):
         if not path.exists():
@@ -125,6 +127,25 @@ def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
         raise UserError(f"{save_dir}: cannot read {' or '.join(unreadable)}; nothing to resume from — move the "
                         f"directory away to train from scratch")
     return None, None
+
+
+def _remove_stale_temporaries(save_dir: Path) -> None:
+    """Delete save()'s .tmp-<name>.<pid> files whose writing process no longer exists."""
+    for tmp in save_dir.glob(".tmp-*"):
+        pid = tmp.suffix.lstrip(".")
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            log.info("%s: removed %s, left by a process killed while saving", save_dir, tmp.name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _first_line(err: Exception) -> str:
