@@ -190,8 +190,7 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     start, generated = time.time(), 0
     precision = resolve(cfg.amp, device)
     configure_device(precision, device)
-    log.info("precision: %s (amp: %s; %s) on %s", precision.amp, precision.requested, precision.reason,
-             precision.device)
+    log.info("precision: %s", precision)
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b:b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)

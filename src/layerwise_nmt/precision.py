@@ -42,6 +42,9 @@ class Precision:
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=_DTYPES[self.amp])
 
+    def __str__(self) -> str:  # the log line of every run: "bf16 (amp: auto; CPU with native bf16, …) on cpu: …"
+        return f"{self.amp} (amp: {self.requested}; {self.reason}) on {self.device}"
+
     def to_dict(self) -> dict:
         return {"amp": self.amp, "requested": self.requested, "reason": self.reason, "device": self.device}
 

@@ -266,8 +266,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     precision = resolve(cfg.amp, device)
     configure_device(precision, device, cfg.tf32)
     if rank == 0:
-        log.info("precision: %s (amp: %s; %s) on %s", precision.amp, precision.requested, precision.reason,
-                 precision.device)
+        log.info("precision: %s", precision)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
     run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device, precision)
     progress, autocast = run.progress, lambda: precision.autocast(device)
