@@ -28,10 +28,10 @@ test: $(VENV)/.installed
 	python -m pytest -q -m "not slurm"
 
 # The workflow through a real one-node SLURM cluster started here (root, Debian: apt installs slurm, munge,
-# MariaDB); the daemons this target started are stopped afterwards, by PID, whatever the outcome.
+# MariaDB); the daemons this target started are stopped afterwards, by PID, whatever the outcome (a failed start too).
 test-slurm: $(VENV)/.installed
-	bash scripts/slurm-up.sh
-	LWNMT_REQUIRE_SLURM=1 python -m pytest -q -m slurm; status=$$?; bash scripts/slurm-down.sh; exit $$status
+	bash scripts/slurm-up.sh && LWNMT_REQUIRE_SLURM=1 python -m pytest -q -m slurm; \
+		status=$$?; bash scripts/slurm-down.sh; exit $$status
 
 # Every experiment of every table and figure of config.yaml, end to end through the real rules, at toy size on
 # stand-in data (no BLEU meaning): rehearsal/summary.md lists the jobs per rule beside the full config's dry run and

@@ -6,7 +6,9 @@ STATE=${LWNMT_SLURM_STATE:-/run/lwnmt-slurm-started}
 tac "$STATE" | while read -r name pidfile; do
   [ -s "$pidfile" ] || continue
   pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
+  # A daemon killed without this script (a stopped session) leaves its PID file: stop the PID only while it is still
+  # that daemon, never a process that reused the number.
+  if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
     kill "$pid"
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"

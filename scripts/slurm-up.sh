@@ -88,13 +88,15 @@ if ! sacctmgr -n list cluster >/dev/null 2>&1; then
 fi
 log "slurmdbd up"
 
+# A controller this script starts is a throwaway test cluster: `-c` drops the job state a previous, killed run saved
+# (CI once found its own earlier job "running" again, so the node stayed `mixed` and never became idle).
 if ! scontrol ping 2>/dev/null | grep -q UP; then   # slurmdbd first, so that the cluster registers itself
-  /usr/sbin/slurmctld
+  /usr/sbin/slurmctld -c
   for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.2; done
   started slurmctld /run/slurmctld.pid
 fi
 if ! { [ -s /run/slurmd.pid ] && kill -0 "$(cat /run/slurmd.pid)" 2>/dev/null; }; then
-  /usr/sbin/slurmd
+  /usr/sbin/slurmd -c   # -c: clear the job locks a killed slurmd left behind
   started slurmd /run/slurmd.pid
 fi
 state=""
@@ -103,4 +105,9 @@ for _ in $(seq 150); do
   [ "$state" = idle ] && break; sleep 0.2
 done
 log "node state: $state"
-[ "$state" = idle ] || { tail -n 30 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log; exit 1; }
+if [ "$state" != idle ]; then
+  echo "slurm-up: the node is '${state:-unknown}', not idle, after 30 s; sinfo, squeue and the daemons' logs follow" >&2
+  sinfo -N -l >&2 || true; squeue >&2 || true
+  tail -n 30 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2
+  exit 1
+fi
