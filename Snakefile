@@ -20,6 +20,7 @@ include: "workflow/rules/report.smk"
 # internet), extraction of one file from an archive, and the seconds-long scoring and report jobs.
 localrules:
     all,
+    tables,
     fetch,
     extract,
     score,
@@ -35,3 +36,10 @@ rule all:
         [target for task in TARGET_TASKS for target in task_data_targets(task)],
         table_targets(),
     default_target: True
+
+
+# Only the report (`snakemake tables`): every targeted table, figure and the summary, without the data targets of
+# `all`; what scripts/study_gpu.sh collect builds from a GPU machine's scores where no data was prepared.
+rule tables:
+    input:
+        table_targets(),

@@ -20,7 +20,8 @@ cd "$ROOT"
 CONFIG=$(realpath "${STUDY_CONFIG:-config/study.yaml}")
 EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
 cd "${STUDY_WORKDIR:-$ROOT}"  # where results/ is (the tests use a scratch folder)
-SNAKE=(python -m snakemake -s "$ROOT/Snakefile" --configfile "$CONFIG" $EXTRA)
+snake() { python -m snakemake -s "$ROOT/Snakefile" "$@"; }  # targets first: --configfile and --quiet take lists
+CONFIGS=(--configfile "$CONFIG" $EXTRA)
 RESULTS_TGZ=study-results.tar.gz
 CARRY=${STUDY_CARRY:-$ROOT/.study}  # what travels to the device besides .whl: the prepared data
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -36,7 +37,7 @@ prepare() {
             --platform any -d .whl $WHEELS
         touch .whl/.complete
     fi
-    "${SNAKE[@]}" --cores all --until binarize --quiet rules
+    snake "${CONFIGS[@]}" --cores all --until binarize --quiet rules
     mkdir -p "$CARRY"
     tar -czf "$CARRY/data.tar.gz" results/*/data
     echo "study: prepared .study/data.tar.gz ($(du -h "$CARRY/data.tar.gz" | cut -f1)); now 'scripts/study_gpu.sh device' there"
@@ -58,26 +59,30 @@ device() {
     fi
     local left=$(( ${STUDY_SECONDS:-480} - (SECONDS - start) ))
     if [ "$left" -lt 60 ]; then pack "$out"; echo "study: not started (gpu-check took the budget); call again"; return; fi
-    "${SNAKE[@]}" --unlock >/dev/null 2>&1 || true
-    timeout -s TERM -k 60 "$left" "${SNAKE[@]}" --cores all --rerun-incomplete --keep-going \
+    snake "${CONFIGS[@]}" --unlock >/dev/null 2>&1 || true
+    timeout -s TERM -k 60 "$left" python -m snakemake -s "$ROOT/Snakefile" "${CONFIGS[@]}" \
+        --cores all --rerun-incomplete --keep-going \
         --config gpus_per_job=0 --set-threads train=1 --resources "train_slots=${STUDY_JOBS:-3}" \
         --set-resources "train:train_slots=1" || status=$?
     pack "$out"
     if [ "$status" = 0 ]; then echo "study: done"; else echo "study: not finished (exit $status); call again"; fi
 }
 
-# what the table and figures read (scores, hypotheses, metrics, training.json, logs), small: one archive
+# what the table and figures read (scores, hypotheses, metrics, training.json, logs, and the test/valid texts that
+# the bootstrap and the length buckets compare against), small: one archive
 pack() {
-    find results -path '*/data' -prune -o -type f \( -name '*.json' -o -name '*.txt' -o -name '*.csv' \
-        -o -name '*.log' -o -name '*.tsv' -o -name '*.bpe' -o -name '*.detok' \) -print | grep -v '/checkpoints/' |
-        tar -czf "$1/$RESULTS_TGZ" -T -
+    { find results -path '*/data' -prune -o -type f \( -name '*.json' -o -name '*.txt' -o -name '*.csv' \
+        -o -name '*.log' -o -name '*.tsv' -o -name '*.bpe' -o -name '*.detok' \) -print  # no *.pt: models stay
+      find results -path '*/data/text/*' -type f \( -name 'test.*' -o -name 'valid.*' \) -print
+    } | tar -czf "$1/$RESULTS_TGZ" -T -
 }
 
 collect() {
     tar -xzf "$1/$RESULTS_TGZ"
     if [ -f "$1/gpu.json" ]; then cp "$1/gpu.json" "$ROOT/benchmarks/results/gpu.json"; fi
     # only the report's rules: the scores came from the GPU, whose models stayed there
-    "${SNAKE[@]}" --cores all --allowed-rules table figure summary all --quiet rules
+    snake tables "${CONFIGS[@]}" --config models_elsewhere=True --cores all \
+        --allowed-rules table figure summary tables --quiet rules
 }
 
 case "${1:-}" in

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conftest import assert_autoregressive, toy_batch
+from layerwise_nmt import UserError
 from layerwise_nmt.models import build
 from layerwise_nmt.models.deep_repr import Aggregation, diversity
 from layerwise_nmt.models.transformer import count_parameters
@@ -142,6 +143,12 @@ def test_hierarchical_tree_wiring_matches_the_equations():
     assert torch.equal(node2_in[2], node1)  # Ĥ^2 = AGG(H^3, H^4, Ĥ^1)
     assert torch.equal(layer_inputs[2], node1)  # fed back: H^3 = LAYER(Ĥ^1), not LAYER(H^2)
     assert torch.equal(out, node2)
+
+
+def test_diversity_on_a_one_layer_stack_is_a_config_error_naming_the_layers():
+    with pytest.raises(UserError, match="diversity=1.0 needs at least 2 encoder and 2 decoder layers.*got 1 and 4"):
+        tiny(diversity=1.0, encoder_layers=1)
+    tiny(diversity=0.0, encoder_layers=1)  # without the term one layer is fine
 
 
 def test_auxiliary_loss_only_when_training_with_diversity():

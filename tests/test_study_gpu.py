@@ -24,10 +24,10 @@ def toy_overlay(path):
                    for name in STUDY}
     experiments["study.lwc"]["arch"] = {k: v for k, v in experiments["study.lwc"]["arch"].items()
                                         if not k.endswith("_layers")}
+    experiments["study.dou_deep"]["arch"].update(encoder_layers=2, decoder_layers=2)  # diversity: adjacent layers
     task = {"splits": {"train": {"max_lines": 200}, "valid": {"max_lines": 30}, "test": {"max_lines": 30}},
             "bpe": {"merges": 150}}
-    path.write_text(yaml.safe_dump({"tasks": {"multi30k_deen": task}, "experiments": experiments,
-                                    "targets": {"figures": []}}))
+    path.write_text(yaml.safe_dump({"tasks": {"multi30k_deen": task}, "experiments": experiments}))
 
 
 def driver(step, *args, env, timeout=900):
@@ -56,5 +56,7 @@ def test_prepare_device_collect_at_toy_size(tmp_path, mirror):
     driver("collect", str(out), env=dict(env, STUDY_WORKDIR=str(cpu_side)))
     table = (cpu_side / "results" / "tables" / "study" / "T1.md").read_text()
     assert "LWC, He et al. 2018" in table and "Dou et al. 2018" in table
-    assert not list(cpu_side.rglob("*.pt"))  # no model came back: the table is built from the scores
+    assert {p.name for p in (cpu_side / "results" / "figures" / "study").glob("*.png")} == {"accuracy.png",
+                                                                                           "buckets.png"}
+    assert not list(cpu_side.rglob("*.pt"))  # no model came back: table and figures are built from the scores
     assert list(cpu_side.rglob("training.json"))

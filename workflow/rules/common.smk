@@ -392,7 +392,8 @@ def figure_spec(paper, figure):
             e = cfg.experiment(config, row["experiment"])
             runs = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
             if spec["kind"] == "accuracy_curves":
-                out["metrics"], out["needs"] = f"{cfg.save_dir(runs[0])}/metrics.csv", [f"{runs[0]}/model.pt"]
+                out["metrics"] = f"{cfg.save_dir(runs[0])}/metrics.csv"  # written as the model trains, so:
+                out["needs"] = [out["metrics"] if config["models_elsewhere"] else f"{runs[0]}/model.pt"]
             elif spec["kind"] in ("aggregation_shares", "attention"):
                 out["inspection"] = f"{runs[0]}/inspect/{paper}.{figure}.{index}.json"
                 out["needs"] = [out["inspection"]]

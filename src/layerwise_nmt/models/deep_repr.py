@@ -68,6 +68,9 @@ class DeepConfig(ModelConfig):
                              ("linear_form", ("square", "factorised"))):
             if getattr(self, key) not in allowed:
                 raise UserError(f"{key}={getattr(self, key)!r}; expected one of {', '.join(allowed)}")
+        if self.diversity and min(self.encoder_layers, self.decoder_layers) < 2:  # Eq. 10 compares adjacent layers
+            raise UserError(f"diversity={self.diversity} needs at least 2 encoder and 2 decoder layers (Eq. 10 "
+                            f"compares adjacent layers); got {self.encoder_layers} and {self.decoder_layers}")
 
 
     def other_readings(self) -> dict[str, dict]:
