@@ -51,7 +51,11 @@ def test_prepare_device_collect_at_toy_size(tmp_path, mirror):
     driver("prepare", env=env)
     assert (tmp_path / "carry" / "data.tar.gz").stat().st_size > 0
     assert not list(gpu_side.glob("results/*/study.*"))  # prepare trains nothing
-    assert "study: done" in driver("device", env=env)
+    for _ in range(4):  # as on the GPU machine: call again until done (a call stopped by STUDY_SECONDS resumes)
+        if "study: done" in driver("device", env=env):
+            break
+    else:
+        raise AssertionError("the device step did not finish in 4 calls")
     assert len(list(out.iterdir())) <= 8
     driver("collect", str(out), env=dict(env, STUDY_WORKDIR=str(cpu_side)))
     table = (cpu_side / "results" / "tables" / "study" / "T1.md").read_text()
