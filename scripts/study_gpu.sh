@@ -20,7 +20,7 @@ cd "$ROOT"
 CONFIG=$(realpath "${STUDY_CONFIG:-config/study.yaml}")
 EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
 cd "${STUDY_WORKDIR:-$ROOT}"  # where results/ is (the tests use a scratch folder)
-snake() { python -m snakemake -s "$ROOT/Snakefile" "$@"; }  # targets first: --configfile and --quiet take lists
+SNAKE=(python -m snakemake -s "$ROOT/Snakefile")  # then targets, then CONFIGS: --configfile and --quiet take lists
 CONFIGS=(--configfile "$CONFIG" $EXTRA)
 RESULTS_TGZ=study-results.tar.gz
 CARRY=${STUDY_CARRY:-$ROOT/.study}  # what travels to the device besides .whl: the prepared data
@@ -37,7 +37,7 @@ prepare() {
             --platform any -d .whl $WHEELS
         touch .whl/.complete
     fi
-    snake "${CONFIGS[@]}" --cores all --until binarize --quiet rules
+    "${SNAKE[@]}" "${CONFIGS[@]}" --cores all --until binarize --quiet rules
     mkdir -p "$CARRY"
     tar -czf "$CARRY/data.tar.gz" results/*/data
     echo "study: prepared .study/data.tar.gz ($(du -h "$CARRY/data.tar.gz" | cut -f1)); now 'scripts/study_gpu.sh device' there"
@@ -59,9 +59,8 @@ device() {
     fi
     local left=$(( ${STUDY_SECONDS:-480} - (SECONDS - start) ))
     if [ "$left" -lt 60 ]; then pack "$out"; echo "study: not started (gpu-check took the budget); call again"; return; fi
-    snake "${CONFIGS[@]}" --unlock >/dev/null 2>&1 || true
-    timeout -s TERM -k 60 "$left" python -m snakemake -s "$ROOT/Snakefile" "${CONFIGS[@]}" \
-        --cores all --rerun-incomplete --keep-going \
+    "${SNAKE[@]}" "${CONFIGS[@]}" --unlock >/dev/null 2>&1 || true
+    timeout -s TERM -k 60 "$left" "${SNAKE[@]}" "${CONFIGS[@]}" --cores all --rerun-incomplete --keep-going \
         --config gpus_per_job=0 --set-threads train=1 --resources "train_slots=${STUDY_JOBS:-3}" \
         --set-resources "train:train_slots=1" || status=$?
     pack "$out"
@@ -81,7 +80,7 @@ collect() {
     tar -xzf "$1/$RESULTS_TGZ"
     if [ -f "$1/gpu.json" ]; then cp "$1/gpu.json" "$ROOT/benchmarks/results/gpu.json"; fi
     # only the report's rules: the scores came from the GPU, whose models stayed there
-    snake tables "${CONFIGS[@]}" --config models_elsewhere=True --cores all \
+    "${SNAKE[@]}" tables "${CONFIGS[@]}" --config models_elsewhere=True --cores all \
         --allowed-rules table figure summary tables --quiet rules
 }
 
