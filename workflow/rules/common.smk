@@ -392,8 +392,8 @@ def figure_spec(paper, figure):
             e = cfg.experiment(config, row["experiment"])
             runs = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
             if spec["kind"] == "accuracy_curves":
-                # metrics.csv is no rule output (it must survive a failed job for resume): the model stands for
-                # it, unless the models stayed on the machine that trained them (study_gpu.sh collect)
+                # metrics.csv is not an output of training (it must survive a failed job for resume): the model
+                # stands for it, unless the models stayed on the machine that trained them (study_gpu.sh collect)
                 out["metrics"] = f"{cfg.save_dir(runs[0])}/metrics.csv"
                 out["needs"] = [out["metrics"] if config["models_elsewhere"] else f"{runs[0]}/model.pt"]
             elif spec["kind"] in ("aggregation_shares", "attention"):
