@@ -11,10 +11,15 @@ mirror, used only as realistic sentence lengths), for two models:
   demo   config/demo.yaml's baseline (256/1024/4, 3+3, all embeddings shared, dropout 0.1), max_tokens 1024
 each by fairseq-train (fp32, --cpu), lwnmt's trainer (fp32 and bf16 autocast) and, for iwslt, a hand-written
 torch.nn.Transformer (fp32 and bf16). Model FLOP utilisation = 6 * parameters * target tokens/s / peak.
-Decoding: the fairseq fixture's two models (tests/fixtures/fairseq: trained 1,500 updates on Multi30k, so they stop
-at </s> like real models), its 300 test sources, beam 5, batch 64: fairseq-generate on its checkpoint vs
-lwnmt translate on the `lwnmt import-fairseq` import of it; whole-process wall time of each command (start-up and
-model loading included), each tool's own decoding rate, and how many hypotheses agree.
+Decoding, fairseq-generate vs lwnmt translate on trained models, each decoding the same weights:
+  demo         config/demo.yaml's baseline trained here once with the demo's recipe (1,000 updates, 30.5 BLEU),
+               with fairseq's init and position table, renamed into a fairseq-train checkpoint; Multi30k test2016
+               (1,000 sentences), the demo's beam 5, batch 128
+  shared_post, separate_pre
+               the fairseq fixture's models (tests/fixtures/fairseq: d = 64 / 32, trained 1,500 updates on Multi30k
+               by fairseq), its 300 test sources, beam 5, batch 64, imported with `lwnmt import-fairseq`
+whole-process wall time of each command (start-up and model loading included), each tool's own decoding rate, and
+how many hypotheses agree.
 
 --isa avx2 re-runs itself with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 (an
 emulated AVX2-only CPU: amp auto picks fp32 there, so only fp32 is measured) for fairseq and for us alike.
@@ -36,7 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / ".." / "shared" / "data-mirror").resolve()
@@ -59,7 +67,8 @@ MODELS = {
                          "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
                          "1024", "--encoder-layers", "3", "--decoder-layers", "3", "--dropout", "0.1", *LAYERS]},
 }
-DECODE = {"beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200, "batch_size": 64}  # the fixture's beam5
+FIXTURE_DECODE = {"beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200, "batch_size": 64}  # the fixture's beam5
+DEMO_DATA = ROOT / "results/multi30k_deen/data"
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -369,25 +378,160 @@ def train_part(work: Path, name: str, updates: int, warmup: int, peak: dict, pre
     return part
 
 
-def decode_part(work: Path, name: str, precisions: list[str], repeats: int) -> dict:
-    """fairseq-generate vs lwnmt translate on one fixture model: whole-process wall (median of `repeats`, taken in
-    turn), each tool's own decoding rate, and agreement of the hypotheses."""
-    data = binarize_fixture_sources(work, name)
+@dataclass
+class DecodeCase:
+    """One trained model as each tool loads it, the sources to translate and the beam settings."""
+    description: str
+    fairseq_checkpoint: Path
+    fairseq_data: Path  # its sources binarized (fairseq-generate's --gen-subset test)
+    our_model: Path
+    our_data: Path  # translate --data
+    sources: Path
+    settings: dict
+
+
+def fixture_case(work: Path, name: str) -> DecodeCase:
+    """A fixture model trained by fairseq (d = 64 / 32), imported with `lwnmt import-fairseq`."""
     imported = work / f"imported-{name}"
     sh([sys.executable, "-m", "layerwise_nmt", "import-fairseq", str(FIXTURE / name / "checkpoint.pt"), "--data",
         str(FIXTURE / name), "--src", "de", "--tgt", "en", "--out", str(imported)])
+    return DecodeCase(f"tests/fixtures/fairseq/{name}: {' '.join(fixture_train_args(name))}",
+                      FIXTURE / name / "checkpoint.pt", binarize_fixture_sources(work, name), imported / "model.pt",
+                      imported, FIXTURE / "test.de", FIXTURE_DECODE)
+
+
+def demo_case(cache: Path) -> DecodeCase:
+    """config/demo.yaml's baseline architecture (256/1024/4, 3+3, 7.5M parameters) trained here by `lwnmt train` with
+    the demo's recipe (1,000 updates, fp32) but fairseq's initialisation and position table, so that its weights,
+    renamed into a checkpoint of fairseq-train's own, are the same model for fairseq-generate. Multi30k test2016 (1,000
+    sentences), the demo's beam settings. Trained once (~8 min on 2 cores) and kept in `cache`."""
+    data = ensure_demo_data()
+    baseline = yaml.safe_load((ROOT / "config/demo.yaml").read_text())["experiments"]["demo.transformer"]
+    settings = {**FIXTURE_DECODE, "max_len_a": 1.2, "max_len_b": 10, **baseline["decode"]}  # ours' defaults
+    model = cache / "model.pt"
+    if not model.exists():
+        print(f"training the demo-sized model for decoding into {cache} (~8 min) ...", flush=True)
+        spec = {"model": "transformer", "arch": {**MODELS["demo"]["ours"], "init": "fairseq", "sinusoid": "fairseq"},
+                "train": {**baseline["train"], "amp": "none"}}
+        sh([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
+            str(data / "bin-joint"), "--src", "de", "--tgt", "en", "--save-dir", str(cache / "checkpoints"),
+            "--final", str(model), "--threads", str(THREADS)])
+    fairseq_data = cache / "fairseq-bin"
+    if not (fairseq_data / "valid.de-en.en.bin").exists():  # train, valid: for fairseq-train's checkpoint
+        joint = str(data / "vocab/dict.joint.txt")
+        sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--srcdict", joint,
+            "--tgtdict", joint, *(f"--{split}pref={data / 'bpe/test.de-en'}" for split in ("train", "valid", "test")),
+            "--destdir", str(fairseq_data), "--workers", "1"])
+    exported = cache / "fairseq-checkpoint.pt"
+    if not exported.exists() or exported.stat().st_mtime < model.stat().st_mtime:
+        export_to_fairseq(model, fairseq_data, cache)
+    return DecodeCase("config/demo.yaml's baseline (256/1024/4, 3+3, all embeddings shared), 1,000 updates on "
+                      "Multi30k with fairseq's init and positions; test2016", exported, fairseq_data, model,
+                      data / "bin-joint", data / "bpe/test.de-en.de", settings)
+
+
+def ensure_demo_data() -> Path:
+    """`make demo`'s prepared Multi30k (BPE, joint dictionary, binarized), made by its own rules if absent."""
+    files = ["bpe/test.de-en.de", "vocab/dict.joint.txt"] + [f"bin-joint/{split}.de-en.{lang}.{kind}.npy"
+                                                              for split in ("train", "valid") for lang in ("de", "en")
+                                                              for kind in ("tokens", "offsets")]
+    if not all((DEMO_DATA / f).exists() for f in files):
+        targets = [str(DEMO_DATA.relative_to(ROOT) / f) for f in files]  # before the list options, which take all
+        sh([str(Path(sys.executable).parent / "snakemake"), *targets, "--cores", str(THREADS), "--configfile",
+            "config/demo.yaml", "--quiet", "rules"], cwd=ROOT)
+    return DEMO_DATA
+
+
+def fairseq_names(config: dict) -> dict[str, tuple[str, int, int]]:
+    """fairseq TransformerModel parameter → (ours, chunk, of chunks): the inverse of fairseq_import.convert_weights
+    (q/k/v are one matrix in ours)."""
+    names: dict[str, tuple[str, int, int]] = {}
+
+    def linear(theirs: str, ours: str, chunk: int = 0, chunks: int = 1, sep: str = ".") -> None:
+        names.update({f"{theirs}{sep}{part}": (f"{ours}.{part}", chunk, chunks) for part in ("weight", "bias")})
+
+    for i in range(config["encoder_layers"]):
+        theirs, ours = f"encoder.layers.{i}", f"encoder.layers.{i}"
+        for j, proj in enumerate("qkv"):
+            linear(f"{theirs}.self_attn.{proj}_proj", f"{ours}.attn.qkv", j, 3)
+        for a, b in (("self_attn.out_proj", "attn.out"), ("self_attn_layer_norm", "norm1"),
+                     ("final_layer_norm", "norm2"), ("fc1", "ffn.fc1"), ("fc2", "ffn.fc2")):
+            linear(f"{theirs}.{a}", f"{ours}.{b}")
+        # the copies fairseq 0.12 keeps for torch's BetterTransformer encoder fast path (fairseq_cli turns it off)
+        for a, b in (("in_proj", "attn.qkv"), ("out_proj", "attn.out"), ("fc1", "ffn.fc1"), ("fc2", "ffn.fc2")):
+            linear(f"{theirs}.{a}", f"{ours}.{b}", sep="_")
+    for i in range(config["decoder_layers"]):
+        theirs, ours = f"decoder.layers.{i}", f"decoder.layers.{i}"
+        for j, proj in enumerate("qkv"):
+            linear(f"{theirs}.self_attn.{proj}_proj", f"{ours}.self_attn.qkv", j, 3)
+        for j, proj in enumerate("kv"):
+            linear(f"{theirs}.encoder_attn.{proj}_proj", f"{ours}.cross_attn.kv", j, 2)
+        for a, b in (("self_attn.out_proj", "self_attn.out"), ("encoder_attn.q_proj", "cross_attn.q"),
+                     ("encoder_attn.out_proj", "cross_attn.out"), ("self_attn_layer_norm", "norm1"),
+                     ("encoder_attn_layer_norm", "norm2"), ("final_layer_norm", "norm3"), ("fc1", "ffn.fc1"),
+                     ("fc2", "ffn.fc2")):
+            linear(f"{theirs}.{a}", f"{ours}.{b}")
+    if config["norm"] == "pre":
+        linear("encoder.layer_norm", "encoder.final_norm")
+        linear("decoder.layer_norm", "decoder.final_norm")
+    for side in ("encoder", "decoder"):
+        names[f"{side}.embed_tokens.weight"] = (f"{side}.embed.tokens.weight", 0, 1)
+    names["decoder.output_projection.weight"] = ("output.weight", 0, 1)
+    return names
+
+
+# Run by fairseq's Python: every floating-point tensor of fairseq-train's checkpoint replaced by ours, already renamed
+# (shapes checked); its buffers (version numbers, the position table's placeholder) kept.
+EXPORT_DRIVER = """
+import sys, torch
+template, weights, out = sys.argv[1:4]
+state, ours = torch.load(template, map_location="cpu"), torch.load(weights)
+for key, value in state["model"].items():
+    if key.endswith(("_float_tensor", ".version")):
+        continue
+    assert ours[key].shape == value.shape, (key, ours[key].shape, value.shape)
+    state["model"][key] = ours[key]
+assert set(ours) <= set(state["model"]), set(ours) - set(state["model"])
+state["last_optimizer_state"] = None
+torch.save(state, out)
+"""
+
+
+def export_to_fairseq(model: Path, fairseq_data: Path, cache: Path) -> None:
+    """Our model.pt → a fairseq checkpoint: fairseq-train makes one update of the same architecture (its checkpoint
+    carries fairseq's own configuration), then its weights are replaced by ours."""
+    import torch
+
+    from layerwise_nmt.checkpoint import load
+
+    template = cache / "fairseq-template"
+    sh([str(FAIRSEQ_BIN / "fairseq-train"), str(fairseq_data), *MODELS["demo"]["fairseq"], "--optimizer", "adam",
+        "--lr", "1e-4", "--max-tokens", "1024", "--max-update", "1", "--cpu", "--disable-validation",
+        "--no-epoch-checkpoints", "--save-dir", str(template), "--seed", "1"])
+    state = load(model)
+    weights = {theirs: state["model"][ours].chunk(chunks)[chunk].clone()
+               for theirs, (ours, chunk, chunks) in fairseq_names(state["model_config"]).items()}
+    torch.save(weights, cache / "fairseq-weights.pt")
+    sh([str(FAIRSEQ_BIN / "python"), "-c", EXPORT_DRIVER, str(template / "checkpoint_last.pt"),
+        str(cache / "fairseq-weights.pt"), str(cache / "fairseq-checkpoint.pt")])
+
+
+def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], repeats: int) -> dict:
+    """fairseq-generate vs lwnmt translate on one trained model: whole-process wall (median of `repeats`, taken in
+    turn), each tool's own decoding rate, and agreement of the hypotheses."""
+    settings = case.settings
     generate = fairseq_cli("generate") + [
-        str(data), "--path", str(FIXTURE / name / "checkpoint.pt"), "--gen-subset", "test", "--cpu", "--beam",
-        str(DECODE["beam"]), "--lenpen", str(DECODE["lenpen"]), "--max-len-a", str(DECODE["max_len_a"]),
-        "--max-len-b", str(DECODE["max_len_b"]), "--batch-size", str(DECODE["batch_size"]), "--num-workers", "0"]
+        str(case.fairseq_data), "--path", str(case.fairseq_checkpoint), "--gen-subset", "test", "--cpu", "--beam",
+        str(settings["beam"]), "--lenpen", str(settings["lenpen"]), "--max-len-a", str(settings["max_len_a"]),
+        "--max-len-b", str(settings["max_len_b"]), "--batch-size", str(settings["batch_size"]), "--num-workers", "0"]
     commands = {"fairseq-generate (fp32)": generate}
     for amp, label in (("none", "fp32"), ("bf16", "bf16")):
         if label in precisions:
             commands[f"lwnmt translate ({label})"] = [
-                sys.executable, "-m", "layerwise_nmt", "translate", str(FIXTURE / "test.de"), "--model",
-                str(imported / "model.pt"), "--data", str(imported), "--src", "de", "--tgt", "en", "--out-prefix",
+                sys.executable, "-m", "layerwise_nmt", "translate", str(case.sources), "--model",
+                str(case.our_model), "--data", str(case.our_data), "--src", "de", "--tgt", "en", "--out-prefix",
                 str(work / f"hyp-{name}-{label}"), "--threads", str(THREADS), "--options",
-                json.dumps({**DECODE, "amp": amp})]
+                json.dumps({**settings, "amp": amp})]
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     walls = {system: [] for system in commands}
     outputs = {}
@@ -410,7 +554,7 @@ def decode_part(work: Path, name: str, precisions: list[str], repeats: int) -> d
     sentences = len(theirs)
     wall = {k: statistics.median(v) for k, v in walls.items()}
     base = wall["fairseq-generate (fp32)"]
-    return {"model": f"tests/fixtures/fairseq/{name}: {' '.join(fixture_train_args(name))}", "sentences": sentences,
+    return {"model": case.description, "settings": settings, "sentences": sentences,
             "whole_process_seconds": wall, "whole_process_sentences_per_s": {k: sentences / v for k, v in wall.items()},
             "whole_process_vs_fairseq_fp32": {k: base / v for k, v in wall.items()},
             "decoding_sentences_per_s_own_timer": own_rate,
@@ -453,7 +597,11 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--models", default="iwslt,demo", help="training models to measure (iwslt, demo)")
-    parser.add_argument("--decode-models", default="shared_post,separate_pre", help="fixture models to decode")
+    parser.add_argument("--decode-models", default="demo,shared_post,separate_pre",
+                        help="trained models to decode: demo (a demo-sized model trained here once) and the fairseq "
+                        "fixture's shared_post, separate_pre")
+    parser.add_argument("--cache", default=str(ROOT / "results/benchmarks/decode-demo"),
+                        help="where the demo-sized decoding model is trained and kept")
     parser.add_argument("--decode-repeats", type=int, default=3)
     parser.add_argument("--isa", choices=("native", "avx2"), default="native",
                         help="avx2: emulate an AVX2-only CPU (fp32 only, as amp auto would choose)")
@@ -492,9 +640,10 @@ def main() -> None:
             run.setdefault("where_time_goes", {}).update({
                 name: where_time_goes(work, name, run["gemm_bound"][name]["bf16_over_fp32"]) for name in models})
         if "decode" in parts:
-            run.setdefault("decode", {}).update({name: decode_part(work, name, precisions, args.decode_repeats)
-                                                 for name in args.decode_models.split(",")})
-            run["decode_settings"] = {**DECODE, "threads": THREADS, "repeats": args.decode_repeats}
+            for name in args.decode_models.split(","):
+                case = demo_case(Path(args.cache)) if name == "demo" else fixture_case(work, name)
+                run.setdefault("decode", {})[name] = decode_part(case, work, name, precisions, args.decode_repeats)
+            run["decode_settings"] = {"threads": THREADS, "repeats": args.decode_repeats}
     run["machine"]["load_average_at_end"] = os.getloadavg()
     report(machine_label(info), run)
     out.parent.mkdir(parents=True, exist_ok=True)

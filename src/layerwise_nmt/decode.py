@@ -92,7 +92,8 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
     B, beam, device = src.size(0), cfg.beam, src.device
     max_lens = (cfg.max_len_a * (src != pad).sum(1).float() + cfg.max_len_b).long()
     max_lens = max_lens.clamp(max=model.config.max_positions - 1)
-    state = model.start(src.repeat_interleave(beam, dim=0))
+    state = model.start(src)  # the encoder once per sentence, then its states copied to the sentence's beams:
+    state.reorder(torch.arange(B, device=device).repeat_interleave(beam))  # (B·beam) rows, as fairseq does
     active = torch.arange(B, device=device)  # original sentence ids still being decoded
     tokens = torch.full((B * beam, 1), eos, dtype=torch.long, device=device)
     scores = torch.full((B, beam), float("-inf"), device=device)
@@ -103,8 +104,8 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
     ignore = torch.zeros(B, beam, dtype=torch.bool, device=device)
     history = torch.zeros(B * beam, 0, device=device)  # each row's cumulative score after each of its tokens
     for step in range(int(max_lens.max()) + 1):
-        lprobs = F.log_softmax(model.step(tokens[:, -1], state).float(), dim=-1)  # (n·beam, V)
-        lprobs[lprobs != lprobs] = float("-inf")
+        lprobs = F.log_softmax(model.step(tokens[:, -1], state), dim=-1, dtype=torch.float32)  # (n·beam, V)
+        lprobs.nan_to_num_(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))  # fairseq: NaN → -inf
         lprobs[:, pad] = float("-inf")
         if step < cfg.min_len:
             lprobs[:, eos] = float("-inf")
