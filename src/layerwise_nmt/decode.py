@@ -120,20 +120,23 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
         cand_beam, cand_tok = cand // V, cand % V
         ended = (cand_tok == eos) & (cand_scores > float("-inf"))
         ended[:, :beam] &= ~ignore
-        for i, j in zip(*torch.nonzero(ended[:, :beam], as_tuple=True)):
-            sentence, score = int(active[i]), float(cand_scores[i, j])
-            if len(finished[sentence]) < beam:
-                row = int(i) * beam + int(cand_beam[i, j])
-                hyp = tokens[row, 1:].tolist() + [eos]
-                cumulative = history[row].tolist() + [score]
-                positional = [b - a for a, b in zip([0.0] + cumulative, cumulative)]
-                finished[sentence].append(Hypothesis(hyp, score / cfg.penalty(step + 1), score, positional))
+        i, j = torch.nonzero(ended[:, :beam], as_tuple=True)  # row-major: fairseq's order of finalisation
+        if len(i):  # fetched in one go: a tensor op per hypothesis would cost more than the step's matmuls
+            rows = i * beam + cand_beam[i, j]
+            for sentence, score, hyp, past in zip(active[i].tolist(), cand_scores[i, j].tolist(),
+                                                  tokens.index_select(0, rows)[:, 1:].tolist(),
+                                                  history.index_select(0, rows).tolist()):
+                if len(finished[sentence]) < beam:
+                    cumulative = past + [score]
+                    positional = [b - a for a, b in zip([0.0] + cumulative, cumulative)]
+                    finished[sentence].append(Hypothesis(hyp + [eos], score / cfg.penalty(step + 1), score,
+                                                         positional))
         # the next beams: the first `beam` candidates that did not end (fairseq's active_mask trick)
         ended[:, :beam] |= ignore
         rank, pick = (ended.long() * (2 * beam) + torch.arange(2 * beam, device=device)).topk(beam, dim=1,
                                                                                                largest=False)
         next_scores, next_beam, next_tok = (t.gather(1, pick) for t in (cand_scores, cand_beam, cand_tok))
-        keep = torch.tensor([len(finished[int(s)]) < beam for s in active], dtype=torch.bool, device=device)
+        keep = torch.tensor([len(finished[s]) < beam for s in active.tolist()], dtype=torch.bool, device=device)
         keep &= ~at_limit  # a sentence ends at its length limit, however many hypotheses it finished (fairseq)
         if not keep.any():
             break
