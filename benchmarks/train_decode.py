@@ -643,7 +643,8 @@ def main() -> None:
             for name in args.decode_models.split(","):
                 case = demo_case(Path(args.cache)) if name == "demo" else fixture_case(work, name)
                 run.setdefault("decode", {})[name] = decode_part(case, work, name, precisions, args.decode_repeats)
-            run["decode_settings"] = {"threads": THREADS, "repeats": args.decode_repeats}
+            run["decode_settings"] = {"threads": THREADS, "repeats": args.decode_repeats,
+                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     run["machine"]["load_average_at_end"] = os.getloadavg()
     report(machine_label(info), run)
     out.parent.mkdir(parents=True, exist_ok=True)
