@@ -22,9 +22,9 @@ class ToyState:
     rows: torch.Tensor  # which source sentence each row belongs to
     prefix: list
 
-    def reorder(self, order):
-        self.rows = self.rows.index_select(0, order)
-        self.prefix = [self.prefix[i] for i in order.tolist()]
+    def reorder(self, rows, sentences=None):
+        self.rows = self.rows.index_select(0, rows)
+        self.prefix = [self.prefix[i] for i in rows.tolist()]
 
 
 class ToyDecoder:
@@ -121,6 +121,19 @@ def test_the_encoder_runs_once_per_sentence_not_once_per_beam():
     model.encoder.register_forward_hook(lambda module, args, out: rows.append(args[0].size(0)))
     beam_search(model, src, BeamConfig(beam=5, max_len_a=1.0, max_len_b=3))
     assert rows == [4]
+
+
+def test_the_source_stays_one_row_per_sentence_and_step_0_decodes_one_hypothesis_each():
+    """A sentence's hypotheses read one copy of its source K/V (not one per beam: by_sentence), and step 0, whose
+    beams would all be the same, decodes one hypothesis per sentence."""
+    model, src = small_model_and_sources(seed=2, n=4, length=6, padded=1)
+    seen = []  # per step: (hypothesis rows, source rows)
+    step = model.step
+    model.step = lambda last, state: seen.append((last.size(0), state.views[0].k.size(0))) or step(last, state)
+    beam_search(model, src, BeamConfig(beam=5, max_len_a=1.0, max_len_b=3, min_len=2))
+    assert seen[:3] == [(4, 4), (20, 4), (20, 4)]  # min_len 2: no sentence can finish before step 2
+    assert all(rows == 5 * sentences for rows, sentences in seen[1:])
+    assert seen[-1] == (15, 3)  # the padded sentence's limit came first: its source rows left with it
 
 
 def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):

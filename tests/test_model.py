@@ -64,23 +64,26 @@ def test_cached_steps_equal_full_recomputation(amp):
 
 
 def test_reorder_follows_the_beam():
-    """Two sentences × two beams: rows move within a sentence's beams, or a finished sentence leaves."""
+    """Two sentences, two hypotheses each (rows s0h0 s0h1 s1h0 s1h1) reading one copy of their sentence's source:
+    rows move within a sentence's hypotheses, then a finished sentence leaves."""
     model = tiny()
     src, prev = batch()
-    src2 = src[:2].repeat_interleave(2, dim=0)  # rows: s0b0 s0b1 s1b0 s1b1
+    src2 = src[:2].repeat_interleave(2, dim=0)  # what each row reads
     prev2 = torch.stack([prev[0], prev[1], prev[2], prev[0]])
     with torch.no_grad():
-        state = model.start(src2)
+        state = model.start(src[:2])
+        state.reorder(torch.tensor([0, 0, 1, 1]))  # each sentence's hypotheses, before the first step
         model.step(prev2[:, 0], state)
         model.step(prev2[:, 1], state)
-        state.reorder(torch.tensor([1, 1, 3, 2]))  # within beams
+        state.reorder(torch.tensor([1, 1, 3, 2]))  # within a sentence's hypotheses
         moved = model.step(prev2[[1, 1, 3, 2], 2], state)
         expected = model(src2, prev2[[1, 1, 3, 2], :3])[:, 2]
         assert torch.allclose(moved, expected, atol=1e-5)
-        state.reorder(torch.tensor([2, 3]))  # sentence 0 finished: only sentence 1's beams stay
+        state.reorder(torch.tensor([2, 3]), sentences=torch.tensor([1]))  # sentence 0 finished
         kept = model.step(prev2[[3, 2], 3], state)
         expected = model(src2[[2, 3]], prev2[[3, 2], :4])[:, 3]
         assert torch.allclose(kept, expected, atol=1e-5)
+        assert state.views[0].k.size(0) == 1
 
 
 def test_tying_and_counts():

@@ -63,12 +63,11 @@ class CoordinationLayer(EncoderLayer):
     def target(self, x: Tensor, source: KV, source_mask: Tensor, cache: KV | None = None) -> tuple[Tensor, KV]:
         """x (B, T, D): level l−1 target states; source: this layer's K/V of level l−1 source states;
         cache: the earlier target positions' K/V (incremental decoding) → (B, T, D), K/V grown."""
-        B, T = x.shape[:2]
+        T = x.size(1)
         past = cache.k.size(2) if cache is not None else 0
         causal = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)[None, None]
         if self.source_norm is None:  # Eq. 3: one softmax over the source keys and the target keys ≤ i
-            mask = torch.cat([source_mask.expand(B, 1, T, -1), causal.expand(B, 1, T, past + T)], dim=-1)
-            return self.attend(x, mask, prefix=source, cache=cache)
+            return self.attend(x, causal, prefix=source, cache=cache, prefix_mask=source_mask)
         # w/o mixed attention: two attentions with the same projections
         h, cache = self.attn(self.sublayer_input(x, self.norm1), mask=causal, cache=cache)
         x = self.residual(x, h, self.norm1)
@@ -79,13 +78,14 @@ class CoordinationLayer(EncoderLayer):
 
 @dataclass
 class CoordinationState:
-    source: list[KV]  # per level: the target layer's keys/values of the level l−1 source states (B, H, S, Dh)
-    source_mask: Tensor  # (B, 1, 1, S) True at real source tokens
-    target: list[KV | None]  # per level: target keys/values so far
+    source: list[KV]  # per level: the target layer's keys/values of the level l−1 source states (n, H, S, Dh)
+    source_mask: Tensor  # (n, 1, 1, S) True at real source tokens; one row per sentence, as `source`
+    target: list[KV | None]  # per level: target keys/values so far, one row per hypothesis
     step: int = 0
 
-    def reorder(self, order: Tensor) -> None:
-        self.source, self.source_mask, self.target = reorder_beams(order, self.source, self.source_mask, self.target)
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.source, self.source_mask, self.target = reorder_beams(rows, sentences, self.source, self.source_mask,
+                                                                   self.target)
 
 
 @register("lwc")

@@ -192,15 +192,18 @@ class KV:
         return KV(self.k.index_select(0, order), self.v.index_select(0, order))
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float,
+              step: bool | None = None) -> Tensor:
     """softmax(QK^T/sqrt(Dh) + mask) V: (B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, Dh).
 
     scaled_dot_product_attention everywhere except on a CPU under bf16 autocast, where PyTorch 2.13's CPU flash
     kernel is 5-8× slower than these three ops for NMT-length sequences (T ≤ ~50; measured on this project's CI CPU),
-    and on a CPU for a single query (a decoding step), where the three ops are 1.5-1.9× faster in fp32 too (640
-    rows, 4 heads of 64, S = 8-20; Zen 4 EPYC, 2 threads).
+    and on a CPU in a decoding step (`step`; default: a single query), where the three ops are 1.5-3× faster in fp32
+    too (640 rows of 1 query, or 128 sentences of 5 hypotheses' queries: by_sentence; 4 heads of 64, S = 10-20; Zen 4
+    EPYC, 2 threads).
     """
-    if not (q.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or q.size(-2) == 1)):
+    step = q.size(-2) == 1 if step is None else step
+    if not (q.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or step)):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
                                               dropout_p=dropout)
     return F.dropout(attention_weights(q, k, mask, causal), dropout, training=dropout > 0) @ v
@@ -215,6 +218,48 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(dim=-1)
+
+
+def by_sentence(q: Tensor, sentences: int) -> Tensor:
+    """Beam search keeps one copy of a sentence's source keys/values for its g hypotheses: their queries
+    (n·g, H, T, Dh) are stacked as one sentence's (n, H, g·T, Dh), so that a hypothesis reads its sentence's source
+    without a copy of it per beam (and the matmul has g rows instead of one). g = 1 (training): q unchanged."""
+    rows, H, T, Dh = q.shape
+    if rows == sentences:
+        return q
+    return q.view(sentences, rows // sentences, H, T, Dh).transpose(1, 2).reshape(sentences, H, -1, Dh)
+
+
+def by_row(y: Tensor, rows: int) -> Tensor:
+    """by_sentence's inverse: (n, H, g·T, Dh) → (n·g, H, T, Dh)."""
+    n, H, gT, Dh = y.shape
+    if n == rows:
+        return y
+    g = rows // n
+    return y.view(n, H, g, gT // g, Dh).transpose(1, 2).reshape(rows, H, gT // g, Dh)
+
+
+def merge_heads(y: Tensor, rows: int) -> Tensor:
+    """Attention outputs (B, H, T, Dh), or by sentence (n, H, g·T, Dh) → (B = n·g rows, T, H·Dh), in one copy."""
+    n, H, gT, Dh = y.shape
+    g = rows // n
+    return y.view(n, H, g, gT // g, Dh).permute(0, 2, 3, 1, 4).reshape(rows, gT // g, H * Dh)
+
+
+def attention_after_prefix(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, prefix: KV, prefix_mask: Tensor,
+                           dropout: float) -> Tensor:
+    """One softmax over [prefix keys; own keys] where the prefix has one row per sentence and q, k, v one per
+    hypothesis (LWC's mixed attention in beam search): the prefix's scores and values are taken by sentence
+    (by_sentence) rather than concatenated to every hypothesis's keys at every step.
+    q (N, H, T, Dh), k/v (N, H, P, Dh), mask (·, ·, T, P); prefix (n, H, S, Dh), prefix_mask (n, 1, 1, S)."""
+    N, H, T, _ = q.shape
+    n, S = prefix.k.size(0), prefix.k.size(2)
+    scale = q.size(-1) ** -0.5
+    from_prefix = (by_sentence(q, n) @ prefix.k.transpose(-1, -2) * scale).masked_fill(~prefix_mask, float("-inf"))
+    own = (q @ k.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))  # (N, H, T, P)
+    weights = torch.cat([by_row(from_prefix, N), own], dim=-1).softmax(dim=-1)
+    weights = F.dropout(weights, dropout, training=dropout > 0)
+    return by_row(by_sentence(weights[..., :S], n) @ prefix.v, N) + weights[..., S:] @ v
 
 
 class MultiheadAttention(nn.Module):
@@ -252,27 +297,33 @@ class MultiheadAttention(nn.Module):
         return KV(self.split(k), self.split(v))
 
     def forward(self, x: Tensor, memory: Tensor | KV | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: KV | None = None, prefix: KV | None = None) -> tuple[Tensor, KV | None]:
+                causal: bool = False, cache: KV | None = None, prefix: KV | None = None,
+                prefix_mask: Tensor | None = None) -> tuple[Tensor, KV | None]:
         """Self-attention when memory is None (cache: the previous steps' K/V, returned grown; prefix: fixed K/V
-        placed before them, e.g. LWC's source half), else cross-attention to memory (a tensor, or its precomputed
-        KV). mask: bool, True = may attend, broadcast to (B, H, T, S)."""
+        placed before them, e.g. LWC's source half, with its own prefix_mask), else cross-attention to memory (a
+        tensor, or its precomputed KV, which in beam search has one row per sentence: see by_sentence).
+        mask: bool, True = may attend, broadcast to (B, H, T, S)."""
+        rows, dropout = x.size(0), self.dropout if self.training else 0.0
         if memory is None:
             q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))
             if cache is not None:
                 k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
                 causal = False  # one new query sees every cached key
             cache = KV(k, v)
+            if prefix is not None and prefix.k.size(0) != rows:
+                return self.out(merge_heads(attention_after_prefix(q, k, v, mask, prefix, prefix_mask, dropout),
+                                            rows)), cache
             if prefix is not None:
+                T = q.size(2)
                 k, v = torch.cat([prefix.k, k], dim=2), torch.cat([prefix.v, v], dim=2)
+                mask = torch.cat([prefix_mask.expand(rows, 1, T, -1), mask.expand(rows, 1, T, -1)], dim=-1)
         else:
-            q = self.project_q(x)
             kv = memory if isinstance(memory, KV) else self.project_kv(memory)
-            k, v = kv.k, kv.v
+            q, k, v = by_sentence(self.project_q(x), kv.k.size(0)), kv.k, kv.v
         if self.record_weights:  # mean over heads of the latest call: (B, T, S)
             self.last_weights = attention_weights(q, k, mask, causal).mean(dim=1).detach()
-        y = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
-        B, H, T, Dh = y.shape
-        return self.out(y.transpose(1, 2).reshape(B, T, H * Dh)), cache
+        y = attention(q, k, v, mask, causal, dropout, step=x.size(1) == 1)  # (B, H, T, Dh), or by sentence
+        return self.out(merge_heads(y, rows)), cache
 
 
 class FeedForward(nn.Module):
@@ -315,11 +366,12 @@ class EncoderLayer(Sublayers):
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         return self.attend(x, mask)[0]
 
-    def attend(self, x: Tensor, mask: Tensor, prefix: KV | None = None,
-               cache: KV | None = None) -> tuple[Tensor, KV]:
-        """The layer, also returning x's keys/values (cache grown); prefix: fixed keys/values placed first.
-        LWC runs its shared [source; target] layers through this."""
-        h, kv = self.attn(self.sublayer_input(x, self.norm1), mask=mask, cache=cache, prefix=prefix)
+    def attend(self, x: Tensor, mask: Tensor, prefix: KV | None = None, cache: KV | None = None,
+               prefix_mask: Tensor | None = None) -> tuple[Tensor, KV]:
+        """The layer, also returning x's keys/values (cache grown); prefix: fixed keys/values placed first, masked
+        by prefix_mask. LWC runs its shared [source; target] layers through this."""
+        h, kv = self.attn(self.sublayer_input(x, self.norm1), mask=mask, cache=cache, prefix=prefix,
+                          prefix_mask=prefix_mask)
         x = self.residual(x, h, self.norm1)
         return self.residual(x, self.ffn(self.sublayer_input(x, self.norm2)), self.norm2), kv
 
@@ -380,9 +432,6 @@ class EncoderOutput:
     states: list[Tensor]
     mask: Tensor  # (B, 1, 1, S) bool, True at real tokens
 
-    def reorder(self, order: Tensor) -> "EncoderOutput":
-        return EncoderOutput([s.index_select(0, order) for s in self.states], self.mask.index_select(0, order))
-
 
 class Encoder(nn.Module):
     def __init__(self, config: ModelConfig, tokens: nn.Embedding, layer: type = None):
@@ -408,26 +457,27 @@ class Encoder(nn.Module):
 @dataclass
 class DecoderState:
     """Incremental decoding: each layer's self-attention K/V so far (a convolution's input window for conv
-    backbones) and its source view's K/V (computed once)."""
+    backbones), one row per hypothesis, and its source view's K/V (computed once), one row per sentence."""
 
     views: list[KV]
     view_mask: Tensor
     self_kv: list
     step: int = 0
 
-    def reorder(self, order: Tensor) -> None:
-        self.views, self.view_mask, self.self_kv = reorder_beams(order, self.views, self.view_mask, self.self_kv)
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.views, self.view_mask, self.self_kv = reorder_beams(rows, sentences, self.views, self.view_mask,
+                                                                 self.self_kv)
 
 
-def reorder_beams(order: Tensor, source: list[KV], source_mask: Tensor,
+def reorder_beams(rows: Tensor, sentences: Tensor | None, source: list[KV], source_mask: Tensor,
                   growing: list[KV | None]) -> tuple[list[KV], Tensor, list[KV | None]]:
-    """Keep/reorder batch rows of a decoding state. Beam search only moves rows within a sentence's beams, whose
-    source K/V are identical, so those need selecting only when finished sentences leave the batch (fairseq's
-    trick: copying every layer's source K/V at every step would cost more than the decoder step itself)."""
-    if order.numel() != source_mask.size(0):
-        source = [kv.reorder(order) for kv in source]
-        source_mask = source_mask.index_select(0, order)
-    return source, source_mask, [kv.reorder(order) if kv is not None else None for kv in growing]
+    """A beam-search step's selection: each new hypothesis continues row `rows[i]` of the growing states; the
+    per-sentence source states follow `sentences` (the sentences still decoded), None = the same sentences. The
+    source stays one row per sentence, never copied per beam (attention reads it by sentence: by_sentence)."""
+    if sentences is not None:
+        source = [kv.reorder(sentences) for kv in source]
+        source_mask = source_mask.index_select(0, sentences)
+    return source, source_mask, [kv.reorder(rows) if kv is not None else None for kv in growing]
 
 
 class Decoder(nn.Module):
