@@ -164,3 +164,20 @@ def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):
     tuned = json.loads(out.read_text())
     assert tuned["lenpen"] == 1.3 and tuned["bleu"] == 32.5 and tuned["bleu_by_lenpen"] == {"0.6": 30.0, "1.3": 32.5,
                                                                                             "2": 32.0}
+
+
+def test_best_candidates_equal_topk_over_all_sums():
+    """The block-maxima shortcut finds the same k best (score + log-probability) as topk over every sum, including
+    a short last block, a single hypothesis (step 0) and rows where almost everything is -inf (the length limit)."""
+    from layerwise_nmt.decode import best_candidates
+
+    torch.manual_seed(0)
+    for hyps, vocab in [(1, 7883), (5, 7880), (5, 200), (3, 70)]:
+        lprobs = torch.randn(16, hyps, vocab).mul(3).log_softmax(-1)
+        lprobs[:7, :, 5:] = float("-inf")  # fewer finite candidates than k in some sentences
+        lprobs[0, :, 2] = lprobs[0, 0, 3]  # ties
+        scores = torch.randn(16, hyps)
+        sums = (scores[:, :, None] + lprobs).view(16, -1)
+        values, index = best_candidates(lprobs, scores, k=10, block=32)
+        assert torch.equal(values, sums.topk(10, dim=1).values)
+        assert torch.equal(sums.gather(1, index), values) and bool((index < hyps * vocab).all())

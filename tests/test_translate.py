@@ -3,6 +3,7 @@
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -19,9 +20,9 @@ from layerwise_nmt.data.vocab import Dictionary
 from layerwise_nmt.train import train
 
 
-def lwnmt(*args, stdin: bytes | None = None):
+def lwnmt(*args, stdin: bytes | None = None, env: dict | None = None):
     result = subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True,
-                            input=stdin)
+                            input=stdin, env=env)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
@@ -147,3 +148,18 @@ def test_verbose_after_the_subcommand_and_version():
     assert not cli.build_parser().parse_args(["translate"]).verbose
     code, out, _ = lwnmt("--version")
     assert code == 0 and out.strip() == f"lwnmt {__version__}"
+
+
+def test_the_program_ends_without_teardown_but_with_every_line_written(trained, tmp_path):
+    """`python -m layerwise_nmt` skips Python's teardown after a successful command (cli.run): what it printed to
+    a pipe (block-buffered) and its log must still arrive whole, and an error still exits 1."""
+    words = trained["vocab"].symbols[4:12]
+    source = tmp_path / "in.bpe"
+    source.write_text("".join(f"{words[i % 8]} {words[(3 * i) % 8]}\n" for i in range(400)))
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as a user's shell has it
+    code, out, err = lwnmt("translate", source, *decode_args(trained), "--nbest", "2", env=buffered)
+    assert code == 0, err
+    assert sum(line.startswith("S-") for line in out.splitlines()) == 400 and out.endswith("\n")
+    assert "decoded 400/400 sentences" in err
+    code, _, err = lwnmt("translate", tmp_path / "missing.bpe", *decode_args(trained))
+    assert code == 1 and "missing.bpe" in err

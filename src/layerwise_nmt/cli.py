@@ -686,5 +686,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The program `lwnmt` (and `python -m layerwise_nmt`): main(), then, once the command has succeeded, the
+    process ends without Python's teardown, which after importing torch takes 0.3-0.6 s (~5% of a test set's
+    decoding, paid by each of a run's hundreds of jobs). Every command has closed its files by then; the streams
+    and log handlers are flushed here. An error (SystemExit, an exception) ends the process the usual way."""
     main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    run()
