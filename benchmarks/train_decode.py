@@ -554,12 +554,44 @@ def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], 
     sentences = len(theirs)
     wall = {k: statistics.median(v) for k, v in walls.items()}
     base = wall["fairseq-generate (fp32)"]
+    per_turn = {k: [a / b for a, b in zip(walls["fairseq-generate (fp32)"], v)] for k, v in walls.items()}
     return {"model": case.description, "settings": settings, "sentences": sentences,
             "whole_process_seconds": wall, "whole_process_sentences_per_s": {k: sentences / v for k, v in wall.items()},
             "whole_process_vs_fairseq_fp32": {k: base / v for k, v in wall.items()},
+            "whole_process_vs_fairseq_fp32_per_turn": {
+                k: {"median": statistics.median(r), "min": min(r), "max": max(r)} for k, r in per_turn.items()},
             "decoding_sentences_per_s_own_timer": own_rate,
             "own_timer_vs_fairseq_fp32": {k: v / own_rate["fairseq-generate (fp32)"] for k, v in own_rate.items()},
             "hypotheses_identical_to_fairseq": agree}
+
+
+def decode_utilisation(case: DecodeCase, precisions: list[str], peak: dict) -> dict:
+    """Model FLOP utilisation of one in-process `lwnmt translate` decode per precision: the FLOPs of its matrix
+    products (torch.profiler's count for addmm, mm, bmm), their own time and the decode's wall (profiled, so a little
+    slower than unprofiled), against this CPU's measured peak."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from layerwise_nmt.data.io import read_lines
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.decode import BeamConfig, decode_lines, load_model
+
+    torch.set_num_threads(THREADS)
+    src_vocab, tgt_vocab = load_pair(case.our_data, "de", "en")
+    model, sources = load_model(case.our_model, src_vocab, tgt_vocab), list(read_lines(case.sources))
+    result = {}
+    for label in precisions:
+        cfg = BeamConfig.from_dict({**case.settings, "amp": {"fp32": "none"}.get(label, label)})
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            start = time.perf_counter()
+            decode_lines(model, sources, src_vocab, tgt_vocab, cfg, str(case.sources))
+            wall = time.perf_counter() - start
+        products = [e for e in prof.key_averages() if e.key in ("aten::addmm", "aten::mm", "aten::bmm")]
+        flops, seconds = sum(e.flops for e in products), sum(e.self_cpu_time_total for e in products) / 1e6
+        result[label] = {"matmul_gflop": flops / 1e9, "decode_wall_s": wall, "matmul_s": seconds,
+                         "matmul_fraction_of_peak": flops / seconds / peak[label],
+                         "decode_fraction_of_peak": flops / wall / peak[label]}
+    return result
 
 
 def fixture_train_args(name: str) -> list[str]:
@@ -642,7 +674,13 @@ def main() -> None:
         if "decode" in parts:
             for name in args.decode_models.split(","):
                 case = demo_case(Path(args.cache)) if name == "demo" else fixture_case(work, name)
-                run.setdefault("decode", {})[name] = decode_part(case, work, name, precisions, args.decode_repeats)
+                part = decode_part(case, work, name, precisions, args.decode_repeats)
+                if name == "demo":
+                    run["peak_flops_per_s"] = peak = run.get("peak_flops_per_s") or measured_peak()
+                    part["model_flop_utilisation"] = decode_utilisation(case, precisions, peak)
+                # figures taken apart from this script (dated), e.g. longer paired runs, are kept
+                part.update({k: v for k, v in run.get("decode", {}).get(name, {}).items() if k == "paired_runs"})
+                run.setdefault("decode", {})[name] = part
             run["decode_settings"] = {"threads": THREADS, "repeats": args.decode_repeats,
                                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     run["machine"]["load_average_at_end"] = os.getloadavg()
@@ -673,6 +711,13 @@ def report(label: str, run: dict) -> None:
             same = part["hypotheses_identical_to_fairseq"].get(system, part["sentences"])
             print(f"{system:<28} {seconds:15.2f} {part['whole_process_vs_fairseq_fp32'][system]:9.2f}x "
                   f"{part['decoding_sentences_per_s_own_timer'][system]:10.1f} {same:>5}/{part['sentences']}")
+        for system, r in part.get("whole_process_vs_fairseq_fp32_per_turn", {}).items():
+            if system.startswith("lwnmt"):
+                print(f"{system}: {r['median']:.2f}x fairseq-generate per turn (median) [{r['min']:.2f}, "
+                      f"{r['max']:.2f}]")
+        for label, u in part.get("model_flop_utilisation", {}).items():
+            print(f"{label}: {u['matmul_gflop']:.0f} GFLOP of matrix products; at {u['matmul_fraction_of_peak']:.0%} "
+                  f"of this CPU's {label} peak while they run, {u['decode_fraction_of_peak']:.0%} over the decode")
 
 
 if __name__ == "__main__":
