@@ -3,6 +3,7 @@
 import collections
 import os
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -56,6 +57,16 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
         if parent:  # continued learning: the run's train job reads its baseline's trained model
             job = next(block for block in out.split("\nrule ") if f"output: {run}/model.pt" in block)
             assert f"{cfg.experiment_dir(config, parent, 1)}/model.pt" in job.split("output:")[0]
+    # With fewer slots than ready jobs, trainings go first, and a warm start's parent before any other training.
+    priority = {(rule, e): int(p) for rule, e, p in re.findall(
+        r"\n(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: task=\w+, experiment=([\w.]+),.*\n    priority: (\d+)", out)}
+    trained = {e for _, e in priority}
+    assert trained and {rule for rule, _ in priority} == {"train"}  # decodes keep Snakemake's default, 0
+    for e in trained:
+        children = sum(cfg.experiment(config, c)["warm_start"] == e for c in config["experiments"])
+        assert priority["train", e] == 1 + children, e
+    if configfile == "config/demo.yaml":  # the baseline gates GCA, Dou and the longer-trained control
+        assert priority["train", "demo.transformer"] == 4
 
 
 def test_ci_sized_run_data_to_table(tmp_path, mirror):

@@ -229,6 +229,14 @@ def warm_start_model(wildcards):
     return [f"{cfg.experiment_dir(config, parent['name'], seed)}/model.pt"]
 
 
+def train_priority(wildcards):
+    """Trainings before decodes, and first those that other trainings warm-start from: with fewer job slots than
+    ready jobs (the demo's 2 cores) a decode or an independent training can wait at no cost to the finish, a model
+    others start from cannot (the demo's baseline gates three)."""
+    name = experiment_of(wildcards)["name"]
+    return 1 + sum(spec.get("warm_start") == name for spec in config["experiments"].values())
+
+
 def train_spec(wildcards):
     e = experiment_of(wildcards)
     spec = {"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}}

@@ -18,6 +18,7 @@ rule train:
         tgt=lambda w: experiment_of(w)["tgt"],
         save_dir=lambda w: cfg.save_dir(run_dir(w)),
     threads: 2
+    priority: train_priority
     resources:
         # Snakemake counts GPUs (--resources gpu=N locally, --gpus on SLURM); `lwnmt train --gpus` picks which
         # ones (a lock per device) and runs torchrun when there is more than one.
