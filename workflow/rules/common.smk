@@ -1,5 +1,6 @@
 # Helpers shared by the rules: everything the rules ask of the config goes through layerwise_nmt.config.
 
+import functools
 import json
 from pathlib import Path
 import os
@@ -230,11 +231,20 @@ def warm_start_model(wildcards):
 
 
 def train_priority(wildcards):
-    """Trainings before decodes, and first those that other trainings warm-start from: with fewer job slots than
-    ready jobs (the demo's 2 cores) a decode or an independent training can wait at no cost to the finish, a model
-    others start from cannot (the demo's baseline gates three)."""
-    name = experiment_of(wildcards)["name"]
-    return 1 + sum(spec.get("warm_start") == name for spec in config["experiments"].values())
+    """Longest chain of training first (critical path): the run's own TFLOP (`lwnmt plan`'s estimate) plus its
+    longest warm-started descendant's chain, + 1 so that every training goes before every decode (0). With fewer
+    slots than ready jobs (the demo's 2 cores), a baseline others start from, then the longest independent run."""
+    return round(1 + chain_tflop(experiment_of(wildcards)["name"]), 1)
+
+
+@functools.cache
+def chain_tflop(name):
+    from layerwise_nmt.plan import experiment_cost
+
+    cost = experiment_cost(config, name)
+    own = 6 * cost.params * cost.tokens / 1e12 if cost.params and cost.tokens else 0.0
+    children = [c for c, spec in config["experiments"].items() if spec.get("warm_start") == name]
+    return own + max(map(chain_tflop, children), default=0.0)
 
 
 def train_spec(wildcards):
