@@ -442,42 +442,24 @@ def ensure_demo_data() -> Path:
     return DEMO_DATA
 
 
-def fairseq_names(config: dict) -> dict[str, tuple[str, int, int]]:
-    """fairseq TransformerModel parameter → (ours, chunk, of chunks): the inverse of fairseq_import.convert_weights
-    (q/k/v are one matrix in ours)."""
-    names: dict[str, tuple[str, int, int]] = {}
+def fairseq_weights(state: dict) -> dict:
+    """Our model.pt's weights under fairseq TransformerModel's names: fairseq_import.linear_names read backwards
+    (a stacked q/k/v split into its parts), plus the copies fairseq 0.12's encoder layers keep for torch's
+    BetterTransformer fast path (which fairseq_cli turns off)."""
+    from layerwise_nmt.fairseq_import import linear_names
 
-    def linear(theirs: str, ours: str, chunk: int = 0, chunks: int = 1, sep: str = ".") -> None:
-        names.update({f"{theirs}{sep}{part}": (f"{ours}.{part}", chunk, chunks) for part in ("weight", "bias")})
-
+    ours, config, out = state["model"], state["model_config"], {}
+    for name, theirs in linear_names(config).items():
+        for part in ("weight", "bias"):
+            out |= {f"{t}.{part}": chunk.clone() for t, chunk in zip(theirs, ours[f"{name}.{part}"].chunk(len(theirs)))}
     for i in range(config["encoder_layers"]):
-        theirs, ours = f"encoder.layers.{i}", f"encoder.layers.{i}"
-        for j, proj in enumerate("qkv"):
-            linear(f"{theirs}.self_attn.{proj}_proj", f"{ours}.attn.qkv", j, 3)
-        for a, b in (("self_attn.out_proj", "attn.out"), ("self_attn_layer_norm", "norm1"),
-                     ("final_layer_norm", "norm2"), ("fc1", "ffn.fc1"), ("fc2", "ffn.fc2")):
-            linear(f"{theirs}.{a}", f"{ours}.{b}")
-        # the copies fairseq 0.12 keeps for torch's BetterTransformer encoder fast path (fairseq_cli turns it off)
-        for a, b in (("in_proj", "attn.qkv"), ("out_proj", "attn.out"), ("fc1", "ffn.fc1"), ("fc2", "ffn.fc2")):
-            linear(f"{theirs}.{a}", f"{ours}.{b}", sep="_")
-    for i in range(config["decoder_layers"]):
-        theirs, ours = f"decoder.layers.{i}", f"decoder.layers.{i}"
-        for j, proj in enumerate("qkv"):
-            linear(f"{theirs}.self_attn.{proj}_proj", f"{ours}.self_attn.qkv", j, 3)
-        for j, proj in enumerate("kv"):
-            linear(f"{theirs}.encoder_attn.{proj}_proj", f"{ours}.cross_attn.kv", j, 2)
-        for a, b in (("self_attn.out_proj", "self_attn.out"), ("encoder_attn.q_proj", "cross_attn.q"),
-                     ("encoder_attn.out_proj", "cross_attn.out"), ("self_attn_layer_norm", "norm1"),
-                     ("encoder_attn_layer_norm", "norm2"), ("final_layer_norm", "norm3"), ("fc1", "ffn.fc1"),
-                     ("fc2", "ffn.fc2")):
-            linear(f"{theirs}.{a}", f"{ours}.{b}")
-    if config["norm"] == "pre":
-        linear("encoder.layer_norm", "encoder.final_norm")
-        linear("decoder.layer_norm", "decoder.final_norm")
+        for name, theirs in (("attn.qkv", "in_proj"), ("attn.out", "out_proj"), ("ffn.fc1", "fc1"), ("ffn.fc2", "fc2")):
+            for part in ("weight", "bias"):
+                out[f"encoder.layers.{i}.{theirs}_{part}"] = ours[f"encoder.layers.{i}.{name}.{part}"].clone()
     for side in ("encoder", "decoder"):
-        names[f"{side}.embed_tokens.weight"] = (f"{side}.embed.tokens.weight", 0, 1)
-    names["decoder.output_projection.weight"] = ("output.weight", 0, 1)
-    return names
+        out[f"{side}.embed_tokens.weight"] = ours[f"{side}.embed.tokens.weight"].clone()
+    out["decoder.output_projection.weight"] = ours["output.weight"].clone()
+    return out
 
 
 # Run by fairseq's Python: every floating-point tensor of fairseq-train's checkpoint replaced by ours, already renamed
@@ -509,9 +491,7 @@ def export_to_fairseq(model: Path, fairseq_data: Path, cache: Path) -> None:
         "--lr", "1e-4", "--max-tokens", "1024", "--max-update", "1", "--cpu", "--disable-validation",
         "--no-epoch-checkpoints", "--save-dir", str(template), "--seed", "1"])
     state = load(model)
-    weights = {theirs: state["model"][ours].chunk(chunks)[chunk].clone()
-               for theirs, (ours, chunk, chunks) in fairseq_names(state["model_config"]).items()}
-    torch.save(weights, cache / "fairseq-weights.pt")
+    torch.save(fairseq_weights(state), cache / "fairseq-weights.pt")
     sh([str(FAIRSEQ_BIN / "python"), "-c", EXPORT_DRIVER, str(template / "checkpoint_last.pt"),
         str(cache / "fairseq-weights.pt"), str(cache / "fairseq-checkpoint.pt")])
 

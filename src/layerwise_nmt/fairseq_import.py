@@ -70,45 +70,36 @@ def model_config(args: dict, src: Dictionary, tgt: Dictionary, path: str) -> dic
             "init": "fairseq"}
 
 
-def _linear(weights: dict, prefix: str, *names: str) -> dict[str, torch.Tensor]:
-    """fairseq's separate projections `prefix.<name>.{weight,bias}`, concatenated along the output dimension."""
-    return {part: torch.cat([weights[f"{prefix}.{name}.{part}"] for name in names]) for part in ("weight", "bias")}
+def linear_names(config: dict) -> dict[str, tuple[str, ...]]:
+    """Each of our linear and layer-norm modules → the fairseq modules whose weights and biases it holds, stacked
+    along the output dimension in this order (our q/k/v are one matrix, fairseq's three)."""
+    names: dict[str, tuple[str, ...]] = {}
+    for i in range(config["encoder_layers"]):
+        ours, theirs = f"encoder.layers.{i}", f"encoder.layers.{i}"
+        names[f"{ours}.attn.qkv"] = tuple(f"{theirs}.self_attn.{p}_proj" for p in "qkv")
+        for a, b in (("attn.out", "self_attn.out_proj"), ("norm1", "self_attn_layer_norm"),
+                     ("norm2", "final_layer_norm"), ("ffn.fc1", "fc1"), ("ffn.fc2", "fc2")):
+            names[f"{ours}.{a}"] = (f"{theirs}.{b}",)
+    for i in range(config["decoder_layers"]):
+        ours, theirs = f"decoder.layers.{i}", f"decoder.layers.{i}"
+        names[f"{ours}.self_attn.qkv"] = tuple(f"{theirs}.self_attn.{p}_proj" for p in "qkv")
+        names[f"{ours}.cross_attn.kv"] = tuple(f"{theirs}.encoder_attn.{p}_proj" for p in "kv")
+        for a, b in (("self_attn.out", "self_attn.out_proj"), ("cross_attn.q", "encoder_attn.q_proj"),
+                     ("cross_attn.out", "encoder_attn.out_proj"), ("norm1", "self_attn_layer_norm"),
+                     ("norm2", "encoder_attn_layer_norm"), ("norm3", "final_layer_norm"), ("ffn.fc1", "fc1"),
+                     ("ffn.fc2", "fc2")):
+            names[f"{ours}.{a}"] = (f"{theirs}.{b}",)
+    if config["norm"] == "pre":
+        names["encoder.final_norm"] = ("encoder.layer_norm",)
+        names["decoder.final_norm"] = ("decoder.layer_norm",)
+    return names
 
 
 def convert_weights(weights: dict, config: dict) -> dict[str, torch.Tensor]:
     """fairseq TransformerModel state dict → ours (tensors in fp32)."""
     weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
-    out: dict[str, torch.Tensor] = {}
-
-    def put(ours: str, parts: dict) -> None:
-        out.update({f"{ours}.{part}": tensor for part, tensor in parts.items()})
-
-    def same(ours: str, theirs: str) -> None:
-        put(ours, {part: weights[f"{theirs}.{part}"] for part in ("weight", "bias")})
-
-    for i in range(config["encoder_layers"]):
-        ours, theirs = f"encoder.layers.{i}", f"encoder.layers.{i}"
-        put(f"{ours}.attn.qkv", _linear(weights, f"{theirs}.self_attn", "q_proj", "k_proj", "v_proj"))
-        same(f"{ours}.attn.out", f"{theirs}.self_attn.out_proj")
-        same(f"{ours}.norm1", f"{theirs}.self_attn_layer_norm")
-        same(f"{ours}.norm2", f"{theirs}.final_layer_norm")
-        same(f"{ours}.ffn.fc1", f"{theirs}.fc1")
-        same(f"{ours}.ffn.fc2", f"{theirs}.fc2")
-    for i in range(config["decoder_layers"]):
-        ours, theirs = f"decoder.layers.{i}", f"decoder.layers.{i}"
-        put(f"{ours}.self_attn.qkv", _linear(weights, f"{theirs}.self_attn", "q_proj", "k_proj", "v_proj"))
-        same(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj")
-        same(f"{ours}.cross_attn.q", f"{theirs}.encoder_attn.q_proj")
-        put(f"{ours}.cross_attn.kv", _linear(weights, f"{theirs}.encoder_attn", "k_proj", "v_proj"))
-        same(f"{ours}.cross_attn.out", f"{theirs}.encoder_attn.out_proj")
-        same(f"{ours}.norm1", f"{theirs}.self_attn_layer_norm")
-        same(f"{ours}.norm2", f"{theirs}.encoder_attn_layer_norm")
-        same(f"{ours}.norm3", f"{theirs}.final_layer_norm")
-        same(f"{ours}.ffn.fc1", f"{theirs}.fc1")
-        same(f"{ours}.ffn.fc2", f"{theirs}.fc2")
-    if config["norm"] == "pre":
-        same("encoder.final_norm", "encoder.layer_norm")
-        same("decoder.final_norm", "decoder.layer_norm")
+    out = {f"{ours}.{part}": torch.cat([weights[f"{name}.{part}"] for name in theirs])
+           for ours, theirs in linear_names(config).items() for part in ("weight", "bias")}
     out["encoder.embed.tokens.weight"] = weights["encoder.embed_tokens.weight"]
     out["decoder.embed.tokens.weight"] = weights["decoder.embed_tokens.weight"]
     out["output.weight"] = weights.get("decoder.output_projection.weight", weights["decoder.embed_tokens.weight"])
