@@ -253,7 +253,8 @@ def ours_updates(work: Path, model: dict, amp: str, count: int):
 
     net = ours_model(work, model)
     cfg = TrainConfig.from_dict({"max_update": 1, "amp": amp})
-    opt = torch.optim.Adam(net.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-4)
+    # AdamW: fairseq's --weight-decay is decoupled, as lwnmt train's _adam
+    opt = torch.optim.AdamW(net.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-4)
     cpu = torch.device("cpu")
     precision = resolve(amp, cpu)
     for _, batch in zip(range(count), training_batches(work, model["max_tokens"])):
