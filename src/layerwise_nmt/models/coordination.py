@@ -20,8 +20,8 @@ Table 3 ablations (config flags):
 - mixed_attention=false: the target half runs causal self-attention, then a separate attention to the same-level
   source states, "as usual" (§5.3). The paper prints 19.07M for it, which a separate cross-attention cannot give
   (22.75M at 14 layers). Our reading: the second attention reuses the layer's own Q/K/V/O projections (the layer is
-  still one parameter set serving both roles) and only adds its post-norm LayerNorm: +2·d per layer, 19,077,120
-  parameters at V=31.3K (prints 19.08M).
+  still one parameter set serving both roles) and only adds its LayerNorm: +2·d per layer, 19,077,632 parameters
+  at V=31.3K with the rows' pre-norm stacks (19,077,120 post-norm, which has no final LayerNorm; 19.08M either way).
 - language_embeddings=false: no L_src/L_tgt (−2·d = −512 parameters, the paper's count is unchanged at 2 decimals).
 - position_embeddings=false (ModelConfig): no PE at all.
 """
