@@ -207,7 +207,7 @@ def test_disk_space_is_checked_before_writing(tmp_path, monkeypatch):
         free = 1_000
 
     monkeypatch.setattr(fetch.shutil, "disk_usage", lambda path: Usage)
-    with pytest.raises(UserError, match=r"needs 0.00 GB but .* has 0.00 GB free"):
+    with pytest.raises(UserError, match=r"needs 2.0 KB but .* has 1.0 KB free"):
         fetch.require_space(tmp_path, 2_000, "extracting big.txt")
     archive = tmp_path / "big.gz"
     archive.write_bytes(gzip.compress(b"x" * 100_000))

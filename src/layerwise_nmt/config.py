@@ -191,18 +191,18 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     if mirror is not None:
         base = mirror / spec.get("mirror", dataset)
         copy = entry.get("mirror")
-        if copy and (base / copy["path"]).is_file():
+        if copy and mirrored(base / copy["path"]):
             if copy["path"].endswith(".gz"):  # a compressed copy: check it, then the file it inflates to
                 return FileSource(str(base / copy["path"]), None, True, where=where, archive_checksum=checksum_of(
                     copy), archive_checksum_source=copy.get("checksum_source"), **own)
             return FileSource(str(base / copy["path"]), None, False, checksum_of(copy), where,
                               checksum_source=copy.get("checksum_source"))
-        if member and (base / member).is_file():
+        if member and mirrored(base / member):
             return FileSource(str(base / member), None, False, where=where, **own)
-        if archive_name and (base / archive_name).is_file():
+        if archive_name and mirrored(base / archive_name):
             return FileSource(str(base / archive_name), member, True, where=where, archive_checksum=checksum_of(
                 archive), archive_checksum_source=archive.get("checksum_source"), **own)
-        if not archive_name and (base / name).is_file():
+        if not archive_name and mirrored(base / name):
             return FileSource(str(base / name), None, False, where=where, **own)
         # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
     if archive_name in spec.get("files", {}):  # extracted from an outer archive first (its own extract job)
@@ -211,6 +211,15 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     if archive_name:
         return FileSource(download_path(archive, archive_name), member, True, where=where, **own)
     return FileSource(download_path(entry, name), None, False, where=where, **own)
+
+
+def mirrored(path: Path) -> bool:
+    """Whether the data mirror holds this file; something else at its place (a directory) is an error, not a
+    silent fall-back to the download."""
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} is a directory, not a file (or another non-file); expected the file itself there "
+                        f"(the data mirror's layout: README.md): move it away or replace it with the file")
+    return path.is_file()
 
 
 def pair_member(spec: dict, name: str) -> str | None:
