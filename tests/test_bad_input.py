@@ -5,6 +5,7 @@ import hashlib
 import http.server
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -239,14 +240,16 @@ def test_an_unknown_table_is_named_with_the_ones_that_exist(tmp_path):
 
 def test_a_workflow_jobs_one_line_error_reaches_the_console_not_only_its_log(tmp_path):
     """A rule runs `lwnmt … 2> {log}`: the console showed only Snakemake's CalledProcessError, the line was in the
-    log. With stderr in a file the line goes to stdout as well (which Snakemake shows); by hand it is printed once."""
+    log. In a workflow job (LWNMT_ERRORS_ON_STDOUT, set by common.smk) with stderr in a file the line goes to stdout
+    as well (which Snakemake shows); by hand it is printed once, on stderr only."""
     src, tgt = tmp_path / "a.de", tmp_path / "a.en"
     src.write_text("eins\nzwei\ndrei\n")
     tgt.write_text("one\ntwo\n")
     spec = {"train": {"parts": [[str(src), str(tgt), str(src), str(tgt), "plain"]]}}
     command = (f"{sys.executable} -m layerwise_nmt assemble --spec '{json.dumps(spec)}' --src de --tgt en "
                f"--out-dir {tmp_path} --stats {tmp_path / 'stats.json'} 2> {tmp_path / 'job.log'}")
-    job = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    job = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                         env={**os.environ, "LWNMT_ERRORS_ON_STDOUT": "1"})
     line = f"lwnmt assemble: error: {src} has 3 segments but {tgt} has 2"
     assert job.returncode == 1 and job.stdout.startswith(line) and job.stdout.count("\n") == 1
     assert line in (tmp_path / "job.log").read_text()

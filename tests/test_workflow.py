@@ -107,7 +107,7 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     mean = sum(bleus) / 2
     assert f"{mean:.2f} ± " in table and "(n=2)" in table
     assert "| MIXER (quoted row) | — | — | — | 20.73 | — | — | quoted from Ranzato et al. 2016 |" in table
-    assert "model 'not_yet_implemented' is not implemented yet" in table
+    assert "warm start from models/not-trained-yet.pt: no such file" in table
     csv = pd.read_csv(tmp_path / "results/tables/ci/T1.csv").set_index("row")
     for label, experiment in (("LWC, 2 shared layers", "ci.lwc"), ("MLRF Both-FNN-SA", "ci.mlrf")):
         run = tmp_path / f"results/multi30k_ci/{experiment}/seed1"
@@ -308,7 +308,7 @@ def test_a_wrong_type_or_range_stops_the_dry_run_naming_experiment_key_and_value
     status = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
                              "--config", str(ROOT / "config/demo.yaml"), "--config", str(bad)],
                             capture_output=True, text=True)
-    assert status.returncode == 1 and status.stderr.strip() == f"lwnmt status: error: {line}"
+    assert status.returncode == 1 and status.stderr.strip() == f"lwnmt status: error: {bad}: {line}"
 
 
 def test_a_bad_default_is_named_with_the_experiment_that_reads_it(tmp_path):

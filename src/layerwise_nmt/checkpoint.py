@@ -86,6 +86,7 @@ NEEDS = (("omegaconf.", "which needs omegaconf (fairseq 0.10/0.11 pickled its cf
 def load(path: str | Path) -> dict:
     """A checkpoint's contents, read with torch's weights-only unpickler: tensors, plain data and SAFE_GLOBALS.
     A file that needs anything else, or that cannot be read, is a UserError naming it."""
+    check_format(path)
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
             return torch.load(path, map_location="cpu", weights_only=True)
@@ -98,8 +99,23 @@ def load(path: str | Path) -> dict:
         why = next((advice for prefix, advice in NEEDS if name.startswith(prefix)), "which could run code when opened")
         raise UserError(f"{path}: refused: it needs {name}, {why}; a checkpoint may hold only tensors, plain data, "
                         f"numpy arrays and argparse.Namespace") from None
-    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as err:
+    except (RuntimeError, EOFError, ValueError, IndexError, KeyError, zipfile.BadZipFile) as err:
         raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
+
+
+# How torch.save's files begin: a zip archive (torch ≥ 1.6), or a pickle of protocol 2+ (the legacy format)
+MAGIC = (b"PK\x03\x04", b"\x80")
+
+
+def check_format(path: str | Path) -> None:
+    """A UserError naming a file that is not a PyTorch file at all (a text file, a log, an HTML error page saved as
+    model.pt), which torch's unpickler reads as opcodes and fails on with an IndexError or KeyError."""
+    with open(path, "rb") as f:
+        head = f.read(32)
+    if not head.startswith(MAGIC):
+        what = "an empty file" if not head else f"it begins {head[:16].decode('utf-8', 'replace')!r}"
+        raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? (not a PyTorch file: {what}; "
+                        f"expected a model.pt written by lwnmt train, average or import-fairseq)")
 
 
 def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:

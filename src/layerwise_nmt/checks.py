@@ -6,11 +6,25 @@ with a did-you-mean, then the value checks) the job itself will call."""
 
 from __future__ import annotations
 
+import difflib
+
 from . import UserError
 from . import config as cfg
 from .settings import SettingError
 
 AVERAGE_KEYS = {"num", "by"}
+
+
+def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
+    """An unknown `model:` is a config error, with the registered names closest to it: otherwise `snakemake -n`
+    silently drops the experiment's jobs (and those warm-started from it)."""
+    if model in known:
+        return
+    own = "model" in config["experiments"][name]  # else inherited through `extends`
+    close = difflib.get_close_matches(model, list(known), n=3)
+    hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"known models: {', '.join(sorted(known))}"
+    raise UserError(f"config key experiments/{name}/model: unknown model {model!r}"
+                    f"{'' if own else ' (through extends)'}; {hint}")
 
 
 def check_experiments(config: dict) -> None:
@@ -23,9 +37,9 @@ def check_experiments(config: dict) -> None:
         e = cfg.experiment(config, name)
         stages = [("train", TrainConfig, e["train"]), ("decode", BeamConfig, e["decode"]),
                   ("score", ScoreConfig, e["score"])]
-        if e["model"] in MODELS:  # an unknown one is a row "not implemented yet" (`lwnmt status` says so)
-            vocab = {"src_vocab": 64, "tgt_vocab": 64}  # the real sizes come from the data; any equal pair will do
-            stages.insert(0, ("arch", MODELS[e["model"]].config_class, {**e["arch"], **vocab}))
+        check_model_name(config, name, e["model"], MODELS)
+        vocab = {"src_vocab": 64, "tgt_vocab": 64}  # the real sizes come from the data; any equal pair will do
+        stages.insert(0, ("arch", MODELS[e["model"]].config_class, {**e["arch"], **vocab}))
         for stage, settings, values in stages:
             try:
                 settings.from_dict(values)

@@ -436,6 +436,8 @@ def cmd_pick_lenpen(a) -> None:
     arg("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}'),
     arg("--meta", help="JSON merged into score.json (experiment, seed, ...)"),
     arg("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json"),
+    arg("--allow-bpe", action="store_true", help="score text that still has BPE's '@@ ' (refused by default: "
+                                                 "translate's .bpe output is not what BLEU compares)"),
     arg("--out", required=True))
 def cmd_score(a) -> None:
     import json
@@ -444,7 +446,7 @@ def cmd_score(a) -> None:
     from .score import ScoreConfig, score_files
 
     cfg = ScoreConfig.from_dict(json.loads(a.options))
-    result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs)
+    result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs, a.allow_bpe)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
     if a.meta:
         result.update(json.loads(a.meta))
@@ -507,8 +509,12 @@ def load_config(a) -> dict:
     from . import config as cfg
     from .checks import check_experiments
 
-    config = cfg.load(*(a.config or ["config.yaml"]))
-    check_experiments(config)
+    files = a.config or ["config.yaml"]
+    config = cfg.load(*files)
+    try:
+        check_experiments(config)
+    except UserError as err:
+        raise cfg.located(err, files) from None
     return config
 
 
@@ -638,6 +644,13 @@ def cmd_status(a) -> None:
           f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)")
     for line in flagged:
         print(f"  flagged {line}")
+    from .data.fetch import unpinned_downloads
+
+    unpinned = unpinned_downloads(config)
+    print(f"\nunpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length and "
+          f"against the size and sha256 of their first copy, recorded beside it in <file>.sha256)")
+    for datasets, name, why in unpinned:
+        print(f"  unpinned {name} ({', '.join(datasets)}): {why}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -658,10 +671,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Set by the workflow (workflow/rules/common.smk) for its jobs, whose stderr is a log file and whose stdout is
+# Snakemake's console: the one-line error is copied there, so the console shows it, not only a CalledProcessError.
+ERRORS_ON_STDOUT = "LWNMT_ERRORS_ON_STDOUT"
+
+
 def print_error(line: str) -> None:
-    """The one-line error on stderr, and on stdout too when stderr is a log file (a workflow job's `2> {log}`):
-    Snakemake's console then shows the line itself, not only its CalledProcessError pointing at the log."""
+    """The one-line error on stderr; also on stdout inside a workflow job (ERRORS_ON_STDOUT) when stderr is a log
+    file. Never otherwise: a user's stdout is data (`lwnmt translate … > hyp.txt 2> err.log`), and an error line in
+    it would be scored as a translation."""
     print(line, file=sys.stderr)
+    if not os.environ.get(ERRORS_ON_STDOUT):
+        return
     try:
         err, out = os.fstat(sys.stderr.fileno()), os.fstat(sys.stdout.fileno())
     except (OSError, ValueError):  # captured streams without a file descriptor (tests)
@@ -684,6 +705,11 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print_error(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)")
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop (which checkpoints and exits 75 by itself)
+        if args.verbose:
+            raise
+        print_error(f"lwnmt {args.command}: interrupted (Ctrl-C)")
+        sys.exit(130)  # 128 + SIGINT, as a shell reports it
 
 
 def run() -> None:

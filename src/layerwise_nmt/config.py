@@ -5,8 +5,10 @@ Used by the Snakefile (input functions, targets) and by `lwnmt status`, so both 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,25 +26,61 @@ ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar", ".zip", ".gz", ".xml", ".sgm")
 
 
 def load(*paths: str | os.PathLike) -> dict:
-    """Load and deep-merge config files (later ones override), then validate."""
+    """Load and deep-merge config files (later ones override), then validate; an error names the file that set
+    the key it is about."""
     config: dict = {}
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                deep_update(config, yaml.safe_load(f) or {})
-        except OSError as err:
-            raise UserError(f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
-                            f"pass --config path/to/config.yaml)")
-        except yaml.YAMLError as err:
-            raise UserError(f"config file {path}: not valid YAML ({' '.join(str(err).split())})")
+        deep_update(config, read(path))
     try:
         validate(config)
     except UserError as err:
         if "(top level)" in str(err) and "required property" in str(err):  # an overlay given alone
             raise UserError(f"{err} in {', '.join(map(str, paths))}; an overlay such as config/demo.yaml goes "
                             f"after the full config: --config config.yaml --config config/demo.yaml")
-        raise
+        raise located(err, paths) from None
     return config
+
+
+def read(path: str | os.PathLike) -> dict:
+    """One config file as a dict, or a one-line UserError naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as err:
+        raise UserError(f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
+                        f"pass --config path/to/config.yaml)")
+    except yaml.YAMLError as err:
+        raise UserError(f"config file {path}: not valid YAML ({' '.join(str(err).split())})")
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path}: a {type(data).__name__}; expected a mapping of keys (datasets:, "
+                        f"tasks:, experiments:, ...)")
+    return data
+
+
+KEY = re.compile(r"config key ([^\s:]+)")
+
+
+def located(err: UserError, paths) -> UserError:
+    """`err` ("config key a/b/c: ...") prefixed with the config file that sets the key, where several are merged:
+    the last one holding the longest prefix of the key's path (an overlay's typo is named in the overlay, a value
+    an experiment inherits through `extends` or `defaults` in the file that holds the experiment)."""
+    match = KEY.match(str(err))
+    if match is None or len(paths) < 2:
+        return err
+    keys, best = match.group(1).split("/"), (0, None)
+    for path in paths:
+        try:
+            node = read(path)
+        except UserError:
+            continue
+        depth = 0
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node, depth = node[key], depth + 1
+        if depth and depth >= best[0]:
+            best = (depth, path)
+    return UserError(f"{best[1]}: {err}") if best[1] else err
 
 
 def deep_update(base: dict, new: dict) -> dict:
@@ -60,8 +98,7 @@ def validate(config: dict) -> None:
         schema = yaml.safe_load(f)
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise UserError(f"config key {where}: {error.message}")
+        raise schema_error(error)
     resolve_extends(config.get("experiments", {}))
     datasets, tasks, experiments = config["datasets"], config["tasks"], config.get("experiments", {})
     for name, task in tasks.items():
@@ -96,6 +133,20 @@ def validate(config: dict) -> None:
         for key in ("experiment", "compare_to"):
             if key in row.spec and row.spec[key] not in experiments:
                 raise UserError(f"config key {row.key}/{key}: unknown experiment {row.spec[key]!r}")
+
+
+def schema_error(error: jsonschema.ValidationError) -> UserError:
+    """A schema violation as one line naming the key; an unknown key with the known ones closest to it."""
+    where = [str(p) for p in error.absolute_path]
+    allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and allowed and isinstance(error.instance, dict):
+        unknown = [k for k in error.instance if k not in allowed]
+        if unknown:
+            close = difflib.get_close_matches(str(unknown[0]), list(allowed), n=3)
+            hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
+                    else f"expected one of {', '.join(allowed)}")
+            return UserError(f"config key {'/'.join(where + [str(unknown[0])])}: unknown key {unknown[0]!r}; {hint}")
+    return UserError(f"config key {'/'.join(where) or '(top level)'}: {error.message}")
 
 
 def resolve_extends(experiments: dict) -> None:
@@ -500,14 +551,11 @@ def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[
 
 
 def experiment_status(config: dict, name: str) -> Status:
-    from .models import MODELS
-
+    """Whether an experiment can run (its model name is checked at DAG time: checks.check_model_name)."""
     experiment = config["experiments"][name]
     task = task_status(config, experiment["task"])
     if not task.runnable:
         return Status("experiment", name, False, task.reason)
-    if experiment["model"] not in MODELS:
-        return Status("experiment", name, False, f"model {experiment['model']!r} is not implemented yet")
     if isinstance(experiment.get("warm_start"), dict):
         path = experiment["warm_start"]["path"]
         if not Path(path).exists():

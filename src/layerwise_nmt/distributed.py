@@ -62,10 +62,11 @@ def barrier() -> None:
 
 
 class StopSignals:
-    """SIGTERM / SIGUSR1 (SLURM's preemption and time-limit warnings) while training: noted, not obeyed at once, so
-    that the loop stops between updates and checkpoints first. A context manager restoring the old handlers."""
+    """SIGTERM / SIGUSR1 (SLURM's preemption and time-limit warnings) and SIGINT (Ctrl-C) while training: noted,
+    not obeyed at once, so that the loop stops between updates and checkpoints first. A context manager restoring
+    the old handlers."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
     def __init__(self, device: torch.device):
         self.device, self.hit, self.previous = device, None, {}

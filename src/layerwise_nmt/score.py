@@ -178,10 +178,30 @@ def reference_streams(path: str, n: int, stacked: bool = False, hyp_path: str = 
     raise UserError(f"{hyp_path} has {n:,} lines but reference {path} has {len(lines):,}; expected {expected}")
 
 
+BPE_JOINER = re.compile(r"\S+@@(?= |$)")  # subword-nmt's continuation marker: "Wort@@ teile"
+
+
+def refuse_bpe(path: str, lines: list[str]) -> None:
+    """A UserError naming the file and line when text is still BPE-segmented: `translate` writes .bpe beside .txt
+    and .detok, and scoring the .bpe (or a BPE'd reference) gives a plausible BLEU that compares subwords."""
+    for number, line in enumerate(lines, start=1):
+        if joined := BPE_JOINER.search(line):
+            raise UserError(f"{path}:{number}: BPE-segmented text ('@@ ' joins subwords: "
+                            f"{joined.group(0)!r}); score the output with BPE removed "
+                            f"(.txt, or .detok for detokenized BLEU), or pass --allow-bpe to score subwords")
+
+
 def score_files(hyp_path: str, ref_paths: list[str], cfg: ScoreConfig, src_path: str | None = None,
-                stacked_refs: bool = False) -> dict:
+                stacked_refs: bool = False, allow_bpe: bool = False) -> dict:
     hyps = list(read_lines(hyp_path))
-    refs = [stream for p in ref_paths for stream in reference_streams(p, len(hyps), stacked_refs, hyp_path)]
+    streams = [(p, stream) for p in ref_paths for stream in reference_streams(p, len(hyps), stacked_refs, hyp_path)]
+    refs = [stream for _, stream in streams]
+    if not hyps:  # sacrebleu fails on an empty corpus with an IndexError
+        raise UserError(f"{hyp_path}: no lines to score (and {ref_paths[0]} has none either); expected one "
+                        f"translation per reference line")
+    if not allow_bpe:
+        for path, lines in [(hyp_path, hyps), *streams]:
+            refuse_bpe(path, lines)
     for path, lines in [(hyp_path, hyps), (ref_paths[0], refs[0])]:
         warn_if_mistokenized(path, lines, cfg)
     result = {"hyp": hyp_path, "refs": ref_paths, "stacked_refs": stacked_refs, "references": len(refs),

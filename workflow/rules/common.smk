@@ -11,6 +11,8 @@ import sys
 # project's .venv, in the conda envs of envs/ and on SLURM nodes (where Snakemake re-reads this file).
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(Path(workflow.basedir) / "src"),
                                                           os.environ.get("PYTHONPATH")])))
+# A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli.py)
+os.environ["LWNMT_ERRORS_ON_STDOUT"] = "1"
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
@@ -31,8 +33,10 @@ try:
 
         check_experiments(config)
     TARGET_TASKS = cfg.runnable_tasks(config)
-except UserError as err:
-    raise WorkflowError(str(err))
+except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
+    overlays = [str(f) for f in workflow.overwrite_configfiles]
+    raise WorkflowError(str(cfg.located(err, [str(f) for f in workflow.configfiles if str(f) not in overlays]
+                                        + overlays)))
 validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:

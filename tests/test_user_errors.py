@@ -1,0 +1,155 @@
+"""What a new user meets (issue #42): errors never land in the output, the wrong file is never scored in silence,
+a misspelled model or key is named at DAG time with a did-you-mean and the file that holds it, Ctrl-C checkpoints,
+and a text file given as model.pt is one line."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, snakemake, toy_spec
+from layerwise_nmt import UserError
+from layerwise_nmt import config as cfg
+from layerwise_nmt.checks import check_experiments
+
+
+def lwnmt(*args, cwd=ROOT, **kw):
+    return subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, **kw)
+
+
+def one_line(result) -> str:
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("lwnmt ") and "error:" in lines[-1]
+    return lines[-1]
+
+
+def overlay(tmp_path: Path, data: dict, name: str = "mine.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# 1. stdout carries translations only
+
+
+def test_an_error_never_lands_in_the_translation_when_stderr_is_a_file(tmp_path):
+    hyp, log = tmp_path / "hyp.txt", tmp_path / "err.log"
+    command = (f"{sys.executable} -m layerwise_nmt translate in.bpe --model m.pt > {hyp} 2> {log}")
+    job = subprocess.run(["bash", "-c", command], cwd=tmp_path)
+    assert job.returncode == 1
+    assert hyp.read_text() == ""  # was: "lwnmt translate: error: missing --data, ..." as a hypothesis
+    assert "lwnmt translate: error: missing --data, --src, --tgt" in log.read_text()
+
+
+# 2. scoring the wrong file
+
+
+def test_score_refuses_bpe_segmented_text_naming_the_file_and_accepts_it_with_a_flag(tmp_path):
+    ref = tmp_path / "ref.txt"
+    ref.write_text("ein kleines haus .\nzwei hunde laufen .\n")
+    bpe = tmp_path / "test.bpe"
+    bpe.write_text("ein klein@@ es haus .\nzwei hunde lau@@ fen .\n")
+    result = lwnmt("score", bpe, "--ref", ref, "--out", tmp_path / "s.json")
+    assert f"{bpe}:1: BPE-segmented text ('@@ ' joins subwords: 'klein@@')" in one_line(result)
+    assert "--allow-bpe" in result.stderr and not (tmp_path / "s.json").exists()
+    result = lwnmt("score", ref, "--ref", bpe, "--out", tmp_path / "s.json")  # a BPE'd reference: named too
+    assert f"{bpe}:1: BPE-segmented text" in one_line(result)
+    result = lwnmt("score", bpe, "--ref", ref, "--allow-bpe", "--out", tmp_path / "s.json")
+    assert result.returncode == 0, result.stderr
+    assert 0 < json.loads((tmp_path / "s.json").read_text())["bleu"] < 100
+
+
+def test_score_of_an_empty_hypothesis_and_reference_is_one_line(tmp_path):
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("")
+    ref.write_text("")
+    assert f"{hyp}: no lines to score" in one_line(lwnmt("score", hyp, "--ref", ref, "--out", tmp_path / "s.json"))
+
+
+# 4. an unknown model name, and 7. typos and overlays
+
+
+def test_a_misspelled_model_is_a_config_error_with_did_you_mean_naming_the_overlay(tmp_path):
+    typo = overlay(tmp_path, {"experiments": {"demo.lwc": {"model": "transfomer"}}})
+    expected = f"{typo}: config key experiments/demo.lwc/model: unknown model 'transfomer'; did you mean 'transformer'?"
+    result = lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", typo)
+    assert one_line(result) == f"lwnmt status: error: {expected}"  # was: "not implemented yet", exit 0
+    dry = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(typo), check=False)
+    assert dry.returncode == 1 and expected in dry.stdout + dry.stderr  # was: exit 0, 14 jobs dropped
+
+
+@pytest.mark.parametrize("data, key, hint", [
+    ({"experiment": {}}, "experiment", "did you mean 'experiments'?"),
+    ({"experiments": {"demo.lwc": {"trian": {"max_update": 3}}}}, "experiments/demo.lwc/trian",
+     "did you mean 'train'?"),
+    ({"experiments": {"demo.lwc": {"zzzz": 1}}}, "experiments/demo.lwc/zzzz", "expected one of description, "),
+])
+def test_unknown_keys_get_a_did_you_mean_and_the_file_that_holds_them(tmp_path, data, key, hint):
+    typo = overlay(tmp_path, data)
+    with pytest.raises(UserError) as err:
+        cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", typo)
+    assert str(err.value).startswith(f"{typo}: config key {key}: unknown key {key.split('/')[-1]!r}; {hint}")
+
+
+def test_a_bad_setting_in_the_overlay_names_the_overlay_not_config_yaml(tmp_path):
+    typo = overlay(tmp_path, {"experiments": {"demo.lwc": {"train": {"max_tokenz": 10}}}})
+    files = ["config.yaml", "config/demo.yaml", str(typo)]
+    result = lwnmt("status", *[x for f in files for x in ("--config", f)])
+    assert one_line(result).startswith(f"lwnmt status: error: {typo}: config key experiments/demo.lwc/train")
+    assert result.stderr.strip().endswith("max_tokenz; did you mean max_tokens?")
+    check_experiments(cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml"))  # the shipped files pass
+
+
+# 5. Ctrl-C
+
+
+def test_ctrl_c_checkpoints_like_sigterm_and_exits_with_one_line(toy_data, tmp_path):
+    save_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(toy_spec(max_update=100000,
+           save_interval_updates=1000)), "--data", str(toy_data), "--src", "de", "--tgt", "en", "--save-dir",
+           str(save_dir), "--final", str(tmp_path / "model.pt"), "--threads", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75 and "Traceback" not in err, err[-3000:]
+    saved = torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["progress"]
+    assert saved["update"] > torch.load(save_dir / "checkpoint1.pt", weights_only=False)["progress"]["update"]
+    assert sum("saved checkpoint_last.pt" in line for line in err.splitlines()) == 1
+
+
+def test_ctrl_c_outside_training_is_one_line_not_a_traceback(tmp_path):
+    """`lwnmt translate` waiting for its input on stdin, interrupted."""
+    proc = subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "translate", "--model", "m.pt", "--data",
+                             str(tmp_path), "--src", "de", "--tgt", "en"], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # imported and reading
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "lwnmt translate: interrupted (Ctrl-C)"
+
+
+# 7. a text file given as model.pt
+
+
+@pytest.mark.parametrize("text", ["this is not a model\n", "error: disk full\n", "hello\n"])
+def test_a_text_file_given_as_the_model_is_one_line(tmp_path, text):
+    model = tmp_path / "model.pt"
+    model.write_text(text)
+    with pytest.raises(UserError, match=rf"{model}: not a readable checkpoint.*not a PyTorch file: it begins "
+                                        rf"'{text[:5]}"):
+        from layerwise_nmt.checkpoint import load
+
+        load(model)
