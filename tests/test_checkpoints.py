@@ -117,14 +117,14 @@ def poison(monkeypatch, calls_to_poison, how: str = "grad") -> None:
     """Make the given forward/backward passes (1-based) yield an inf gradient or a nan loss."""
     real, calls = training.accumulate, {"n": 0}
 
-    def accumulate(model, micro_batches, cfg, device, autocast):
-        result = real(model, micro_batches, cfg, device, autocast)
+    def accumulate(model, micro_batches, cfg, device, autocast, scaler=None):
+        result = real(model, micro_batches, cfg, device, autocast, scaler)
         calls["n"] += 1
         if calls["n"] in calls_to_poison:
             if how == "grad":
                 next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = math.inf
             else:
-                result["loss"] = math.nan
+                result["loss"] = torch.tensor(math.nan)
         return result
 
     monkeypatch.setattr(training, "accumulate", accumulate)
@@ -160,12 +160,12 @@ def test_an_fp16_overflow_is_skipped_with_half_the_loss_scale():
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
     model.weight.grad[0, 0] = math.inf
     before = model.weight.detach().clone()
-    assert training._unscale_and_clip(model, optimizer, scaler, clip_norm=1.0) == math.inf
+    assert float(training._unscale_and_clip(model, optimizer, scaler, clip_norm=1.0)) == math.inf
     optimizer.zero_grad(set_to_none=True)
     scaler.update()
     assert scaler.get_scale() == 2.0**6 and torch.equal(model.weight, before)
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()  # the next update goes through, clipped
-    assert 1.0 < training._unscale_and_clip(model, optimizer, scaler, clip_norm=1.0) < math.inf
+    assert 1.0 < float(training._unscale_and_clip(model, optimizer, scaler, clip_norm=1.0)) < math.inf
     assert torch.linalg.vector_norm(torch.cat([p.grad.view(-1) for p in model.parameters()])) <= 1.0 + 1e-6
     scaler.step(optimizer)
     scaler.update()

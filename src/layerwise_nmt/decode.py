@@ -30,7 +30,7 @@ from . import UserError
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
-from .precision import AMP_CHOICES, configure_device, resolve
+from .precision import AMP_CHOICES, fp32_matmuls, resolve
 from .settings import Settings, setting
 
 log = logging.getLogger(__name__)
@@ -222,12 +222,11 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     model.to(device).eval()
     start, generated = time.time(), 0
     precision = resolve(cfg.amp, device)
-    configure_device(precision, device)
     log.info("precision: %s", precision)
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b:b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
-        with precision.autocast(device):
+        with fp32_matmuls(device), precision.autocast(device):
             for i, result in zip(ids, beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)):
                 results[i] = result
                 generated += len(result[0].tokens)

@@ -21,23 +21,27 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def all_reduce_sum(values: list[float]) -> list[float]:
-    if world()[1] == 1:
-        return values
-    # NCCL reduces only CUDA tensors (a CPU tensor fails with "No backend type associated with device type cpu")
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor)
-    return tensor.tolist()
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """The element-wise sum over ranks of a tensor on this rank's device (NCCL reduces only CUDA tensors, gloo CPU
+    ones: the trainer keeps its sums on its device, which matches the backend)."""
+    if world()[1] > 1:
+        dist.all_reduce(values)
+    return values
 
 
 def init_distributed() -> torch.device:
-    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    """This process's device; under torchrun, the process group too. The rank's GPU is selected before the group
+    exists and named to it (`device_id`), so NCCL's communicators are bound to the right device from the start
+    instead of guessing one per rank (PyTorch warns about the guess, and a wrong guess hangs the first collective)."""
+    distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized()
     if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        if distributed:
+            dist.init_process_group("nccl", device_id=device)
+        return device
+    if distributed:
+        dist.init_process_group("gloo")
     return torch.device("cpu")
 
 

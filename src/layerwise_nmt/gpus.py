@@ -27,13 +27,47 @@ log = logging.getLogger(__name__)
 
 
 def visible_devices() -> list[str]:
-    """The device ids this process may use: CUDA_VISIBLE_DEVICES if set, else every device torch sees."""
+    """The device ids this process may use: CUDA_VISIBLE_DEVICES if set, else every GPU the driver lists.
+
+    Never through torch.cuda: asking it initialises CUDA with every device visible, and a CUDA_VISIBLE_DEVICES set
+    afterwards (by `claim`) is no longer read, so every job would compute on device 0 whatever lock it held.
+    NVML (nvidia-ml-py) or `nvidia-smi -L` ask the driver without creating a CUDA context, as PyTorch's own
+    PYTORCH_NVML_BASED_CUDA_CHECK does; neither present = no NVIDIA driver = no GPU."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        return [d for d in listed.split(",") if d.strip() not in ("", "-1")]
-    import torch
+        return [d.strip() for d in listed.split(",") if d.strip() not in ("", "-1")]
+    count = _nvml_device_count()
+    if count is None:
+        count = _nvidia_smi_device_count()
+    return [str(i) for i in range(count or 0)]
 
-    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+def _nvml_device_count() -> int | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None  # the library without a driver (a CPU machine with the package installed)
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvidia_smi_device_count() -> int | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    import subprocess
+
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else None
 
 
 def claim(count: int, lock_dir: str | os.PathLike, timeout: float = 24 * 3600, poll: float = 5.0) -> list:

@@ -71,10 +71,20 @@ def resolve(requested: str, device: torch.device) -> Precision:
     return Precision("none", "auto", f"{device.type} device: fp32", name)
 
 
-def configure_device(precision: Precision, device: torch.device, tf32: bool = True) -> None:
-    """Process-wide settings that go with the precision: TF32 matmuls for fp32 on CUDA (unless tf32 is off)."""
-    if device.type == "cuda":  # the API both PyTorch 2.11 and 2.13 accept without a deprecation warning
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+@contextlib.contextmanager
+def fp32_matmuls(device: torch.device, tf32: bool = True):
+    """While the block runs: fp32 matmuls on CUDA in TF32 tensor cores (unless tf32 is off), as fairseq and PyTorch
+    recommend on Ampere and newer. The process's previous setting comes back afterwards, so that a caller's strict
+    fp32 (gpu_check's fp32 rows, a test) is not switched to TF32 behind its back. No-op off CUDA."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.get_float32_matmul_precision()  # the API both PyTorch 2.11 and 2.13 accept without a warning
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def cpu_capability() -> str:

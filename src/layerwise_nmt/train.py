@@ -36,7 +36,7 @@ from .data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, all_reduce_sum, barrier, init_distributed, per_rank_update_freq, world
 from .models import build
 from .models.transformer import count_parameters
-from .precision import AMP_CHOICES, Precision, configure_device, resolve
+from .precision import AMP_CHOICES, Precision, fp32_matmuls, resolve
 from .progress import Progress, Reporter
 from .settings import Settings, setting
 
@@ -148,12 +148,18 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pa
 # One update
 
 
-def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast) -> dict:
+STATS = ("loss", "nll", "correct", "ntokens")  # the sums an update reports, kept on the device until _update reads them
+
+
+def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=None) -> dict[str, torch.Tensor]:
     """Forward/backward over the update's batches; leaves gradients normalised by the update's target tokens
-    (all ranks): grad = Σ_ranks Σ_batches ∇loss_sum / ntokens_total, the same as one process with the union."""
+    (all ranks): grad = Σ_ranks Σ_batches ∇loss_sum / ntokens_total, the same as one process with the union.
+
+    fp16: each loss is multiplied by the scaler's loss scale before backward, so that small gradients survive in
+    fp16; `_update` unscales. The sums stay on the device (no host sync here): `_update` reads them once."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     inner = model.module if ddp else model
-    loss_sum = nll_sum = correct = ntokens = 0.0
+    sums = torch.zeros(len(STATS), dtype=torch.float64, device=device)
     for i, batch in enumerate(micro_batches):
         batch = batch.to(device)
         sync = nullcontext() if (not ddp or i == len(micro_batches) - 1) else model.no_sync()
@@ -162,29 +168,31 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast) -> dict
                 logits = model(batch.src, batch.prev)
             loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
             extra = getattr(inner, "auxiliary_loss", None)  # a per-token term the model asks for (Dou's −λ·L_div)
-            (loss if extra is None else loss + extra * batch.ntokens).backward()
-        loss_sum, nll_sum, correct, ntokens = (loss_sum + loss.item(), nll_sum + nll.item(),
-                                               correct + ok.item(), ntokens + batch.ntokens)
-    loss_sum, nll_sum, correct, ntokens = all_reduce_sum([loss_sum, nll_sum, correct, ntokens])
-    scale = world()[1] / max(ntokens, 1.0)  # DDP averaged over ranks; undo that, then divide by all tokens
-    for p in inner.parameters():
-        if p.grad is not None:
-            p.grad.mul_(scale)
-    return {"loss": loss_sum, "nll": nll_sum, "correct": correct, "ntokens": ntokens}
+            total = loss if extra is None else loss + extra * batch.ntokens
+            (total if scaler is None else scaler.scale(total)).backward()
+        sums += torch.stack([loss.detach().double(), nll.double(), ok.double(),
+                             torch.tensor(float(batch.ntokens), dtype=torch.float64, device=device)])
+    sums = all_reduce_sum(sums)
+    grads = [p.grad for p in inner.parameters() if p.grad is not None]
+    if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
+        torch._foreach_mul_(grads, (world()[1] / sums[3].clamp(min=1.0)).float())
+    return dict(zip(STATS, sums.unbind()))
 
 
 @torch.no_grad()
 def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> dict:
     inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     inner.eval()
-    totals = np.zeros(4)
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # summed on the device, read once
+    ntokens = 0
     for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or 4096, None, cfg.seed):
         batch = collate(data, ids).to(device)
         with autocast():
             logits = inner(batch.src, batch.prev)
         loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
-        totals += [loss.item(), nll.item(), ok.item(), batch.ntokens]
-    loss, nll, correct, ntokens = totals
+        totals += torch.stack([loss.double(), nll.double(), ok.double()])
+        ntokens += batch.ntokens
+    loss, nll, correct = totals.tolist()
     result = {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
     if cfg.early_stop_metric == "bleu":
         result["bleu"] = valid_bleu(inner, data, cfg, device, autocast)
@@ -264,7 +272,6 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     precision = resolve(cfg.amp, device)
-    configure_device(precision, device, cfg.tf32)
     if rank == 0:
         log.info("precision: %s", precision)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
@@ -275,7 +282,7 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
     reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
     started = time.time() - progress.elapsed
-    with StopSignals(device) as signals:
+    with StopSignals(device) as signals, fp32_matmuls(device, cfg.tf32):
         try:
             while not progress.stop_reason(cfg):
                 order = _epoch_order(train_data, cfg, progress, per_update, data_dir)
@@ -337,8 +344,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         if rank == 0:
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
-    # fairseq's --fp16-init-scale 128: torch's default 2^16 overflows a few updates in a row at the start
-    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=precision.amp == "fp16")
+    scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
     run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank,
               dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab))
     if state is not None:
@@ -367,17 +373,20 @@ def _epoch_order(data: ParallelData, cfg: TrainConfig, progress: Progress, per_u
 
 
 def _update(run: Run, net, micro_batches, device, autocast) -> dict | None:
-    """One optimiser step on the update's batches: the loss sums and the gradient norm; None when either is not
-    finite, and the update is skipped (fp16: with a smaller loss scale)."""
-    progress, optimizer = run.progress, run.optimizer
+    """One optimiser step on the update's batches: the loss sums and the gradient norm, read from the device once;
+    None when either is not finite, and the update is skipped (fp16: the scaler halves the loss scale)."""
+    progress, optimizer, scaler = run.progress, run.optimizer, run.scaler
     for group in optimizer.param_groups:
         group["lr"] = lr_at(progress.update + 1, run.cfg, run.model.config.d_model, progress.restarted)
-    result = accumulate(net, micro_batches, run.cfg, device, autocast)
-    result["grad_norm"] = _unscale_and_clip(run.model, optimizer, run.scaler, run.cfg.clip_norm)
+    sums = accumulate(net, micro_batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
+    norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
+    values = torch.stack([torch.as_tensor(sums[k], dtype=torch.float64, device=norm.device) for k in STATS]
+                         + [norm.double()]).tolist()  # the update's one host-device sync
+    result = dict(zip((*STATS, "grad_norm"), values))
     finite = math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"])
     if finite:
-        run.scaler.step(optimizer)
-    run.scaler.update()
+        scaler.step(optimizer)  # fp16: skipped by the scaler itself if unscale_ found an inf; else optimizer.step()
+    scaler.update()  # fp16: an overflow halves the scale, 2^14 / update_freq clean updates double it (fairseq)
     optimizer.zero_grad(set_to_none=True)
     if not finite:
         _skip_nonfinite(run, result)
@@ -385,15 +394,18 @@ def _update(run: Run, net, micro_batches, device, autocast) -> dict | None:
     return result
 
 
-def _unscale_and_clip(model, optimizer, scaler, clip_norm: float) -> float:
-    """Unscale fp16 gradients, clip them to `clip_norm` if set; returns their total norm (inf or nan if the update
-    overflowed or diverged). DDP ranks hold the same reduced gradients, so they all take the same decision."""
-    scaler.unscale_(optimizer)  # a no-op unless fp16
+def _unscale_and_clip(model, optimizer, scaler, clip_norm: float) -> torch.Tensor:
+    """Unscale fp16 gradients (divide by the loss scale), clip them to `clip_norm` if set; returns their total norm
+    as a device tensor (inf or nan if the update overflowed or diverged: then `_update` skips the step and what the
+    clipping did to the gradients does not matter). DDP ranks hold the same reduced gradients, so they all take the
+    same decision."""
+    if scaler.is_enabled():
+        scaler.unscale_(optimizer)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads)
-    if clip_norm > 0 and torch.isfinite(norm):
+    if clip_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(model.parameters(), clip_norm, norm)
-    return float(norm)
+    return norm
 
 
 def _skip_nonfinite(run: Run, result: dict) -> None:
@@ -460,6 +472,15 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
         reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()
+
+
+def loss_scaler(precision: Precision, device: torch.device, batches_per_update: int) -> torch.amp.GradScaler:
+    """fp16's dynamic loss scaler, for the model's device type (a CUDA scaler on a CPU model would disable itself),
+    with fairseq's settings: --fp16-init-scale 128 (torch's default 2^16 overflows a few updates in a row at the
+    start) and --fp16-scale-window 2^14 / (GPUs × update_freq) clean updates before the scale doubles. Disabled (every
+    call a no-op) for bf16 and fp32, whose range needs no scaling."""
+    return torch.amp.GradScaler(device.type, init_scale=2.0**7, enabled=precision.amp == "fp16",
+                                growth_interval=max(1, 2**14 // batches_per_update))
 
 
 def _lr(run: Run) -> float:

@@ -1,0 +1,209 @@
+"""Every precision `amp: auto` can pick on CUDA runs the trainer's own code path here, on the CPU: fp16 autocast with
+the loss scaler (GradScaler for the model's device type), bf16 autocast, and fp32 with the TF32 switch. A GPU only
+changes the kernels underneath, so a crash or a wrong gradient in these branches shows up in CI, not at a user's
+first update."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import toy_spec
+from layerwise_nmt import precision as precisions
+from layerwise_nmt import train as training
+from layerwise_nmt.checkpoint import LAST
+from layerwise_nmt.data.batching import ParallelData, collate
+from layerwise_nmt.data.vocab import load_pair
+from layerwise_nmt.precision import Precision
+from layerwise_nmt.train import TrainConfig, _start, _update
+
+CPU = torch.device("cpu")
+
+
+def as_if_on_cuda(amp: str) -> Precision:
+    """The Precision `resolve` returns on a GPU for this amp (fp16: a V100/T4), built for the CPU."""
+    return Precision(amp, "auto", "the CUDA branch, run on the CPU by the tests", "cpu")
+
+
+def start(toy_data, save_dir, amp: str, seed: int = 1, **train):
+    spec = toy_spec(**train)
+    spec["arch"] = {**spec["arch"], "dropout": 0.0}
+    torch.manual_seed(seed)
+    cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
+    return _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU,
+                  as_if_on_cuda(amp))
+
+
+def batch(toy_data, n: int = 12):
+    return collate(ParallelData(toy_data, "train", "de", "en"), np.arange(n))
+
+
+def gradients(run) -> dict[str, torch.Tensor]:
+    return {name: p.grad.clone() for name, p in run.model.named_parameters() if p.grad is not None}
+
+
+def one_update_gradients(toy_data, tmp_path, amp: str) -> tuple[dict, dict, object]:
+    """The gradients `_update` hands to the optimizer (after unscaling, before the step): captured by a step that
+    only records them."""
+    run = start(toy_data, tmp_path / amp, amp)
+    seen = {}
+    real_step = run.optimizer.step
+
+    def record(*args, **kwargs):
+        seen.update(gradients(run))
+        return real_step(*args, **kwargs)
+
+    run.optimizer.step = record
+    precision = as_if_on_cuda(amp)
+    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    return seen, result, run
+
+
+def test_the_scaler_follows_the_precision_and_the_models_device():
+    for amp, enabled in (("fp16", True), ("bf16", False), ("none", False)):
+        scaler = training.loss_scaler(as_if_on_cuda(amp), CPU, batches_per_update=4)
+        assert scaler.is_enabled() == enabled
+    fp16 = training.loss_scaler(as_if_on_cuda("fp16"), CPU, batches_per_update=4)
+    # a CUDA scaler on a CPU model disables itself (torch warns): the scaler must be the model's device type
+    assert fp16._device == "cpu" and fp16.get_scale() == 128.0
+    assert fp16.get_growth_interval() == 2**14 // 4  # fairseq's --fp16-scale-window: 2^14 / (GPUs × update_freq)
+
+
+@pytest.mark.parametrize("amp, tolerance", [("fp16", 2e-2), ("bf16", 6e-2)])
+def test_mixed_precision_gradients_equal_fp32_ones_after_unscaling(toy_data, tmp_path, amp, tolerance):
+    """fp16: the loss is scaled by 128 before backward and the gradients divided by it again before the step; what
+    the optimizer sees is the fp32 gradient up to fp16 rounding (not 128× it, not an unscaled crash)."""
+    fp32, fp32_result, _ = one_update_gradients(toy_data, tmp_path, "none")
+    mixed, mixed_result, run = one_update_gradients(toy_data, tmp_path, amp)
+    assert mixed.keys() == fp32.keys() and mixed
+    total = math.sqrt(sum(float(g.double().pow(2).sum()) for g in fp32.values()))
+    diff = math.sqrt(sum(float((mixed[k].double() - fp32[k].double()).pow(2).sum()) for k in fp32))
+    assert diff <= tolerance * total, (diff, total)
+    assert mixed_result["grad_norm"] == pytest.approx(fp32_result["grad_norm"], rel=tolerance)
+    assert mixed_result["loss"] == pytest.approx(fp32_result["loss"], rel=tolerance)
+    assert mixed_result["ntokens"] == fp32_result["ntokens"]
+    if amp == "fp16":
+        assert run.scaler.get_scale() == 128.0  # a clean update keeps the scale (it grows after the window)
+
+
+def test_fp16_gradients_are_clipped_after_unscaling(toy_data, tmp_path):
+    """Clipping the scaled gradients would make clip_norm 128× weaker: clipping must see the unscaled norm."""
+    run = start(toy_data, tmp_path / "clip", "fp16", clip_norm=0.05)
+    seen = {}
+    real_step = run.optimizer.step
+    run.optimizer.step = lambda *a, **k: (seen.update(gradients(run)), real_step(*a, **k))[1]
+    precision = as_if_on_cuda("fp16")
+    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    assert result["grad_norm"] > 0.05 * 2  # the toy's first gradient is well above the clip
+    clipped = math.sqrt(sum(float(g.double().pow(2).sum()) for g in seen.values()))
+    assert clipped == pytest.approx(0.05, rel=1e-3)
+
+
+@pytest.mark.parametrize("amp", ["fp16", "bf16", "none"])
+def test_an_overflow_skips_the_update_and_fp16_halves_the_scale(toy_data, tmp_path, amp):
+    run = start(toy_data, tmp_path / amp, amp)
+    precision = as_if_on_cuda(amp)
+    first = next(p for p in run.model.parameters() if p.requires_grad)
+    hook = first.register_hook(lambda g: torch.full_like(g, math.inf))  # an overflow in backward
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    assert _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)) is None
+    assert all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())  # no step taken
+    assert not run.optimizer.state  # Adam's moments untouched
+    assert run.progress.skipped_updates == 1 and run.progress.update == 0
+    assert run.scaler.get_scale() == (64.0 if amp == "fp16" else 1.0)
+    hook.remove()
+    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    assert result is not None and math.isfinite(result["grad_norm"])
+    assert not all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())
+    assert run.scaler.get_scale() == (64.0 if amp == "fp16" else 1.0)
+
+
+def test_fp16_resume_keeps_the_loss_scale(toy_data, tmp_path):
+    run = start(toy_data, tmp_path / "run", "fp16")
+    precision = as_if_on_cuda("fp16")
+    first = next(p for p in run.model.parameters() if p.requires_grad)
+    hook = first.register_hook(lambda g: torch.full_like(g, math.inf))
+    for _ in range(2):  # two overflows: 128 → 32
+        _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    hook.remove()
+    for _ in range(3):
+        assert _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)) is not None
+        run.progress.update += 1
+    run.save(LAST)
+    resumed = start(toy_data, tmp_path / "run", "fp16")
+    assert resumed.scaler.get_scale() == 32.0
+    assert resumed.scaler.state_dict() == run.scaler.state_dict()  # the growth tracker too: 3 clean updates
+    assert resumed.scaler.state_dict()["_growth_tracker"] == 3
+
+
+def test_train_runs_fp16_end_to_end_through_the_loop_and_resumes(toy_data, tmp_path, monkeypatch):
+    """`lwnmt train` with amp: fp16 (what a V100 gets): the whole loop, checkpoints and a resume, on the CPU."""
+    monkeypatch.setattr(training, "resolve", lambda amp, device: as_if_on_cuda("fp16"))
+    straight, stopped = tmp_path / "a", tmp_path / "b"
+    training.train(toy_spec(max_update=6, amp="fp16"), str(toy_data), "de", "en", str(straight))
+    training.train(toy_spec(max_update=3, amp="fp16"), str(toy_data), "de", "en", str(stopped))
+    training.train(toy_spec(max_update=6, amp="fp16"), str(toy_data), "de", "en", str(stopped))
+    a, b = (torch.load(d / LAST, weights_only=False) for d in (straight, stopped))
+    assert a["progress"]["update"] == b["progress"]["update"] == 6
+    assert a["scaler"]["scale"] == b["scaler"]["scale"] == 128.0
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+    assert a["progress"]["skipped_updates"] == 0
+
+
+def test_tf32_is_on_for_the_block_only_and_the_previous_setting_comes_back():
+    """fp32 on CUDA trains in TF32 (the same switch runs here: it touches no device), and a caller's strict fp32
+    (gpu_check's fp32 beam check) is restored afterwards instead of being left in TF32 for the rest of the process."""
+    cuda = torch.device("cuda")  # only the matmul-precision switch: no CUDA call is made
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        with precisions.fp32_matmuls(cuda, tf32=True):
+            assert torch.get_float32_matmul_precision() == "high"
+        assert torch.get_float32_matmul_precision() == "highest"
+        with precisions.fp32_matmuls(cuda, tf32=False):
+            assert torch.get_float32_matmul_precision() == "highest"
+        with precisions.fp32_matmuls(CPU, tf32=True):  # the CPU's fp32 is left alone
+            assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_training_leaves_the_process_matmul_precision_as_it_found_it(toy_data, tmp_path, monkeypatch):
+    seen = []
+    real = precisions.fp32_matmuls
+
+    def on_cuda(device, tf32=True):  # the trainer's CUDA branch of the switch, on the CPU model
+        seen.append(tf32)
+        return real(torch.device("cuda"), tf32)
+
+    monkeypatch.setattr(training, "fp32_matmuls", on_cuda)
+    before = torch.get_float32_matmul_precision()
+    training.train(toy_spec(max_update=1, amp="none"), str(toy_data), "de", "en", str(tmp_path / "run"))
+    assert seen == [True] and torch.get_float32_matmul_precision() == before
+
+
+def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch):
+    """The loss sums, token count and gradient norm come back to the host in one read per update (each `.item()`
+    or `.tolist()` on a CUDA tensor waits for the GPU), however many micro-batches the update has. Counted in our
+    code: the optimizer is PyTorch's (fused on CUDA, where it reads nothing back; its CPU path reads step counts)."""
+    import sys
+
+    run = start(toy_data, tmp_path / "run", "none")
+    precision = as_if_on_cuda("none")
+    ours = str(training.__file__).rsplit("/", 1)[0]
+    reads = []
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename.startswith(ours):
+                reads.append(f"{_name} in {caller.co_name}")
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    result = _update(run, run.model, [batch(toy_data, 4), batch(toy_data, 8), batch(toy_data, 6)], CPU,
+                     lambda: precision.autocast(CPU))
+    assert result is not None and reads == ["tolist in _update"]
