@@ -223,3 +223,16 @@ def test_a_checksum_error_says_which_file_to_replace_and_from_where(tmp_path):
         fetch.Checksum(*source.checksum, "PROVENANCE.md").verify(copy, copy.name, source.where)
     assert f"(from PROVENANCE.md); the file is corrupt or a different version: delete {copy} and replace it with a " \
            f"copy from https://data.statmt.org/wmt16/translation-task/test.tgz" in str(err.value)
+
+
+def test_status_lists_the_files_no_checksum_pins(capsys):
+    from layerwise_nmt import cli
+
+    cli.main(["status", "--config", str(ROOT / "config.yaml")])
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("unpinned: "))
+    listed = {line.split()[1]: line for line in lines[start + 1:] if line.startswith("  unpinned ")}
+    assert set(listed) == {"2014-01.tgz", "2014-01-test.tgz", "newstest2012.en", "newstest2012.de",
+                           "SETIMES2.en-ro.txt.zip", "corpus.bt.en-ro.en.gz", "corpus.bt.en-ro.ro.gz"}
+    assert "(iwslt14-ro-en, iwslt14-es-en): none published" in listed["2014-01.tgz"]
+    assert "not newstest2012" in listed["newstest2012.en"]  # why no reference pins it

@@ -651,6 +651,13 @@ def cmd_status(a) -> None:
           f"against the size and sha256 of their first copy, recorded beside it in <file>.sha256)")
     for datasets, name, why in unpinned:
         print(f"  unpinned {name} ({', '.join(datasets)}): {why}")
+    from .data.fetch import unpinned_downloads
+
+    unpinned = unpinned_downloads(config)
+    print(f"\nunpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length and "
+          f"against the size and sha256 of their first copy, recorded beside it in <file>.sha256)")
+    for datasets, name, why in unpinned:
+        print(f"  unpinned {name} ({', '.join(datasets)}): {why}")
 
 
 def build_parser() -> argparse.ArgumentParser:

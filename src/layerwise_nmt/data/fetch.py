@@ -669,3 +669,12 @@ def _matching(names: list[str], member: str | None, archive: str) -> list[str]:
     if not found:
         raise UserError(f"{archive}: no member matches {member!r}")
     return found
+
+
+def unpinned_downloads(config: dict) -> list[tuple[list[str], str, str]]:
+    """(datasets, file name, why) of every download or manual file the config gives no checksum for: each is
+    checked by Content-Length and, from its first copy on, by the size and sha256 recorded in `<file>.sha256`."""
+    from .. import config as cfg
+
+    return [(datasets, name, entry.get("checksum_source") or "no checksum in the config")
+            for (_, name), (datasets, entry) in cfg.downloads(config).items() if cfg.checksum_of(entry) is None]
