@@ -2,8 +2,10 @@
 
 A source file is identified by its URL and a checksum: `sha256`, `md5` where that is what is published (sacrebleu's
 record of the WMT test-set tarballs) or a git blob id (`git_blob`: the fairseq mirror of IWSLT14, whose files are
-known by their blob ids). A file whose publisher gives no checksum is still hashed: its sha256 is written beside it
-(`<file>.sha256`) and logged, so a user can pin it in the config.
+known by their blob ids). A file whose publisher gives no checksum is still hashed: its sha256 and size are written
+beside it (`<file>.sha256`) and logged, so a user can pin it in the config, and every later copy of it is compared
+with them. Failures are one line each (docs/data.md, "When a download or an extraction fails"): a short or dropped
+transfer is resumed, a full or read-only disk is named as such, a damaged archive as damaged.
 """
 
 from __future__ import annotations
