@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import jsonschema
 import yaml
 
 from . import UserError
@@ -94,6 +93,8 @@ def deep_update(base: dict, new: dict) -> dict:
 
 def validate(config: dict) -> None:
     """Schema check plus the cross-references a schema cannot express; errors name the offending key."""
+    import jsonschema  # here, not at the top: reading a config (gpu_check on a GPU machine without it) needs none
+
     with open(SCHEMA, encoding="utf-8") as f:
         schema = yaml.safe_load(f)
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
@@ -135,7 +136,7 @@ def validate(config: dict) -> None:
                 raise UserError(f"config key {row.key}/{key}: unknown experiment {row.spec[key]!r}")
 
 
-def schema_error(error: jsonschema.ValidationError) -> UserError:
+def schema_error(error: "jsonschema.ValidationError") -> UserError:
     """A schema violation as one line naming the key; an unknown key with the known ones closest to it."""
     where = [str(p) for p in error.absolute_path]
     allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
