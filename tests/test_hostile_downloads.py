@@ -374,3 +374,24 @@ def test_two_fetches_of_one_file_download_it_once(hostile, tmp_path):
     assert errors == [] and sorted(results) == ["", url]  # the second waited for the first, then used its file
     assert out.read_bytes() == PAYLOAD and len(hostile.requests) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.tgz"]
+
+
+def test_snakemake_through_a_mirror_resumes_a_short_download(hostile, tmp_path):
+    """The workflow's fetch → extract with a data mirror set (holding the other files): newstest2012.en is not in
+    it, so it is fetched from a host that cuts the first transfer short; the job resumes it and the raw file is
+    whole, its size and sha256 recorded for later copies."""
+    from conftest import snakemake
+
+    text = b"".join(b"Satz %d .\n" % i for i in range(3000))
+    url = hostile.route("/newstest2012.en", short(text, 1000), full(text))
+    overlay = tmp_path / "hostile.yaml"
+    overlay.write_text(f"datasets:\n  wmt14-en-de-luong:\n    files:\n      newstest2012.en: {{url: '{url}'}}\n")
+    mirror = tmp_path / "mirror"
+    (mirror / "wmt14-en-de").mkdir(parents=True)
+    work = tmp_path / "work"
+    snakemake(work, "--configfile", str(ROOT / "config.yaml"), str(overlay), "--cores", "1",
+              "results/raw/wmt14-en-de-luong/newstest2012.en", mirror=mirror, timeout=120)
+    assert (work / "results/raw/wmt14-en-de-luong/newstest2012.en").read_bytes() == text
+    assert [r for _, r in hostile.requests] == [None, "bytes=1000-"]
+    download = next((work / "results/downloads").glob("*/newstest2012.en"))
+    assert f"# {len(text)} bytes" in Path(f"{download}.sha256").read_text()
