@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 import zlib
 from pathlib import Path
@@ -353,7 +354,7 @@ def test_a_temporary_file_a_killed_run_left_is_removed_by_the_rerun(tmp_path):
 
 
 def test_two_fetches_of_one_file_download_it_once(hostile, tmp_path):
-    url = hostile.route("/slow.tgz", full(PAYLOAD, pause=0.02))  # 16 pieces: about 0.3 s
+    url = hostile.route("/slow.tgz", full(PAYLOAD, pause=0.03))  # 16 pieces: about 0.5 s
     out = tmp_path / "slow.tgz"
     errors, results = [], []
 
@@ -365,8 +366,9 @@ def test_two_fetches_of_one_file_download_it_once(hostile, tmp_path):
 
     first = threading.Thread(target=fetch_it)
     first.start()
-    while not hostile.requests:  # the first one is downloading
-        pass
+    deadline = time.monotonic() + 5
+    while not hostile.requests and time.monotonic() < deadline:  # the first one is downloading
+        time.sleep(0.005)
     second = threading.Thread(target=fetch_it)
     second.start()
     first.join(10)
