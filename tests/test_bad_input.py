@@ -211,7 +211,8 @@ def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
     (["translate", "in.bpe", "--model", "m.pt"], "missing --data, --src, --tgt"),
     (["translate", "-", "--experiment", "no.such"], "--experiment 'no.such': not an experiment of the config"),
     (["translate", "-", "--experiment", "demo.transformer", "--seed", "99", "--config", "config.yaml", "--config",
-      "config/demo.yaml"], "not trained yet; run snakemake results/"),
+      "config/demo.yaml"], "not trained yet; run `snakemake results/multi30k_deen/demo.transformer/seed99/model.pt "
+     "--configfile config/demo.yaml` first"),
 ])
 def test_command_line_mistakes_get_one_line(args, expected):
     from conftest import ROOT

@@ -286,18 +286,21 @@ def cmd_average(a) -> None:
     average(last_checkpoints(a.save_dir, a.num, a.by), a.out)
 
 
-@command("translate", "beam-search decode a BPE'd source file, or raw text with --experiment",
-    arg("input", nargs="?", help="source text, one sentence per line, BPE'd (raw with --experiment): a file, or "
-                                 "- / nothing for stdin"),
+@command("translate", "beam-search decode raw text with a model directory (--model DIR) or an experiment's "
+                      "model (--experiment), or a BPE'd source with --model FILE --data",
+    arg("input", nargs="?", help="source text, one sentence per line, raw with --model DIR or --experiment, BPE'd "
+                                 "with --model FILE: a file, or - / nothing for stdin"),
     arg("--experiment", help="translate raw text with this experiment's trained model: its task's "
                              "tokenization, BPE, decoding settings and detokenization"),
     arg("--seed", type=int, help="with --experiment: which seed's run (default: its first)"),
     config_files,
-    arg("--model"),
-    arg("--data", help="the binarized data directory the model was trained on (or a fairseq one)"),
-    arg("--src"),
-    arg("--tgt"),
-    arg("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok (with --detokenize or --experiment), "
+    arg("--model", help="a model directory (`lwnmt export`; translates raw text with nothing else), or a model.pt "
+                        "(with --data, --src, --tgt)"),
+    arg("--data", help="with --model FILE: the binarized data directory the model was trained on (or a fairseq one)"),
+    arg("--src", help="source language; with --model DIR or --experiment, checked against the model's"),
+    arg("--tgt", help="target language; with --model DIR or --experiment, checked against the model's"),
+    arg("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok (with --detokenize, --model DIR or "
+                             "--experiment), "
                              "PREFIX.nbest (with --nbest) and PREFIX.json (options, speed, model size); without it "
                              "the translations go to stdout, one line per input line"),
     arg("--nbest", type=int, default=0, metavar="N",
@@ -318,7 +321,8 @@ def cmd_translate(a) -> None:
 
     from .data.io import atomic_path
     from .data.vocab import load_pair
-    from .decode import BeamConfig, load_model, translate
+    from .decode import BeamConfig, translate
+    from .export import load_model
     from .gpus import claim
     from .models.transformer import count_parameters
 
@@ -332,13 +336,14 @@ def cmd_translate(a) -> None:
         options["lenpen"] = json.loads(Path(a.lenpen_from).read_text())["lenpen"]
         log.info("length penalty %s, tuned on the validation set (%s)", options["lenpen"], a.lenpen_from)
     with tempfile.TemporaryDirectory() as tmp:
-        # raw text: the experiment's trained model and its task's preprocessing
-        job = raw_text_job(a, options, Path(tmp)) if a.experiment else bpe_job(a, options, Path(tmp))
+        # raw text: a model directory, or the experiment's trained model and its task's preprocessing
+        job = raw_text_job(a, options, Path(tmp)) if a.experiment else model_dir_job(a, options, Path(tmp)) \
+            if a.model and Path(a.model).is_dir() else bpe_job(a, options, Path(tmp))
         cfg = BeamConfig.from_dict(job["options"])
         if a.nbest > cfg.beam:
             raise UserError(f"--nbest {a.nbest} with beam {cfg.beam}; expected at most the beam's hypotheses")
         src_vocab, tgt_vocab = load_pair(job["data"], job["src"], job["tgt"])
-        model = load_model(job["model"], src_vocab, tgt_vocab)
+        model = load_model(job["model"], src_vocab, tgt_vocab, job["src"], job["tgt"], job.get("experiment"))
         stats = translate(model, job["source"], src_vocab, tgt_vocab, cfg, a.out_prefix, detok_lang=job["detok"],
                           nbest=a.nbest, label=job["label"])
     stats["params"] = count_parameters(model)
@@ -376,19 +381,96 @@ def bpe_job(a, options: dict, tmp: Path) -> dict:
 
 
 def raw_text_job(a, options: dict, tmp: Path) -> dict:
-    """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after)."""
+    """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after); the
+    model is checked against the experiment's current settings when it is loaded."""
     from . import config as cfg
     from .data.io import write_lines
     from .decode import prepare_raw
 
     setup = cfg.trained_model(load_config(a), a.experiment, a.seed)
+    for flag, asked in (("--src", a.src), ("--tgt", a.tgt)):
+        if asked is not None and asked != setup[flag[2:]]:
+            raise UserError(f"{flag} {asked}: experiment {a.experiment} translates {setup['src']}→{setup['tgt']}")
+    if a.model or a.data:
+        raise UserError("--experiment NAME brings its own model and data; drop --model/--data (or --experiment)")
     if not Path(setup["model"]).exists():
-        raise UserError(f"{setup['model']}: not trained yet; run snakemake {setup['model']} first")
+        raise UserError(f"{setup['model']}: not trained yet; run `snakemake {setup['model']}{overlay_flags(a)}` "
+                        f"first")
     lines, label = source_lines(a)
     source = tmp / "input.bpe"
     write_lines(source, prepare_raw(lines, setup["src"], setup["tokenize"], setup["codes"]))
     return {"model": setup["model"], "data": setup["data"], "src": setup["src"], "tgt": setup["tgt"],
-            "source": str(source), "label": label, "detok": setup["tgt"], "options": {**setup["decode"], **options}}
+            "source": str(source), "label": label, "detok": setup["tgt"], "options": {**setup["decode"], **options},
+            "experiment": setup.get("experiment")}
+
+
+def overlay_flags(a) -> str:
+    """The --config files after config.yaml, as Snakemake takes them: a command printed in a hint must run as
+    printed (the demo's models need --configfile config/demo.yaml)."""
+    overlays = [f for f in (a.config or [])[1:]]
+    return f" --configfile {' '.join(overlays)}" if overlays else ""
+
+
+def model_dir_job(a, options: dict, tmp: Path) -> dict:
+    """`lwnmt translate [FILE|-] --model DIR`: a model directory's own tokenization, BPE codes, dictionaries,
+    decoding settings and detokenization; nothing from the checkout or the current directory."""
+    from .data.io import write_lines
+    from .decode import prepare_raw
+    from .export import read
+
+    if a.data:
+        raise UserError(f"--model {a.model} is a model directory with its own dictionaries; drop --data")
+    manifest = read(a.model, a.src, a.tgt)
+    lines, label = source_lines(a)
+    source = tmp / "input.bpe"
+    write_lines(source, prepare_raw(lines, manifest["src"], manifest["tokenize"],
+                                    manifest["paths"].get("bpe_codes")))
+    return {"model": manifest["paths"]["model"], "data": manifest["dir"], "src": manifest["src"],
+            "tgt": manifest["tgt"], "source": str(source), "label": label, "detok": manifest["tgt"],
+            "options": {**manifest["decode"], **options}}
+
+
+@command("export", "a model directory that travels: weights, dictionaries, BPE codes, tokenizer, language pair, "
+                   "decoding defaults and a manifest (lwnmt translate --model DIR)",
+    arg("target", help="an experiment of the config (its trained model: averaged or final, --seed's run), or a "
+                       "model.pt (with --data, --src, --tgt, and --codes and --tokenize for raw text)"),
+    arg("--out", required=True, help="the directory to write (replaced whole)"),
+    arg("--seed", type=int, help="with an experiment: which seed's run (default: its first)"),
+    config_files,
+    arg("--spec", help="JSON (the workflow's export rule): what `export EXPERIMENT` reads from the config"),
+    arg("--data", help="with a model.pt: the data directory it was trained on (its dictionaries)"),
+    arg("--src"),
+    arg("--tgt"),
+    arg("--codes", help="with a model.pt: subword-nmt BPE codes (none: a word-level model)"),
+    arg("--tokenize", default="{}", help='with a model.pt: JSON TokenizeOptions of the source, e.g. '
+                                         '{"tokenizer": "moses", "lowercase": true}'),
+    arg("--decode", default="{}", help='with a model.pt: JSON decoding defaults, e.g. {"beam": 5}'))
+def cmd_export(a) -> None:
+    import json
+
+    from .data.vocab import load_pair
+    from .export import write_spec
+
+    if a.spec:
+        spec = json.loads(a.spec)
+    elif Path(a.target).is_file():
+        missing = [f"--{k}" for k in ("data", "src", "tgt") if not getattr(a, k)]
+        if missing:
+            raise UserError(f"{a.target}: a model.pt needs {', '.join(missing)} (its data directory and languages)")
+        dicts = load_pair(a.data, a.src, a.tgt)
+        spec = {"src": a.src, "tgt": a.tgt, "src_dict": dicts[0].path, "tgt_dict": dicts[1].path, "codes": a.codes,
+                "tokenize": json.loads(a.tokenize), "decode": json.loads(a.decode)}
+    else:
+        from .export import spec_for
+
+        if a.target.endswith(".pt"):
+            raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")
+        spec = spec_for(load_config(a), a.target, a.seed)
+        if not Path(spec["model"]).exists():
+            raise UserError(f"{spec['model']}: not trained yet; run `snakemake {spec['model']}{overlay_flags(a)}` "
+                            f"first")
+    out = write_spec(a.target if Path(a.target).is_file() else spec["model"], spec, a.out)
+    print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec['src']}")
 
 
 @command("import-fairseq", "convert a fairseq 0.12 Transformer checkpoint into our model.pt",
@@ -644,13 +726,6 @@ def cmd_status(a) -> None:
           f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)")
     for line in flagged:
         print(f"  flagged {line}")
-    from .data.fetch import unpinned_downloads
-
-    unpinned = unpinned_downloads(config)
-    print(f"\nunpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length and "
-          f"against the size and sha256 of their first copy, recorded beside it in <file>.sha256)")
-    for datasets, name, why in unpinned:
-        print(f"  unpinned {name} ({', '.join(datasets)}): {why}")
     from .data.fetch import unpinned_downloads
 
     unpinned = unpinned_downloads(config)

@@ -417,7 +417,7 @@ def experiment_dir(config: dict, name: str, seed: int) -> str:
 def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     """What translating raw text with an experiment's trained model needs: the model the workflow decodes (averaged
     or final), its binarized data directory, languages, the task's tokenization of the source (as for its test set),
-    BPE codes (None for word-level tasks) and decoding settings."""
+    BPE codes (None for word-level tasks), decoding settings, and what the model must match (its name, arch)."""
     if name not in config["experiments"]:
         raise UserError(f"--experiment {name!r}: not an experiment of the config")
     e = experiment(config, name)
@@ -427,7 +427,8 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     return {"model": f"{run}/{'averaged.pt' if e['average'] else 'model.pt'}",
             "data": bin_dir(e["task"], e["vocab"]), "src": e["src"], "tgt": e["tgt"],
             "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
-            "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None, "decode": e["decode"]}
+            "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None, "decode": e["decode"],
+            "experiment": {"name": name, "model": e["model"], "arch": e["arch"], "seed": seed}}
 
 
 def metrics_of(table: dict) -> list[str]:

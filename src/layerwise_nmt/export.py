@@ -1,0 +1,193 @@
+"""A trained model as a directory that travels: everything `lwnmt translate --model DIR` needs to turn raw text into
+translations on another machine, and nothing from the checkout.
+
+The layout is fairseq's hub layout for the parts it covers (the model archives `fairseq.hub_utils.from_pretrained`
+loads, which `lwnmt import-fairseq` already reads): the weights in `model.pt`, one `dict.<lang>.txt` per language
+(a joint dictionary written twice, as fairseq's joined-dictionary models ship it) and subword-nmt's `bpecodes`. Our
+`model.pt` is our checkpoint, not fairseq's: fairseq's format has no place for the papers' models. What fairseq
+leaves to the command line (tokenizer, casing, detokenizer, language pair, beam settings) is in `lwnmt.json`, with the
+experiment's settings, the training precision, the commit and a sha256 of every file, checked on loading:
+
+    DIR/model.pt  dict.<src>.txt  dict.<tgt>.txt  [bpecodes]  lwnmt.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from . import UserError
+
+log = logging.getLogger(__name__)
+MANIFEST = "lwnmt.json"
+FORMAT = "lwnmt-model-dir/1"
+CODES = "bpecodes"  # fairseq's name (`--bpe subword_nmt --bpe-codes bpecodes`)
+# what the exported model.pt keeps of a final model or an averaged one: no optimizer, no RNG, no paths
+KEPT = ("model", "model_name", "model_config", "dictionaries", "progress", "final_from", "averaged_from")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def commit() -> str | None:
+    """The checkout's commit, with "-dirty" when tracked files differ from it; None outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root, capture_output=True).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def check_against(state: dict, path: str | Path, model: str, arch: dict, name: str) -> None:
+    """A UserError when the model in `path` was not trained with experiment `name`'s current settings (its model or
+    any arch setting: layers, d_model, ...), so that an edited config never decodes with a stale model in silence."""
+    from .models import model_class
+
+    if state.get("model_name") != model:
+        raise UserError(f"{path}: a {state.get('model_name')!r} model, but experiment {name} has model: {model}; "
+                        f"retrain it (the config changed since)")
+    trained = state.get("model_config", {})
+    sizes = {k: trained[k] for k in ("src_vocab", "tgt_vocab") if k in trained}
+    wanted = model_class(model).config_class.from_dict({**arch, **sizes}).to_dict()
+    differ = [k for k in wanted if k in trained and trained[k] != wanted[k]]
+    if differ:
+        listed = ", ".join(f"{k}={trained[k]!r} (config: {wanted[k]!r})" for k in differ[:4])
+        raise UserError(f"{path}: trained with {listed}{' …' if len(differ) > 4 else ''}, not experiment {name}'s "
+                        f"arch; retrain it (snakemake reruns a training whose settings changed) or undo the edit")
+
+
+def write(model: str | Path, out: str | Path, src: str, tgt: str, src_dict: str | Path, tgt_dict: str | Path,
+          codes: str | Path | None, tokenize: dict, decode: dict, about: dict) -> Path:
+    """The model directory `out`, written whole or not at all (a temporary directory, renamed)."""
+    from .checkpoint import check_dictionaries, load, save
+    from .data.vocab import Dictionary
+
+    state = load(model)
+    dictionaries = Dictionary.load(src_dict), Dictionary.load(tgt_dict)
+    check_dictionaries(state, model, *dictionaries)
+    out = Path(out)
+    tmp = out.with_name(f".tmp-{out.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    kept = {k: state[k] for k in KEPT if k in state}
+    save(tmp / "model.pt", {**kept, "languages": {"src": src, "tgt": tgt}})
+    files = {"model": "model.pt", "src_dict": f"dict.{src}.txt", "tgt_dict": f"dict.{tgt}.txt"}
+    for key, source in (("src_dict", src_dict), ("tgt_dict", tgt_dict)):
+        shutil.copyfile(source, tmp / files[key])
+    if codes:
+        shutil.copyfile(codes, tmp / CODES)
+        files["bpe_codes"] = CODES
+    manifest = {
+        "format": FORMAT, "src": src, "tgt": tgt, "files": files,
+        "bpe": {"kind": "subword-nmt", "separator": "@@"} if codes else None,
+        "tokenize": tokenize,  # the source side's normalisation + tokenizer (TokenizeOptions), lowercasing included
+        "detokenize": {"kind": "moses", "lang": tgt},
+        "lowercase": bool(tokenize.get("lowercase")),  # trained on lowercased text: the translations are lowercase
+        "decode": decode, "model": state.get("model_name"), "model_config": state.get("model_config"),
+        "updates": state.get("progress", {}).get("update"), "commit": commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **about,
+        "sha256": {name: sha256(tmp / name) for name in sorted(set(files.values()))},
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def read(directory: str | Path, src: str | None = None, tgt: str | None = None) -> dict:
+    """A model directory's manifest, its files checked against their checksums and the languages asked for (if
+    any) against the model's; paths in it made absolute."""
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise UserError(f"--model {directory}: a directory without {MANIFEST}; expected a model directory written by "
+                        f"`lwnmt export` (or a model.pt file with --data)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err})") from None
+    if manifest.get("format") != FORMAT:
+        raise UserError(f"{path}: format {manifest.get('format')!r}; this lwnmt reads {FORMAT}")
+    for name, digest in manifest["sha256"].items():
+        if not (directory / name).is_file():
+            raise UserError(f"{directory / name}: missing from the model directory (listed in {MANIFEST})")
+        if sha256(directory / name) != digest:
+            raise UserError(f"{directory / name}: sha256 differs from {MANIFEST}'s; an incomplete or altered copy")
+    for flag, asked, own in (("--src", src, manifest["src"]), ("--tgt", tgt, manifest["tgt"])):
+        if asked is not None and asked != own:
+            raise UserError(f"{flag} {asked}: the model in {directory} translates {manifest['src']}→"
+                            f"{manifest['tgt']}; drop {flag} or pick a model for this direction")
+    return {**manifest, "dir": str(directory), "paths": {k: str(directory / v) for k, v in manifest["files"].items()}}
+
+
+def check_languages(state: dict, path: str | Path, src: str, tgt: str) -> None:
+    """--src/--tgt against the languages an exported model.pt records (a model straight out of training does not)."""
+    recorded = state.get("languages")
+    if recorded and (recorded["src"], recorded["tgt"]) != (src, tgt):
+        raise UserError(f"--src {src} --tgt {tgt}: {path} translates {recorded['src']}→{recorded['tgt']}")
+
+
+def load_model(path: str | Path, src_vocab, tgt_vocab, src: str, tgt: str, experiment: dict | None = None):
+    """decode.load_model, plus the checks a translation needs: the languages an exported model records, and with
+    `experiment` ({name, model, arch}) the experiment's current settings against the model's."""
+    from .checkpoint import check_dictionaries, load
+    from .models import build
+
+    state = load(path)
+    check_dictionaries(state, path, src_vocab, tgt_vocab)
+    check_languages(state, path, src, tgt)
+    if experiment is not None:
+        check_against(state, path, experiment["model"], experiment["arch"], experiment["name"])
+    model = build(state["model_name"], state["model_config"])
+    model.load_state_dict(state["model"])
+    return model.eval()
+
+
+def spec_for(config: dict, name: str, seed: int | None = None) -> dict:
+    """What exporting experiment `name`'s trained run needs, as plain data (the workflow's export rule passes it
+    as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned
+    length penalty and the training summary will be, and the experiment's resolved settings."""
+    from . import config as cfg
+
+    setup = cfg.trained_model(config, name, seed)
+    e, seed = cfg.experiment(config, name), setup["experiment"]["seed"]
+    vocab = cfg.data_path(e["task"], "vocab")
+    dicts = [f"{vocab}/dict.{'joint' if e['vocab'] == 'joint' else lang}.txt" for lang in (e["src"], e["tgt"])]
+    run = cfg.experiment_dir(config, name, seed)
+    decode = {k: v for k, v in e["decode"].items() if k != "tune_lenpen"}  # a tuned α replaces lenpen
+    return {"model": setup["model"], "src": e["src"], "tgt": e["tgt"], "src_dict": dicts[0], "tgt_dict": dicts[1],
+            "codes": setup["codes"], "tokenize": setup["tokenize"], "decode": decode,
+            "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
+            "training": f"{cfg.save_dir(run)}/training.json",
+            "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e}}
+
+
+def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
+    """`write` from a spec_for() dict: the tuned length penalty and the training summary (precision, updates, how
+    it stopped) read now, and the model checked against the experiment's settings first."""
+    from .checkpoint import load
+
+    about, decode = dict(spec.get("about", {})), dict(spec["decode"])
+    settings = about.get("settings")
+    if settings:
+        check_against(load(model), model, settings["model"], settings["arch"], about["experiment"])
+    if spec.get("tuned_lenpen"):
+        decode["lenpen"] = json.loads(Path(spec["tuned_lenpen"]).read_text())["lenpen"]
+    if spec.get("training") and Path(spec["training"]).is_file():
+        training = json.loads(Path(spec["training"]).read_text())
+        about.update(precision=training.get("precision"), training=training)
+    return write(model, out, spec["src"], spec["tgt"], spec["src_dict"], spec["tgt_dict"], spec.get("codes"),
+                 spec["tokenize"], decode, about)
