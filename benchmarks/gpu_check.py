@@ -1,34 +1,45 @@
-"""`make gpu-check`: the CUDA path proven, then measured. Nothing here has run on a GPU yet (docs/benchmarks.md).
+"""`make gpu-check`: the CUDA path proven, then measured (docs/benchmarks.md; docs/usage.md "On a GPU machine").
 
-Correctness, for every model family × every precision `amp: auto` can pick on this device (CUDA: bf16 or fp16 with
-the loss scaler, and fp32/TF32 as `amp: none`; fp16 is checked on bf16 GPUs too, since V100/T4 users get it):
+Correctness, for every model family × every precision `amp: auto` can pick on this device (CUDA: bf16, fp16 with
+the loss scaler — V100/T4 users get it, so it is checked on bf16 GPUs too — TF32 (`amp: none`, the default
+`tf32: true`) and strict fp32 (`tf32: false`)):
   overfit  a few updates of the trainer (`train._start` / `train._update`) on one repeated batch: loss finite and
            decreasing;
   resume   `train.train` for 6 updates straight vs 3, stop, resume to 6: the same weights (bit for bit, or within
            1e-4 where CUDA's non-deterministic kernels differ, which is reported);
-  beam     cached beam search (`decode.beam_search`) = full recomputation (`decode.Recompute`) in that precision;
+  beam     cached beam search (`decode.beam_search`) = full recomputation (`decode.Recompute`) in that precision
+           (strict fp32 to 1e-5; TF32 and mixed precision to their rounding);
 and once: data-parallel training (`lwnmt train --ranks N` under torchrun with NCCL over the visible GPUs; with one
 GPU, a one-rank NCCL group around the trainer's `accumulate`), and the GPU lock (`gpus.claim`) claiming a real
-device in a child process that then computes on it.
+device in a child process that then computes on it, CUDA not initialised before the claim.
 
 Speed: target tokens/s of training updates (forward, backward, fused Adam) and model FLOP utilisation
     MFU = 6 · parameters · non-padding target tokens/s ÷ the GPU's dense bf16 peak (plan.GPUS, the datasheets)
-for transformer_iwslt_de_en (gca.deen.transformer), Transformer base (lwc.t2.ende.transformer_base) and big
-(gca.ende.transformer), with config.yaml's architectures and vocabulary sizes, on length-bucketed `max_tokens`
-batches (`data.batching.make_batches`) of real sentence lengths: the IWSLT14 BPE valid+test sets for the IWSLT
-model, newstest2013 (Moses tokens; 32K BPE adds ~10-15% more units) for base and big. Token ids are random: speed
-does not depend on them. Optional `--compile` adds torch.compile'd rows.
+for transformer_iwslt_de_en (gca.deen.transformer, at the study's 4,096-token batches), Transformer base
+(lwc.t2.ende.transformer_base) and big (gca.ende.transformer) at `--max-tokens`, with config.yaml's architectures
+and vocabulary sizes, on length-bucketed batches (`data.batching.make_batches`) of real sentence lengths: the
+IWSLT14 BPE valid+test sets for the IWSLT model, newstest2013 (Moses tokens; 32K BPE adds ~10-15% more units) for
+base and big. The lengths travel with the repository (benchmarks/lengths.json, written from the data mirror by
+`--write-lengths`): a GPU machine has no data mirror. Token ids are random: speed does not depend on them.
 
-    python benchmarks/gpu_check.py [--data DIR (default $LWNMT_DATA_MIRROR or ../shared/data-mirror)]
-        [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30] [--compile] [--skip-speed]
+Probe (`--probe DATA_DIR`, the study's binarized data): the study baseline trained by `lwnmt train` alone, then
+three at once on the one GPU, ~90 s each: the target tokens/s the study's shards are sized from.
 
-Without CUDA it says so in one line and exits 0 (`--device cpu` runs the correctness checks on the CPU, as the
-tests do). Exit 1 if any check failed.
+Every result is written to the JSON as soon as it exists, so a command killed at its time limit still returns
+what it finished. Exit 1 if any check or speed row failed (a row that raised is a failure, not a skipped row).
+
+    python benchmarks/gpu_check.py [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30]
+        [--families ...] [--precisions ...] [--skip-speed] [--probe DIR] [--compile]
+
+Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
+`make device-rehearsal` do; there fp16 runs on the CPU's fp16 autocast with a CPU GradScaler: the trainer's code
+path, not its speed).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import math
@@ -59,36 +70,69 @@ FAMILIES = {  # name → (model, arch on top of TINY): each registered model and
     "deep": ("deep", {"aggregation": "hierarchical", "diversity": 1.0}),
     "mlrf": ("mlrf", {"encoder_fusion": "fnn", "decoder_fusion": "sa", "n_hop": 2}),
 }
-SPEED_ROWS = {  # name → (config.yaml experiment, which real lengths)
-    "transformer_iwslt_de_en": ("gca.deen.transformer", "iwslt14"),
-    "transformer_base": ("lwc.t2.ende.transformer_base", "newstest2013"),
-    "transformer_big": ("gca.ende.transformer", "newstest2013"),
+SPEED_ROWS = {  # name → (config.yaml experiment, which real lengths, max_tokens: None = --max-tokens)
+    "transformer_iwslt_de_en": ("gca.deen.transformer", "iwslt14", 4096),
+    "transformer_base": ("lwc.t2.ende.transformer_base", "newstest2013", None),
+    "transformer_big": ("gca.ende.transformer", "newstest2013", None),
 }
-LENGTH_FILES = {  # (source, target) files under the data mirror
+LENGTH_FILES = {  # (source, target) files under the data mirror, for --write-lengths
     "iwslt14": [("iwslt14-de-en/iwslt14.tokenized.de-en/valid.de", "iwslt14-de-en/iwslt14.tokenized.de-en/valid.en"),
                 ("iwslt14-de-en/iwslt14.tokenized.de-en/test.de", "iwslt14-de-en/iwslt14.tokenized.de-en/test.en")],
     "newstest2013": [("wmt14-en-de/newstest2013.en.gz", "wmt14-en-de/newstest2013.de.gz")],
 }
+LENGTHS = ROOT / "benchmarks" / "lengths.json"
+# label → (amp, tf32): the precisions a run can train in; "tf32" and "fp32" are both `amp: none`
+PRECISIONS = {"bf16": ("bf16", True), "fp16": ("fp16", True), "tf32": ("none", True), "fp32": ("none", False)}
 RESUME_TOLERANCE = 1e-4
 
 
 def precisions(device: torch.device) -> list[str]:
-    """The precisions to check on `device`: what `amp: auto` can pick there, and fp32 (TF32 on CUDA)."""
+    """The precisions to check on `device`: what `amp: auto` can pick there, and fp32 (plus TF32 on CUDA)."""
     from layerwise_nmt.precision import resolve
 
     if device.type != "cuda":
-        return sorted({resolve("auto", device).amp, "none"}, key=["bf16", "fp16", "none"].index)
-    return ["bf16", "fp16", "none"] if torch.cuda.is_bf16_supported() else ["fp16", "none"]
+        auto = {"none": "fp32"}.get(resolve("auto", device).amp, resolve("auto", device).amp)
+        return sorted({auto, "fp32"}, key=list(PRECISIONS).index)
+    return ["bf16", "fp16", "tf32", "fp32"] if torch.cuda.is_bf16_supported() else ["fp16", "tf32", "fp32"]
 
 
-def family_spec(family: str, amp: str, **train) -> dict:
+def precision_of(label: str, device: torch.device):
+    """(Precision, tf32) for a label. fp16 on the CPU (the rehearsal): the trainer's fp16 branch as `resolve` returns
+    it on a GPU without bf16, with the CPU's fp16 autocast underneath."""
+    from layerwise_nmt.precision import Precision, device_name, resolve
+
+    amp, tf32 = PRECISIONS[label]
+    if amp == "fp16" and device.type != "cuda":
+        return Precision("fp16", "fp16", "the CUDA fp16 branch rehearsed on the CPU", device_name(device)), tf32
+    return resolve(amp, device), tf32
+
+
+@contextlib.contextmanager
+def trainer_precision(label: str, device: torch.device):
+    """`train.train` resolves `amp` itself, and refuses fp16 on a CPU: for the CPU rehearsal of fp16, hand it the
+    fp16 Precision (the same object a V100 gets)."""
+    from layerwise_nmt import train as training
+
+    if PRECISIONS[label][0] != "fp16" or device.type == "cuda":
+        yield
+        return
+    real = training.resolve
+    training.resolve = lambda amp, dev: precision_of(label, dev)[0]
+    try:
+        yield
+    finally:
+        training.resolve = real
+
+
+def family_spec(family: str, label: str, **train) -> dict:
     model, arch = FAMILIES[family]
     arch = {**TINY, **arch}
     if model == "lwc":  # one shared stack: `layers` instead of encoder/decoder layers
         arch = {k: v for k, v in arch.items() if k not in ("encoder_layers", "decoder_layers")}
+    amp, tf32 = PRECISIONS[label] if label in PRECISIONS else (label, True)
     return {"model": model, "arch": arch,
             "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, "amp": amp,
-                      "save_interval_minutes": 0, "max_update": 100, **train}}
+                      "tf32": tf32, "save_interval_minutes": 0, "max_update": 100, **train}}
 
 
 def toy_data(root: Path) -> Path:
@@ -114,64 +158,73 @@ def toy_data(root: Path) -> Path:
 # Correctness
 
 
-def check_overfit(family: str, amp: str, device: torch.device, data: Path, work: Path, updates: int = 12) -> dict:
+def check_overfit(family: str, label: str, device: torch.device, data: Path, work: Path, updates: int = 12) -> dict:
     """The trainer's own updates on one repeated batch: every loss finite, the last ones below the first."""
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.precision import resolve
+    from layerwise_nmt.precision import fp32_matmuls
     from layerwise_nmt.train import TrainConfig, _start, _update
 
-    spec = family_spec(family, amp)
+    spec = family_spec(family, label)
     torch.manual_seed(1)
-    precision = resolve(amp, device)
+    precision, tf32 = precision_of(label, device)
     run = _start(spec, TrainConfig.from_dict(spec["train"]), dict(zip(("de", "en"), load_pair(data, "de", "en"))),
-                 work / f"overfit-{family}-{amp}", device, precision)
+                 work / f"overfit-{family}-{label}", device, precision)
     train = ParallelData(data, "train", "de", "en")
     batch = collate(train, np.arange(16))
     run.model.train()
     losses = []
-    for _ in range(updates):
-        result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
-        losses.append(math.nan if result is None else result["loss"] / result["ntokens"])
+    with fp32_matmuls(device, tf32):
+        for _ in range(updates):
+            result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
+            losses.append(math.nan if result is None else result["loss"] / result["ntokens"])
     finite = all(math.isfinite(x) for x in losses)
     ok = finite and np.mean(losses[-3:]) < losses[0]
     return {"ok": bool(ok), "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
-            "skipped": sum(not math.isfinite(x) for x in losses)}
+            "skipped": sum(not math.isfinite(x) for x in losses),
+            **({"loss_scale": run.scaler.get_scale()} if run.scaler.is_enabled() else {})}
 
 
-def check_resume(family: str, amp: str, data: Path, work: Path) -> dict:
+def check_resume(family: str, label: str, device: torch.device, data: Path, work: Path) -> dict:
     """`train.train` 6 updates straight vs 3 updates, stop, resume to 6: the same weights."""
     from layerwise_nmt.train import train
 
-    straight, stopped = work / f"resume-{family}-{amp}-a", work / f"resume-{family}-{amp}-b"
-    train(family_spec(family, amp, max_update=6), str(data), "de", "en", str(straight))
-    train(family_spec(family, amp, max_update=3), str(data), "de", "en", str(stopped))
-    train(family_spec(family, amp, max_update=6), str(data), "de", "en", str(stopped))
+    straight, stopped = work / f"resume-{family}-{label}-a", work / f"resume-{family}-{label}-b"
+    with trainer_precision(label, device):
+        train(family_spec(family, label, max_update=6), str(data), "de", "en", str(straight))
+        train(family_spec(family, label, max_update=3), str(data), "de", "en", str(stopped))
+        train(family_spec(family, label, max_update=6), str(data), "de", "en", str(stopped))
     a, b = (torch.load(d / "checkpoint_last.pt", weights_only=False) for d in (straight, stopped))
     diff = max(float((a["model"][k].float() - b["model"][k].float()).abs().max()) for k in a["model"])
     updates = (a["progress"]["update"], b["progress"]["update"])
-    return {"ok": updates == (6, 6) and diff <= RESUME_TOLERANCE, "max_abs_diff": diff, "exact": diff == 0.0}
+    return {"ok": updates == (6, 6) and diff <= RESUME_TOLERANCE and a["scaler"] == b["scaler"],
+            "max_abs_diff": diff, "exact": diff == 0.0}
 
 
-def check_beam(family: str, amp: str, device: torch.device) -> dict:
+BEAM_TOLERANCE = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 2e-2, "fp16": 2e-2}  # relative, of the largest |score|
+
+
+def check_beam(family: str, label: str, device: torch.device) -> dict:
     """Cached beam search returns the hypotheses of full recomputation, scores within the precision's rounding."""
     from layerwise_nmt.decode import BeamConfig, Recompute, beam_search
     from layerwise_nmt.models import build
-    from layerwise_nmt.precision import resolve
+    from layerwise_nmt.precision import fp32_matmuls
 
-    spec = family_spec(family, amp)
+    spec = family_spec(family, label)
     torch.manual_seed(2)
     model = build(spec["model"], {**spec["arch"], "src_vocab": 40, "tgt_vocab": 40}).to(device).eval()
     src = torch.randint(4, 40, (4, 9), device=device)
     src[:, -1], src[2, 6:], src[2, 5] = 2, 1, 2  # </s> at the end; one padded sentence
-    tolerance = 1e-5 if amp == "none" else 2e-2
     beam = BeamConfig(beam=4, max_len_a=1.0, max_len_b=4)
-    with resolve(amp, device).autocast(device):
+    precision, tf32 = precision_of(label, device)
+    with fp32_matmuls(device, tf32), precision.autocast(device):
         cached, full = beam_search(model, src, beam), beam_search(Recompute(model), src, beam)
     same_tokens = all([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(cached, full))
     diff = max(abs(x.score - y.score) for a, b in zip(cached, full) for x, y in zip(a, b))
-    return {"ok": bool(same_tokens and diff <= tolerance * max(1.0, max(abs(h.score) for a in full for h in a))),
-            "same_hypotheses": bool(same_tokens), "max_score_diff": diff}
+    scale = max(1.0, max(abs(h.score) for a in full for h in a))
+    return {"ok": bool(same_tokens and diff <= BEAM_TOLERANCE[label] * scale),
+            "same_hypotheses": bool(same_tokens), "max_score_diff": diff,
+            "matmul_precision": torch.get_float32_matmul_precision()}
 
 
 def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
@@ -190,7 +243,7 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
-        spec = family_spec("transformer_post", "none")
+        spec = family_spec("transformer_post", "fp32")
         torch.manual_seed(3)
         plain = build(spec["model"], {**spec["arch"], "src_vocab": 34, "tgt_vocab": 34}).to(device)
         wrapped = build(spec["model"], {**spec["arch"], "src_vocab": 34, "tgt_vocab": 34}).to(device)
@@ -211,7 +264,8 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
 
 
 def _ddp_torchrun(ngpus: int, data: Path, work: Path) -> dict:
-    spec = family_spec("transformer_post", "auto", max_update=4, update_freq=ngpus)
+    spec = family_spec("transformer_post", "bf16", max_update=4, update_freq=ngpus)
+    spec["train"]["amp"] = "auto"
     cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data),
            "--src", "de", "--tgt", "en", "--save-dir", str(work / "ddp"), "--final", str(work / "ddp.pt"),
            "--ranks", str(ngpus)]
@@ -222,15 +276,17 @@ def _ddp_torchrun(ngpus: int, data: Path, work: Path) -> dict:
 
 
 def check_gpu_lock(work: Path) -> dict:
-    """A child process claims one GPU through the lock files, then allocates and computes on it."""
+    """A child process claims one GPU through the lock files (CUDA still uninitialised afterwards: the claim asked
+    the driver, not torch.cuda), then allocates and computes on it."""
     code = ("import os, torch; from layerwise_nmt.gpus import claim; held = claim(1, os.environ['LOCKS'], timeout=60);"
-            " x = torch.ones(256, 256, device='cuda'); torch.cuda.synchronize();"
-            " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), float((x @ x)[0, 0]))")
-    env = {k: v for k, v in _env(LOCKS=str(work / "locks")).items() if k != "SLURM_JOB_ID"}
+            " fresh = not torch.cuda.is_initialized(); x = torch.ones(256, 256, device='cuda');"
+            " torch.cuda.synchronize();"
+            " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), fresh, float((x @ x)[0, 0]))")
+    env = {k: v for k, v in _env(LOCKS=str(work / "locks")).items() if k not in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     words = result.stdout.split()
-    ok = result.returncode == 0 and (work / "locks").is_dir() and words[-1:] == ["256.0"]
-    return {"ok": ok, "claimed": " ".join(words[:-1]), "error": result.stderr[-400:] if not ok else ""}
+    ok = result.returncode == 0 and (work / "locks").is_dir() and words[-2:] == ["True", "256.0"]
+    return {"ok": ok, "claimed": " ".join(words[:-2]), "error": result.stderr[-400:] if not ok else ""}
 
 
 def _env(**extra) -> dict:
@@ -238,22 +294,42 @@ def _env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
-def correctness(device: torch.device, work: Path, families=tuple(FAMILIES)) -> dict:
+class Results:
+    """gpu.json, rewritten (atomically) after every check and speed row: what a killed command leaves is valid."""
+
+    def __init__(self, path: Path, device: torch.device):
+        self.path, self.device = path, device
+        self.checks: dict = {"families": {}}
+        self.speed: list[dict] = []
+        self.probe: dict = {}
+
+    def save(self) -> dict:
+        result = report(self.device, self.checks, self.speed, self.probe)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        tmp.replace(self.path)
+        return result
+
+
+def correctness(device: torch.device, work: Path, results: Results, families=tuple(FAMILIES),
+                labels: list[str] | None = None) -> dict:
     data = toy_data(work / "toy")
-    results: dict = {"families": {}}
     for family in families:
-        for amp in precisions(device):
-            key = f"{family}/{amp}"
-            results["families"][key] = {name: _guarded(fn) for name, fn in (
-                ("overfit", lambda: check_overfit(family, amp, device, data, work)),
-                ("resume", lambda: check_resume(family, amp, data, work)),
-                ("beam", lambda: check_beam(family, amp, device)))}
-            print(f"{key}: " + ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED'}"
-                                         for k, v in results["families"][key].items()), flush=True)
-    results["ddp"] = _guarded(lambda: check_ddp(device, data, work))
-    results["gpu_lock"] = (_guarded(lambda: check_gpu_lock(work)) if device.type == "cuda"
-                           else {"ok": True, "skipped": "no CUDA device"})
-    return results
+        for label in labels or precisions(device):
+            key = f"{family}/{label}"
+            results.checks["families"][key] = {name: _guarded(fn) for name, fn in (
+                ("overfit", lambda: check_overfit(family, label, device, data, work)),
+                ("resume", lambda: check_resume(family, label, device, data, work)),
+                ("beam", lambda: check_beam(family, label, device)))}
+            results.save()
+            print(f"{key}: " + ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED ' + v.get('error', '')}"
+                                         for k, v in results.checks["families"][key].items()), flush=True)
+    results.checks["ddp"] = _guarded(lambda: check_ddp(device, data, work))
+    results.checks["gpu_lock"] = (_guarded(lambda: check_gpu_lock(work)) if device.type == "cuda"
+                                  else {"ok": True, "skipped": "no CUDA device"})
+    results.save()
+    return results.checks
 
 
 def _guarded(check) -> dict:
@@ -264,9 +340,13 @@ def _guarded(check) -> dict:
         return {"ok": False, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
 
 
-def all_ok(results: dict) -> bool:
-    checks = [c for f in results["families"].values() for c in f.values()] + [results["ddp"], results["gpu_lock"]]
-    return all(c["ok"] for c in checks)
+def all_ok(checks: dict, speed_rows: list[dict] = (), probe: dict | None = None) -> bool:
+    """Every check passed and every speed and probe row measured something (a row that raised is a failure)."""
+    found = [c for f in checks.get("families", {}).values() for c in f.values()]
+    found += [checks[k] for k in ("ddp", "gpu_lock") if k in checks]
+    found += [{"ok": "error" not in row} for row in speed_rows]
+    found += [{"ok": "error" not in row} for row in (probe or {}).get("runs", [])]
+    return bool(found) and all(c["ok"] for c in found)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -279,14 +359,28 @@ def read_lengths(mirror: Path, lengths: str) -> tuple[np.ndarray, np.ndarray]:
     for src_file, tgt_file in LENGTH_FILES[lengths]:
         for path, out in ((mirror / src_file, src), (mirror / tgt_file, tgt)):
             if not path.exists():
-                raise SystemExit(f"{path}: missing; pass --data (or LWNMT_DATA_MIRROR) pointing at the data mirror "
-                                 f"(docs/benchmarks.md)")
+                raise FileNotFoundError(f"{path}: missing; pass --data (or LWNMT_DATA_MIRROR) pointing at the data "
+                                        f"mirror (docs/benchmarks.md)")
             opener = gzip.open if path.suffix == ".gz" else open
             with opener(path, "rt", encoding="utf-8") as f:
                 out += [len(line.split()) + 1 for line in f]
     if len(src) != len(tgt):
-        raise SystemExit(f"{LENGTH_FILES[lengths]}: {len(src)} source vs {len(tgt)} target lines")
+        raise ValueError(f"{LENGTH_FILES[lengths]}: {len(src)} source vs {len(tgt)} target lines")
     return np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
+
+
+def write_lengths(mirror: Path, path: Path = LENGTHS) -> None:
+    """benchmarks/lengths.json from the mirror: per-sentence unit counts only (no text), so they can travel."""
+    out = {name: dict(zip(("src", "tgt"), (a.tolist() for a in read_lengths(mirror, name)))) for name in LENGTH_FILES}
+    out["about"] = ("subword units + </s> per sentence pair, in file order, of " +
+                    "; ".join(f"{k}: {', '.join(s for pair in v for s in pair)}" for k, v in LENGTH_FILES.items()) +
+                    " (benchmarks/gpu_check.py --write-lengths --data MIRROR)")
+    path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+
+
+def stored_lengths(lengths: str, path: Path = LENGTHS) -> tuple[np.ndarray, np.ndarray]:
+    stored = json.loads(path.read_text())[lengths]
+    return np.asarray(stored["src"], dtype=np.int64), np.asarray(stored["tgt"], dtype=np.int64)
 
 
 def real_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, vocab: tuple[int, int],
@@ -324,45 +418,53 @@ def mfu(params: int, tokens_per_second: float, peak_tflops: float | None) -> flo
     return 6 * params * tokens_per_second / (peak_tflops * 1e12)
 
 
-def measure(name: str, config: dict, mirror: Path, device: torch.device, amp: str, max_tokens: int, updates: int,
+def measure(name: str, config: dict, device: torch.device, label: str, max_tokens: int, updates: int,
             warmup: int, compile_model: bool) -> dict:
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
     length-bucketed batches of real lengths, after `warmup` updates."""
     from layerwise_nmt import config as cfg
+    from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.plan import task_vocab
-    from layerwise_nmt.precision import resolve
+    from layerwise_nmt.precision import fp32_matmuls
     from layerwise_nmt.train import TrainConfig, _start, _update
 
-    experiment, lengths = SPEED_ROWS[name]
+    experiment, lengths, row_tokens = SPEED_ROWS[name]
+    max_tokens = row_tokens or max_tokens
     e = cfg.experiment(config, experiment)
     vocab = task_vocab(config, e)
-    spec = {"model": e["model"], "arch": e["arch"], "train": {**e["train"], "amp": amp, "max_tokens": max_tokens}}
-    batches = real_batches(*read_lengths(mirror, lengths), max_tokens, vocab)
+    precision, tf32 = precision_of(label, device)
+    spec = {"model": e["model"], "arch": e["arch"],
+            "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens}}
+    batches = real_batches(*stored_lengths(lengths), max_tokens, vocab)
     rng = np.random.RandomState(0)
     order = [batches[i] for i in rng.permutation(len(batches))][: warmup + updates]
-    precision = resolve(amp, device)
+    dictionaries = {lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
+                    for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))}
     with tempfile.TemporaryDirectory() as tmp:
-        run = _start(spec, TrainConfig.from_dict(spec["train"]), {e["src"]: range(vocab[0]), e["tgt"]: range(vocab[1])},
-                     Path(tmp), device, precision)
+        run = _start(spec, TrainConfig.from_dict(spec["train"]), dictionaries, Path(tmp), device, precision)
     net = torch.compile(run.model, dynamic=True) if compile_model else run.model
     run.model.train()
-    tokens, started = 0, None
-    for i, batch in enumerate(order):
-        if i == warmup:
-            torch.cuda.synchronize(device) if device.type == "cuda" else None
-            started, tokens = time.perf_counter(), 0
-        if _update(run, net, [batch], device, lambda: precision.autocast(device)) is not None:
-            tokens += batch.ntokens
+    tokens, started, skipped = 0, None, 0
+    with fp32_matmuls(device, tf32):
+        for i, batch in enumerate(order):
+            if i == warmup:
+                torch.cuda.synchronize(device) if device.type == "cuda" else None
+                started, tokens = time.perf_counter(), 0
+            if _update(run, net, [batch], device, lambda: precision.autocast(device)) is not None:
+                tokens += batch.ntokens
+            else:
+                skipped += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
     params = count_parameters(run.model)
     _, peak = gpu_peak(precision.device)
     rate = tokens / seconds
-    row = {"model": name, "experiment": experiment, "precision": precision.amp, "compiled": compile_model,
+    row = {"model": name, "experiment": experiment, "precision": label, "compiled": compile_model,
            "parameters": params, "vocab": list(vocab), "max_tokens": max_tokens, "lengths": lengths,
-           "updates_timed": len(order) - warmup, "target_tokens_per_update": round(tokens / max(1, len(order) - warmup)),
+           "updates_timed": len(order) - warmup, "skipped_updates": skipped,
+           "target_tokens_per_update": round(tokens / max(1, len(order) - warmup)),
            "target_tokens_per_second": round(rate), "mfu": mfu(params, rate, peak)}
     if device.type == "cuda":
         row["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
@@ -371,22 +473,79 @@ def measure(name: str, config: dict, mirror: Path, device: torch.device, amp: st
     return row
 
 
-def speed(config: dict, mirror: Path, device: torch.device, args) -> list[dict]:
-    rows = []
-    for name in SPEED_ROWS:
-        for amp in [p for p in precisions(device) if p != "fp16" or not torch.cuda.is_bf16_supported()]:
+def speed(config: dict, device: torch.device, args, results: Results) -> list[dict]:
+    """One row per model × mixed precision the device trains in (bf16; fp16 only where there is no bf16) and TF32."""
+    labels = [p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))]
+    for name in args.speed_rows:
+        for label in labels:
             for compiled in (False, True) if args.compile else (False,):
-                row = _guarded(lambda: measure(name, config, mirror, device, amp, args.max_tokens, args.updates,
+                row = _guarded(lambda: measure(name, config, device, label, args.max_tokens, args.updates,
                                                args.warmup, compiled))
                 row.setdefault("model", name)
-                rows.append(row)
+                row.setdefault("precision", label)
+                results.speed.append(row)
+                results.save()
                 print(json.dumps(row), flush=True)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-    return rows
+    return results.speed
 
 
-def report(device: torch.device, checks: dict, rows: list[dict]) -> dict:
+# ---------------------------------------------------------------------------------------------------------------
+# Study throughput probe
+
+
+STUDY = ROOT / "config" / "study.yaml"
+
+
+def read_config(*paths: Path) -> dict:
+    """The merged config with `extends` resolved, not schema-validated: the GPU image has no jsonschema, and CI
+    validates these files on every run (tests/test_workflow.py)."""
+    from layerwise_nmt import config as cfg
+
+    config: dict = {}
+    for path in paths:
+        cfg.deep_update(config, cfg.read(path))
+    cfg.resolve_extends(config["experiments"])
+    return config
+
+
+def probe(data_dir: Path, device: torch.device, work: Path, results: Results, seconds: float,
+          together: tuple[int, ...] = (1, 3)) -> dict:
+    """The study baseline (config/study.yaml's study.transformer, its own batches and precision) trained by `lwnmt
+    train` for `seconds`, alone and then N at once: the target tokens/s each gets, from its log lines."""
+    from layerwise_nmt import config as cfg
+
+    e = cfg.experiment(read_config(ROOT / "config.yaml", STUDY), "study.transformer")
+    spec = {"model": e["model"], "arch": e["arch"],
+            "train": {**e["train"], "max_minutes": seconds / 60, "log_interval": 10, "save_interval_minutes": 0,
+                      "patience": 0}}
+    results.probe = {"experiment": "study.transformer", "seconds_each": seconds, "data": str(data_dir), "runs": []}
+    for n in together:
+        procs = []
+        for k in range(n):
+            cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data_dir),
+                   "--src", e["src"], "--tgt", e["tgt"], "--save-dir", str(work / f"probe{n}-{k}")]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                          env=_env()))
+        rates = []
+        for proc in procs:
+            _, err = proc.communicate(timeout=seconds + 600)
+            said = [float(line.split(" target tokens/s")[0].rsplit(", ", 1)[-1])
+                    for line in err.splitlines() if " target tokens/s" in line]
+            rates.append(said[-3:] and sum(said[-3:]) / len(said[-3:]))
+            if proc.returncode or not said:
+                rates[-1] = None
+                results.probe["runs"].append({"together": n, "error": err.strip().splitlines()[-1:] or ["no log"]})
+        good = [r for r in rates if r]
+        results.probe["runs"].append({"together": n, "target_tokens_per_second_each": [round(r) for r in good],
+                                      "total": round(sum(good))})
+        results.save()
+        print(json.dumps(results.probe["runs"][-1]), flush=True)
+    return results.probe
+
+
+def report(device: torch.device, checks: dict, rows: list[dict], probe_result: dict | None = None) -> dict:
     """benchmarks/results/gpu.json: the device, each check, each speed row, and how MFU was computed."""
     from layerwise_nmt.precision import device_name
 
@@ -397,13 +556,12 @@ def report(device: torch.device, checks: dict, rows: list[dict]) -> dict:
             "peak_bf16_tflops": peak, "peak_source": f"plan.GPUS[{key!r}] (vendor datasheet, dense)" if key else
             "this GPU is not in plan.GPUS: MFU not computed",
             "mfu_formula": "6 * parameters * non-padding target tokens/s / dense bf16 peak",
-            "all_checks_ok": all_ok(checks), "checks": checks, "speed": rows}
+            "all_checks_ok": all_ok(checks, rows, probe_result), "checks": checks, "speed": rows,
+            "probe": probe_result or {}}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=os.environ.get("LWNMT_DATA_MIRROR") or str(ROOT.parent / "shared" /
-                                                                                      "data-mirror"))
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "gpu.json"))
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--max-tokens", type=int, default=12288)
@@ -411,20 +569,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile'd models")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--speed-rows", nargs="*", default=list(SPEED_ROWS), choices=list(SPEED_ROWS))
     parser.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--precisions", nargs="*", choices=list(PRECISIONS),
+                        help="default: what amp: auto can pick on the device, TF32 and fp32")
+    parser.add_argument("--probe", metavar="DATA_DIR", help="the study's binarized data: run the throughput probe")
+    parser.add_argument("--probe-seconds", type=float, default=90)
+    parser.add_argument("--data", help="with --write-lengths: the data mirror")
+    parser.add_argument("--write-lengths", action="store_true", help=f"write {LENGTHS.name} from --data and exit")
     args = parser.parse_args(argv)
+    if args.write_lengths:
+        write_lengths(Path(args.data or os.environ.get("LWNMT_DATA_MIRROR") or ROOT.parent / "shared" / "data-mirror"))
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu-check: no CUDA device visible to PyTorch; nothing checked (run it on a GPU machine)")
         return 0
-    from layerwise_nmt import config as cfg
-
     device = torch.device(args.device)
+    results = Results(Path(args.json), device)
+    results.save()
     with tempfile.TemporaryDirectory() as work:
-        checks = correctness(device, Path(work), args.families)
-    rows = [] if args.skip_speed else speed(cfg.load(ROOT / "config.yaml"), Path(args.data), device, args)
-    result = report(device, checks, rows)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        correctness(device, Path(work), results, args.families, args.precisions)
+        if not args.skip_speed:
+            speed(read_config(ROOT / "config.yaml"), device, args, results)
+        if args.probe:
+            _guarded(lambda: probe(Path(args.probe), device, Path(work), results, args.probe_seconds))
+    result = results.save()
     print(f"gpu-check: {'all checks passed' if result['all_checks_ok'] else 'SOME CHECKS FAILED'}; {args.json}")
     return 0 if result["all_checks_ok"] else 1
 

@@ -49,9 +49,63 @@ def test_lengths_are_read_from_the_mirror_files(mirror):
     assert len(wmt_src) == 3000 and 20 < wmt_src.mean() < 35
 
 
+def test_the_lengths_that_travel_are_the_mirrors(mirror, tmp_path):
+    """A GPU machine has no data mirror: benchmarks/lengths.json carries the per-sentence lengths (numbers only)."""
+    for name in gpu_check.LENGTH_FILES:
+        stored, read = gpu_check.stored_lengths(name), gpu_check.read_lengths(mirror, name)
+        assert all(np.array_equal(a, b) for a, b in zip(stored, read)), name
+    gpu_check.write_lengths(mirror, tmp_path / "lengths.json")
+    assert (tmp_path / "lengths.json").read_text() == gpu_check.LENGTHS.read_text()
+
+
 def test_missing_data_is_one_line_naming_the_file(tmp_path):
-    with pytest.raises(SystemExit, match="valid.de: missing; pass --data"):
+    with pytest.raises(FileNotFoundError, match="valid.de: missing; pass --data"):
         gpu_check.read_lengths(tmp_path, "iwslt14")
+
+
+def test_a_speed_row_is_measured_with_real_dictionaries():
+    """measure() once handed ranges to the trainer as vocabularies: every speed row raised, and the script still
+    said all checks passed."""
+    row = gpu_check.measure("transformer_iwslt_de_en", gpu_check.read_config(ROOT / "config.yaml"),
+                            torch.device("cpu"), "fp32", max_tokens=0, updates=1, warmup=0, compile_model=False)
+    assert "error" not in row and row["target_tokens_per_second"] > 0 and row["max_tokens"] == 4096
+    assert row["parameters"] > 30_000_000 and row["precision"] == "fp32"
+
+
+def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a: results.checks.update(
+        {"families": {"transformer_post/fp32": {"overfit": {"ok": True}}}, "ddp": {"ok": True},
+         "gpu_lock": {"ok": True}}))
+    out = tmp_path / "gpu.json"
+    code = gpu_check.main(["--device", "cpu", "--json", str(out), "--speed-rows", "transformer_base",
+                           "--precisions", "fp32"])
+    result = json.loads(out.read_text())
+    assert code == 1 and result["all_checks_ok"] is False
+    assert result["speed"][0]["error"].startswith("ZeroDivisionError") and result["speed"][0]["ok"] is False
+    assert not gpu_check.all_ok({"families": {}}, [], {"runs": [{"together": 1, "error": ["Traceback"]}]})
+    assert not gpu_check.all_ok({}, [])  # nothing checked is not "all passed"
+
+
+def test_results_are_on_disk_after_every_check(tmp_path, monkeypatch):
+    """A command killed at its limit (the GPU machine's 10 minutes) still returns the checks it finished."""
+    calls = {"n": 0}
+
+    def resume(*args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # the kill, during the second family
+        return {"ok": True}
+
+    monkeypatch.setattr(gpu_check, "check_resume", resume)
+    monkeypatch.setattr(gpu_check, "check_overfit", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_beam", lambda *a: {"ok": True})
+    out = tmp_path / "gpu.json"
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--device", "cpu", "--json", str(out), "--families", "transformer_post", "lwc",
+                        "--precisions", "fp32", "--skip-speed"])
+    saved = json.loads(out.read_text())
+    assert list(saved["checks"]["families"]) == ["transformer_post/fp32"] and saved["device"].startswith("cpu")
 
 
 def test_without_cuda_it_says_so_and_exits_0(tmp_path):
@@ -64,14 +118,21 @@ def test_without_cuda_it_says_so_and_exits_0(tmp_path):
     assert not (tmp_path / "gpu.json").exists()
 
 
-def test_checks_pass_on_the_cpu_and_fail_when_the_model_is_broken(tmp_path, monkeypatch):
+@pytest.mark.parametrize("label", ["fp16", "bf16", "fp32"])
+def test_checks_pass_on_the_cpu_in_every_precision(tmp_path, label):
+    """fp16 runs the trainer's CUDA fp16 branch (loss scaler included) on the CPU's fp16 autocast."""
     device = torch.device("cpu")
     data = gpu_check.toy_data(tmp_path / "toy")
-    amp = gpu_check.precisions(device)[-1]
-    assert gpu_check.check_overfit("transformer_post", amp, device, data, tmp_path)["ok"]
-    assert gpu_check.check_beam("deep", amp, device)["ok"]
-    resume = gpu_check.check_resume("transformer_pre", amp, data, tmp_path)
+    overfit = gpu_check.check_overfit("transformer_post", label, device, data, tmp_path)
+    assert overfit["ok"] and (overfit.get("loss_scale") == 128.0) == (label == "fp16")
+    assert gpu_check.check_beam("deep", label, device)["ok"]
+    resume = gpu_check.check_resume("transformer_pre", label, device, data, tmp_path)
     assert resume["ok"] and resume["exact"]
+
+
+def test_checks_fail_when_the_model_is_broken(tmp_path, monkeypatch):
+    device = torch.device("cpu")
+    data = gpu_check.toy_data(tmp_path / "toy")
     assert gpu_check.check_ddp(device, data, tmp_path) == {"ok": True, "how": "one-rank gloo group",
                                                            "max_grad_diff": 0.0}
     # a cache that drops the last step's token: the beam check must catch it
@@ -82,13 +143,14 @@ def test_checks_pass_on_the_cpu_and_fail_when_the_model_is_broken(tmp_path, monk
             return super().step(torch.full_like(last, 5), state)
 
     monkeypatch.setattr("layerwise_nmt.decode.Recompute", Stale)
-    assert not gpu_check.check_beam("transformer_post", amp, device)["ok"]
+    assert not gpu_check.check_beam("transformer_post", "fp32", device)["ok"]
 
 
 def test_report_shape(tmp_path):
-    checks = {"families": {"transformer_post/none": {"overfit": {"ok": True}, "resume": {"ok": False}}},
+    checks = {"families": {"transformer_post/fp32": {"overfit": {"ok": True}, "resume": {"ok": False}}},
               "ddp": {"ok": True}, "gpu_lock": {"ok": True, "skipped": "no CUDA device"}}
     result = json.loads(json.dumps(gpu_check.report(torch.device("cpu"), checks, [{"model": "x"}])))
     assert result["all_checks_ok"] is False and result["speed"] == [{"model": "x"}]
     assert result["device"].startswith("cpu: ") and result["peak_bf16_tflops"] is None
-    assert set(result) >= {"device", "torch", "mfu_formula", "peak_source", "checks", "speed", "gpus_visible"}
+    assert set(result) >= {"device", "torch", "mfu_formula", "peak_source", "checks", "speed", "gpus_visible",
+                           "probe"}
