@@ -35,6 +35,7 @@ rule all:
     input:
         [target for task in TARGET_TASKS for target in task_data_targets(task)],
         table_targets(),
+        model_dir_targets(),  # results/<task>/<experiment>/seed<k>/model_dir: lwnmt translate --model DIR
     default_target: True
 
 

@@ -4,6 +4,7 @@ import collections
 import os
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -157,6 +158,13 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     detok = MosesDetokenizer(lang="en")
     workflow = (runs[1] / "test.txt").read_text(encoding="utf-8").splitlines()[:5]
     assert result.stdout.splitlines() == [detok.detokenize(line.split()) for line in workflow]
+    # the same from the run's model directory (the export rule's), anywhere, with nothing else
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = shutil.copytree(runs[1] / "model_dir", elsewhere / "ci-de-en")
+    portable = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "--model", str(moved)],
+                              input="\n".join(raw) + "\n", capture_output=True, text=True, cwd=elsewhere, check=True)
+    assert portable.stdout == result.stdout
     # a second run has nothing to do
     assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                              mirror=mirror).stdout

@@ -257,6 +257,29 @@ def train_spec(wildcards):
     return json.dumps(spec | ({"init_from": warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
 
 
+def export_spec(wildcards):
+    """What `lwnmt export` writes into a run's model directory (layerwise_nmt.export.spec_for), as JSON."""
+    from layerwise_nmt.export import spec_for
+
+    return json.dumps(spec_for(config, experiment_of(wildcards)["name"], int(wildcards.seed)))
+
+
+def export_inputs(wildcards):
+    """The decoded model (averaged or final), the dictionaries, the BPE codes and the tuned length penalty."""
+    spec = json.loads(export_spec(wildcards))
+    files = {"model": spec["model"], "dicts": sorted({spec["src_dict"], spec["tgt_dict"]})}
+    return files | {k: spec[k] for k in ("codes", "tuned_lenpen") if spec[k]}
+
+
+def model_dir_targets():
+    """One model directory per trained run of each runnable experiment a targeted row needs; none when the models
+    stay on the machine that trained them (models_elsewhere)."""
+    if config.get("models_elsewhere"):
+        return []
+    names = [n for n in cfg.rows_by_experiment(config) if cfg.experiment_status(config, n).runnable]
+    return [f"{cfg.experiment_dir(config, n, s)}/model_dir" for n in names for s in cfg.experiment(config, n)["seeds"]]
+
+
 def data_dir(wildcards):
     e = experiment_of(wildcards)
     return cfg.bin_dir(e["task"], e["vocab"])

@@ -51,3 +51,24 @@ rule average:
         "../../envs/train.yaml"
     shell:
         "python -m layerwise_nmt average {params.save_dir} --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
+
+
+# A model directory per trained run (lwnmt export; layerwise_nmt/export.py): what `lwnmt translate --model DIR`
+# needs to translate raw text on another machine, with a checksummed manifest.
+localrules:
+    export,
+
+
+rule export:
+    input:
+        unpack(export_inputs),
+    output:
+        directory("results/{task}/{experiment}/seed{seed}/model_dir"),
+    params:
+        spec=export_spec,
+    log:
+        "results/{task}/{experiment}/seed{seed}/export.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "python -m layerwise_nmt export {input.model:q} --spec {params.spec:q} --out {output:q} 2> {log:q}"
