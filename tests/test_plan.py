@@ -33,3 +33,24 @@ def test_plan_prints_every_table_of_the_full_config():
     records = {(r["paper"], r["table"]): r for r in plan(config)}
     assert records[("mlrf", "T3")]["blocked"]  # NIST: rows costed, and said to need the user's data
     assert "need data or code not here yet" in out
+
+
+def test_parameter_counts_are_built_once_per_architecture_and_cached(tmp_path, monkeypatch):
+    """`snakemake -n` prices every training (its priority) from the parameter count: built on the meta device
+    without initialisation, equal to the built model's, and read from the cache afterwards (issue #42: building
+    ~100 models took most of a dry run)."""
+    import torch
+
+    from layerwise_nmt import plan
+    from layerwise_nmt.models import build
+    from layerwise_nmt.models.transformer import count_parameters
+
+    settings = {"preset": "base", "src_vocab": 1000, "tgt_vocab": 1000, "tie": "all"}
+    cache = tmp_path / "counts.json"
+    counted = plan.parameter_count("lwc", {**settings, "layers": 4}, cache)
+    with torch.device("meta"):
+        assert counted == count_parameters(build("lwc", {**settings, "layers": 4}))
+    assert cache.is_file()
+    plan._COUNTS.clear()  # a new process: only the file remains
+    monkeypatch.setitem(plan.MODELS, "lwc", None)  # building now would fail
+    assert plan.parameter_count("lwc", {**settings, "layers": 4}, cache) == counted

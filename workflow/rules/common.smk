@@ -245,7 +245,7 @@ def train_priority(wildcards):
 def chain_tflop(name):
     from layerwise_nmt.plan import experiment_cost
 
-    cost = experiment_cost(config, name)
+    cost = experiment_cost(config, name, cache=Path(".snakemake/lwnmt-parameter-counts.json"))
     own = 6 * cost.params * cost.tokens / 1e12 if cost.params and cost.tokens else 0.0
     children = [c for c, spec in config["experiments"].items() if spec.get("warm_start") == name]
     return own + max(map(chain_tflop, children), default=0.0)
