@@ -308,3 +308,30 @@ def test_summary_lists_every_row_of_every_table_per_metric(tmp_path):
     md = (tmp_path / "summary.md").read_text()
     assert "1 of 4 row × metric cells have our number" in md
     assert "| mlrf | T2 | Dec-SA | valid_bleu | 34.83 | — | — | no data |" in md
+
+
+def test_budget_columns_and_the_p_values_direction_explain_the_table(tmp_path):
+    """Issue #42: beside each row, what it was trained on (updates, sentence pairs, target tokens, the last valid
+    loss) and the p-value with the way the difference goes, so that a table of unequal budgets explains itself."""
+    rows = []
+    for name, bleu, updates, loss in (("base", 30.0, 1000, 3.21), ("lwc", 28.0, 1300, 3.50)):
+        run = tmp_path / name
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "training.json").write_text(json.dumps(
+            {"updates": updates, "sentences": 29 * updates, "target_tokens": 512 * updates}))
+        pd.DataFrame({"update": [updates // 2, updates], "valid_loss": [4.0, loss]}).to_csv(
+            run / "checkpoints" / "metrics.csv", index=False)
+        rows.append({"label": name, "state": "ok", "runs": [str(run)],
+                     "scores": _scores(tmp_path, name, [bleu, bleu + 0.1, bleu - 0.1])})
+    rows[1].update(baseline_scores=rows[0]["scores"], compare_to="demo.transformer")
+    rows.append({"label": "blocked", "state": "blocked", "reason": "no data"})
+    spec = {"paper": "demo", "table": "T1", "metric": "bleu", "budget": True,
+            "significance": {"test": "t_test", "p": 0.05, "mark": "*"}, "rows": rows}
+    base, lwc, blocked = write(spec, str(tmp_path / "T1")).to_dict("records")
+    assert (lwc["updates"], lwc["sentences seen"], lwc["target tokens"]) == ("1,300", "37,700", "665,600")
+    assert base["valid loss (end)"] == "3.210" and lwc["valid loss (end)"] == "3.500"
+    assert blocked["updates"] == NOT_RUN and base["p vs"] == NOT_RUN
+    assert lwc["p vs"].endswith("(worse than demo.transformer)") and float(lwc["p vs"].split()[0]) < 0.05
+    md = (tmp_path / "T1.md").read_text()
+    assert "| updates | sentences seen | target tokens | valid loss (end) |" in md and "worse than demo" in md
+    assert "p vs = that test's p-value and which way the difference goes" in md

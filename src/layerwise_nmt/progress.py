@@ -36,6 +36,10 @@ class Progress:
     nonfinite_in_a_row: int = 0
     history: list[dict] = field(default_factory=list)  # one metrics.csv row per (possibly partial) epoch
     stopped_by: str = ""
+    # the run's budget as the tables show it: target tokens and sentence pairs trained on, across resumes (0 in
+    # checkpoints from before these were counted; sentences only once an update reports its `nsentences`)
+    target_tokens: float = 0.0
+    sentences: int = 0
 
     @classmethod
     def from_dict(cls, state: dict) -> "Progress":
@@ -53,6 +57,8 @@ class Progress:
         self.epoch_stats = [a + b for a, b in zip(self.epoch_stats,
                                                   (result["loss"], result["nll"], result["correct"],
                                                    result["ntokens"]))]
+        self.target_tokens += float(result["ntokens"])
+        self.sentences += int(result.get("nsentences", 0))
 
     def next_epoch(self) -> None:
         self.epoch, self.next_batch, self.epoch_stats = self.epoch + 1, 0, [0.0] * 4
@@ -157,6 +163,7 @@ class Reporter:
         """training.json, how the run ended, for the tables: a row cut short by the clock must say so, and what it
         computed in (precision: amp, requested, reason, device)."""
         summary = {"updates": progress.update, "epochs_completed": progress.epoch - 1, "precision": precision,
+                   "target_tokens": int(progress.target_tokens), "sentences": progress.sentences or None,
                    "stopped_by": progress.stopped_by, "skipped_updates": progress.skipped_updates,
                    "minutes": round(progress.elapsed / 60, 2),
                    "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}

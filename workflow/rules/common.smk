@@ -389,6 +389,7 @@ def table_spec(paper, table):
                 out["runs"] = [cfg.experiment_dir(config, e["name"], s) for s in e["seeds"]]
                 if row.get("compare_to") and cfg.experiment_status(config, row["compare_to"]).runnable:
                     out["baseline_scores"] = score_paths(row["compare_to"])
+                    out["compare_to"] = row["compare_to"]
         else:
             quoted = "quoted_from" in row
             out["state"] = "quoted" if quoted else "blocked"
@@ -396,7 +397,7 @@ def table_spec(paper, table):
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
             "metric": cfg.metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
-            "significance": spec.get("significance"), "mean_of": derived,
+            "significance": spec.get("significance"), "mean_of": derived, "budget": spec.get("budget", False),
             "precision": config["papers"][paper].get("precision", "")}
 
 

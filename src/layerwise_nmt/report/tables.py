@@ -38,13 +38,20 @@ def build(spec: dict) -> pd.DataFrame:
             if metric in spec.get("mean_of", {}):  # e.g. MLRF's NIST "Ave.": per seed, the mean of MT04/05/08
                 scores[split] = mean_scores([scores.get(split_of(m), []) for m in spec["mean_of"][metric]])
             cell = cells(row.get("paper", {}).get(metric), [value(s, measure) for s in scores.get(split, [])], ran)
+            if test and measure == "bleu":
+                cell["p vs"] = NOT_RUN
             if test and ran and baseline.get(split) and measure == "bleu":  # the papers' tests are on BLEU
                 cell["p"] = p_value(test["test"], baseline[split], scores[split])
                 better = cell["ours_mean"] > seeds_summary([b["bleu"] for b in baseline[split]])["mean"]
                 if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and better:
                     cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
+                # the p-value says how sure, not which way: the direction beside it (a two-sided test)
+                cell["p vs"] = NOT_RUN if cell["p"] is None else \
+                    f"{cell['p']:.3g} ({'better' if better else 'worse'} than {row.get('compare_to', 'its baseline')})"
             record.update({f"{k}{suffix}": v for k, v in cell.items()})
         record["status"] = ("ours" + cut_short(row.get("runs", []))) if ran else row.get("reason", "not run yet")
+        if spec.get("budget"):
+            record.update(budget(row.get("runs", []) if ran else []))
         if with_params:  # "#parameter" columns (LWC T3): the paper's printed M beside our model's exact count
             paper_params = row.get("paper", {}).get("params_m")
             ours_params = {s["decoding"]["params"] for split in scores.values() for s in split
@@ -55,6 +62,32 @@ def build(spec: dict) -> pd.DataFrame:
     if spec.get("speeds"):
         add_speed_ratios(records, spec["rows"])
     return pd.DataFrame.from_records(records)
+
+
+BUDGET = ("updates", "sentences seen", "target tokens", "valid loss (end)")
+
+
+def budget(runs: list[str]) -> dict:
+    """What each row's model was trained on, so that a table of unequal budgets explains itself: updates, sentence
+    pairs and target tokens seen (training.json), and the last validation loss (metrics.csv, bits per token), each
+    the mean over the row's runs; — where a run does not record it (trained before these were counted)."""
+    seen: dict[str, list[float]] = {k: [] for k in BUDGET}
+    for run in runs:
+        path, metrics = Path(save_dir(run)) / "training.json", Path(save_dir(run)) / "metrics.csv"
+        summary = json.loads(path.read_text()) if path.exists() else {}
+        for key, name in (("updates", "updates"), ("sentences", "sentences seen"), ("target_tokens", "target tokens")):
+            if summary.get(key):
+                seen[name].append(summary[key])
+        if metrics.exists():
+            seen["valid loss (end)"].append(float(pd.read_csv(metrics).iloc[-1]["valid_loss"]))
+    out = {}
+    for name, values in seen.items():
+        if len(values) != len(runs) or not runs:
+            out[name] = NOT_RUN
+        else:
+            mean = sum(values) / len(values)
+            out[name] = f"{mean:.3f}" if name.startswith("valid") else f"{mean:,.0f}"
+    return out
 
 
 def cut_short(runs: list[str]) -> str:
@@ -148,7 +181,8 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     with atomic_path(f"{out_prefix}.csv") as tmp:
         table.to_csv(tmp, index=False)
     shown = table[[c for c in table.columns if c == "row" or c.split(" ")[0] in ("paper", "ours", "delta")
-                   or c.startswith(("params (", "train speed (", "decode speed ("))] + ["status"]]
+                   or c.startswith(("params (", "train speed (", "decode speed (", "p vs")) or c in BUDGET]
+                  + ["status"]]
     lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
     if spec.get("scale"):
         lines += [f"Scale: {spec['scale']}", ""]
@@ -209,7 +243,12 @@ def legend(spec: dict) -> str:
     test = spec.get("significance")
     if test:
         text += (f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
-                 f" ({TESTS[test['test']]}), as the paper marks it.")
+                 f" ({TESTS[test['test']]}), as the paper marks it; p vs = that test's p-value and which way the "
+                 f"difference goes (better or worse).")
+    if spec.get("budget"):
+        text += (" Budget per row (mean over seeds): updates, sentence pairs and target tokens trained on, and the "
+                 "validation loss (bits per token) at the end — rows trained for different budgets are not a "
+                 "like-for-like comparison.")
     return text
 
 
