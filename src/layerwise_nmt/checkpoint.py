@@ -9,6 +9,9 @@ A training directory (`<run>/checkpoints/`) holds
   progress only, the candidates for averaging (fairseq's names);
 - `checkpoint_best.pt`: the epoch early stopping judged best.
 
+`Writer` writes them on a background thread from a CPU copy of the state (`snapshot`), so that training goes on
+while a checkpoint is serialised and fsync'ed; each file still appears by an atomic rename (`save`).
+
 Also here: what a checkpoint must agree with to be resumed (`resume_key`), the RNG state it carries, and the warm
 start that reads a trained model into a larger one.
 """
@@ -16,12 +19,15 @@ start that reads a trained model into a larger one.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import pickle
 import random
 import re
+import threading
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +61,55 @@ def save(path: Path, state: dict, previous: Path | None = None) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_directory(path.parent)
+
+
+def snapshot(obj, _seen: dict | None = None):
+    """A copy of a state (nested dicts, lists and tuples of tensors and plain values) that training can no longer
+    change: every tensor copied to the CPU (a tensor appearing twice, a tied embedding, stays one tensor), every
+    other value deep-copied. What the writer thread saves while the model's parameters move on."""
+    seen = {} if _seen is None else _seen
+    if isinstance(obj, torch.Tensor):  # state_dict() returns a tied matrix as two tensors over one storage
+        key = (obj.untyped_storage().data_ptr(), obj.device, obj.dtype, obj.storage_offset(), obj.shape,
+               obj.stride())
+        if key not in seen:
+            seen[key] = obj.detach().to("cpu", copy=True)
+        return seen[key]
+    if isinstance(obj, dict):
+        return {key: snapshot(value, seen) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(snapshot(value, seen) for value in obj)
+    return copy.deepcopy(obj)
+
+
+class Writer:
+    """Runs checkpoint writes one at a time on a background thread. `submit` first waits for the write before
+    (so that one copy of the state at most is held for writing, and files are written in the order asked), `wait`
+    waits for the pending one; either raises, on the training thread, the error a write ended with (a full disk:
+    `save`'s UserError). The thread is not a daemon: a process that ends while a write is pending finishes it
+    first. A kill (SIGKILL, a node failure) mid-write loses only that write: `save`'s rename is atomic."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer")
+        self._thread.start()
+
+    def _run(self, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as err:  # raised on the training thread by the next submit() or wait()
+            self._error = err
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -209,10 +264,11 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself.
+# Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself;
+# micro_batch_tokens: how an update's sentences are split into passes, not which ones (float rounding aside).
 RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
                      "keep_interval_updates", "save_interval_updates", "save_interval_minutes", "final_model",
-                     "max_nonfinite_updates")
+                     "max_nonfinite_updates", "micro_batch_tokens")
 
 
 def resume_key(spec: dict) -> dict:

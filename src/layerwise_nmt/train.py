@@ -2,15 +2,18 @@
 
 - batches of `max_tokens` (and/or `max_sentences`), gradient accumulation over `update_freq` batches;
   gradients are normalised by the number of target tokens of the whole update, across DDP ranks
-  (tokens per update = max_tokens × GPUs × update_freq);
+  (tokens per update = max_tokens × GPUs × update_freq); `micro_batch_tokens` merges an update's batches into
+  fewer, larger passes (the same sentences, the same gradient up to float rounding: `accumulate`); the next
+  updates' batches are collated on a background thread while the current one computes (`Prefetcher`);
 - Adam(0.9, 0.98, 1e-9); learning rate a pure function of the update number (`lr_at`): fairseq's inverse_sqrt
   with linear warmup, or Vaswani et al.'s noam schedule; optional RestartAdam (MLRF §4.1, after Denkowski & Neubig
   2017): after `restart_after_epochs`, fresh Adam moments, a fixed lr and a new batch size;
 - label-smoothed cross-entropy as fairseq computes it; gradient clipping;
 - stops at max_update / max_epoch / a wall-clock budget / early stopping on validation loss;
-- checkpoints every N updates, every M minutes and at each epoch end, written atomically (`checkpoint.py`), the
-  last K kept; `checkpoint_last.pt` holds everything needed to resume bit for bit (model, optimizer, schedule
-  position, RNG, data position);
+- checkpoints every N updates, every M minutes and at each epoch end, written atomically (`checkpoint.py`) by a
+  background thread from a CPU copy of the state (the final save on a signal is synchronous), the last K kept;
+  `checkpoint_last.pt` holds everything needed to resume bit for bit (model, optimizer, schedule position, RNG,
+  data position);
 - an update whose loss or gradient norm is not finite is skipped (fp16: with a smaller loss scale); too many in a
   row stop the run with an error, its last checkpoint untouched.
 """
@@ -23,6 +26,7 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +35,7 @@ import torch.nn.functional as F
 
 from . import UserError, checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
-from .data.batching import ParallelData, collate, epoch_order, make_batches
+from .data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order, make_batches, merge_batches
 from .data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, all_reduce_sum, barrier, init_distributed, per_rank_update_freq, world
 from .models import build
@@ -50,6 +54,10 @@ class TrainConfig(Settings):
     max_tokens: int | None = setting(4096, ge=1)
     max_sentences: int | None = setting(None, ge=1)
     update_freq: int = setting(1, ge=1)
+    # merge each update's batches into passes of up to this many padded tokens (fewer, larger forward/backward
+    # passes on a GPU that holds more than max_tokens; the update's sentences and tokens unchanged); 0 = off, one
+    # pass per batch as the papers' GPUs ran them
+    micro_batch_tokens: int = setting(0, ge=0)
     # leave out training pairs with more subword units on either side (0 = keep all)
     skip_longer_than: int = setting(0, ge=0)
     lr: float = setting(5e-4, gt=0)  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
@@ -155,23 +163,34 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
     """Forward/backward over the update's batches; leaves gradients normalised by the update's target tokens
     (all ranks): grad = Σ_ranks Σ_batches ∇loss_sum / ntokens_total, the same as one process with the union.
 
+    Merged batches (`micro_batch_tokens`, `merge_batches`) give the same gradient: the loss is a sum over target
+    tokens, each token's term depends only on its own sentence (padding is masked in attention, convolutions and
+    the loss; positions restart in every sentence), and the normalisation is by the update's total tokens whatever
+    the passes, so Σ_passes ∇Σ_tokens = Σ_batches ∇Σ_tokens; only the order of float additions differs. A model's
+    auxiliary loss is the exception: Dou et al.'s diversity term is a mean over a pass's positions, weighted by the
+    pass's tokens, which merging would change: refused here, and at the start by `check_merging`.
+
     fp16: each loss is multiplied by the scaler's loss scale before backward, so that small gradients survive in
     fp16; `_update` unscales. The sums stay on the device (no host sync here): `_update` reads them once."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     inner = model.module if ddp else model
     sums = torch.zeros(len(STATS), dtype=torch.float64, device=device)
     for i, batch in enumerate(micro_batches):
-        batch = batch.to(device)
+        batch = batch.to(device)  # non_blocking: from pinned memory, queued behind the running kernels
         sync = nullcontext() if (not ddp or i == len(micro_batches) - 1) else model.no_sync()
         with sync:
             with autocast():
                 logits = model(batch.src, batch.prev)
             loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
             extra = getattr(inner, "auxiliary_loss", None)  # a per-token term the model asks for (Dou's −λ·L_div)
+            if extra is not None and batch.parts > 1:
+                raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(inner).__name__} adds "
+                                f"a per-pass auxiliary loss, which merged batches would change; set "
+                                f"micro_batch_tokens: 0")
             total = loss if extra is None else loss + extra * batch.ntokens
             (total if scaler is None else scaler.scale(total)).backward()
-        sums += torch.stack([loss.detach().double(), nll.double(), ok.double(),
-                             torch.tensor(float(batch.ntokens), dtype=torch.float64, device=device)])
+        sums[:3] += torch.stack([loss.detach().double(), nll.double(), ok.double()])
+        sums[3] += batch.ntokens  # a Python number: no host-to-device copy, which would wait for the stream
     sums = all_reduce_sum(sums)
     grads = [p.grad for p in inner.parameters() if p.grad is not None]
     if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
@@ -239,26 +258,39 @@ class Run:
     saved_time: float = field(default_factory=time.time)
     saved_update: int | None = None  # of the newest checkpoint_last.pt this process wrote
     dictionaries: dict = field(default_factory=dict)  # checkpoint.dictionaries: translate checks them
+    writer: checkpoint.Writer = field(default_factory=checkpoint.Writer)
 
-    def save(self, *names: str) -> None:
+    def save(self, *names: str, background: bool = False) -> None:
         """Rank 0 writes checkpoint_last.pt (all a resume needs; the only one resumed from) and weights-only
-        checkpoints (the averaging candidates), then prunes the oldest."""
+        checkpoints (the averaging candidates), then prunes the oldest, from a CPU copy of the state taken now.
+        background=True (the training loop's saves): on the writer thread while training goes on, an error of the
+        write raised by the next save or `flush`; else here, before returning (the save of a stopping process)."""
         if self.rank != 0:
             return
+        self.writer.wait()  # the write before first: files in order, one copy of the state held at a time
         weights = {"model": self.model.state_dict(), "model_name": self.spec["model"],
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
                    "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
                    "dictionaries": self.dictionaries}
-        for name in names:
-            if name == LAST:
-                state = {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-                         "rng": checkpoint.rng_state()}
-                checkpoint.save(self.save_dir / LAST, state, previous=self.save_dir / PREVIOUS)
-            else:
-                checkpoint.save(self.save_dir / name, weights)
+        states = {name: weights if name != LAST else
+                  {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+                   "rng": checkpoint.rng_state()} for name in names}
+        states = checkpoint.snapshot(states)  # one copy of the weights, shared by the files that hold them
+        if background:
+            self.writer.submit(lambda: self._write(states))
+        else:
+            self._write(states)
+        self.saved_time, self.saved_update = time.time(), self.progress.update
+
+    def _write(self, states: dict[str, dict]) -> None:
+        for name, state in states.items():
+            checkpoint.save(self.save_dir / name, state, previous=self.save_dir / PREVIOUS if name == LAST else None)
         checkpoint.prune(self.save_dir, "update", self.cfg.keep_interval_updates)
         checkpoint.prune(self.save_dir, "epoch", self.cfg.keep_last_epochs)
-        self.saved_time, self.saved_update = time.time(), self.progress.update
+
+    def flush(self) -> None:
+        """Wait for the pending checkpoint write; raise its error, if it failed."""
+        self.writer.wait()
 
 
 def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None) -> dict:
@@ -286,37 +318,64 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
         try:
             while not progress.stop_reason(cfg):
                 order = _epoch_order(train_data, cfg, progress, per_update, data_dir)
-                for position in range(progress.next_batch, len(order), per_update):
-                    group = order[position:position + per_update]
-                    micro = [collate(train_data, ids) for ids in group[rank::world_size]]  # this rank's share
-                    progress.next_batch = position + per_update
-                    result = _update(run, net, micro, device, autocast)
-                    if result is None:  # a non-finite loss or gradient: skipped
-                        continue
-                    progress.add(result, elapsed=time.time() - started)
-                    reporter.update(progress, result["ntokens"], _lr(run), result["grad_norm"],
-                                    updates_per_epoch=len(order) // per_update)
-                    if progress.stop_reason(cfg):
-                        break
-                    _save_on_schedule(run)
-                    if signals.received():
-                        raise Stop()
+                batches = partial(rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device)
+                with Prefetcher(batches, range(progress.next_batch, len(order), per_update)) as ahead:
+                    for position, micro in ahead:
+                        progress.next_batch = position + per_update  # a checkpoint resumes after this update
+                        result = _update(run, net, micro, device, autocast)
+                        if result is None:  # a non-finite loss or gradient: skipped
+                            continue
+                        progress.add(result, elapsed=time.time() - started)
+                        reporter.update(progress, result["ntokens"], _lr(run), result["grad_norm"],
+                                        updates_per_epoch=len(order) // per_update)
+                        if progress.stop_reason(cfg):
+                            break
+                        _save_on_schedule(run)
+                        if signals.received():
+                            raise Stop()
                 valid = evaluate(net, valid_data, cfg, device, autocast)
                 if progress.next_batch < len(order):  # the budget ran out mid-epoch: keep the position, so that
                     reporter.epoch(progress, valid, _lr(run), partial=True)  # a larger budget continues right here
-                    run.save(f"checkpoint_{progress.epoch}_{progress.update}.pt", LAST)
+                    run.save(f"checkpoint_{progress.epoch}_{progress.update}.pt", LAST, background=True)
                     break
                 _end_epoch(run, valid, reporter)
                 if signals.received() and not progress.stop_reason(cfg):
                     raise Stop()
         except Stop:
-            run.save(LAST)
+            run.save(LAST)  # synchronous, after the pending write: the process exits next
             log.warning("signal %s: saved checkpoint_last.pt at update %d; exiting so the job can be resumed",
                         signals.hit, progress.update)
             raise SystemExit(75)  # EX_TEMPFAIL: Snakemake's retries restart the job, which resumes
+        except BaseException:
+            _flush_quietly(run)  # the pending write finishes; the error that stopped the loop is the one raised
+            raise
         finally:
             reporter.close()
+    run.flush()
     return _finish(run, final, reporter, precision)
+
+
+def _flush_quietly(run: Run) -> None:
+    try:
+        run.flush()
+    except BaseException as err:
+        log.error("a checkpoint write failed too: %s", err)
+
+
+def rank_batches(data: ParallelData, order: list[np.ndarray], per_update: int, micro_batch_tokens: int,
+                 device: torch.device, position: int) -> list[Batch]:
+    """This rank's share of the update that starts at batch `position` of the epoch's `order`, collated: merged
+    into passes of up to `micro_batch_tokens` padded tokens when set (`merge_batches`), else one per batch in
+    their order; pinned when the model is on a GPU, so that `Batch.to` copies them asynchronously. Runs on the
+    `Prefetcher` thread."""
+    rank, world_size = world()
+    batches = order[position:position + per_update][rank::world_size]
+    if micro_batch_tokens:
+        merged = merge_batches(batches, data.sizes, micro_batch_tokens)
+        collated = [replace(collate(data, ids), parts=parts) for ids, parts in merged]
+    else:
+        collated = [collate(data, ids) for ids in batches]
+    return [batch.pin_memory() for batch in collated] if device.type == "cuda" else collated
 
 
 def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device,
@@ -344,6 +403,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         if rank == 0:
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
+    check_merging(model, cfg)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
     run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank,
               dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab))
@@ -356,6 +416,15 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
                  run.progress.update, run.progress.next_batch)
     return run
+
+
+def check_merging(model: torch.nn.Module, cfg: TrainConfig) -> None:
+    """Refuse micro_batch_tokens for a model whose loss has a term per pass rather than per token (`accumulate`):
+    Dou et al.'s layer diversity (deep, diversity > 0) is a mean over the pass's positions."""
+    if cfg.micro_batch_tokens and hasattr(model, "auxiliary_loss") and getattr(model.config, "diversity", 0):
+        raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} with diversity="
+                        f"{model.config.diversity} adds a mean over each pass's positions to the loss, which merged "
+                        f"batches would change; set micro_batch_tokens: 0")
 
 
 def _epoch_order(data: ParallelData, cfg: TrainConfig, progress: Progress, per_update: int, data_dir: str) -> list:
@@ -427,9 +496,10 @@ def _skip_nonfinite(run: Run, result: dict) -> None:
 def _save_on_schedule(run: Run) -> None:
     cfg, update = run.cfg, run.progress.update
     if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
-        run.save(f"checkpoint_{run.progress.epoch}_{update}.pt", LAST)
+        run.save(f"checkpoint_{run.progress.epoch}_{update}.pt", LAST, background=True)
     elif cfg.save_interval_minutes and time.time() - run.saved_time >= cfg.save_interval_minutes * 60:
-        run.save(LAST)  # a resume point only: which checkpoints are averaged must not depend on the clock
+        run.save(LAST, background=True)  # a resume point only: which checkpoints are averaged must not depend on
+        # the clock
 
 
 def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
@@ -444,7 +514,7 @@ def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
                  progress.epoch, cfg.restart_lr, *_batch_limits(cfg, True))
     finished = progress.epoch
     progress.next_epoch()
-    run.save(f"checkpoint{finished}.pt", LAST, *([BEST] if improved else []))
+    run.save(f"checkpoint{finished}.pt", LAST, *([BEST] if improved else []), background=True)
 
 
 def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precision) -> dict:

@@ -5,11 +5,18 @@ tie-break, packed greedily so that (number of sentences) × (longest sentence, s
 the list of batches is shuffled each epoch with seed + epoch. One known difference: fairseq 0.12's code, despite
 its comment, sorts by source length first (docs/benchmarks.md). `--max-sentences` caps sentences per batch (MLRF
 trains with batches of 80 and then 32 sentences).
+
+Also here: merging an update's batches into fewer, larger passes (`merge_batches`) and collating them on a background
+thread ahead of the step (`Prefetcher`), pinned for an asynchronous copy when the model is on a GPU.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +36,11 @@ class ParallelData:
 
     def __len__(self) -> int:
         return len(self.src)
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """Each pair's longer side, in tokens: what a batch's padded size counts."""
+        return np.maximum(self.src.sizes, self.tgt.sizes)
 
     def num_tokens(self, i: int) -> int:
         return max(self.src.sizes[i], self.tgt.sizes[i])
@@ -75,9 +87,19 @@ class Batch:
     tgt: torch.Tensor  # (B, T) target, ends with </s>, pad elsewhere
     ids: np.ndarray
     ntokens: int  # non-pad target tokens
+    parts: int = 1  # how many of the configured batches were merged into this one (`merge_batches`)
 
     def to(self, device) -> "Batch":
-        return Batch(self.src.to(device), self.prev.to(device), self.tgt.to(device), self.ids, self.ntokens)
+        """On `device`. non_blocking: from pinned memory (`pin_memory`) the copy to a GPU is queued behind the
+        running kernels instead of waiting for them (a blocking copy synchronises the stream); from pageable memory
+        it is staged at once, and CPU to CPU is no copy at all, so it is safe everywhere."""
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.prev, self.tgt)), self.ids,
+                     self.ntokens, self.parts)
+
+    def pin_memory(self) -> "Batch":
+        """In page-locked host memory, which a GPU can copy from asynchronously (needs CUDA)."""
+        return Batch(self.src.pin_memory(), self.prev.pin_memory(), self.tgt.pin_memory(), self.ids, self.ntokens,
+                     self.parts)
 
 
 def pad(seqs: list[np.ndarray], pad_id: int) -> torch.Tensor:
@@ -93,3 +115,75 @@ def collate(data: ParallelData, ids: np.ndarray, pad_id: int = 1, eos: int = 2) 
     tgt = pad(tgts, pad_id)
     prev = pad([np.concatenate([[eos], t[:-1]]) for t in tgts], pad_id)
     return Batch(src, prev, tgt, ids, int(sum(len(t) for t in tgts)))
+
+
+def merge_batches(batches: list[np.ndarray], sizes: np.ndarray, budget: int) -> list[tuple[np.ndarray, int]]:
+    """An update's batches of sentence ids merged into fewer, larger ones of at most `budget` padded tokens
+    ((sentences) × (longest sentence, source or target), `make_batches`'s measure); returns (ids, how many batches
+    were merged) pairs. The same sentences, each once: the update's tokens do not change, only how many
+    forward/backward passes carry them. Batches are taken shortest first, so that similar lengths share a pass and
+    little of it is padding; one larger than the budget stays alone."""
+    longest = [int(sizes[ids].max()) for ids in batches]
+    merged, ids, parts, width = [], [], 0, 0
+    for i in sorted(range(len(batches)), key=longest.__getitem__):
+        wider = max(width, longest[i])
+        if parts and (sum(map(len, ids)) + len(batches[i])) * wider > budget:
+            merged.append((np.concatenate(ids), parts))
+            ids, parts, wider = [], 0, longest[i]
+        ids, parts, width = ids + [batches[i]], parts + 1, wider
+    return merged + [(np.concatenate(ids), parts)] if ids else merged
+
+
+_DONE = object()
+
+
+class Prefetcher:
+    """`make(key)` for each key, computed on a background thread up to `depth` keys ahead of the consumer and
+    yielded as (key, value) in the keys' order: the next update's batches are collated (and pinned) while the
+    current update computes. collate draws no random numbers, so the RNG state a checkpoint records, and with it a
+    resume, does not depend on how far ahead the thread got.
+
+    A thread rather than torch's DataLoader: its in-process mode (num_workers=0) does not run ahead, and a worker
+    process costs a start per epoch and a second process on a small CPU, for work (indexing an mmap'ed array,
+    padding) that mostly runs in numpy and torch outside the GIL. Leave it with `close()` (or a `with` block): the
+    thread stops after the item it is making."""
+
+    def __init__(self, make: Callable, keys: Iterable, depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(make, keys), name="prefetch-batches", daemon=True)
+        self._thread.start()
+
+    def _fill(self, make: Callable, keys: Iterable) -> None:
+        try:
+            for key in keys:
+                if self._stop.is_set():
+                    return
+                self._queue.put((key, make(key)))
+        except BaseException as err:  # handed to the consumer, which raises it where the item was expected
+            self._queue.put(err)
+            return
+        self._queue.put(_DONE)
+
+    def __iter__(self) -> Iterator:
+        while (item := self._queue.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stop the thread: emptying the queue releases a blocked put(), after which it sees the stop flag (one
+        more put fits in the emptied queue)."""
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,279 @@
+"""The trainer keeps the device busy (#41): batches collated ahead on a thread and copied without waiting,
+checkpoints written off the training thread from a copy, an update's batches merged into fewer passes with the
+same loss and gradients for every model family. Every GPU branch runs here on the CPU."""
+
+import importlib.util
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, toy_spec
+
+from layerwise_nmt import UserError
+from layerwise_nmt import train as training
+from layerwise_nmt.checkpoint import LAST, load, resume_key
+from layerwise_nmt.data.batching import ParallelData, Prefetcher, make_batches, merge_batches
+from layerwise_nmt.data.vocab import load_pair
+from layerwise_nmt.models import build
+from layerwise_nmt.precision import Precision
+from layerwise_nmt.train import TrainConfig, _start, _update, accumulate, check_merging, rank_batches, train
+
+CPU = torch.device("cpu")
+OURS = str(training.__file__).rsplit("/", 1)[0]
+_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
+
+
+def no_dropout_spec(**train) -> dict:
+    spec = toy_spec(**train)
+    return {**spec, "arch": {**spec["arch"], "dropout": 0.0}}
+
+
+def start(toy_data, save_dir, **train):
+    spec = no_dropout_spec(**train)
+    torch.manual_seed(1)
+    cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
+    return _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU,
+                  Precision("none", "none", "fp32", "cpu"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batches ahead of the step
+
+
+def test_training_batches_are_collated_off_the_training_thread(toy_data, tmp_path, monkeypatch):
+    calls = []
+    real = training.collate
+
+    def recorded(*args, **kwargs):
+        calls.append((sys._getframe(1).f_code.co_name, threading.current_thread() is threading.main_thread()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "collate", recorded)
+    train(no_dropout_spec(max_update=4), str(toy_data), "de", "en", str(tmp_path / "run"))
+    for_updates = [on_main for caller, on_main in calls if caller not in ("evaluate", "valid_bleu")]
+    assert len(for_updates) >= 4 and not any(for_updates)
+
+
+def test_the_prefetcher_runs_ahead_in_order_and_stops_when_left():
+    made = []
+
+    def make(key):
+        made.append(key)
+        return key * 10
+
+    with Prefetcher(make, range(100), depth=2) as ahead:
+        items = iter(ahead)
+        assert next(items) == (0, 0)
+        deadline = time.time() + 10
+        while len(made) < 3 and time.time() < deadline:  # 1 and 2 made while the consumer holds 0
+            time.sleep(0.01)
+        assert made[:3] == [0, 1, 2]
+        assert [next(items) for _ in range(3)] == [(1, 10), (2, 20), (3, 30)]
+    assert not ahead._thread.is_alive() and len(made) < 10  # left early: the thread stopped, not at key 99
+
+    def broken(key):
+        if key == 2:
+            raise OSError("disk gone")
+        return key
+
+    with Prefetcher(broken, range(5)) as ahead, pytest.raises(OSError, match="disk gone"):
+        assert [key for key, _ in ahead] == [0, 1]
+
+
+def test_batches_are_pinned_for_a_gpu_only(toy_data, monkeypatch):
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: pinned.append(self.shape) or self)
+    data = ParallelData(toy_data, "train", "de", "en")
+    order = make_batches(data.src.sizes, data.tgt.sizes, 60, None, 1)[:4]
+    assert len(rank_batches(data, order, 4, 0, CPU, 0)) == 4 and not pinned
+    assert len(rank_batches(data, order, 4, 0, torch.device("cuda"), 0)) == 4 and len(pinned) == 12
+
+
+def test_an_update_makes_no_blocking_copy_to_the_device(toy_data, tmp_path, monkeypatch):
+    """A blocking host-to-device copy (`.to(device)`, `torch.tensor(..., device=)`) waits for the GPU's stream
+    to drain: the update's copies are non_blocking, its token count a Python number."""
+    run = start(toy_data, tmp_path / "run")
+    data = ParallelData(toy_data, "train", "de", "en")
+    micro = rank_batches(data, make_batches(data.src.sizes, data.tgt.sizes, 60, None, 1)[:3], 3, 0, CPU, 0)
+    blocking = []
+    real_to, real_tensor = torch.Tensor.to, torch.tensor
+
+    def to(self, *args, **kwargs):
+        if sys._getframe(1).f_code.co_filename.startswith(OURS) and not kwargs.get("non_blocking"):
+            blocking.append(f"to in {sys._getframe(1).f_code.co_name}")
+        return real_to(self, *args, **kwargs)
+
+    def tensor(*args, **kwargs):
+        if sys._getframe(1).f_code.co_filename.startswith(OURS) and kwargs.get("device") is not None:
+            blocking.append(f"torch.tensor in {sys._getframe(1).f_code.co_name}")
+        return real_tensor(*args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    monkeypatch.setattr(torch, "tensor", tensor)
+    assert _update(run, run.model, micro, CPU, lambda: torch.autocast("cpu", enabled=False)) is not None
+    assert blocking == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints off the training thread
+
+
+def test_checkpoints_are_written_off_the_training_thread_from_a_copy(toy_data, tmp_path, monkeypatch):
+    run = start(toy_data, tmp_path / "run")
+    release, writers = threading.Event(), []
+    real_save = torch.save
+
+    def slow_save(*args, **kwargs):  # a slow disk: the write waits until the test lets it go (or 5 s)
+        writers.append(threading.current_thread() is threading.main_thread())
+        release.wait(timeout=5)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", slow_save)
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    began = time.perf_counter()
+    run.save(LAST, background=True)
+    returned = time.perf_counter() - began
+    with torch.no_grad():  # training goes on while the write waits
+        for p in run.model.parameters():
+            p.add_(1.0)
+    assert returned < 2 and not (tmp_path / "run" / LAST).exists()
+    release.set()
+    run.flush()
+    assert writers == [False]
+    saved = load(tmp_path / "run" / LAST)["model"]
+    assert all(torch.equal(saved[k], v) for k, v in before.items())  # the state at save(), not after
+
+    release.clear()
+    threading.Timer(1.0, release.set).start()
+    began = time.perf_counter()
+    run.save(LAST)  # by default (a stopping process): written before save() returns
+    assert time.perf_counter() - began >= 0.9 and writers[-1] is True
+    assert torch.equal(load(tmp_path / "run" / LAST)["model"]["output.weight"],
+                       run.model.state_dict()["output.weight"])
+
+
+def test_a_tied_matrix_is_copied_once(toy_data, tmp_path):
+    from layerwise_nmt.checkpoint import snapshot
+
+    state = start(toy_data, tmp_path / "run").model.state_dict()
+    tied = [k for k in state if state[k].data_ptr() == state["output.weight"].data_ptr()]
+    assert len(tied) >= 2  # toy arch: tie all
+    copy = snapshot(state)
+    assert len({copy[k].data_ptr() for k in tied}) == 1 and copy[tied[0]].data_ptr() != state[tied[0]].data_ptr()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Merged micro-batches
+
+
+def test_merge_batches_keeps_every_sentence_once_within_the_budget():
+    rng = np.random.RandomState(0)
+    sizes = rng.randint(2, 60, 400)
+    batches = make_batches(sizes, sizes, 200, None, 1)
+    rng.shuffle(batches)
+    group = batches[:16]
+    for budget in (150, 800, 5000):
+        merged = merge_batches(group, sizes, budget)
+        assert sorted(np.concatenate([ids for ids, _ in merged])) == sorted(np.concatenate(group))
+        assert sum(parts for _, parts in merged) == len(group)
+        assert all(len(ids) * sizes[ids].max() <= budget or parts == 1 for ids, parts in merged)
+    assert len(merge_batches(group, sizes, 5000)) < len(merge_batches(group, sizes, 800)) < len(group)
+    assert len(merge_batches(group, sizes, 150)) == len(group)  # every batch already fills the budget
+
+
+# every dropout off (the conv backbones drop kernel weights by default): the same arithmetic in both runs
+NO_DROPOUT = {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0, "weight_dropout": 0.0,
+              "input_dropout": 0.0}
+
+
+def family_updates(toy_data, name: str, arch: dict, budget: int):
+    """(loss sums, gradients) of one update on 4 toy batches of different lengths, unmerged and merged."""
+    data = ParallelData(toy_data, "train", "de", "en")
+    vocab = len(load_pair(toy_data, "de", "en")[0])
+    batches = make_batches(data.src.sizes, data.tgt.sizes, 40, None, 1)
+    group = [batches[i] for i in (0, len(batches) // 3, 2 * len(batches) // 3, len(batches) - 1)]
+    model_name, extra = gpu_check.FAMILIES[name]
+    results = []
+    for micro_batch_tokens in (0, budget):
+        torch.manual_seed(0)
+        model = build(model_name, {**gpu_check.TINY, **NO_DROPOUT, **extra, **arch, "src_vocab": vocab,
+                                   "tgt_vocab": vocab})
+        cfg = TrainConfig.from_dict({"max_update": 1, "micro_batch_tokens": micro_batch_tokens})
+        micro = rank_batches(data, group, 4, micro_batch_tokens, CPU, 0)
+        assert len(micro) == (4 if not micro_batch_tokens else 2)
+        stats = accumulate(model.train(), micro, cfg, CPU, lambda: torch.autocast("cpu", enabled=False))
+        results.append(({k: float(v) for k, v in stats.items()},
+                        {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    return results
+
+
+def merging_budget(toy_data) -> int:
+    """A budget that merges the 4 batches of `family_updates` into 2 passes (shortest two, longest two)."""
+    data = ParallelData(toy_data, "train", "de", "en")
+    batches = make_batches(data.src.sizes, data.tgt.sizes, 40, None, 1)
+    group = [batches[i] for i in (0, len(batches) // 3, 2 * len(batches) // 3, len(batches) - 1)]
+    for budget in range(40, 400):
+        if len(merge_batches(group, data.sizes, budget)) == 2:
+            return budget
+    raise AssertionError("no budget merges the toy batches into 2 passes")
+
+
+@pytest.mark.parametrize("name", list(gpu_check.FAMILIES))
+def test_merged_and_unmerged_updates_give_the_same_loss_and_gradients(toy_data, name):
+    budget = merging_budget(toy_data)
+    arch = {"diversity": 0.0} if name == "deep" else {}  # its diversity term is refused (next test)
+    (unmerged, grads), (merged, merged_grads) = family_updates(toy_data, name, arch, budget)
+    assert merged["ntokens"] == unmerged["ntokens"] and merged["correct"] == unmerged["correct"]
+    for key in ("loss", "nll"):
+        assert merged[key] == pytest.approx(unmerged[key], rel=1e-5), key
+    assert grads.keys() == merged_grads.keys()
+    for param, grad in grads.items():
+        assert torch.allclose(merged_grads[param], grad, rtol=1e-4, atol=1e-6), param
+
+
+def test_a_per_pass_auxiliary_loss_refuses_merging(toy_data):
+    model_name, extra = gpu_check.FAMILIES["deep"]
+    assert extra["diversity"] > 0
+    model = build(model_name, {**gpu_check.TINY, **extra, "src_vocab": 40, "tgt_vocab": 40})
+    with pytest.raises(UserError, match="micro_batch_tokens=4096: model DeepTransformer with diversity=1.0 .*set "
+                                        "micro_batch_tokens: 0"):
+        check_merging(model, TrainConfig.from_dict({"max_update": 1, "micro_batch_tokens": 4096}))
+    check_merging(model, TrainConfig.from_dict({"max_update": 1}))  # off: fine
+    with pytest.raises(UserError, match="per-pass auxiliary loss"):  # and the update itself, as a backstop
+        family_updates(toy_data, "deep", {}, merging_budget(toy_data))
+
+
+def test_merged_training_follows_the_unmerged_run_and_resumes_across_the_setting(toy_data, tmp_path):
+    """The trainer with micro_batch_tokens: the same updates (tokens, positions, loss) and, within fp32 rounding,
+    the same weights after 6 updates of 4 batches; the setting may change between a stop and a resume. adam_eps
+    1e-3: Adam's default 1e-9 turns a gradient that is rounding noise in both runs (the key biases', which softmax
+    ignores) into a step of ±lr either way, larger than any rounding; with 1e-3 such a step is negligible. amp: none
+    (fp32): in bf16 a pass's shape changes what is rounded where, and the runs agree only to bf16's precision."""
+    runs = {}
+    for label, budget in (("unmerged", 0), ("merged", 800)):
+        spec = no_dropout_spec(max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none",
+                               micro_batch_tokens=budget)
+        train(spec, str(toy_data), "de", "en", str(tmp_path / label))
+        runs[label] = load(tmp_path / label / LAST)
+    a, b = runs["unmerged"], runs["merged"]
+    for key in ("update", "epoch", "next_batch"):
+        assert a["progress"][key] == b["progress"][key], key
+    loss, _, _, tokens = a["progress"]["epoch_stats"]
+    assert b["progress"]["epoch_stats"][3] == tokens  # target tokens of the epoch's updates
+    assert b["progress"]["epoch_stats"][0] == pytest.approx(loss, rel=1e-5)  # and their summed loss
+    for key, tensor in a["model"].items():
+        assert torch.allclose(b["model"][key], tensor, rtol=1e-4, atol=1e-6), key
+
+    key = resume_key(no_dropout_spec(max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none"))
+    assert resume_key(no_dropout_spec(max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none",
+                                      micro_batch_tokens=800)) == key
+    spec = no_dropout_spec(max_update=8, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none",
+                           micro_batch_tokens=0)
+    train(spec, str(toy_data), "de", "en", str(tmp_path / "merged"))  # resumed, not set aside
+    assert load(tmp_path / "merged" / LAST)["progress"]["update"] == 8
+    assert not list(tmp_path.glob("merged.superseded-*"))
