@@ -10,7 +10,7 @@ LWNMT_DATA_MIRROR ?= $(if $(MIRROR),$(abspath $(MIRROR)))
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check study-prepare study-gpu study-collect clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-prepare study-shard study-collect device-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -52,21 +52,30 @@ docs: $(VENV)/.installed
 bench-preprocess: $(VENV)/.installed
 	python benchmarks/preprocess.py
 
-# On a GPU machine (no venv needed: the device machines have PyTorch): the CUDA path checked and measured, written
-# to benchmarks/results/gpu.json; without CUDA it says so and exits 0.
+# On a GPU machine (this workplace's device machines: 15 minutes in all, 10 per command; docs/usage.md): its
+# python3 has PyTorch but nothing else of ours, so the wheels and the data travel. Here: `make study-prepare`; there,
+# carrying .whl and .study: `make gpu-first` (<= 8 min: environment, gpu-check, the study probe), then
+# `make study-shard SHARD=small` (and seed1, seed2, seed3, lwc-mlrf on later visits); here again:
+# `make study-collect DIR="<each visit's $$OUT>"`, then commit benchmarks/results/gpu.json and docs/study/.
 gpu-check:
 	python3 benchmarks/gpu_check.py
 
-# The converged study (config/study.yaml) on a GPU machine without our packages or internet: prepare here, run
-# `make study-gpu` there until it prints "study: done", then `make study-collect DIR=<its $$OUT>` here.
+gpu-first:
+	bash scripts/study_gpu.sh first
+
 study-prepare: $(VENV)/.installed
 	bash scripts/study_gpu.sh prepare
 
-study-gpu:
-	GPU_CHECK=$${GPU_CHECK:-1} bash scripts/study_gpu.sh device
+study-shard:
+	bash scripts/study_gpu.sh shard $(SHARD)
 
 study-collect: $(VENV)/.installed
 	bash scripts/study_gpu.sh collect $(DIR)
 
+# The GPU machine's environment rebuilt here (a venv python3 with only the image's packages, the copy that travels,
+# the returned files' limits) and the commands above run in it on the CPU at toy size; CI runs it.
+device-rehearsal: $(VENV)/.installed
+	bash scripts/device_rehearsal.sh
+
 clean:
-	rm -rf results rehearsal .snakemake
+	rm -rf results rehearsal .snakemake .device-rehearsal

@@ -1,92 +1,179 @@
 #!/usr/bin/env bash
-# The study (config/study.yaml) and `make gpu-check` on a GPU machine that has PyTorch but nothing else of ours and
-# no internet (this workplace's device machines), in three steps; docs/usage.md ("The converged study on a GPU").
+# gpu-check and the converged study (config/study.yaml) on a GPU machine that has PyTorch but nothing else of ours
+# and no internet: this workplace's device machines (15 minutes in all per visit, machine start and idle included;
+# 10 minutes per command; 64 MiB sent; 8 files of <= 16 MiB back; wiped afterwards). docs/usage.md, "On a GPU
+# machine". Every visit adds evidence: results are written as they happen and packed on exit, however it exits.
 #
-#   scripts/study_gpu.sh prepare   # here (CPU, internet to PyPI): wheels → .whl/, data → .study/data.tar.gz
-#   scripts/study_gpu.sh device    # there, repeated until it prints "study: done" (each call ≤ STUDY_SECONDS);
-#                                  # carry .whl and .study; results come back under $OUT (≤ 8 files)
-#   scripts/study_gpu.sh collect DIR   # here: unpack DIR/study-results.tar.gz into results/, build table + figures
+#   scripts/study_gpu.sh prepare          # here (CPU, PyPI): wheels → .whl/ (scripts/device_wheels.py),
+#                                         # Multi30k preprocessed → .study/data.tar.gz
+#   scripts/study_gpu.sh first            # there, command 1 (<= 8 min): environment, gpu-check (every family in
+#                                         # bf16/fp16/TF32/fp32, speed rows, the study throughput probe) → $OUT
+#   scripts/study_gpu.sh shard NAME       # there, command 2..: one shard of the study, whole inside one command
+#   scripts/study_gpu.sh shards           # the shards, in the order visits should take them
+#   scripts/study_gpu.sh collect DIR...   # here: merge what came back (any number of visits) into .study/,
+#                                         # gpu.json → benchmarks/results/, docs/study/ (n of 18 runs, tables)
 #
-# Settings (environment): STUDY_CONFIG (overlay, default config/study.yaml; more overlays after it in
-# STUDY_EXTRA), STUDY_JOBS (trainings at once on the one GPU, default 3: small models leave most of an H100 idle;
-# measure with STUDY_JOBS=1 vs 3 and compare updates/s in each run's metrics.csv), STUDY_SECONDS (Snakemake's time
-# per call, default 480, inside the device's 10-minute limit; a training stopped by it checkpoints on SIGTERM and
-# the next call resumes from checkpoint_last.pt), GPU_CHECK=1 (run benchmarks/gpu_check.py first; its gpu.json comes
-# back in $OUT), STUDY_WHEELS=0 (prepare: skip the wheels, e.g. on a machine that has snakemake). On your own GPU box
-# none of this is needed: `snakemake --cores all --configfile config/study.yaml`.
+# Shards (models cannot travel back, so a shard holds a baseline together with the rows warm-started from it):
+#   small       all 6 rows × 3 seeds at the demo's model size (config/study_small.yaml), 9 trainings at once:
+#               the first study visit yields a whole table
+#   seed1..3    transformer_iwslt_de_en size: seed k's baseline, then its three warm-started rows
+#   lwc-mlrf    transformer_iwslt_de_en size: LWC and MLRF Dec-SA, 3 seeds each, 6 at once
+#
+# Settings (environment): OUT (where results go; the device tool sets it), STUDY_SECONDS (a shard's Snakemake budget,
+# default 500), FIRST_SECONDS (gpu-check's, default 450), GPU_CHECK_ARGS (extra gpu_check.py arguments: the
+# rehearsal's --device cpu and toy budgets), STUDY_EXTRA (more overlays, after the shard's), STUDY_JOBS (trainings at
+# once; default per shard), STUDY_SITE (where the wheels are installed, default /tmp/site), STUDY_PY and
+# STUDY_IMAGE_PACKAGES (prepare: the target's Python and the packages it already has). On your own GPU box none of
+# this is needed: `snakemake --cores all --configfile config/study.yaml`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-CONFIG=$(realpath "${STUDY_CONFIG:-config/study.yaml}")
+STUDY=$ROOT/.study                       # data.tar.gz (carried) and one Snakemake folder per model size
+SITE=${STUDY_SITE:-/tmp/site}
+OUT=${OUT:-$ROOT/device-out}
 EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
-cd "${STUDY_WORKDIR:-$ROOT}"  # where results/ is (the tests use a scratch folder)
-SNAKE=(python -m snakemake -s "$ROOT/Snakefile")  # then targets, then CONFIGS: --configfile and --quiet take lists
-CONFIGS=(--configfile "$CONFIG" $EXTRA)
-RESULTS_TGZ=study-results.tar.gz
-CARRY=${STUDY_CARRY:-$ROOT/.study}  # what travels to the device besides .whl: the prepared data
-export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+SHARDS="small seed1 seed2 seed3 lwc-mlrf"
+TASK=multi30k_deen
 
-# snakemake 9.27.1, sacremoses and subword-nmt with what they need beyond the device image's packages (pip resolves
-# against the image's own site-packages there, so the wheels of packages it already has are ignored)
-WHEELS="snakemake==9.27.1 sacremoses==0.2.0 subword-nmt==0.3.8"
+shard_size() { case $1 in small) echo small ;; seed[123]|lwc-mlrf) echo iwslt ;; *) return 1 ;; esac; }
+size_configs() {  # the overlays of a model size (prep: the data only), after config.yaml
+    echo "$ROOT/config/study.yaml"
+    if [ "$1" = small ]; then echo "$ROOT/config/study_small.yaml"; fi
+    for f in $EXTRA; do echo "$f"; done
+}
+shard_targets() {  # Snakemake targets: each run's test score (tables and figures are built at collect)
+    local runs
+    case $1 in
+        small) runs=$(for s in 1 2 3; do for e in transformer lwc mlrf_dec_sa gca_full dou_deep transformer_longer; do
+                   echo "study.$e/seed$s"; done; done) ;;
+        seed[123]) runs=$(for e in transformer gca_full dou_deep transformer_longer; do echo "study.$e/seed${1#seed}"; done) ;;
+        lwc-mlrf) runs=$(for s in 1 2 3; do echo "study.lwc/seed$s study.mlrf_dec_sa/seed$s"; done) ;;
+    esac
+    for r in $runs; do echo "results/$TASK/$r/test.score.json"; done
+}
+shard_jobs() { case $1 in small) echo 9 ;; lwc-mlrf) echo 6 ;; *) echo 3 ;; esac; }
+
+snake() {  # snakemake TARGETS... OPTIONS... in a model size's folder; the config files go last (a list option)
+    local size=$1; shift
+    python3 -m snakemake -s "$ROOT/Snakefile" -d "$STUDY/$size" "$@" \
+        --configfile "$ROOT/config.yaml" $(size_configs "$size")
+}
 
 prepare() {
-    if [ "${STUDY_WHEELS:-1}" = 1 ] && [ ! -f .whl/.complete ]; then
-        python -m pip download --quiet --only-binary=:all: --python-version 3.12 --implementation cp \
-            --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-            --platform any -d .whl $WHEELS
+    if [ ! -f .whl/.complete ]; then
+        python scripts/device_wheels.py .whl --python-version "${STUDY_PY:-3.12}" \
+            --image-packages "${STUDY_IMAGE_PACKAGES:-scripts/device-image-packages.txt}"
         touch .whl/.complete
     fi
-    "${SNAKE[@]}" "${CONFIGS[@]}" --cores all --until binarize --quiet rules
-    mkdir -p "$CARRY"
-    tar -czf "$CARRY/data.tar.gz" results/*/data
-    echo "study: prepared .study/data.tar.gz ($(du -h "$CARRY/data.tar.gz" | cut -f1)); now 'scripts/study_gpu.sh device' there"
+    mkdir -p "$STUDY/prep"
+    snake prep --cores all --until binarize --quiet rules
+    tar -czf "$STUDY/data.tar.gz" -C "$STUDY/prep" "results/$TASK/data"
+    echo "study: prepared .whl ($(du -sh .whl | cut -f1)) and .study/data.tar.gz ($(du -h "$STUDY/data.tar.gz" | cut -f1));" \
+         "carry both: 'scripts/study_gpu.sh first', then 'scripts/study_gpu.sh shard NAME' ($SHARDS)"
 }
 
-device() {
-    local out=${OUT:-study-out}
-    mkdir -p "$out"
-    if [ -d "$ROOT/.whl" ] && ! python -c "import snakemake" 2>/dev/null; then  # once per fresh machine
-        python3 -m venv --system-site-packages /tmp/study-venv
-        /tmp/study-venv/bin/pip install --quiet --no-index --find-links "$ROOT/.whl" $WHEELS
+# The image's python3 is itself a venv: a venv made from it would see the base interpreter's packages (no torch).
+# The carried wheels go into a plain folder on PYTHONPATH instead, without a resolver and without touching the image.
+setup_env() {
+    if [ -d "$ROOT/.whl" ] && [ ! -f "$SITE/.installed" ]; then
+        python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+            "$ROOT"/.whl/*.whl
+        touch "$SITE/.installed"
     fi
-    [ -x /tmp/study-venv/bin/python ] && export PATH=/tmp/study-venv/bin:$PATH  # `python` for the rules
-    [ -d results ] || tar -xzf "$CARRY/data.tar.gz"
-    local start=$SECONDS status=0
-    if [ "${GPU_CHECK:-0}" = 1 ] && [ ! -f results/.gpu-check.done ]; then  # once per machine, same budget
-        python "$ROOT/benchmarks/gpu_check.py" --json "$out/gpu.json" || echo "gpu-check: some checks failed (gpu.json)"
-        touch results/.gpu-check.done
-    fi
-    local left=$(( ${STUDY_SECONDS:-480} - (SECONDS - start) ))
-    if [ "$left" -lt 60 ]; then pack "$out"; echo "study: not started (gpu-check took the budget); call again"; return; fi
-    "${SNAKE[@]}" "${CONFIGS[@]}" --unlock >/dev/null 2>&1 || true
-    timeout -s TERM -k 60 "$left" "${SNAKE[@]}" "${CONFIGS[@]}" --cores all --rerun-incomplete --keep-going \
-        --config gpus_per_job=0 --set-threads train=1 --resources "train_slots=${STUDY_JOBS:-3}" \
-        --set-resources "train:train_slots=1" || status=$?
-    pack "$out"
-    if [ "$status" = 0 ]; then echo "study: done"; else echo "study: not finished (exit $status); call again"; fi
+    export PYTHONPATH="$ROOT/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    export PATH="$SITE/bin:$PATH"
+    for module in torch yaml snakemake sacremoses subword_nmt jsonschema sacrebleu; do
+        python3 -c "import $module" 2>/dev/null || { echo "study: python3 cannot import $module (carry .whl: make study-prepare)"; return 1; }
+    done
 }
 
-# what the table and figures read (scores, hypotheses, metrics, training.json, logs, and the test/valid texts that
-# the bootstrap and the length buckets compare against), small: one archive
+unpack_data() {
+    local size=$1
+    [ -d "$STUDY/$size/results/$TASK/data" ] && return
+    mkdir -p "$STUDY/$size"
+    tar -xzf "$STUDY/data.tar.gz" -C "$STUDY/$size"
+}
+
+environment() {
+    echo "date: $(date -u +%FT%TZ)"
+    echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi 2>&1 | head -20 || echo "nvidia-smi: not found"
+    python3 -c "import sys, torch; print('python', sys.version.split()[0], sys.executable); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
+    df -h "$ROOT" /tmp 2>&1
+    nproc; free -g 2>/dev/null | head -2 || true
+}
+
+first() {
+    mkdir -p "$OUT"
+    exec > >(tee -a "$OUT/first.log") 2>&1
+    trap 'echo "first: exit $? at $(date -u +%T)"' EXIT  # gpu.json is already on disk, rewritten after every check
+    environment > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+    setup_env
+    unpack_data iwslt
+    local status=0
+    timeout -s TERM -k 20 "${FIRST_SECONDS:-450}" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu.json" \
+        --probe "$STUDY/iwslt/results/$TASK/data/bin-joint" ${GPU_CHECK_ARGS:-} || status=$?
+    echo "first: gpu_check exit $status; next: scripts/study_gpu.sh shard $(next_shard)"
+    return $status
+}
+
+next_shard() { echo "${SHARDS%% *}"; }
+
+shard() {
+    local name=$1 size status=0 start=$SECONDS
+    size=$(shard_size "$name") || { echo "study: unknown shard $name; known: $SHARDS" >&2; exit 2; }
+    mkdir -p "$OUT"
+    exec > >(tee -a "$OUT/shard-$name.log") 2>&1
+    trap "pack $name $size" EXIT  # whatever happens, what the shard made comes back
+    setup_env
+    unpack_data "$size"
+    snake "$size" --unlock >/dev/null 2>&1 || true
+    # gpus_per_job 0: the small models share the one GPU, no job holds its lock; a training stopped by the budget
+    # checkpoints on SIGTERM (its logs and metrics come back; its model cannot)
+    export -f snake size_configs; export STUDY ROOT EXTRA
+    timeout -s TERM -k 60 "${STUDY_SECONDS:-500}" bash -c 'snake "$@"' snake "$size" $(shard_targets "$name") \
+        --cores all --rerun-incomplete --keep-going --config gpus_per_job=0 --set-threads train=1 \
+        --resources "train_slots=${STUDY_JOBS:-$(shard_jobs "$name")}" --set-resources train:train_slots=1 \
+        || status=$?
+    local done=0 total=0
+    for t in $(shard_targets "$name"); do total=$((total + 1)); [ -f "$STUDY/$size/$t" ] && done=$((done + 1)); done
+    echo "study: shard $name: $done of $total runs scored in $((SECONDS - start)) s (snakemake exit $status)"
+    [ "$done" = "$total" ]
+}
+
+# what the tables and figures read (scores, hypotheses, metrics, training.json, logs, and the test/valid texts that
+# the bootstrap and the length buckets compare against): one small archive per shard, no models
 pack() {
-    { find results -path '*/data' -prune -o -type f \( -name '*.json' -o -name '*.txt' -o -name '*.csv' \
-        -o -name '*.log' -o -name '*.tsv' -o -name '*.bpe' -o -name '*.detok' \) -print  # no *.pt: models stay
-      find results -path '*/data/text/*' -type f \( -name 'test.*' -o -name 'valid.*' \) -print
-    } | tar -czf "$1/$RESULTS_TGZ" -T -
+    local name=$1 size=$2
+    ( cd "$STUDY/$size" 2>/dev/null || exit 0
+      { find results -path '*/data' -prune -o -type f \( -name '*.json' -o -name '*.txt' -o -name '*.csv' \
+            -o -name '*.log' -o -name '*.tsv' -o -name '*.bpe' -o -name '*.detok' \) -print
+        find results -path '*/data/text/*' -type f \( -name 'test.*' -o -name 'valid.*' \) -print
+      } | tar -czf "$OUT/shard-$name.tar.gz" -T - )
 }
 
 collect() {
-    tar -xzf "$1/$RESULTS_TGZ"
-    if [ -f "$1/gpu.json" ]; then cp "$1/gpu.json" "$ROOT/benchmarks/results/gpu.json"; fi
-    # only the report's rules: the scores came from the GPU, whose models stayed there
-    "${SNAKE[@]}" tables "${CONFIGS[@]}" --config models_elsewhere=True --cores all \
-        --allowed-rules table figure summary tables --quiet rules
+    local dir archive name size
+    for dir in "$@"; do
+        for archive in "$dir"/shard-*.tar.gz; do
+            [ -f "$archive" ] || continue
+            name=$(basename "$archive" .tar.gz); name=${name#shard-}
+            size=$(shard_size "$name") || { echo "study: $archive: unknown shard $name" >&2; exit 2; }
+            mkdir -p "$STUDY/$size"
+            tar -xzf "$archive" -C "$STUDY/$size"
+            echo "study: merged $archive into .study/$size"
+        done
+        if [ -f "$dir/gpu.json" ]; then cp "$dir/gpu.json" "$ROOT/benchmarks/results/gpu.json"; fi
+    done
+    python scripts/study_status.py --study "$STUDY" --docs "${STUDY_DOCS:-$ROOT/docs/study}" --extra $EXTRA
 }
 
 case "${1:-}" in
     prepare) prepare ;;
-    device) device ;;
-    collect) collect "$(realpath "${2:?collect needs the folder holding $RESULTS_TGZ}")" ;;
-    *) echo "usage: $0 prepare | device | collect DIR" >&2; exit 2 ;;
+    first) first ;;
+    shard) shard "${2:?shard needs a name: $SHARDS}" ;;
+    shards) echo "$SHARDS" ;;
+    collect) shift; [ $# -gt 0 ] || { echo "collect needs the folder(s) the device returned" >&2; exit 2; }
+             collect "$@" ;;
+    *) echo "usage: $0 prepare | first | shard NAME | shards | collect DIR..." >&2; exit 2 ;;
 esac

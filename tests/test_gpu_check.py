@@ -74,7 +74,7 @@ def test_a_speed_row_is_measured_with_real_dictionaries():
 
 def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: 1 / 0)
-    monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a: results.checks.update(
+    monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a, **k: results.checks.update(
         {"families": {"transformer_post/fp32": {"overfit": {"ok": True}}}, "ddp": {"ok": True},
          "gpu_lock": {"ok": True}}))
     out = tmp_path / "gpu.json"

@@ -1,66 +1,65 @@
-"""scripts/study_gpu.sh end to end at toy size on the CPU: prepare (data) here, the device step in the same folder
-(what the GPU machine runs, resumable), collect into a fresh folder that has only the archive the device step
-packed: the study's table is built there without any model."""
+"""scripts/study_gpu.sh and scripts/device_wheels.py, the parts that need no GPU and no network. The whole path (the
+device image rebuilt, the copy that travels, `first` and `shard small` in it, the returned files' limits, collect)
+is `make device-rehearsal`, which CI runs."""
 
+import importlib.util
 import os
 import subprocess
 import sys
 
-import pytest
-import yaml
-
 from conftest import ROOT
 
-TINY = {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1, "decoder_layers": 1}
-STUDY = ("study.transformer", "study.lwc", "study.mlrf_dec_sa", "study.gca_full", "study.dou_deep",
-         "study.transformer_longer")
+spec = importlib.util.spec_from_file_location("device_wheels", ROOT / "scripts" / "device_wheels.py")
+device_wheels = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(device_wheels)
 
 
-def toy_overlay(path):
-    experiments = {name: {"arch": {**TINY, **({"layers": 2} if name == "study.lwc" else {})},
-                          "train": {"max_tokens": 512, "warmup_updates": 5, "max_epoch": 2, "patience": 0,
-                                    "amp": "none"},
-                          "decode": {"beam": 2}, "average": {"num": 2, "by": "epoch"}, "seeds": [1]}
-                   for name in STUDY}
-    experiments["study.lwc"]["arch"] = {k: v for k, v in experiments["study.lwc"]["arch"].items()
-                                        if not k.endswith("_layers")}
-    experiments["study.dou_deep"]["arch"].update(encoder_layers=2, decoder_layers=2)  # diversity: adjacent layers
-    task = {"splits": {"train": {"max_lines": 200}, "valid": {"max_lines": 30}, "test": {"max_lines": 30}},
-            "bpe": {"merges": 150}}
-    path.write_text(yaml.safe_dump({"tasks": {"multi30k_deen": task}, "experiments": experiments}))
+def study(*args, env=None):
+    return subprocess.run(["bash", str(ROOT / "scripts" / "study_gpu.sh"), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120)
 
 
-def driver(step, *args, env, timeout=900):
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "study_gpu.sh"), step, *args], env=env,
-                            capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"{step}:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    return result.stdout
+def test_the_first_shard_is_the_whole_small_table():
+    assert study("shards").stdout.split() == ["small", "seed1", "seed2", "seed3", "lwc-mlrf"]
+    bad = study("shard", "big")
+    assert bad.returncode == 2 and "unknown shard big; known: small seed1 seed2 seed3 lwc-mlrf" in bad.stderr
 
 
-@pytest.mark.skipif(os.environ.get("LWNMT_TEST_STUDY") != "1",
-                    reason="~40 Snakemake jobs: minutes on an idle 2-core machine; LWNMT_TEST_STUDY=1 runs it")
-def test_prepare_device_collect_at_toy_size(tmp_path, mirror):
-    overlay = tmp_path / "toy.yaml"
-    toy_overlay(overlay)
-    gpu_side, cpu_side, out = tmp_path / "gpu", tmp_path / "cpu", tmp_path / "out"
-    for d in (gpu_side, cpu_side, out):
-        d.mkdir()
-    env = dict(os.environ, STUDY_EXTRA=str(overlay), STUDY_WHEELS="0", STUDY_CARRY=str(tmp_path / "carry"),
-               STUDY_WORKDIR=str(gpu_side), LWNMT_DATA_MIRROR=str(mirror), OUT=str(out), STUDY_JOBS="2",
-               PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
-    driver("prepare", env=env)
-    assert (tmp_path / "carry" / "data.tar.gz").stat().st_size > 0
-    assert not list(gpu_side.glob("results/*/study.*"))  # prepare trains nothing
-    for _ in range(4):  # as on the GPU machine: call again until done (a call stopped by STUDY_SECONDS resumes)
-        if "study: done" in driver("device", env=env):
-            break
-    else:
-        raise AssertionError("the device step did not finish in 4 calls")
-    assert len(list(out.iterdir())) <= 8
-    driver("collect", str(out), env=dict(env, STUDY_WORKDIR=str(cpu_side)))
-    table = (cpu_side / "results" / "tables" / "study" / "T1.md").read_text()
-    assert "LWC, He et al. 2018" in table and "Dou et al. 2018" in table
-    assert {p.name for p in (cpu_side / "results" / "figures" / "study").glob("*.png")} == {"accuracy.png",
-                                                                                           "buckets.png"}
-    assert not list(cpu_side.rglob("*.pt"))  # no model came back: table and figures are built from the scores
-    assert list(cpu_side.rglob("training.json"))
+def test_shards_keep_a_baseline_with_the_rows_warm_started_from_it():
+    """Models cannot travel back from the GPU machine: a warm-started row must be in its baseline's shard."""
+    targets = {}
+    for name in ("small", "seed1", "seed2", "seed3", "lwc-mlrf"):
+        code = (f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); TASK=multi30k_deen; "
+                f"shard_targets {name}")
+        out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        targets[name] = {tuple(t.split("/")[2:4]) for t in out}
+    assert len(targets["small"]) == 18
+    iwslt = targets["seed1"] | targets["seed2"] | targets["seed3"] | targets["lwc-mlrf"]
+    assert len(iwslt) == 18 and sum(map(len, (targets[n] for n in ("seed1", "seed2", "seed3", "lwc-mlrf")))) == 18
+    for name in ("seed1", "seed2", "seed3"):
+        for experiment, seed in targets[name]:
+            assert seed == f"seed{name[-1]}"
+        assert ("study.transformer", f"seed{name[-1]}") in targets[name]
+        assert {e for e, _ in targets[name]} == {"study.transformer", "study.gca_full", "study.dou_deep",
+                                                 "study.transformer_longer"}
+
+
+def test_wheels_are_what_the_image_lacks_and_nothing_it_has(tmp_path):
+    needed = device_wheels.closure()
+    assert {"snakemake", "sacremoses", "subword-nmt", "jsonschema", "connection-pool"} <= set(needed)
+    image = device_wheels.image_packages(ROOT / "scripts" / "device-image-packages.txt")
+    assert {"torch", "numpy", "pyyaml", "pandas", "sacrebleu", "nvidia-ml-py"} <= image
+    assert not {"snakemake", "jsonschema", "sacremoses", "subword-nmt"} & image  # the image lacks these: carried
+
+
+def test_a_machine_without_the_wheels_says_what_is_missing(tmp_path):
+    """The device step checks its imports before anything runs, and names the missing one."""
+    code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
+            f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env")
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "python3"  # a python3 with torch-less site-packages: every import but yaml fails
+    fake.write_text(f"#!/bin/sh\nif [ \"$2\" = 'import yaml' ]; then exec {sys.executable} \"$@\"; fi\nexit 1\n")
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "study: python3 cannot import torch (carry .whl: make study-prepare)" in result.stdout

@@ -263,7 +263,8 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
     assert result.returncode == 0 and "Congratulations" in result.stdout + result.stderr, result.stdout[-3000:]
 
 
-@pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml", "config/study.yaml"])
+@pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml", "config/study.yaml",
+                                  "config/study_small.yaml"])
 def test_no_two_experiments_share_a_settings_dict(path):
     """A YAML alias (`train: *x`) loads as one dict shared by every experiment that names it, and Snakemake merges
     an overlay into it in place: `--configfile` editing one experiment would silently edit them all. Merge keys

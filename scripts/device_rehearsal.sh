@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# `make device-rehearsal` (CI runs it): the GPU machine's environment rebuilt on this CPU machine, and in it the exact
+# commands a GPU visit runs (scripts/study_gpu.sh first, then shard small), with --device cpu and toy budgets.
+#
+#   - an image like the device's: python3 inside a venv holding only the image's packages that we use (torch, numpy,
+#     pyyaml, pandas, matplotlib, sacrebleu, tensorboard, packaging) and none that it lacks (no jsonschema,
+#     snakemake, sacremoses, subword-nmt: those travel as wheels, made by `study_gpu.sh prepare` against this
+#     image's package list); torch is the pinned CPU build (the device has 2.11: said in the output);
+#   - a copy of only what travels there: tracked and untracked-not-ignored files plus the carried .whl and .study,
+#     no ../shared, no .venv, its size checked against the 64 MiB limit;
+#   - what comes back checked against the limits: <= 8 files, <= 16 MiB each, <= 64 MiB in all, <= 2 folders deep,
+#     names of letters, digits, '.', '_', '-';
+#   - the returned folders collected here, and docs/study's status built from them (into the rehearsal folder).
+# Each step says PASS or FAIL and why; exit 1 if any failed.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+WORK=${REHEARSAL_DIR:-$ROOT/.device-rehearsal}
+IMAGE=$WORK/image
+TREE=$WORK/tree
+HOST_PY=${PYTHON:-python3}
+LIMIT_SENT=$((64 * 1024 * 1024))
+failures=()
+
+say() { echo "device-rehearsal: $*"; }
+step() {  # step NAME COMMAND...: run, report PASS/FAIL
+    local name=$1; shift
+    local start=$SECONDS
+    if "$@"; then say "PASS $name ($((SECONDS - start)) s)"; else say "FAIL $name ($((SECONDS - start)) s)"; failures+=("$name"); return 1; fi
+}
+
+build_image() {
+    if [ ! -x "$IMAGE/bin/python3" ] || [ ! -f "$IMAGE/.complete" ]; then
+        rm -rf "$IMAGE"
+        "$HOST_PY" -m venv "$IMAGE" || return 1
+        "$IMAGE/bin/pip" install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0 numpy pyyaml \
+            pandas matplotlib sacrebleu tensorboard packaging || return 1
+        touch "$IMAGE/.complete"
+    fi
+    "$IMAGE/bin/python3" -m pip list --format=freeze 2>/dev/null | cut -d= -f1 > "$WORK/image-packages.txt"
+    say "image: $("$IMAGE/bin/python3" -c 'import sys, torch; print("python", sys.version.split()[0], "(the device: 3.12), torch", torch.__version__, "(the device: 2.11)")')"
+    for missing in jsonschema snakemake sacremoses subword_nmt; do
+        if "$IMAGE/bin/python3" -c "import $missing" 2>/dev/null; then say "the image has $missing: it must not"; return 1; fi
+    done
+}
+
+toy_overlay() {  # the study at toy size: 200 training pairs, 1+1 layers of d=32, 2 epochs
+    "$ROOT/.venv/bin/python" - "$WORK/toy.yaml" <<'EOF'
+import sys, yaml
+tiny = {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1, "decoder_layers": 1}
+names = ("study.transformer", "study.lwc", "study.mlrf_dec_sa", "study.gca_full", "study.dou_deep",
+         "study.transformer_longer")
+experiments = {n: {"arch": dict(tiny), "train": {"max_tokens": 512, "warmup_updates": 5, "max_epoch": 2, "patience": 0,
+                                                  "amp": "none", "log_interval": 10},
+                   "decode": {"beam": 2}, "average": {"num": 2, "by": "epoch"}} for n in names}
+experiments["study.lwc"]["arch"] = {"d_model": 32, "d_ff": 64, "heads": 2, "layers": 2, "preset": "small"}
+experiments["study.dou_deep"]["arch"].update(encoder_layers=2, decoder_layers=2)  # diversity: adjacent layers
+task = {"splits": {"train": {"max_lines": 200}, "valid": {"max_lines": 30}, "test": {"max_lines": 30}},
+        "bpe": {"merges": 150}}
+yaml.safe_dump({"tasks": {"multi30k_deen": task}, "experiments": experiments}, open(sys.argv[1], "w"))
+EOF
+}
+
+prepare() {  # here, as a user would: `make study-prepare`, against the rehearsal image's package list
+    rm -rf .study
+    STUDY_PY=$("$IMAGE/bin/python3" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+        STUDY_IMAGE_PACKAGES=$WORK/image-packages.txt STUDY_EXTRA=$WORK/toy.yaml bash scripts/study_gpu.sh prepare
+}
+
+copy_tree() {  # what the device tool sends: tracked + untracked-not-ignored files, and the carried folders
+    rm -rf "$TREE" && mkdir -p "$TREE"
+    { git ls-files -co --exclude-standard; find .whl .study -type f; } | sort -u | while read -r f; do
+        [ -f "$f" ] && printf '%s\0' "$f"; done | tar --null -T - -cf - | tar -xf - -C "$TREE"
+    local size; size=$(du -sb "$TREE" | cut -f1)
+    say "sent: $(find "$TREE" -type f | wc -l) files, $((size / 1024 / 1024)) MiB (limit 64 MiB); ../shared not sent"
+    [ "$size" -le "$LIMIT_SENT" ]
+}
+
+on_device() {  # on_device OUT COMMAND...: in the copy, with the image's python3 first on PATH and nothing of ours
+    local out=$1; shift
+    rm -rf "$out" && mkdir -p "$out"
+    ( cd "$TREE" && env -u LWNMT_DATA_MIRROR -u VIRTUAL_ENV -u PYTHONPATH OUT="$out" PATH="$IMAGE/bin:/usr/bin:/bin" \
+        STUDY_SITE="$WORK/site" STUDY_EXTRA="$WORK/toy.yaml" "$@" )
+}
+
+returned_ok() {  # the device tool's limits on what comes back
+    python3 - "$1" <<'EOF'
+import os, re, sys
+root = sys.argv[1]
+files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+bad = [f for f in files if not re.fullmatch(r"[A-Za-z0-9._-]+", os.path.basename(f))]
+deep = [f for f in files if os.path.relpath(f, root).count(os.sep) > 2]
+big = [f for f in files if os.path.getsize(f) > 16 * 2**20]
+total = sum(os.path.getsize(f) for f in files)
+problems = ([f"{len(files)} files (limit 8)"] if len(files) > 8 else []) + [f"too big: {f}" for f in big] + \
+    [f"odd name: {f}" for f in bad] + [f"too deep: {f}" for f in deep] + ([f"{total} bytes"] if total > 64 * 2**20 else [])
+print(f"returned: {len(files)} files, {total / 2**20:.1f} MiB: {', '.join(sorted(os.path.basename(f) for f in files))}")
+for p in problems:
+    print("  limit broken:", p)
+sys.exit(1 if problems or not files else 0)
+EOF
+}
+
+gpu_json_ok() {
+    "$ROOT/.venv/bin/python" - "$1" <<'EOF'
+import json, sys
+result = json.load(open(sys.argv[1]))
+families = result["checks"]["families"]
+speed = result["speed"]
+probe = result.get("probe", {}).get("runs", [])
+print(f"gpu.json: {len(families)} family/precision checks, {len(speed)} speed rows, probe {probe}, "
+      f"all_checks_ok {result['all_checks_ok']}")
+errors = [f"{k}/{c}: {v.get('error', 'failed')}" for k, f in families.items() for c, v in f.items() if not v["ok"]]
+errors += [f"speed {r['model']}: {r['error']}" for r in speed if "error" in r]
+for e in errors:
+    print("  ", e)
+sys.exit(0 if result["all_checks_ok"] and not errors and speed and probe else 1)
+EOF
+}
+
+mkdir -p "$WORK"
+step "image like the GPU machine's" build_image || { say "cannot continue without the image"; exit 1; }
+toy_overlay
+step "prepare here (wheels for the image, toy data)" prepare || { say "cannot continue without .whl/.study"; exit 1; }
+step "what travels fits 64 MiB" copy_tree
+GPU_CHECK_ARGS="--device cpu --families transformer_post lwc --precisions fp16 fp32 --updates 1 --warmup 0 \
+--max-tokens 256 --speed-rows transformer_iwslt_de_en --probe-seconds 15"
+step "first command (study_gpu.sh first)" on_device "$WORK/out1" env GPU_CHECK_ARGS="$GPU_CHECK_ARGS" \
+    FIRST_SECONDS=900 bash scripts/study_gpu.sh first
+step "first command's gpu.json: every check, speed row and probe" gpu_json_ok "$WORK/out1/gpu.json"
+step "first command's files come back" returned_ok "$WORK/out1"
+step "shard small (study_gpu.sh shard small)" on_device "$WORK/out2" env STUDY_SECONDS=900 STUDY_JOBS=2 \
+    bash scripts/study_gpu.sh shard small
+step "shard's files come back" returned_ok "$WORK/out2"
+collect() {
+    rm -rf "$WORK/collected" && mkdir -p "$WORK/collected"
+    ( cd "$TREE" && rm -rf .study/small .study/iwslt && STUDY_DOCS="$WORK/collected/docs-study" \
+        PATH="$ROOT/.venv/bin:$PATH" STUDY_EXTRA="$WORK/toy.yaml" bash scripts/study_gpu.sh collect "$WORK/out1" "$WORK/out2" ) &&
+        grep -q "18 of 18 runs" "$WORK/collected/docs-study/README.md" && [ -f "$WORK/collected/docs-study/small/T1.md" ]
+}
+step "collect here: docs/study says 18 of 18 (small) and holds its table" collect
+if [ ${#failures[@]} -eq 0 ]; then say "all steps passed"; exit 0; fi
+say "${#failures[@]} step(s) failed: ${failures[*]}"
+exit 1
