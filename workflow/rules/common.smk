@@ -12,7 +12,7 @@ import sys
 os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(Path(workflow.basedir) / "src"),
                                                           os.environ.get("PYTHONPATH")])))
 # A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli.py)
-os.environ["LWNMT_ERRORS_ON_STDOUT"] = "1"
+os.environ.update(LWNMT_ERRORS_ON_STDOUT="1")
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
