@@ -114,3 +114,34 @@ def assert_autoregressive(model, src, prev, position: int = 4) -> None:
     assert_target_prefix_only(model, src, prev, position)
     assert_cached_beam_equals_recompute(model, src)
 
+
+
+def make_tgz(path: Path, members: dict[str, bytes]) -> Path:
+    """A .tgz holding `members` ({name: bytes}), for the fetch/extract tests."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def training_in_the_background(spec: dict, data: Path, tmp_path: Path) -> tuple[subprocess.Popen, list[str], Path]:
+    """`lwnmt train` started as a user would, returned once its first epoch checkpoint exists (and a moment more, so
+    that the next signal lands mid-epoch): (process with stderr piped, its command, its save dir)."""
+    import json
+    import time
+
+    save_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data),
+           "--src", "de", "--tgt", "en", "--save-dir", str(save_dir), "--final", str(tmp_path / "model.pt"),
+           "--threads", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:  # at least one epoch done
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return proc, cmd, save_dir

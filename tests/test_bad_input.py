@@ -3,17 +3,16 @@
 import gzip
 import hashlib
 import http.server
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import threading
 from pathlib import Path
 
 import pytest
 
+from conftest import make_tgz
 from layerwise_nmt import UserError
 from layerwise_nmt.data import fetch, readers
 from layerwise_nmt.data.io import read_lines
@@ -88,17 +87,9 @@ def test_empty_test_line_is_an_error_naming_the_line(tmp_path):
     assert not (tmp_path / "stats.json").exists()
 
 
-def _tgz(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
-
 
 def test_truncated_archive(tmp_path):
-    archive = _tgz(tmp_path / "x.tgz", {"x/a.txt": b"hello\n" * 20000})
+    archive = make_tgz(tmp_path / "x.tgz", {"x/a.txt": b"hello\n" * 20000})
     data = archive.read_bytes()
     archive.write_bytes(data[: len(data) // 2])
     result = lwnmt("extract", archive, tmp_path / "a.txt", "--archive", "--member", "x/a.txt")
@@ -107,7 +98,7 @@ def test_truncated_archive(tmp_path):
 
 
 def test_checksum_mismatch_of_extracted_member(tmp_path):
-    archive = _tgz(tmp_path / "x.tgz", {"x/a.txt": b"hello\n"})
+    archive = make_tgz(tmp_path / "x.tgz", {"x/a.txt": b"hello\n"})
     wrong = "0" * 64
     result = lwnmt("extract", archive, tmp_path / "a.txt", "--archive", "--member", "x/a.txt", "--sha256", wrong,
                    "--where", "https://example.org/x.tgz")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_tgz
 from hostile_http import chunked, full, garbage, hostile, short  # noqa: F401 (hostile: the fixture)
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
@@ -89,14 +90,6 @@ def test_a_broken_exchange_on_every_url_is_one_line_and_leaves_nothing(hostile, 
 
 # 3. A full or write-protected disk is named as such, never "corrupt archive" or "download it by hand" -----------
 
-def tgz(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
-
 
 def failing_write(code):
     def fail(*args, **kwargs):
@@ -109,7 +102,7 @@ def failing_write(code):
                                          (errno.EROFS, "read-only file system (EROFS)")])
 @pytest.mark.parametrize("kind", ["tgz", "gz"])
 def test_a_disk_error_during_extraction_is_named_and_the_archive_kept(tmp_path, monkeypatch, code, named, kind):
-    archive = (tgz(tmp_path / "training-parallel-un.tgz", {"un/undoc.2000.fr-en.fr": PAYLOAD}) if kind == "tgz"
+    archive = (make_tgz(tmp_path / "training-parallel-un.tgz", {"un/undoc.2000.fr-en.fr": PAYLOAD}) if kind == "tgz"
                else tmp_path / "giga-fren.release2.fixed.fr.gz")
     if kind == "gz":
         archive.write_bytes(gzip.compress(PAYLOAD))
@@ -188,7 +181,7 @@ def test_corrupt_compressed_data_is_one_line_naming_the_archive(tmp_path, kind):
         archive.write_bytes(damaged(gzip.compress(text), gzip.decompress))
     elif kind == "tgz":
         archive, member = tmp_path / "training-parallel-nc-v9.tgz", "x/a.txt"
-        archive.write_bytes(damaged(tgz(tmp_path / "good.tgz", {"x/a.txt": text}).read_bytes(), read_tgz))
+        archive.write_bytes(damaged(make_tgz(tmp_path / "good.tgz", {"x/a.txt": text}).read_bytes(), read_tgz))
     else:
         archive, member = tmp_path / "SETIMES2.en-ro.txt.zip", "SETIMES.en-ro.ro"
         buffer = io.BytesIO()
@@ -236,7 +229,7 @@ def test_a_part_file_longer_than_the_file_is_downloaded_again(hostile, tmp_path)
 # 7. A member checksum error names the archive, not a temporary file ------------------------------------------------
 
 def test_a_member_checksum_error_names_the_archive_to_replace(tmp_path):
-    archive = tgz(tmp_path / "test.tgz", {"test/newstest2016-enro-ref.ro.sgm": b"<srcset>\n"})
+    archive = make_tgz(tmp_path / "test.tgz", {"test/newstest2016-enro-ref.ro.sgm": b"<srcset>\n"})
     result = lwnmt("extract", archive, tmp_path / "raw" / "newstest2016.ro", "--archive", "--member",
                    "test/newstest2016-enro-ref.ro.sgm", "--sha256", "0" * 64, "--where", "https://data.statmt.org/x")
     line = one_line(result)
@@ -335,7 +328,7 @@ cli.main(sys.argv[1:])
 
 
 def test_sigterm_during_extraction_leaves_no_temporary_file(tmp_path):
-    archive = tgz(tmp_path / "dev.tgz", {"dev/newstest2012.en": PAYLOAD})
+    archive = make_tgz(tmp_path / "dev.tgz", {"dev/newstest2012.en": PAYLOAD})
     out = tmp_path / "raw" / "newstest2012.en"
     job = subprocess.run([sys.executable, "-c", KILLED_MID_COPY, "extract", archive, out, "--archive", "--member",
                           "dev/newstest2012.en"], capture_output=True, text=True)
@@ -344,7 +337,7 @@ def test_sigterm_during_extraction_leaves_no_temporary_file(tmp_path):
 
 
 def test_a_temporary_file_a_killed_run_left_is_removed_by_the_rerun(tmp_path):
-    archive = tgz(tmp_path / "dev.tgz", {"dev/newstest2012.en": PAYLOAD})
+    archive = make_tgz(tmp_path / "dev.tgz", {"dev/newstest2012.en": PAYLOAD})
     out = tmp_path / "raw" / "newstest2012.en"
     out.parent.mkdir()
     (out.parent / ".tmp-newstest2012.en.k1ll3d").write_bytes(PAYLOAD[:100])  # SIGKILL mid-extraction

@@ -21,6 +21,8 @@ from layerwise_nmt.train import TrainConfig, accumulate, lr_at, train
 
 from conftest import TOY_ARCH as ARCH
 from conftest import toy_spec as spec
+from conftest import training_in_the_background
+
 
 @pytest.fixture(scope="module")
 def data(toy_data):
@@ -46,15 +48,8 @@ def test_resume_is_bit_for_bit(data, tmp_path):
 
 
 def test_sigterm_saves_and_the_retry_resumes(data, tmp_path):
-    save_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec(max_update=100000,
-           save_interval_updates=1000)), "--data", str(data), "--src", "de", "--tgt", "en", "--save-dir",
-           str(save_dir), "--final", str(tmp_path / "model.pt"), "--threads", "1"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:  # at least one epoch done
-        time.sleep(0.2)
-    time.sleep(0.5)
+    proc, cmd, save_dir = training_in_the_background(spec(max_update=100000, save_interval_updates=1000), data,
+                                                     tmp_path)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 75, err[-2000:]

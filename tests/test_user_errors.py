@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, snakemake, toy_spec
+from conftest import ROOT, snakemake, toy_spec, training_in_the_background
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
 from layerwise_nmt.checks import check_experiments
@@ -112,15 +112,8 @@ def test_a_bad_setting_in_the_overlay_names_the_overlay_not_config_yaml(tmp_path
 
 
 def test_ctrl_c_checkpoints_like_sigterm_and_exits_with_one_line(toy_data, tmp_path):
-    save_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(toy_spec(max_update=100000,
-           save_interval_updates=1000)), "--data", str(toy_data), "--src", "de", "--tgt", "en", "--save-dir",
-           str(save_dir), "--final", str(tmp_path / "model.pt"), "--threads", "1"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(0.5)
+    proc, _, save_dir = training_in_the_background(toy_spec(max_update=100000, save_interval_updates=1000), toy_data,
+                                                   tmp_path)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 75 and "Traceback" not in err, err[-3000:]
