@@ -207,3 +207,17 @@ def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch):
     result = _update(run, run.model, [batch(toy_data, 4), batch(toy_data, 8), batch(toy_data, 6)], CPU,
                      lambda: precision.autocast(CPU))
     assert result is not None and reads == ["tolist in _update"]
+
+
+def test_training_json_counts_the_sentence_pairs_and_target_tokens_seen(toy_data, tmp_path):
+    """The budget columns of the tables (updates, sentences, target tokens): counted on the device with the loss
+    sums, read in the update's one sync."""
+    from layerwise_nmt.data.batching import make_batches
+
+    run_dir = tmp_path / "run"
+    training.train(toy_spec(max_epoch=1, amp="none"), str(toy_data), "de", "en", str(run_dir), str(tmp_path / "m.pt"))
+    summary = __import__("json").loads((run_dir / "training.json").read_text())
+    data = ParallelData(toy_data, "train", "de", "en")
+    batches = make_batches(data.src.sizes, data.tgt.sizes, 200, None, 1)
+    assert summary["sentences"] == sum(len(b) for b in batches) == len(data.src.sizes)
+    assert summary["target_tokens"] == int(data.tgt.sizes.sum())

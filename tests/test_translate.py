@@ -163,3 +163,18 @@ def test_the_program_ends_without_teardown_but_with_every_line_written(trained, 
     assert "decoded 400/400 sentences" in err
     code, _, err = lwnmt("translate", tmp_path / "missing.bpe", *decode_args(trained))
     assert code == 1 and "missing.bpe" in err
+
+
+def test_a_trained_model_knows_its_direction(trained, tmp_path):
+    """model.pt records the language pair it was trained on (and averaging keeps it): a joint dictionary would let
+    `--src en --tgt de` translate de→en in silence."""
+    from layerwise_nmt.average import average
+
+    assert checkpoint.load(trained["model"])["languages"] == {"src": "de", "tgt": "en"}
+    run = trained["model"].parent / "run"
+    averaged = tmp_path / "averaged.pt"
+    average(sorted(run.glob("checkpoint_last.pt")), averaged)
+    assert checkpoint.load(averaged)["languages"] == {"src": "de", "tgt": "en"}
+    code, out, err = lwnmt("translate", "-", "--model", trained["model"], "--data", trained["data"], "--src", "en",
+                           "--tgt", "de", stdin=b"w1 w2\n")
+    assert out == "" and f"--src en --tgt de: {trained['model']} translates de→en" in one_line_error(code, err)

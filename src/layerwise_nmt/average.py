@@ -28,5 +28,5 @@ def average(paths: list[Path], out: str | Path) -> None:
     averaged = {k: (v / len(paths)).to(dtypes[k]) if dtypes[k].is_floating_point else v for k, v in total.items()}
     save(Path(out), {"model": averaged, "model_name": newest["model_name"], "model_config": newest["model_config"],
                      "averaged_from": [p.name for p in paths], "progress": newest.get("progress"),
-                     "dictionaries": newest.get("dictionaries")})
+                     "dictionaries": newest.get("dictionaries"), "languages": newest.get("languages")})
     log.info("averaged %d checkpoints (%s) → %s", len(paths), ", ".join(p.name for p in paths), out)

@@ -134,7 +134,8 @@ def read(directory: str | Path, src: str | None = None, tgt: str | None = None) 
 
 
 def check_languages(state: dict, path: str | Path, src: str, tgt: str) -> None:
-    """--src/--tgt against the languages an exported model.pt records (a model straight out of training does not)."""
+    """--src/--tgt against the languages model.pt records (exported ones, and those trained since the languages were
+    saved; older ones record none)."""
     recorded = state.get("languages")
     if recorded and (recorded["src"], recorded["tgt"]) != (src, tgt):
         raise UserError(f"--src {src} --tgt {tgt}: {path} translates {recorded['src']}→{recorded['tgt']}")

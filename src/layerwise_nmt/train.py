@@ -156,7 +156,7 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pa
 # One update
 
 
-STATS = ("loss", "nll", "correct", "ntokens")  # the sums an update reports, kept on the device until _update reads them
+STATS = ("loss", "nll", "correct", "ntokens", "nsentences")  # an update's sums, on the device until _update reads them
 
 
 def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=None) -> dict[str, torch.Tensor]:
@@ -190,7 +190,8 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
             total = loss if extra is None else loss + extra * batch.ntokens
             (total if scaler is None else scaler.scale(total)).backward()
         sums[:3] += torch.stack([loss.detach().double(), nll.double(), ok.double()])
-        sums[3] += batch.ntokens  # a Python number: no host-to-device copy, which would wait for the stream
+        sums[3] += batch.ntokens  # Python numbers: no host-to-device copy, which would wait for the stream
+        sums[4] += len(batch.ids)
     sums = all_reduce_sum(sums)
     grads = [p.grad for p in inner.parameters() if p.grad is not None]
     if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
@@ -258,6 +259,7 @@ class Run:
     saved_time: float = field(default_factory=time.time)
     saved_update: int | None = None  # of the newest checkpoint_last.pt this process wrote
     dictionaries: dict = field(default_factory=dict)  # checkpoint.dictionaries: translate checks them
+    languages: dict = field(default_factory=dict)  # {"src": "de", "tgt": "en"}: translate checks --src/--tgt
     writer: checkpoint.Writer = field(default_factory=checkpoint.Writer)
 
     def save(self, *names: str, background: bool = False) -> None:
@@ -271,7 +273,7 @@ class Run:
         weights = {"model": self.model.state_dict(), "model_name": self.spec["model"],
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
                    "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
-                   "dictionaries": self.dictionaries}
+                   "dictionaries": self.dictionaries, "languages": self.languages}
         states = {name: weights if name != LAST else
                   {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
                    "rng": checkpoint.rng_state()} for name in names}
@@ -406,7 +408,8 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     check_merging(model, cfg)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
     run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank,
-              dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab))
+              dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
+              languages=dict(zip(("src", "tgt"), vocabs)))
     if state is not None:
         model.load_state_dict(state["model"])
         run.optimizer.load_state_dict(state["optimizer"])
@@ -538,7 +541,7 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
         log.info("%s: the weights of %s", final, chosen)
         checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], "final_from": chosen,
                                       "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
-                                      "dictionaries": run.dictionaries})
+                                      "dictionaries": run.dictionaries, "languages": run.languages})
         reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()
