@@ -317,7 +317,7 @@ def correctness(device: torch.device, work: Path, results: Results, families=tup
     """Every family × precision; `once`: also data-parallel training and the GPU lock."""
     data = toy_data(work / "toy")
     for family in families:
-        for label in labels or precisions(device):
+        for label in precisions(device) if labels is None else labels:
             key = f"{family}/{label}"
             results.checks["families"][key] = {name: _guarded(fn) for name, fn in (
                 ("overfit", lambda: check_overfit(family, label, device, data, work)),
@@ -514,12 +514,13 @@ def read_config(*paths: Path) -> dict:
 
 
 def probe(data_dir: Path, device: torch.device, work: Path, results: Results, seconds: float,
-          together: tuple[int, ...] = (1, 3)) -> dict:
-    """The study baseline (config/study.yaml's study.transformer, its own batches and precision) trained by `lwnmt
-    train` for `seconds`, alone and then N at once: the target tokens/s each gets, from its log lines."""
+          together: tuple[int, ...] = (1, 3), overlays: tuple[Path, ...] = ()) -> dict:
+    """The study baseline (config/study.yaml's study.transformer, its own batches and precision; `overlays` after it,
+    as the shards get them) trained by `lwnmt train` for `seconds`, alone and then N at once: the target tokens/s
+    each gets, from its log lines."""
     from layerwise_nmt import config as cfg
 
-    e = cfg.experiment(read_config(ROOT / "config.yaml", STUDY), "study.transformer")
+    e = cfg.experiment(read_config(ROOT / "config.yaml", STUDY, *overlays), "study.transformer")
     spec = {"model": e["model"], "arch": e["arch"],
             "train": {**e["train"], "max_minutes": seconds / 60, "save_interval_minutes": 0, "patience": 0,
                       "log_interval": 10 if device.type == "cuda" else 1}}  # a CPU does a few updates at most
@@ -580,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: what amp: auto can pick on the device, TF32 and fp32")
     parser.add_argument("--probe", metavar="DATA_DIR", help="the study's binarized data: run the throughput probe")
     parser.add_argument("--probe-seconds", type=float, default=60)
+    parser.add_argument("--probe-config", nargs="*", default=[], help="overlays after config/study.yaml (the "
+                                                                        "rehearsal's toy size)")
     parser.add_argument("--data", help="with --write-lengths: the data mirror")
     parser.add_argument("--write-lengths", action="store_true", help=f"write {LENGTHS.name} from --data and exit")
     args = parser.parse_args(argv)
@@ -600,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_speed:
             speed(read_config(ROOT / "config.yaml"), device, args, results)
         if args.probe:
-            _guarded(lambda: probe(Path(args.probe), device, Path(work), results, args.probe_seconds))
+            _guarded(lambda: probe(Path(args.probe), device, Path(work), results, args.probe_seconds,
+                                   overlays=tuple(map(Path, args.probe_config))))
         correctness(device, Path(work), results, args.families, labels[1:], once=False)
     result = results.save()
     print(f"gpu-check: {'all checks passed' if result['all_checks_ok'] else 'SOME CHECKS FAILED'}; {args.json}")

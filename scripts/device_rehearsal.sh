@@ -124,7 +124,7 @@ toy_overlay
 step "prepare here (wheels for the image, toy data)" prepare || { say "cannot continue without .whl/.study"; exit 1; }
 step "what travels fits 64 MiB" copy_tree
 GPU_CHECK_ARGS="--device cpu --families transformer_post lwc --precisions fp16 fp32 --updates 1 --warmup 0 \
---max-tokens 256 --speed-rows transformer_iwslt_de_en --probe-seconds 15"
+--max-tokens 256 --speed-rows transformer_iwslt_de_en --probe-seconds 8"
 step "first command (study_gpu.sh first)" on_device "$WORK/out1" env GPU_CHECK_ARGS="$GPU_CHECK_ARGS" \
     FIRST_SECONDS=900 bash scripts/study_gpu.sh first
 step "first command's gpu.json: every check, speed row and probe" gpu_json_ok "$WORK/out1/gpu.json"

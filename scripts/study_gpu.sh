@@ -112,7 +112,8 @@ first() {
     unpack_data iwslt
     local status=0
     timeout -s TERM -k 20 "${FIRST_SECONDS:-450}" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu.json" \
-        --probe "$STUDY/iwslt/results/$TASK/data/bin-joint" ${GPU_CHECK_ARGS:-} || status=$?
+        --probe "$STUDY/iwslt/results/$TASK/data/bin-joint" ${EXTRA:+--probe-config $EXTRA} ${GPU_CHECK_ARGS:-} \
+        || status=$?
     echo "first: gpu_check exit $status; next: scripts/study_gpu.sh shard $(next_shard)"
     return $status
 }

@@ -154,3 +154,17 @@ def test_report_shape(tmp_path):
     assert result["device"].startswith("cpu: ") and result["peak_bf16_tflops"] is None
     assert set(result) >= {"device", "torch", "mfu_formula", "peak_source", "checks", "speed", "gpus_visible",
                            "probe"}
+
+
+def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
+    """The auto precision first, the rest after the speed rows and the probe; nothing more than asked."""
+    seen = []
+    monkeypatch.setattr(gpu_check, "check_overfit", lambda family, label, *a: seen.append(label) or {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_resume", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_beam", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_ddp", lambda *a: {"ok": True})
+    for asked in (["fp32"], ["fp16", "fp32"]):
+        seen.clear()
+        assert gpu_check.main(["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--families",
+                               "transformer_post", "--precisions", *asked, "--skip-speed"]) == 0
+        assert seen == asked
