@@ -52,5 +52,7 @@ def test_parameter_counts_are_built_once_per_architecture_and_cached(tmp_path, m
         assert counted == count_parameters(build("lwc", {**settings, "layers": 4}))
     assert cache.is_file()
     plan._COUNTS.clear()  # a new process: only the file remains
-    monkeypatch.setitem(plan.MODELS, "lwc", None)  # building now would fail
+    from layerwise_nmt.models import MODELS
+
+    monkeypatch.setitem(MODELS, "lwc", None)  # building now would fail
     assert plan.parameter_count("lwc", {**settings, "layers": 4}, cache) == counted

@@ -433,3 +433,33 @@ def test_a_state_like_cancelled_by_uid_reaches_the_slurm_plugin_as_cancelled():
     fake_sacct = "printf '7|CANCELLED by 0\\n8|RUNNING\\n9|COMPLETED\\n'"
     states, _ = asyncio.run(plugin.query_job_status(fake_sacct, logging.getLogger("test")))
     assert states == {"7": "CANCELLED", "8": "RUNNING", "9": "COMPLETED"}
+
+
+def test_a_repeated_dry_run_imports_no_torch(tmp_path):
+    """`snakemake -n` again on an unchanged config (parameter counts and the settings check cached in .snakemake/)
+    never imports torch, which was most of its time: a torch that cannot be imported is never noticed."""
+    snakemake(tmp_path, "-n", "--quiet")
+    poison = tmp_path / "poison" / "torch"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text("raise ImportError('torch imported by a repeated dry run')\n")
+    env_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(poison.parent), env_path]))
+    try:
+        result = snakemake(tmp_path, "-n", "--quiet", check=False)
+    finally:
+        if env_path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = env_path
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_settings_check_is_cached_only_for_a_config_that_passed(tmp_path):
+    config = cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
+    cache = tmp_path / "checked.json"
+    check_experiments(config, cache=cache)
+    assert len(json.loads(cache.read_text())) == 1
+    config["experiments"]["demo.lwc"]["train"]["max_tokenz"] = 512  # edited after the run that passed
+    with pytest.raises(UserError, match="max_tokenz"):
+        check_experiments(config, cache=cache)
+    assert len(json.loads(cache.read_text())) == 1

@@ -7,6 +7,10 @@ with a did-you-mean, then the value checks) the job itself will call."""
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
+import os
+from pathlib import Path
 
 from . import UserError
 from . import config as cfg
@@ -27,7 +31,44 @@ def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
                     f"{'' if own else ' (through extends)'}; {hint}")
 
 
-def check_experiments(config: dict) -> None:
+def check_experiments(config: dict, cache: Path | None = None) -> None:
+    """Every experiment's stages through the settings classes that will read them. With `cache` (a file), a config
+    that passed once with the same package source is not checked again: the classes import torch, which is most of
+    a repeated `snakemake -n` otherwise."""
+    key = _passed_key(config)
+    if cache is not None and key in _read_passed(cache):
+        return
+    _check_experiments(config)
+    if cache is not None:
+        _write_passed(cache, key)
+
+
+def _passed_key(config: dict) -> str:
+    seen = {k: config.get(k) for k in ("experiments", "defaults", "tasks")}
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode())
+    for path in sorted(Path(__file__).parent.rglob("*.py")):  # the settings classes and what they check
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def _read_passed(cache: Path) -> list[str]:
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _write_passed(cache: Path, key: str) -> None:
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".tmp-{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(([key] + [k for k in _read_passed(cache) if k != key])[:20]))
+        os.replace(tmp, cache)
+    except OSError:  # a read-only checkout: checked again next time
+        pass
+
+
+def _check_experiments(config: dict) -> None:
     from .decode import BeamConfig
     from .models import MODELS
     from .score import ScoreConfig

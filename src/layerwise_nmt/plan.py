@@ -25,12 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from . import config as cfg
-from .models import MODELS
-from .models.transformer import count_parameters
-from .params import vocab_sizes
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
 
@@ -123,6 +118,8 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
         return vocab, vocab
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
+    from .params import vocab_sizes  # torch: only for an experiment whose task states no vocabulary estimate
+
     return vocab_sizes(e)
 
 
@@ -143,14 +140,21 @@ def trained_tokens(config: dict, e: dict) -> tuple[float | None, bool, str]:
     return tokens, bool(train.get("patience")), ""
 
 
-def parameter_count(model: str, settings: dict, cache: Path | None = None) -> int:
+def parameter_count(model: str, settings: dict, cache: Path | None = None) -> int | None:
     """The model's parameter count, built on the meta device (no memory) without `build`'s initialisation (the
     count does not depend on it; re-initialising on the meta device cost up to 40x the construction). With `cache`
     (a JSON file), counts are kept by architecture and by the models' source code: building the full grid's ~100
     models took ~6-10 s of every `snakemake -n` (the training priorities), a cached count takes none."""
     key = hashlib.sha256(json.dumps([model, settings, models_digest()], sort_keys=True).encode()).hexdigest()[:20]
     counts = _read_counts(cache)
-    if key not in counts:
+    if key not in counts:  # torch only here: a dry run whose counts are all cached imports none of it
+        import torch
+
+        from .models import MODELS
+        from .models.transformer import count_parameters
+
+        if model not in MODELS:
+            return None
         cls = MODELS[model]
         with torch.device("meta"):
             counts[key] = count_parameters(cls(cls.config_class.from_dict(settings)))
@@ -195,12 +199,11 @@ def experiment_cost(config: dict, name: str, cache: Path | None = None) -> Cost:
     tokens, bound, why = trained_tokens(config, e)
     sizes = task_vocab(config, e)
     params, note = None, why
-    if e["model"] not in MODELS:
-        note = f"model {e['model']!r} not implemented"
-    elif sizes is None:
+    if sizes is None:
         note = f"tasks/{e['task']}/estimate has no vocab"
     else:
         params = parameter_count(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]}, cache)
+        note = note if params is not None else f"model {e['model']!r} not implemented"
     return Cost(name, params, tokens, len(e["seeds"]), bound, note, e["train"])
 
 

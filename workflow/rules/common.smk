@@ -31,7 +31,7 @@ try:
     if workflow.is_main_process:  # every stage's settings through the classes that will read them (a typo here
         from layerwise_nmt.checks import check_experiments  # would otherwise fail the job, hours into the run)
 
-        check_experiments(config)
+        check_experiments(config, cache=Path(".snakemake/lwnmt-checked-configs.json"))
     TARGET_TASKS = cfg.runnable_tasks(config)
 except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
     overlays = [str(f) for f in workflow.overwrite_configfiles]
@@ -307,14 +307,9 @@ LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
 
 
 def lenpen_grid(wildcards):
-    """decode.tune_lenpen as path components (1.0 → "1"), checked by the decoding settings at DAG time."""
-    from layerwise_nmt.decode import BeamConfig
-
-    try:
-        grid = BeamConfig.from_dict(experiment_of(wildcards)["decode"]).tune_lenpen
-    except UserError as err:
-        raise WorkflowError(f"experiments/{wildcards.experiment}/decode: {err}")
-    return [f"{a:g}" for a in grid]
+    """decode.tune_lenpen as path components (1.0 → "1"); the values were checked with the decoding settings
+    (check_experiments) when the config was read."""
+    return [f"{float(a):g}" for a in experiment_of(wildcards)["decode"].get("tune_lenpen") or []]
 
 
 def tunes_lenpen(wildcards):
