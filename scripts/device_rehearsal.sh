@@ -2,10 +2,13 @@
 # `make device-rehearsal` (CI runs it): the GPU machine's environment rebuilt on this CPU machine, and in it the exact
 # commands a GPU visit runs (scripts/study_gpu.sh first, then shard small), with --device cpu and toy budgets.
 #
-#   - an image like the device's: python3 inside a venv holding only the image's packages that we use (torch, numpy,
-#     pyyaml, pandas, matplotlib, sacrebleu, tensorboard, packaging) and none that it lacks (no jsonschema,
-#     snakemake, sacremoses, subword-nmt: those travel as wheels, made by `study_gpu.sh prepare` against this
-#     image's package list); torch is the pinned CPU build (the device has 2.11: said in the output);
+#   - an image like the device's: python3 inside a venv of Python 3.12 holding the image's packages that we use,
+#     at the versions of scripts/device-image-versions.txt (torch 2.11.0, the device's CUDA build, on this CPU;
+#     numpy 2.5.2; pandas, matplotlib, sacrebleu, tensorboard, and what the carried wheels take from the image) and
+#     none that it lacks (no jsonschema, snakemake, sacremoses, subword-nmt: those travel as wheels, made by
+#     `study_gpu.sh prepare` against the image's package list, scripts/device-image-packages.txt, as for a visit).
+#     Without a Python 3.12 here (REHEARSAL_PYTHON, python3.12 on PATH, or pyenv's): this machine's python3 with
+#     the pinned torch 2.13 CPU build and constraints.txt, and the output says so;
 #   - a copy of only what travels there: tracked and untracked-not-ignored files plus the carried .whl and .study,
 #     no ../shared, no .venv, its size checked against the 64 MiB limit;
 #   - what comes back checked against the limits: <= 8 files, <= 16 MiB each, <= 64 MiB in all, <= 2 folders deep,
@@ -29,19 +32,61 @@ step() {  # step NAME COMMAND...: run, report PASS/FAIL
     if "$@"; then say "PASS $name ($((SECONDS - start)) s)"; else say "FAIL $name ($((SECONDS - start)) s)"; failures+=("$name"); return 1; fi
 }
 
+device_python() {  # the device's Python (3.12) here, if any
+    local found
+    for found in "${REHEARSAL_PYTHON:-}" "$(command -v python3.12 || true)" /root/.pyenv/versions/3.12*/bin/python3.12; do
+        if [ -n "$found" ] && [ -x "$found" ] && "$found" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+            echo "$found"; return 0
+        fi
+    done
+    return 1
+}
+
 build_image() {
-    if [ ! -x "$IMAGE/bin/python3" ] || [ ! -f "$IMAGE/.complete" ]; then
+    local python pins=scripts/device-image-versions.txt key
+    if python=$(device_python); then
+        key="python3.12 $(sha256sum "$pins" | cut -c1-16)"
+    else
+        python=$HOST_PY key="host $(sha256sum constraints.txt | cut -c1-16)"
+    fi
+    if [ ! -x "$IMAGE/bin/python3" ] || [ "$(cat "$IMAGE/.complete" 2>/dev/null)" != "$key" ]; then
         rm -rf "$IMAGE"
-        "$HOST_PY" -m venv "$IMAGE" || return 1
-        "$IMAGE/bin/pip" install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0 numpy pyyaml \
-            pandas matplotlib sacrebleu tensorboard packaging || return 1
-        touch "$IMAGE/.complete"
+        "$python" -m venv "$IMAGE" || return 1
+        if [ "${key%% *}" = python3.12 ]; then  # the device's versions, exactly: nothing resolved, nothing added
+            "$IMAGE/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$pins" || return 1
+        else
+            "$IMAGE/bin/pip" install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0 numpy \
+                pyyaml pandas matplotlib sacrebleu tensorboard packaging || return 1
+        fi
+        echo "$key" > "$IMAGE/.complete"
     fi
     "$IMAGE/bin/python3" -m pip list --format=freeze 2>/dev/null | cut -d= -f1 > "$WORK/image-packages.txt"
-    say "image: $("$IMAGE/bin/python3" -c 'import sys, torch; print("python", sys.version.split()[0], "(the device: 3.12), torch", torch.__version__, "(the device: 2.11)")')"
+    say "image: $("$IMAGE/bin/python3" -c 'import sys, torch, numpy; print("python", sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__)') (the device: python 3.12, torch 2.11.0+cu130, numpy 2.5.2)"
+    if [ "${key%% *}" = python3.12 ]; then
+        IMAGE_PACKAGES=scripts/device-image-packages.txt  # what a visit carries: the wheels the image lacks, only
+        image_has_what_visits_rely_on || return 1
+    else
+        IMAGE_PACKAGES=$WORK/image-packages.txt
+        say "no Python 3.12 here: this machine's $("$python" --version 2>&1) and torch 2.13, not the device's versions"
+    fi
     for missing in jsonschema snakemake sacremoses subword_nmt; do
         if "$IMAGE/bin/python3" -c "import $missing" 2>/dev/null; then say "the image has $missing: it must not"; return 1; fi
     done
+}
+
+image_has_what_visits_rely_on() {  # every package a visit takes from the image instead of carrying it is in ours
+    "$ROOT/.venv/bin/python" - "$WORK/image-packages.txt" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+import device_wheels
+ours = {device_wheels.canonical(n) for n in Path(sys.argv[1]).read_text().split()}
+relied = {n for n in device_wheels.closure() if n in device_wheels.image_packages(Path("scripts/device-image-packages.txt"))}
+missing = sorted(relied - ours)
+if missing:
+    print(f"device-rehearsal: a visit takes {', '.join(missing)} from the image: add them to scripts/device-image-versions.txt")
+sys.exit(1 if missing else 0)
+PY
 }
 
 toy_overlay() {  # the study at toy size: 200 training pairs, 1+1 layers of d=32, 2 epochs
@@ -61,10 +106,10 @@ yaml.safe_dump({"tasks": {"multi30k_deen": task}, "experiments": experiments}, o
 EOF
 }
 
-prepare() {  # here, as a user would: `make study-prepare`, against the rehearsal image's package list
+prepare() {  # here, as a user would: `make study-prepare`, for the image's Python, against its package list
     rm -rf .study
     STUDY_PY=$("$IMAGE/bin/python3" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
-        STUDY_IMAGE_PACKAGES=$WORK/image-packages.txt STUDY_EXTRA=$WORK/toy.yaml bash scripts/study_gpu.sh prepare
+        STUDY_IMAGE_PACKAGES=$IMAGE_PACKAGES STUDY_EXTRA=$WORK/toy.yaml bash scripts/study_gpu.sh prepare
 }
 
 copy_tree() {  # what the device tool sends: tracked + untracked-not-ignored files, and the carried folders
@@ -119,6 +164,7 @@ EOF
 }
 
 mkdir -p "$WORK"
+rm -rf "$WORK/site"  # a visit starts on a wiped machine: nothing installed from an earlier one
 step "image like the GPU machine's" build_image || { say "cannot continue without the image"; exit 1; }
 toy_overlay
 step "prepare here (wheels for the image, toy data)" prepare || { say "cannot continue without .whl/.study"; exit 1; }
@@ -129,6 +175,9 @@ step "first command (study_gpu.sh first)" on_device "$WORK/out1" env GPU_CHECK_A
     FIRST_SECONDS=900 bash scripts/study_gpu.sh first
 step "first command's gpu.json: every check, speed row and probe" gpu_json_ok "$WORK/out1/gpu.json"
 step "first command's files come back" returned_ok "$WORK/out1"
+step "the precision, loss-scaler, optimizer and throughput tests on the image's torch" on_device "$WORK/tests" env \
+    PYTHONPATH=src:"$WORK/site" python3 -m pytest -q -p no:cacheprovider tests/test_precision_branches.py \
+    tests/test_optimizer.py tests/test_throughput.py
 step "shard small (study_gpu.sh shard small)" on_device "$WORK/out2" env STUDY_SECONDS=900 STUDY_JOBS=2 \
     bash scripts/study_gpu.sh shard small
 step "shard's files come back" returned_ok "$WORK/out2"

@@ -60,10 +60,13 @@ snake() {  # snakemake TARGETS... OPTIONS... in a model size's folder; the confi
 }
 
 prepare() {
-    if [ ! -f .whl/.complete ]; then
-        python scripts/device_wheels.py .whl --python-version "${STUDY_PY:-3.12}" \
-            --image-packages "${STUDY_IMAGE_PACKAGES:-scripts/device-image-packages.txt}"
-        touch .whl/.complete
+    local packages=${STUDY_IMAGE_PACKAGES:-scripts/device-image-packages.txt} key
+    # the wheels are for one Python, one image and our pins: made again when any of them changed
+    key="python ${STUDY_PY:-3.12} $(cat "$packages" constraints.txt | sha256sum | cut -c1-16)"
+    if [ "$(cat .whl/.complete 2>/dev/null)" != "$key" ]; then
+        rm -rf .whl
+        python scripts/device_wheels.py .whl --python-version "${STUDY_PY:-3.12}" --image-packages "$packages"
+        echo "$key" > .whl/.complete
     fi
     mkdir -p "$STUDY/prep"
     snake prep --cores all --until binarize --quiet rules
@@ -75,10 +78,13 @@ prepare() {
 # The image's python3 is itself a venv: a venv made from it would see the base interpreter's packages (no torch).
 # The carried wheels go into a plain folder on PYTHONPATH instead, without a resolver and without touching the image.
 setup_env() {
-    if [ -d "$ROOT/.whl" ] && [ ! -f "$SITE/.installed" ]; then
-        python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    local wheels
+    wheels=$(cat "$ROOT/.whl/.complete" 2>/dev/null || true)
+    if [ -n "$wheels" ] && [ "$(cat "$SITE/.installed" 2>/dev/null)" != "$wheels" ]; then  # these wheels, once
+        rm -rf "$SITE" && mkdir -p "$SITE"
+        python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
             "$ROOT"/.whl/*.whl
-        touch "$SITE/.installed"
+        echo "$wheels" > "$SITE/.installed"
     fi
     export PYTHONPATH="$ROOT/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
     export PATH="$SITE/bin:$PATH"
@@ -101,6 +107,8 @@ environment() {
     python3 -c "import sys, torch; print('python', sys.version.split()[0], sys.executable); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
     df -h "$ROOT" /tmp 2>&1
     nproc; free -g 2>/dev/null | head -2 || true
+    echo "pip freeze (the image's versions: scripts/device-image-versions.txt pins the rehearsal's to these):"
+    python3 -m pip freeze 2>&1 | grep -v '^WARNING' || true
 }
 
 first() {

@@ -27,13 +27,13 @@ def fairseq_adam(p, grads, lr, betas, eps, wd):
     return p
 
 
-def ours(grads, lr=LR, eps=EPS, wd=WD):
+def ours(grads, lr=LR, eps=EPS, wd=WD, fused=None):
     model = torch.nn.Linear(4, 1, bias=False).double()
     with torch.no_grad():
         model.weight.copy_(START)
     cfg = TrainConfig.from_dict({"max_update": 1, "lr": lr, "adam_betas": list(BETAS), "adam_eps": eps,
                                  "weight_decay": wd})
-    opt = _adam(model, cfg)
+    opt = _adam(model, cfg, fused=fused)
     for g in grads:
         model.weight.grad = g.clone().view(1, 4)
         opt.step()
@@ -51,9 +51,10 @@ def test_one_update_is_fairseqs_decoupled_weight_decay():
     assert (got - coupled).abs().max() > 1e-3  # coupled L2 would move every weight differently
 
 
+@pytest.mark.parametrize("fused", [None, True], ids=["default", "fused"])  # fused: CUDA's choice, run on the CPU
 @pytest.mark.parametrize("eps", [1e-30, EPS])
-def test_several_updates_follow_fairseqs_formula(eps):
-    expected, got = fairseq_adam(START, GRADS, LR, BETAS, eps, WD), ours(GRADS, eps=eps)
+def test_several_updates_follow_fairseqs_formula(eps, fused):
+    expected, got = fairseq_adam(START, GRADS, LR, BETAS, eps, WD), ours(GRADS, eps=eps, fused=fused)
     # ε ≈ 0: where ε sits no longer matters, so the match is exact up to rounding
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12 if eps < 1e-20 else 1e-6)
 

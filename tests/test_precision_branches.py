@@ -26,13 +26,18 @@ def as_if_on_cuda(amp: str) -> Precision:
     return Precision(amp, "auto", "the CUDA branch, run on the CPU by the tests", "cpu")
 
 
-def start(toy_data, save_dir, amp: str, seed: int = 1, **train):
+def start(toy_data, save_dir, amp: str, seed: int = 1, fused: bool = False, **train):
+    """fused=True: the optimizer CUDA gets (fused AdamW, to which GradScaler hands its inf flag instead of skipping
+    the step itself), on the CPU's fused kernel."""
     spec = toy_spec(**train)
     spec["arch"] = {**spec["arch"], "dropout": 0.0}
     torch.manual_seed(seed)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
-    return _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU,
-                  as_if_on_cuda(amp))
+    run = _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU,
+                 as_if_on_cuda(amp))
+    if fused:
+        run.optimizer = training._adam(run.model, run.cfg, fused=True)
+    return run
 
 
 def batch(toy_data, n: int = 12):
@@ -43,16 +48,19 @@ def gradients(run) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in run.model.named_parameters() if p.grad is not None}
 
 
-def one_update_gradients(toy_data, tmp_path, amp: str) -> tuple[dict, dict, object]:
+def one_update_gradients(toy_data, tmp_path, amp: str, fused: bool = False) -> tuple[dict, dict, object]:
     """The gradients `_update` hands to the optimizer (after unscaling, before the step): captured by a step that
-    only records them."""
-    run = start(toy_data, tmp_path / amp, amp)
+    only records them, with what the scaler hands a fused optimizer (seen["grad_scale"], seen["found_inf"])."""
+    run = start(toy_data, tmp_path / f"{amp}-{fused}", amp, fused=fused)
     seen = {}
     real_step = run.optimizer.step
 
     def record(*args, **kwargs):
         seen.update(gradients(run))
-        return real_step(*args, **kwargs)
+        handed = {key: getattr(run.optimizer, key, None) for key in ("grad_scale", "found_inf")}
+        result = real_step(*args, **kwargs)
+        seen.update(handed)
+        return result
 
     run.optimizer.step = record
     precision = as_if_on_cuda(amp)
@@ -70,12 +78,19 @@ def test_the_scaler_follows_the_precision_and_the_models_device():
     assert fp16.get_growth_interval() == 2**14 // 4  # fairseq's --fp16-scale-window: 2^14 / (GPUs × update_freq)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
 @pytest.mark.parametrize("amp, tolerance", [("fp16", 2e-2), ("bf16", 6e-2)])
-def test_mixed_precision_gradients_equal_fp32_ones_after_unscaling(toy_data, tmp_path, amp, tolerance):
+def test_mixed_precision_gradients_equal_fp32_ones_after_unscaling(toy_data, tmp_path, amp, tolerance, fused):
     """fp16: the loss is scaled by 128 before backward and the gradients divided by it again before the step; what
-    the optimizer sees is the fp32 gradient up to fp16 rounding (not 128× it, not an unscaled crash)."""
+    the optimizer sees is the fp32 gradient up to fp16 rounding (not 128× it, not an unscaled crash). Fused: the
+    scaler must not hand the already unscaled gradients' optimizer its scale a second time."""
     fp32, fp32_result, _ = one_update_gradients(toy_data, tmp_path, "none")
-    mixed, mixed_result, run = one_update_gradients(toy_data, tmp_path, amp)
+    mixed, mixed_result, run = one_update_gradients(toy_data, tmp_path, amp, fused)
+    handed = {key: mixed.pop(key) for key in ("grad_scale", "found_inf")}
+    fp32 = {k: v for k, v in fp32.items() if k not in handed}
+    assert handed["grad_scale"] is None  # a fused optimizer would divide the unscaled gradients by 128 again
+    if fused and amp == "fp16":
+        assert float(handed["found_inf"]) == 0.0  # the fused kernel's own skip flag: clean
     assert mixed.keys() == fp32.keys() and mixed
     total = math.sqrt(sum(float(g.double().pow(2).sum()) for g in fp32.values()))
     diff = math.sqrt(sum(float((mixed[k].double() - fp32[k].double()).pow(2).sum()) for k in fp32))
@@ -100,9 +115,10 @@ def test_fp16_gradients_are_clipped_after_unscaling(toy_data, tmp_path):
     assert clipped == pytest.approx(0.05, rel=1e-3)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
 @pytest.mark.parametrize("amp", ["fp16", "bf16", "none"])
-def test_an_overflow_skips_the_update_and_fp16_halves_the_scale(toy_data, tmp_path, amp):
-    run = start(toy_data, tmp_path / amp, amp)
+def test_an_overflow_skips_the_update_and_fp16_halves_the_scale(toy_data, tmp_path, amp, fused):
+    run = start(toy_data, tmp_path / amp, amp, fused=fused)
     precision = as_if_on_cuda(amp)
     first = next(p for p in run.model.parameters() if p.requires_grad)
     hook = first.register_hook(lambda g: torch.full_like(g, math.inf))  # an overflow in backward

@@ -63,3 +63,26 @@ def test_a_machine_without_the_wheels_says_what_is_missing(tmp_path):
     result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert "study: python3 cannot import torch (carry .whl: make study-prepare)" in result.stdout
+
+
+def test_wheels_of_another_prepare_are_installed_again_and_the_same_ones_once(tmp_path):
+    """The site on the device is keyed by the wheels' own key (Python version, image, pins): a site installed from
+    other wheels (another Python's, an older prepare) is replaced, never reused; the same wheels install once."""
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".whl" / ".complete").write_text("python 3.12 new\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / ".installed").write_text("python 3.11 old\n")
+    (site / "rpds_py_cp311.so").write_text("")
+    (tmp_path / "bin").mkdir()
+    calls = tmp_path / "pip-calls"
+    fake = tmp_path / "bin" / "python3"  # records pip installs; every import succeeds
+    fake.write_text(f"#!/bin/sh\nif [ \"$2\" = pip ]; then echo \"$@\" >> {calls}; fi\nexit 0\n")
+    fake.chmod(0o755)
+    code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
+            f"SITE={site}; PATH={tmp_path}/bin:$PATH; setup_env && setup_env")
+    result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(calls.read_text().splitlines()) == 1  # the second call found these wheels installed
+    assert not (site / "rpds_py_cp311.so").exists()
+    assert (site / ".installed").read_text() == "python 3.12 new\n"

@@ -560,7 +560,7 @@ def _lr(run: Run) -> float:
     return run.optimizer.param_groups[0]["lr"]
 
 
-def _adam(model, cfg: TrainConfig) -> torch.optim.Adam:
+def _adam(model, cfg: TrainConfig, fused: bool | None = None) -> torch.optim.Adam:
     """fairseq 0.12.2's Adam (fairseq/optim/adam.py), whose weight decay is decoupled from the gradient ("based on
     Fixed Weight Decay Regularization in Adam"; its docstring: "corresponds to the AdamW variant"). Per update t,
     with g the gradient, lr the current learning rate and wd the weight decay:
@@ -573,8 +573,10 @@ def _adam(model, cfg: TrainConfig) -> torch.optim.Adam:
     ε/√(1−β2ᵗ) (7ε at t = 1 with β2 = 0.98, within 1% of ε after ~200 updates), as it did before weight decay was
     decoupled. Every row that sets weight_decay follows a fairseq recipe (GCA's IWSLT rows, config/study.yaml);
     the t2t, THUMT and MLRF rows train without it. PyTorch's fused kernel on CUDA (one launch for all parameters
-    instead of several per tensor), its default (foreach) implementation elsewhere."""
-    fused = next(model.parameters()).device.type == "cuda"
+    instead of several per tensor), its default (foreach) implementation elsewhere; `fused=True` takes the fused
+    path on the CPU too (the tests: GradScaler hands a fused optimizer its inf flag instead of skipping the step)."""
+    if fused is None:
+        fused = next(model.parameters()).device.type == "cuda"
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
                              weight_decay=cfg.weight_decay, fused=fused or None)
 
