@@ -7,8 +7,9 @@
 #     numpy 2.5.2; pandas, matplotlib, sacrebleu, tensorboard, and what the carried wheels take from the image) and
 #     none that it lacks (no jsonschema, snakemake, sacremoses, subword-nmt: those travel as wheels, made by
 #     `study_gpu.sh prepare` against the image's package list, scripts/device-image-packages.txt, as for a visit).
-#     Without a Python 3.12 here (REHEARSAL_PYTHON, python3.12 on PATH, or pyenv's): this machine's python3 with
-#     the pinned torch 2.13 CPU build and constraints.txt, and the output says so;
+#     Without a Python 3.12 here (REHEARSAL_PYTHON, python3.12 on PATH, or pyenv's), if those ~3 GB cannot be
+#     downloaded, or with REHEARSAL_PYTHON=host: this machine's python3 with the pinned torch 2.13 CPU build and
+#     constraints.txt, and the output says so;
 #   - a copy of only what travels there: tracked and untracked-not-ignored files plus the carried .whl and .study,
 #     no ../shared, no .venv, its size checked against the 64 MiB limit;
 #   - what comes back checked against the limits: <= 8 files, <= 16 MiB each, <= 64 MiB in all, <= 2 folders deep,
@@ -32,8 +33,9 @@ step() {  # step NAME COMMAND...: run, report PASS/FAIL
     if "$@"; then say "PASS $name ($((SECONDS - start)) s)"; else say "FAIL $name ($((SECONDS - start)) s)"; failures+=("$name"); return 1; fi
 }
 
-device_python() {  # the device's Python (3.12) here, if any
+device_python() {  # the device's Python (3.12) here, if any (REHEARSAL_PYTHON=host: use this machine's python3)
     local found
+    [ "${REHEARSAL_PYTHON:-}" = host ] && return 1
     for found in "${REHEARSAL_PYTHON:-}" "$(command -v python3.12 || true)" /root/.pyenv/versions/3.12*/bin/python3.12; do
         if [ -n "$found" ] && [ -x "$found" ] && "$found" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
             echo "$found"; return 0
@@ -42,23 +44,30 @@ device_python() {  # the device's Python (3.12) here, if any
     return 1
 }
 
-build_image() {
-    local python pins=scripts/device-image-versions.txt key
-    if python=$(device_python); then
-        key="python3.12 $(sha256sum "$pins" | cut -c1-16)"
+install_image() {  # install_image KEY PYTHON: the image venv, unless the one there was made for KEY
+    local key=$1 python=$2
+    [ -x "$IMAGE/bin/python3" ] && [ "$(cat "$IMAGE/.complete" 2>/dev/null)" = "$key" ] && return 0
+    rm -rf "$IMAGE"
+    "$python" -m venv "$IMAGE" || return 1
+    if [ "${key%% *}" = python3.12 ]; then  # the device's versions, exactly: nothing resolved, nothing added
+        "$IMAGE/bin/pip" install --quiet --disable-pip-version-check --no-deps -r scripts/device-image-versions.txt
     else
+        "$IMAGE/bin/pip" install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0 numpy \
+            pyyaml pandas matplotlib sacrebleu tensorboard packaging
+    fi || { rm -rf "$IMAGE"; return 1; }
+    echo "$key" > "$IMAGE/.complete"
+}
+
+build_image() {
+    local python key
+    # the device's software if this machine can have it (a Python 3.12, ~3 GB of torch 2.11 from PyPI); else, or if
+    # that download fails, this machine's python3 with the pinned torch, said below
+    if python=$(device_python) && key="python3.12 $(sha256sum scripts/device-image-versions.txt | cut -c1-16)" &&
+        install_image "$key" "$python"; then :
+    else
+        [ -n "${key:-}" ] && say "could not install scripts/device-image-versions.txt into a Python 3.12 venv (above)"
         python=$HOST_PY key="host $(sha256sum constraints.txt | cut -c1-16)"
-    fi
-    if [ ! -x "$IMAGE/bin/python3" ] || [ "$(cat "$IMAGE/.complete" 2>/dev/null)" != "$key" ]; then
-        rm -rf "$IMAGE"
-        "$python" -m venv "$IMAGE" || return 1
-        if [ "${key%% *}" = python3.12 ]; then  # the device's versions, exactly: nothing resolved, nothing added
-            "$IMAGE/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$pins" || return 1
-        else
-            "$IMAGE/bin/pip" install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0 numpy \
-                pyyaml pandas matplotlib sacrebleu tensorboard packaging || return 1
-        fi
-        echo "$key" > "$IMAGE/.complete"
+        install_image "$key" "$python" || return 1
     fi
     "$IMAGE/bin/python3" -m pip list --format=freeze 2>/dev/null | cut -d= -f1 > "$WORK/image-packages.txt"
     say "image: $("$IMAGE/bin/python3" -c 'import sys, torch, numpy; print("python", sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__)') (the device: python 3.12, torch 2.11.0+cu130, numpy 2.5.2)"
@@ -67,7 +76,7 @@ build_image() {
         image_has_what_visits_rely_on || return 1
     else
         IMAGE_PACKAGES=$WORK/image-packages.txt
-        say "no Python 3.12 here: this machine's $("$python" --version 2>&1) and torch 2.13, not the device's versions"
+        say "not the device's software: this machine's $("$python" --version 2>&1 | tr -d '\n') and torch 2.13 (no Python 3.12 here, its packages could not be installed, or REHEARSAL_PYTHON=host)"
     fi
     for missing in jsonschema snakemake sacremoses subword_nmt; do
         if "$IMAGE/bin/python3" -c "import $missing" 2>/dev/null; then say "the image has $missing: it must not"; return 1; fi
