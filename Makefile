@@ -72,8 +72,9 @@ study-shard:
 study-collect: $(VENV)/.installed
 	bash scripts/study_gpu.sh collect $(DIR)
 
-# The GPU machine's environment rebuilt here (a venv python3 with only the image's packages, the copy that travels,
-# the returned files' limits) and the commands above run in it on the CPU at toy size; CI runs it.
+# The GPU machine's environment rebuilt here (a Python 3.12 venv with only the image's packages at the device's
+# versions, scripts/device-image-versions.txt: torch 2.11, ~5 GB; REHEARSAL_PYTHON=host for python3 + torch 2.13),
+# the copy that travels, the returned files' limits, and the commands above run in it on the CPU at toy size; CI runs it.
 device-rehearsal: $(VENV)/.installed
 	bash scripts/device_rehearsal.sh
 
