@@ -3,14 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(abspath $(VENV)/bin)
 
-# A data mirror beside the checkout (CI, air-gapped clusters) is used when present; otherwise rules download
-# from the official URLs. Override with `make demo LWNMT_DATA_MIRROR=/path` (or unset it to force downloads).
-MIRROR := $(firstword $(wildcard ../shared/data-mirror))
-LWNMT_DATA_MIRROR ?= $(if $(MIRROR),$(abspath $(MIRROR)))
+# A local data mirror (air-gapped clusters, CI) is read when LWNMT_DATA_MIRROR names one, from the environment or
+# `make demo LWNMT_DATA_MIRROR=/path`; otherwise the rules download from the official URLs.
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-prepare study-shard study-collect device-rehearsal clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-prepare study-shard study-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -19,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # One thread per training and decoding job: two small models training side by side get 1.17x the throughput of one
-# job on two threads (measured on the 2-core CI machine), and a 2-thread decode would wait for both cores; on bigger
+# job on two threads (measured on a 2-core machine), and a 2-thread decode would wait for both cores; on bigger
 # machines more demo runs go in parallel.
 demo: $(VENV)/.installed
 	snakemake --cores all --configfile config/demo.yaml --set-threads train=1 translate=1
@@ -52,11 +50,12 @@ docs: $(VENV)/.installed
 bench-preprocess: $(VENV)/.installed
 	python benchmarks/preprocess.py
 
-# On a GPU machine (this workplace's device machines: 15 minutes in all, 10 per command; docs/usage.md): its
-# python3 has PyTorch but nothing else of ours, so the wheels and the data travel. Here: `make study-prepare`; there,
-# carrying .whl and .study: `make gpu-first` (<= 8 min: environment, gpu-check, the study probe), then
-# `make study-shard SHARD=small` (and seed1, seed2, seed3, lwc-mlrf on later visits); here again:
-# `make study-collect DIR="<each visit's $$OUT>"`, then commit benchmarks/results/gpu.json and docs/study/.
+# On a rented or borrowed GPU node without internet, for a short allocation (docs/usage.md, "On a GPU node without
+# internet"): its python3 has PyTorch but nothing else of ours, so the wheels and the data travel. On the checkout's
+# machine: `make study-prepare`; on the node, carrying .whl and .study: `make gpu-first` (<= 8 min: environment,
+# gpu-check, the study probe), then `make study-shard SHARD=small` (and seed1, seed2, seed3, lwc-mlrf in later
+# allocations); back on the checkout's machine: `make study-collect DIR="<each allocation's returned folder>"`, then
+# commit benchmarks/results/gpu.json and docs/study/. NODE_COMMAND_S (default 600) is the node's limit per command.
 gpu-check:
 	python3 benchmarks/gpu_check.py
 
@@ -72,11 +71,13 @@ study-shard:
 study-collect: $(VENV)/.installed
 	bash scripts/study_gpu.sh collect $(DIR)
 
-# The GPU machine's environment rebuilt here (a Python 3.12 venv with only the image's packages at the device's
-# versions, scripts/device-image-versions.txt: torch 2.11, ~5 GB; REHEARSAL_PYTHON=host for python3 + torch 2.13),
-# the copy that travels, the returned files' limits, and the commands above run in it on the CPU at toy size; CI runs it.
-device-rehearsal: $(VENV)/.installed
-	bash scripts/device_rehearsal.sh
+# The GPU node's environment rebuilt here (a Python 3.12 venv with only the image's packages at the image's
+# versions, scripts/node-image-versions.txt: torch 2.11, ~5 GB; REHEARSAL_PYTHON=host for python3 + torch 2.13),
+# the copy that travels and the returned files checked against the node's limits (CARRY_LIMIT_MIB=64, FILES_BACK=8,
+# FILE_BACK_MIB=16, BACK_LIMIT_MIB=64, BACK_DEPTH=2 by default; set them for yours), and the commands above run in it
+# on the CPU at toy size; CI runs it.
+node-rehearsal: $(VENV)/.installed
+	bash scripts/gpu_node_rehearsal.sh
 
 clean:
-	rm -rf results rehearsal .snakemake .device-rehearsal
+	rm -rf results rehearsal .snakemake .node-rehearsal

@@ -6,8 +6,8 @@
                                                   # → benchmarks/results/parity.json + docs/parity.png
     python benchmarks/fairseq_parity.py plot      # redraw docs/parity.png from the JSON
 
-Data: Multi30k De→En from the data mirror (LWNMT_DATA_MIRROR, default ../shared/data-mirror), Moses-tokenized and
-lowercased with `lwnmt tokenize`, joint BPE learnt with `lwnmt learn-bpe`, binarized by fairseq-preprocess for
+Data: Multi30k De→En from the data mirror (LWNMT_DATA_MIRROR, else data-mirror/ in the checkout), Moses-tokenized
+and lowercased with `lwnmt tokenize`, joint BPE learnt with `lwnmt learn-bpe`, binarized by fairseq-preprocess for
 fairseq and by `lwnmt binarize` with fairseq's own dictionary for us, so that both read the same token ids.
 fairseq runs in its own venv (`.fairseq-venv`, created on first use as benchmarks/train_decode.py does); the
 project never imports it.

@@ -32,7 +32,7 @@ what it finished. Exit 1 if any check or speed row failed (a row that raised is 
         [--families ...] [--precisions ...] [--skip-speed] [--probe DIR] [--compile]
 
 Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
-`make device-rehearsal` do; there fp16 runs on the CPU's fp16 autocast with a CPU GradScaler: the trainer's code
+`make node-rehearsal` do; there fp16 runs on the CPU's fp16 autocast with a CPU GradScaler: the trainer's code
 path, not its speed).
 """
 
@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))  # the device machines have nothing of ours installed
+sys.path.insert(0, str(ROOT / "src"))  # a GPU node may have nothing of ours installed
 # the package is imported inside the functions: without CUDA the script answers before loading it
 
 TINY = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
@@ -587,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-lengths", action="store_true", help=f"write {LENGTHS.name} from --data and exit")
     args = parser.parse_args(argv)
     if args.write_lengths:
-        write_lengths(Path(args.data or os.environ.get("LWNMT_DATA_MIRROR") or ROOT.parent / "shared" / "data-mirror"))
+        write_lengths(Path(args.data or os.environ.get("LWNMT_DATA_MIRROR") or ROOT / "data-mirror"))
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu-check: no CUDA device visible to PyTorch; nothing checked (run it on a GPU machine)")

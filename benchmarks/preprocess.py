@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / ".." / "shared" / "data-mirror").resolve()
+MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / "data-mirror").resolve()  # or a link here
 CODES = MIRROR / "iwslt14-de-en/iwslt14.tokenized.de-en/code"
 IWSLT = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
          "IWSLT14.TED.tst2012"]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / ".." / "shared" / "data-mirror").resolve()
+MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / "data-mirror").resolve()  # or a link here
 CODES = MIRROR / "iwslt14-de-en/iwslt14.tokenized.de-en/code"
 OPTIONS = '{"normalize_punctuation": true, "remove_non_printing": true, "aggressive_dash_splits": true}'
 

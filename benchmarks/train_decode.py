@@ -47,7 +47,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / ".." / "shared" / "data-mirror").resolve()
+MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / "data-mirror").resolve()  # or a link here
 BPE_DIR = MIRROR / "iwslt14-de-en/iwslt14.tokenized.de-en"
 FAIRSEQ_VENV = ROOT / ".fairseq-venv"
 FAIRSEQ_BIN = FAIRSEQ_VENV / "bin"

@@ -1,36 +1,40 @@
 #!/usr/bin/env bash
-# gpu-check and the converged study (config/study.yaml) on a GPU machine that has PyTorch but nothing else of ours
-# and no internet: this workplace's device machines (15 minutes in all per visit, machine start and idle included;
-# 10 minutes per command; 64 MiB sent; 8 files of <= 16 MiB back; wiped afterwards). docs/usage.md, "On a GPU
-# machine". Every visit adds evidence: results are written as they happen and packed on exit, however it exits.
+# gpu-check and the converged study (config/study.yaml) on a rented or borrowed GPU node that has PyTorch but nothing
+# else of ours, no internet and no filesystem shared with this checkout, for a short allocation (defaults: about
+# 15 minutes in all, node start included, and 10 minutes per command; a few files of <= 16 MiB come back; the node
+# is wiped afterwards). docs/usage.md, "On a GPU node without internet". Every command adds evidence: results are
+# written as they happen and packed on exit, however it exits.
 #
-#   scripts/study_gpu.sh prepare          # here (CPU, PyPI): wheels → .whl/ (scripts/device_wheels.py),
-#                                         # Multi30k preprocessed → .study/data.tar.gz
-#   scripts/study_gpu.sh first            # there, command 1 (<= 8 min): environment, gpu-check (every family in
-#                                         # bf16/fp16/TF32/fp32, speed rows, the study throughput probe) → $OUT
-#   scripts/study_gpu.sh shard NAME       # there, command 2..: one shard of the study, whole inside one command
-#   scripts/study_gpu.sh shards           # the shards, in the order visits should take them
-#   scripts/study_gpu.sh collect DIR...   # here: merge what came back (any number of visits) into .study/,
-#                                         # gpu.json → benchmarks/results/, docs/study/ (n of 18 runs, tables)
+#   scripts/study_gpu.sh prepare          # on the checkout's machine (CPU, PyPI): wheels → .whl/
+#                                         # (scripts/node_wheels.py), Multi30k preprocessed → .study/data.tar.gz
+#   scripts/study_gpu.sh first            # on the node, command 1 (<= 8 min): environment, gpu-check (every family
+#                                         # in bf16/fp16/TF32/fp32, speed rows, the study throughput probe) → $OUT
+#   scripts/study_gpu.sh shard NAME       # on the node, command 2..: one shard of the study, whole inside one command
+#   scripts/study_gpu.sh shards           # the shards, in the order allocations should take them
+#   scripts/study_gpu.sh collect DIR...   # back on the checkout's machine: merge what came back (any number of
+#                                         # allocations) into .study/, gpu.json → benchmarks/results/, docs/study/
 #
 # Shards (models cannot travel back, so a shard holds a baseline together with the rows warm-started from it):
 #   small       all 6 rows × 3 seeds at the demo's model size (config/study_small.yaml), 9 trainings at once:
-#               the first study visit yields a whole table
+#               the first allocation that reaches the study yields a whole table
 #   seed1..3    transformer_iwslt_de_en size: seed k's baseline, then its three warm-started rows
 #   lwc-mlrf    transformer_iwslt_de_en size: LWC and MLRF Dec-SA, 3 seeds each, 6 at once
 #
-# Settings (environment): OUT (where results go; the device tool sets it), STUDY_SECONDS (a shard's Snakemake budget,
-# default 500), FIRST_SECONDS (gpu-check's, default 450), GPU_CHECK_ARGS (extra gpu_check.py arguments: the
-# rehearsal's --device cpu and toy budgets), STUDY_EXTRA (more overlays, after the shard's), STUDY_JOBS (trainings at
-# once; default per shard), STUDY_SITE (where the wheels are installed, default /tmp/site), STUDY_PY and
-# STUDY_IMAGE_PACKAGES (prepare: the target's Python and the packages it already has). On your own GPU box none of
-# this is needed: `snakemake --cores all --configfile config/study.yaml`.
+# Settings (environment): OUT (where results go: the folder your node's job sends back; default ./node-out),
+# NODE_COMMAND_S (the node's limit per command, default 600: the budgets below keep inside it), STUDY_SECONDS (a
+# shard's Snakemake budget, default NODE_COMMAND_S - 100), FIRST_SECONDS (gpu-check's, default NODE_COMMAND_S - 150),
+# GPU_CHECK_ARGS (extra gpu_check.py arguments: the rehearsal's --device cpu and toy budgets), STUDY_EXTRA (more
+# overlays, after the shard's), STUDY_JOBS (trainings at once; default per shard), STUDY_SITE (where the wheels are
+# installed, default /tmp/site), STUDY_PY and STUDY_IMAGE_PACKAGES (prepare: the node's Python and the packages its
+# image already has). On a GPU machine with internet and this checkout none of this is needed:
+# `snakemake --cores all --configfile config/study.yaml`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 STUDY=$ROOT/.study                       # data.tar.gz (carried) and one Snakemake folder per model size
 SITE=${STUDY_SITE:-/tmp/site}
-OUT=${OUT:-$ROOT/device-out}
+OUT=${OUT:-$ROOT/node-out}
+COMMAND_S=${NODE_COMMAND_S:-600}
 EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
 SHARDS="small seed1 seed2 seed3 lwc-mlrf"
 TASK=multi30k_deen
@@ -60,12 +64,12 @@ snake() {  # snakemake TARGETS... OPTIONS... in a model size's folder; the confi
 }
 
 prepare() {
-    local packages=${STUDY_IMAGE_PACKAGES:-scripts/device-image-packages.txt} key
+    local packages=${STUDY_IMAGE_PACKAGES:-scripts/node-image-packages.txt} key
     # the wheels are for one Python, one image and our pins: made again when any of them changed
     key="python ${STUDY_PY:-3.12} $(cat "$packages" constraints.txt | sha256sum | cut -c1-16)"
     if [ "$(cat .whl/.complete 2>/dev/null)" != "$key" ]; then
         rm -rf .whl
-        python scripts/device_wheels.py .whl --python-version "${STUDY_PY:-3.12}" --image-packages "$packages"
+        python scripts/node_wheels.py .whl --python-version "${STUDY_PY:-3.12}" --image-packages "$packages"
         echo "$key" > .whl/.complete
     fi
     mkdir -p "$STUDY/prep"
@@ -107,7 +111,7 @@ environment() {
     python3 -c "import sys, torch; print('python', sys.version.split()[0], sys.executable); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
     df -h "$ROOT" /tmp 2>&1
     nproc; free -g 2>/dev/null | head -2 || true
-    echo "pip freeze (the image's versions: scripts/device-image-versions.txt pins the rehearsal's to these):"
+    echo "pip freeze (the image's versions: scripts/node-image-versions.txt pins the rehearsal's to these):"
     python3 -m pip freeze 2>&1 | grep -v '^WARNING' || true
 }
 
@@ -119,7 +123,7 @@ first() {
     setup_env
     unpack_data iwslt
     local status=0
-    timeout -s TERM -k 20 "${FIRST_SECONDS:-450}" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu.json" \
+    timeout -s TERM -k 20 "${FIRST_SECONDS:-$((COMMAND_S - 150))}" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu.json" \
         --probe "$STUDY/iwslt/results/$TASK/data/bin-joint" ${EXTRA:+--probe-config $EXTRA} ${GPU_CHECK_ARGS:-} \
         || status=$?
     echo "first: gpu_check exit $status; next: scripts/study_gpu.sh shard $(next_shard)"
@@ -140,7 +144,7 @@ shard() {
     # gpus_per_job 0: the small models share the one GPU, no job holds its lock; a training stopped by the budget
     # checkpoints on SIGTERM (its logs and metrics come back; its model cannot)
     export -f snake size_configs; export STUDY ROOT EXTRA
-    timeout -s TERM -k 60 "${STUDY_SECONDS:-500}" bash -c 'snake "$@"' snake "$size" $(shard_targets "$name") \
+    timeout -s TERM -k 60 "${STUDY_SECONDS:-$((COMMAND_S - 100))}" bash -c 'snake "$@"' snake "$size" $(shard_targets "$name") \
         --cores all --rerun-incomplete --keep-going --config gpus_per_job=0 --set-threads train=1 \
         --resources "train_slots=${STUDY_JOBS:-$(shard_jobs "$name")}" --set-resources train:train_slots=1 \
         || status=$?
@@ -182,7 +186,7 @@ case "${1:-}" in
     first) first ;;
     shard) shard "${2:?shard needs a name: $SHARDS}" ;;
     shards) echo "$SHARDS" ;;
-    collect) shift; [ $# -gt 0 ] || { echo "collect needs the folder(s) the device returned" >&2; exit 2; }
+    collect) shift; [ $# -gt 0 ] || { echo "collect needs the folder(s) the node sent back" >&2; exit 2; }
              collect "$@" ;;
     *) echo "usage: $0 prepare | first | shard NAME | shards | collect DIR..." >&2; exit 2 ;;
 esac

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT
+from conftest import MIRROR, ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
 from layerwise_nmt.data import fetch, readers
@@ -185,8 +185,8 @@ def test_archive_inside_archive_and_mirror_copies_resolve(tmp_path):
     assert inner.path == "results/raw/iwslt14-ro-en/ro-en.tgz" and inner.member == "ro-en/train.tags.ro-en.ro"
     outer = cfg.file_source(config, "iwslt14-ro-en", "ro-en.tgz")
     assert outer.path == cfg.download_path(config["datasets"]["iwslt14-ro-en"]["archives"]["2014-01.tgz"], "2014-01.tgz")
-    config["data_mirror"] = str(ROOT / ".." / "shared" / "data-mirror")
-    if (ROOT / ".." / "shared" / "data-mirror").is_dir():
+    if MIRROR is not None and MIRROR.is_dir():
+        config["data_mirror"] = str(MIRROR)
         plain = cfg.file_source(config, "wmt16-en-ro", "newstest2016.ro")  # SGML officially, plain in the mirror
         assert plain.path.endswith("wmt16-en-ro/newstest2016-enro.ro") and plain.checksum[0] == "sha256"
         luong = cfg.file_source(config, "wmt14-en-de-luong", "newstest2013.de")  # a gzipped mirror copy

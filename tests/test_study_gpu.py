@@ -1,6 +1,6 @@
-"""scripts/study_gpu.sh and scripts/device_wheels.py, the parts that need no GPU and no network. The whole path (the
-device image rebuilt, the copy that travels, `first` and `shard small` in it, the returned files' limits, collect)
-is `make device-rehearsal`, which CI runs."""
+"""scripts/study_gpu.sh and scripts/node_wheels.py, the parts that need no GPU and no network. The whole path (the
+node's image rebuilt, the copy that travels, `first` and `shard small` in it, the returned files' limits, collect)
+is `make node-rehearsal`, which CI runs."""
 
 import importlib.util
 import os
@@ -9,9 +9,9 @@ import sys
 
 from conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("device_wheels", ROOT / "scripts" / "device_wheels.py")
-device_wheels = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(device_wheels)
+spec = importlib.util.spec_from_file_location("node_wheels", ROOT / "scripts" / "node_wheels.py")
+node_wheels = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(node_wheels)
 
 
 def study(*args, env=None):
@@ -45,15 +45,15 @@ def test_shards_keep_a_baseline_with_the_rows_warm_started_from_it():
 
 
 def test_wheels_are_what_the_image_lacks_and_nothing_it_has(tmp_path):
-    needed = device_wheels.closure()
+    needed = node_wheels.closure()
     assert {"snakemake", "sacremoses", "subword-nmt", "jsonschema", "connection-pool"} <= set(needed)
-    image = device_wheels.image_packages(ROOT / "scripts" / "device-image-packages.txt")
+    image = node_wheels.image_packages(ROOT / "scripts" / "node-image-packages.txt")
     assert {"torch", "numpy", "pyyaml", "pandas", "sacrebleu", "nvidia-ml-py"} <= image
     assert not {"snakemake", "jsonschema", "sacremoses", "subword-nmt"} & image  # the image lacks these: carried
 
 
 def test_a_machine_without_the_wheels_says_what_is_missing(tmp_path):
-    """The device step checks its imports before anything runs, and names the missing one."""
+    """The node's step checks its imports before anything runs, and names the missing one."""
     code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
             f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env")
     (tmp_path / "bin").mkdir()
@@ -66,7 +66,7 @@ def test_a_machine_without_the_wheels_says_what_is_missing(tmp_path):
 
 
 def test_wheels_of_another_prepare_are_installed_again_and_the_same_ones_once(tmp_path):
-    """The site on the device is keyed by the wheels' own key (Python version, image, pins): a site installed from
+    """The site on the node is keyed by the wheels' own key (Python version, image, pins): a site installed from
     other wheels (another Python's, an older prepare) is replaced, never reused; the same wheels install once."""
     (tmp_path / ".whl").mkdir()
     (tmp_path / ".whl" / ".complete").write_text("python 3.12 new\n")

@@ -1,13 +1,13 @@
-"""The wheels a GPU machine without internet needs to run the workflow, and only those: the closure of what we use
+"""The wheels a GPU node without internet needs to run the workflow, and only those: the closure of what we use
 there (snakemake, sacremoses, subword-nmt, jsonschema) at the versions constraints.txt pins, minus the packages its
-image already has (scripts/device-image-packages.txt, from the device tool's KINDS.md list), each as a wheel for
-its Python: a binary wheel for that Python and platform where PyPI has one, else a wheel built here from the sdist
-(pure-Python packages such as connection_pool publish only an sdist, which `pip download --only-binary` refuses).
+image already has (scripts/node-image-packages.txt, or your node's own list), each as a wheel for its Python: a
+binary wheel for that Python and platform where PyPI has one, else a wheel built here from the sdist (pure-Python
+packages such as connection_pool publish only an sdist, which `pip download --only-binary` refuses).
 
-    python scripts/device_wheels.py OUT_DIR [--python-version 3.12] [--image-packages FILE]
+    python scripts/node_wheels.py OUT_DIR [--python-version 3.12] [--image-packages FILE]
 
-Installed there with `pip install --no-index --no-deps --target DIR OUT_DIR/*.whl` (no resolver, nothing from the
-image replaced) and PYTHONPATH=DIR: a venv made from the image's python3, itself a venv, would see the base
+Installed on the node with `pip install --no-index --no-deps --target DIR OUT_DIR/*.whl` (no resolver, nothing from
+the image replaced) and PYTHONPATH=DIR: a venv made from the image's python3, itself a venv, would see the base
 interpreter's packages instead of the image's (no torch).
 """
 
@@ -71,7 +71,7 @@ def fetch(name: str, version: str, out: Path, python_version: str) -> str:
     built = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), f"{name}=={version}"]
     result = subprocess.run(built, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"device_wheels: {name}=={version}: no wheel for Python {python_version} and the sdist did "
+        raise SystemExit(f"node_wheels: {name}=={version}: no wheel for Python {python_version} and the sdist did "
                          f"not build: {result.stderr.strip().splitlines()[-1:]}")
     return "built from sdist"
 
@@ -79,8 +79,8 @@ def fetch(name: str, version: str, out: Path, python_version: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
-    parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python (KINDS.md: 3.12)")
-    parser.add_argument("--image-packages", default=str(ROOT / "scripts" / "device-image-packages.txt"))
+    parser.add_argument("--python-version", default="3.12", help="the GPU node's Python (default: 3.12)")
+    parser.add_argument("--image-packages", default=str(ROOT / "scripts" / "node-image-packages.txt"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     for name, version in sorted(needed.items()):
         print(f"{name}=={version}: {fetch(name, version, out, args.python_version)}", flush=True)
     size = sum(p.stat().st_size for p in out.glob("*.whl"))
-    print(f"device_wheels: {len(needed)} wheels, {size / 2**20:.1f} MiB in {out} "
+    print(f"node_wheels: {len(needed)} wheels, {size / 2**20:.1f} MiB in {out} "
           f"(the image has the other {len(closure()) - len(needed)})")
     return 0
 
