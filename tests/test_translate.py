@@ -178,3 +178,87 @@ def test_a_trained_model_knows_its_direction(trained, tmp_path):
     code, out, err = lwnmt("translate", "-", "--model", trained["model"], "--data", trained["data"], "--src", "en",
                            "--tgt", "de", stdin=b"w1 w2\n")
     assert out == "" and f"--src en --tgt de: {trained['model']} translates de→en" in one_line_error(code, err)
+
+
+# What a wrong --model says: the path and what was expected, in one line
+
+
+@pytest.fixture
+def model_dir(trained, tmp_path) -> Path:
+    from layerwise_nmt.export import write
+
+    dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
+    return write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None, {"tokenizer": "moses"},
+                 {"beam": 2}, {})
+
+
+def test_a_model_directory_that_is_not_there_is_named(tmp_path):
+    missing = tmp_path / "nonexistent" / "dir"
+    code, out, err = lwnmt("translate", "--model", missing, stdin=b"w1\n")
+    line = one_line_error(code, err)
+    assert out == "" and f"--model {missing}: no such model directory" in line and "lwnmt export" in line
+    assert "missing --data" not in line
+
+
+def test_a_model_directory_without_one_of_its_files_names_it(model_dir):
+    code, out, err = lwnmt("translate", "--model", model_dir, stdin=b"w1\n")
+    assert code == 0 and len(out.splitlines()) == 1, err
+    (model_dir / "dict.en.txt").unlink()
+    line = one_line_error(*lwnmt("translate", "--model", model_dir, stdin=b"w1\n")[::2])
+    assert f"{model_dir / 'dict.en.txt'}: missing from the model directory" in line
+    (model_dir / "lwnmt.json").unlink()
+    line = one_line_error(*lwnmt("translate", "--model", model_dir, stdin=b"w1\n")[::2])
+    assert f"--model {model_dir}: a directory without lwnmt.json" in line
+
+
+def test_a_manifest_without_a_key_names_the_key(model_dir):
+    manifest = json.loads((model_dir / "lwnmt.json").read_text())
+    del manifest["files"]
+    (model_dir / "lwnmt.json").write_text(json.dumps(manifest))
+    line = one_line_error(*lwnmt("translate", "--model", model_dir, stdin=b"w1\n")[::2])
+    assert f"{model_dir / 'lwnmt.json'}: no 'files' key" in line
+
+
+def test_a_text_file_as_the_model_directorys_model_is_one_line(model_dir):
+    from layerwise_nmt.export import sha256
+
+    (model_dir / "model.pt").write_text("error: disk full\n")
+    manifest = json.loads((model_dir / "lwnmt.json").read_text())
+    manifest["sha256"]["model.pt"] = sha256(model_dir / "model.pt")
+    (model_dir / "lwnmt.json").write_text(json.dumps(manifest))
+    line = one_line_error(*lwnmt("translate", "--model", model_dir, stdin=b"w1\n")[::2])
+    assert f"{model_dir / 'model.pt'}: not a readable checkpoint" in line and "not a PyTorch file" in line
+
+
+def test_a_text_file_as_the_model_with_data_is_one_line(trained, tmp_path):
+    model = tmp_path / "model.pt"
+    model.write_text("this is not a model\n")
+    line = one_line_error(*lwnmt("translate", *decode_args(trained, model=model), stdin=b"w1\n")[::2])
+    assert f"{model}: not a readable checkpoint" in line and "it begins 'this is not a mo" in line
+
+
+def imported_modules(*code: str) -> set[str]:
+    """The top-level packages a fresh interpreter imports to run `code` (python -X importtime)."""
+    result = subprocess.run([sys.executable, "-X", "importtime", *code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def test_help_and_data_commands_import_no_torch(tmp_path):
+    source = tmp_path / "a.txt"
+    source.write_text("a\n")
+    for command in (["--help"], ["translate", "--help"], ["concat", str(source), "--out", str(tmp_path / "b.txt")]):
+        modules = imported_modules("-m", "layerwise_nmt", *command)
+        assert "layerwise_nmt" in modules and "torch" not in modules, command
+
+
+def test_the_decoding_settings_need_neither_torch_nor_numpy():
+    """A workflow driver without torch checks the config's decoding settings with BeamConfig."""
+    code = ("import sys; sys.modules['torch'] = sys.modules['numpy'] = None\n"
+            "from layerwise_nmt.beam_config import BeamConfig\n"
+            "assert BeamConfig.from_dict({'beam': 4, 'tune_lenpen': [0.6, 1]}).tune_lenpen == (0.6, 1.0)")
+    assert "torch" not in imported_modules("-c", code)
+    from layerwise_nmt import beam_config, decode, precision
+
+    assert decode.BeamConfig is beam_config.BeamConfig and beam_config.AMP_CHOICES == precision.AMP_CHOICES
