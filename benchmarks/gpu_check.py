@@ -1,4 +1,4 @@
-"""`make gpu-check`: the CUDA path proven, then measured (docs/benchmarks.md; docs/usage.md "On a GPU machine").
+"""`make gpu-check`: the CUDA path proven, then measured (docs/benchmarks.md; a GPU node: docs/usage.md).
 
 Correctness, for every model family × every precision `amp: auto` can pick on this device (CUDA: bf16, fp16 with
 the loss scaler — V100/T4 users get it, so it is checked on bf16 GPUs too — TF32 (`amp: none`, the default

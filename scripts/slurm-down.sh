@@ -6,8 +6,8 @@ STATE=${LWNMT_SLURM_STATE:-/run/lwnmt-slurm-started}
 tac "$STATE" | while read -r name pidfile; do
   [ -s "$pidfile" ] || continue
   pid=$(cat "$pidfile")
-  # A daemon killed without this script (a stopped session) leaves its PID file: stop the PID only while it is still
-  # that daemon, never a process that reused the number.
+  # A daemon killed without this script (a killed shell, a restarted container) leaves its PID file: stop the PID
+  # only while it is still that daemon, never a process that reused the number.
   if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
     kill "$pid"
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done

@@ -2,7 +2,7 @@
 # A one-node SLURM cluster on this machine (Debian): munge, MariaDB + slurmdbd (so that the executor plugin's
 # `sacct` status checks work), slurmctld and slurmd, as plain background daemons (no systemd needed). Idempotent.
 # The daemons it starts are recorded in $STATE so that scripts/slurm-down.sh stops exactly those (by PID).
-# Recipe and pitfalls: ../shared/reference/slurm-local-cluster.md. Needs root and apt.
+# Recipe and pitfalls: in the comments below. Needs root and apt.
 set -euo pipefail
 STATE=${LWNMT_SLURM_STATE:-/run/lwnmt-slurm-started}
 t0=$(date +%s)
