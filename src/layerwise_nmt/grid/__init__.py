@@ -1,0 +1,29 @@
+"""The experiment grid as data: datasets → tasks → experiments, and papers → tables → rows.
+
+One way to read the config for the workflow (workflow/rules/common.smk) and the `lwnmt` commands alike, importing
+neither torch nor numpy, so that `snakemake -n` runs in an environment that holds only Snakemake:
+
+    load         config files merged, the schema and the cross-references checked
+    sources      where each raw file comes from: the user's directory, the data mirror, or a download
+    tasks        a task's parts, languages and tokenizer options
+    experiments  an experiment with its defaults; what translating with its model needs
+    layout       the results/ paths
+    papers       papers → tables (figures) → rows, and the metrics a table reads
+    status       what can run, and why not
+    reports      each table's and figure's rows resolved against the runs
+    rules        what the workflow's rules ask of the grid for a job's wildcards
+    stage_checks every experiment's stage settings through the classes that will read them
+"""
+
+from .experiments import STAGES, experiment, trained_model
+from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_dir
+from .load import ROOT, SCHEMA, deep_update, get, load, located, read, resolve_extends, schema_error, validate
+from .papers import Row, measure_of, metrics_of, rows, split_of, tables
+from .reports import figure_spec, paper_part, report_caption, table_spec
+from .rules import RuleInputs
+from .sources import (MIRROR_ENV, FileSource, checksum_of, download_key, download_path, download_spec, downloads,
+                      file_source, mirror_dir, mirror_location, mirrored, pair_member, unpinned_downloads, urls_of,
+                      where_from)
+from .status import (Status, all_statuses, experiment_status, fetch_needs, row_statuses, rows_by_experiment,
+                     runnable_tasks, task_status)
+from .tasks import ARCHIVE_SUFFIXES, SPLITS, find_part, pair, part_name, tokenize_options

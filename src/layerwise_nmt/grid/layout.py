@@ -1,0 +1,33 @@
+"""Where things are: the results/ paths the package and the workflow's input functions share (rule outputs spell
+the same templates as Snakemake patterns)."""
+
+from __future__ import annotations
+
+import os
+
+
+def raw_path(dataset: str, name: str) -> str:
+    return f"results/raw/{dataset}/{name}"
+
+
+def data_path(task: str, *parts: str) -> str:
+    """results/<task>/data[/<parts>]: norm/ tok/ text/ ref/ bpe/ bin-joint/ bin-separate/."""
+    return "/".join([f"results/{task}/data", *parts])
+
+
+def bin_dir(task: str, vocab: str) -> str:
+    return data_path(task, f"bin-{vocab}")
+
+
+def run_dir(task: str, experiment: str, seed: int | str) -> str:
+    return f"results/{task}/{experiment}/seed{seed}"
+
+
+def save_dir(run: str | os.PathLike) -> str:
+    """What `lwnmt train --save-dir` owns in a run: checkpoints, metrics.csv, training.json, tensorboard/ (the final
+    model is the train rule's output, beside it)."""
+    return f"{run}/checkpoints"
+
+
+def experiment_dir(config: dict, name: str, seed: int) -> str:
+    return run_dir(config["experiments"][name]["task"], name, seed)

@@ -1,0 +1,181 @@
+"""Reading the grid: config files deep-merged, checked against the schema, and the cross-references a schema
+cannot express (task → dataset, experiment → task, warm starts, rows → experiments), each error naming its key."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import UserError
+from .experiments import experiment
+from .papers import rows
+
+ROOT = Path(__file__).resolve().parents[3]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load(*paths: str | os.PathLike) -> dict:
+    """Load and deep-merge config files (later ones override), then validate; an error names the file that set
+    the key it is about."""
+    config: dict = {}
+    for path in paths:
+        deep_update(config, read(path))
+    try:
+        validate(config)
+    except UserError as err:
+        if "(top level)" in str(err) and "required property" in str(err):  # an overlay given alone
+            raise UserError(f"{err} in {', '.join(map(str, paths))}; an overlay such as config/demo.yaml goes "
+                            f"after the full config: --config config.yaml --config config/demo.yaml")
+        raise located(err, paths) from None
+    return config
+
+
+def read(path: str | os.PathLike) -> dict:
+    """One config file as a dict, or a one-line UserError naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as err:
+        raise UserError(f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
+                        f"pass --config path/to/config.yaml)")
+    except yaml.YAMLError as err:
+        raise UserError(f"config file {path}: not valid YAML ({' '.join(str(err).split())})")
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path}: a {type(data).__name__}; expected a mapping of keys (datasets:, "
+                        f"tasks:, experiments:, ...)")
+    return data
+
+
+KEY = re.compile(r"config key ([^\s:]+)")
+
+
+def located(err: UserError, paths) -> UserError:
+    """`err` ("config key a/b/c: ...") prefixed with the config file that sets the key, where several are merged:
+    the last one holding the longest prefix of the key's path (an overlay's typo is named in the overlay, a value
+    an experiment inherits through `extends` or `defaults` in the file that holds the experiment)."""
+    match = KEY.match(str(err))
+    if match is None or len(paths) < 2:
+        return err
+    keys, best = match.group(1).split("/"), (0, None)
+    for path in paths:
+        try:
+            node = read(path)
+        except UserError:
+            continue
+        depth = 0
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node, depth = node[key], depth + 1
+        if depth and depth >= best[0]:
+            best = (depth, path)
+    return UserError(f"{best[1]}: {err}") if best[1] else err
+
+
+def deep_update(base: dict, new: dict) -> dict:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_update(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def validate(config: dict) -> None:
+    """Schema check plus the cross-references a schema cannot express; errors name the offending key."""
+    import jsonschema  # here, not at the top: reading a config (gpu_check on a GPU machine without it) needs none
+
+    with open(SCHEMA, encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is not None:
+        raise schema_error(error)
+    resolve_extends(config.get("experiments", {}))
+    datasets, tasks, experiments = config["datasets"], config["tasks"], config.get("experiments", {})
+    for name, task in tasks.items():
+        if task["dataset"] not in datasets:
+            raise UserError(f"config key tasks/{name}/dataset: unknown dataset {task['dataset']!r}")
+        dataset = datasets[task["dataset"]]
+        ready = "pending" not in dataset and "user_path" not in dataset
+        if ready and "splits" not in task:
+            raise UserError(f"config key tasks/{name}/splits: missing; expected train, valid and test")
+        for split_name, split in task.get("splits", {}).items():
+            if ready and not split.get("parts") and not split.get("hold_out_every"):
+                raise UserError(f"config key tasks/{name}/splits/{split_name}: expected parts or hold_out_every")
+            for part in split.get("parts", []):
+                for lang in (task["src"], task["tgt"]):
+                    if ready and part.format(lang=lang) not in dataset.get("files", {}):
+                        raise UserError(
+                            f"config key tasks/{name}/splits: part {part!r} needs file "
+                            f"{part.format(lang=lang)!r}, which datasets/{task['dataset']}/files does not declare"
+                        )
+    for name, spec in experiments.items():
+        if spec["task"] not in tasks:
+            raise UserError(f"config key experiments/{name}/task: unknown task {spec['task']!r}")
+        parent = spec.get("warm_start")
+        if isinstance(parent, str):  # {path: …}: a model file, checked against the task when training starts
+            if parent not in experiments:
+                raise UserError(f"config key experiments/{name}/warm_start: unknown experiment {parent!r}")
+            data = [(experiments[n]["task"], experiment(config, n)["vocab"]) for n in (name, parent)]
+            if data[0] != data[1]:
+                raise UserError(f"config key experiments/{name}/warm_start: {parent!r} trains on other data "
+                                f"({'/'.join(data[1])} vs {'/'.join(data[0])})")
+    for row in rows(config):
+        for key in ("experiment", "compare_to"):
+            if key in row.spec and row.spec[key] not in experiments:
+                raise UserError(f"config key {row.key}/{key}: unknown experiment {row.spec[key]!r}")
+
+
+def schema_error(error: "jsonschema.ValidationError") -> UserError:
+    """A schema violation as one line naming the key; an unknown key with the known ones closest to it."""
+    where = [str(p) for p in error.absolute_path]
+    allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and allowed and isinstance(error.instance, dict):
+        unknown = [k for k in error.instance if k not in allowed]
+        if unknown:
+            close = difflib.get_close_matches(str(unknown[0]), list(allowed), n=3)
+            hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
+                    else f"expected one of {', '.join(allowed)}")
+            return UserError(f"config key {'/'.join(where + [str(unknown[0])])}: unknown key {unknown[0]!r}; {hint}")
+    return UserError(f"config key {'/'.join(where) or '(top level)'}: {error.message}")
+
+
+def resolve_extends(experiments: dict) -> None:
+    """`extends: <experiment>` (ablations and sweeps as a few overrides of one row): the experiment starts as a
+    copy of that one's settings (its description aside), and its own keys win, key by key within a stage. In place;
+    a resolved experiment has no `extends` key left, so resolving twice changes nothing."""
+
+    def resolved(name: str, chain: tuple[str, ...]) -> dict:
+        spec = experiments[name]
+        parent = spec.get("extends")
+        if parent is None:
+            return spec
+        if parent not in experiments:
+            raise UserError(f"config key experiments/{name}/extends: unknown experiment {parent!r}")
+        if parent in chain:
+            raise UserError(f"config key experiments/{name}/extends: cycle {' → '.join(chain + (parent,))}")
+        base = {k: (dict(v) if isinstance(v, dict) else v)
+                for k, v in resolved(parent, chain + (parent,)).items() if k != "description"}
+        own = {k: v for k, v in spec.items() if k != "extends"}
+        experiments[name] = deep_update(base, own)
+        return experiments[name]
+
+    for name in list(experiments):
+        resolved(name, (name,))
+        missing = [k for k in ("task", "model") if k not in experiments[name]]
+        if missing:
+            raise UserError(f"config key experiments/{name}: missing {' and '.join(missing)} (set it or `extends`)")
+
+
+def get(config: dict, path: str, default: Any = None) -> Any:
+    node: Any = config
+    for key in path.split("/"):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node

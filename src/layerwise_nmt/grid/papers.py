@@ -1,0 +1,65 @@
+"""Papers → tables (and figures) → rows: the walk every report and status follows, and the metrics a table reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from .. import UserError
+
+
+def metrics_of(table: dict) -> list[str]:
+    """A table's score columns: "bleu" or "chrf" (= test), or "<split>_bleu" / "<split>_chrf" read from that split's
+    `<split>.score.json` (valid_bleu, test_chrf; NIST's mt04_bleu etc. once its test sets are splits)."""
+    metric = table.get("metric", "bleu")
+    return [metric] if isinstance(metric, str) else list(metric)
+
+
+def measure_of(metric: str) -> str:
+    """The score.json key a metric column reads: bleu or chrf."""
+    return "chrf" if metric.endswith("chrf") else "bleu"
+
+
+def split_of(metric: str) -> str:
+    measure = measure_of(metric)
+    return "test" if metric == measure else metric.removesuffix(f"_{measure}")
+
+
+def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tuple[str, str]]:
+    """The targeted (paper, table) pairs (targeted=False: all declared); kind="figures" for (paper, figure) pairs."""
+    wanted = config.get("targets", {}).get(kind, "all") if targeted else "all"
+    declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec.get(kind, {})]
+    if wanted == "all":
+        return declared
+    missing = [w for w in wanted if tuple(w.split("/", 1)) not in declared]
+    if missing:
+        raise UserError(f"config key targets/{kind}: unknown {kind[:-1]}(s) {', '.join(missing)}; "
+                        f"expected <paper>/<{kind[:-1]}>")
+    return [tuple(w.split("/", 1)) for w in wanted]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a paper's table or figure, where the config declares it."""
+
+    paper: str
+    kind: str  # tables | figures
+    name: str  # the table or figure
+    index: int
+    spec: dict
+
+    @property
+    def key(self) -> str:
+        return f"papers/{self.paper}/{self.kind}/{self.name}/rows/{self.index}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.paper} {self.name} · {self.spec['label']}"
+
+
+def rows(config: dict, kinds: tuple[str, ...] = ("tables", "figures"), targeted: bool = False) -> Iterator[Row]:
+    """The papers → tables (figures) → rows walk, in config order; targeted=True: the targeted tables' only."""
+    for kind in kinds:
+        for paper, name in tables(config, kind, targeted):
+            for index, row in enumerate(config["papers"][paper][kind][name]["rows"]):
+                yield Row(paper, kind, name, index, row)

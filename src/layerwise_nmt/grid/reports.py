@@ -1,0 +1,103 @@
+"""Each table and figure of the papers resolved against the runs: paper numbers, run states, and the score, metrics
+and inspection files every row reads. The table and figure jobs get these specs as JSON; report/ draws from them."""
+
+from __future__ import annotations
+
+from .. import UserError
+from .experiments import experiment
+from .layout import bin_dir, data_path, experiment_dir, save_dir
+from .load import get
+from .papers import metrics_of, split_of
+from .status import experiment_status
+
+
+def paper_part(config, paper, kind, name):
+    """config papers/<paper>/<kind>/<name>, or a one-line error listing what exists."""
+    papers = config.get("papers", {})
+    if paper not in papers:
+        raise UserError(f"results/{kind}/{paper}/{name}: no paper {paper!r} in the config; expected one of "
+                            f"{', '.join(sorted(papers))}")
+    parts = papers[paper].get(kind, {})
+    if name not in parts:
+        raise UserError(f"results/{kind}/{paper}/{name}: paper {paper} has no {kind[:-1]} {name!r}; expected "
+                            f"one of {', '.join(sorted(parts)) or 'none'}")
+    return parts[name]
+
+
+def table_spec(config, paper, table):
+    """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
+    spec = paper_part(config, paper, "tables", table)
+    derived = spec.get("mean_of", {})  # metrics computed from others: no split of their own
+    splits = sorted({split_of(m) for m in metrics_of(spec) + [m for ms in derived.values() for m in ms]
+                     if m not in derived})
+
+    def score_paths(name):
+        e = experiment(config, name)
+        return {split: [f"{experiment_dir(config, name, s)}/{split}.score.json" for s in e["seeds"]]
+                for split in splits}
+
+    rows = []
+    for row in spec["rows"]:
+        out = {"label": row["label"], "paper": row.get("paper", {})}
+        if "experiment" in row:
+            status = experiment_status(config, row["experiment"])
+            out["state"], out["reason"] = status.state, status.reason
+            out["note"] = " ".join(experiment(config, row["experiment"]).get("description", "").split())
+            if status.runnable:
+                e = experiment(config, row["experiment"])
+                out["scores"] = score_paths(e["name"])
+                out["runs"] = [experiment_dir(config, e["name"], s) for s in e["seeds"]]
+                if row.get("compare_to") and experiment_status(config, row["compare_to"]).runnable:
+                    out["baseline_scores"] = score_paths(row["compare_to"])
+                    out["compare_to"] = row["compare_to"]
+        else:
+            quoted = "quoted_from" in row
+            out["state"] = "quoted" if quoted else "blocked"
+            out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
+        rows.append(out)
+    return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
+            "metric": metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
+            "significance": spec.get("significance"), "mean_of": derived, "budget": spec.get("budget", False),
+            "precision": config["papers"][paper].get("precision", "")}
+
+
+def report_caption(config, paper, kind, name):
+    """A table's or figure's caption for the Snakemake report (reStructuredText: one paragraph)."""
+    spec = paper_part(config, paper, kind, name)
+    scale = f" Scale: {spec['scale']}." if spec.get("scale") else ""
+    title = config["papers"][paper].get("title", paper)
+    return " ".join(f"**{title}, {name}.** {spec.get('caption', '')}{scale}".split())
+
+
+def figure_spec(config, paper, figure):
+    """Rows resolved to run files (first seed): metrics.csv for curves, what `inspect` reads out of model.pt for
+    aggregation shares and attention maps, every seed's test.score.json for sweeps and length buckets."""
+    spec = paper_part(config, paper, "figures", figure)
+    rows = []
+    for index, row in enumerate(spec["rows"]):
+        out = dict(row)
+        status = experiment_status(config, row["experiment"])
+        out["state"], out["reason"] = status.state, status.reason
+        if status.runnable:
+            e = experiment(config, row["experiment"])
+            runs = [experiment_dir(config, e["name"], s) for s in e["seeds"]]
+            if spec["kind"] == "accuracy_curves":
+                # metrics.csv is not an output of training (it must survive a failed job for resume): the model
+                # stands for it, unless the models stayed on the machine that trained them (study_gpu.sh collect)
+                out["metrics"] = f"{save_dir(runs[0])}/metrics.csv"
+                out["needs"] = [out["metrics"] if config.get("models_elsewhere") else f"{runs[0]}/model.pt"]
+            elif spec["kind"] in ("aggregation_shares", "attention"):
+                out["inspection"] = f"{runs[0]}/inspect/{paper}.{figure}.{index}.json"
+                out["needs"] = [out["inspection"]]
+                out["inspect"] = {"kind": spec["kind"], "model": f"{runs[0]}/model.pt", "options": {}}
+                if spec["kind"] == "attention":  # the model teacher-forced on its own translation of one sentence
+                    out["inspect"]["options"] = dict(
+                        hypothesis=f"{runs[0]}/test.bpe", src=e["src"], tgt=e["tgt"],
+                        data=bin_dir(e["task"], e["vocab"]), module=row.get("module", ""),
+                        source=data_path(e["task"], "bpe", f"test.{e['pair']}.{e['src']}"),
+                        sentence=spec.get("sentence", 0))
+            else:
+                out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
+        rows.append(out)
+    return {"paper": paper, "figure": figure, "kind": spec["kind"], "caption": spec.get("caption", ""),
+            "xlabel": spec.get("xlabel", ""), "rows": rows, "notice": get(config, "rehearsal/notice")}

@@ -1,0 +1,292 @@
+"""What the workflow's rules ask of the grid: targets, each rule's inputs and command options for a job's wildcards.
+
+workflow/rules/common.smk binds one `RuleInputs` to Snakemake's config and hands its methods to the rules as input
+and params functions; everything here is plain Python over the config dict, so it is tested without Snakemake."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from .. import UserError
+from . import layout
+from .experiments import experiment
+from .layout import bin_dir, data_path, experiment_dir, raw_path, save_dir
+from .papers import tables
+from .reports import figure_spec, report_caption, table_spec
+from .sources import checksum_of, download_spec, file_source, mirror_location, urls_of
+from .status import experiment_status, rows_by_experiment
+from .tasks import SPLITS, find_part, pair, part_name, tokenize_options
+
+LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
+
+
+class RuleInputs:
+    """The config's answers for one job's wildcards (task, experiment, seed, split, ...)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self._chain_tflop: dict[str, float] = {}
+
+    def task_of(self, wildcards):
+        return self.config["tasks"][wildcards.task]
+
+    def experiment_of(self, wildcards):
+        """The resolved experiment behind results/{task}/{experiment}/seed{seed}/…, checked against the
+        path."""
+        if wildcards.experiment not in self.config.get("experiments", {}):
+            raise UserError(f"no experiment named {wildcards.experiment!r} in the config")
+        spec = experiment(self.config, wildcards.experiment)
+        if spec["task"] != wildcards.task:
+            raise UserError(f"experiment {wildcards.experiment} runs on task {spec['task']}, not {wildcards.task}")
+        return spec
+
+    def run_dir(self, wildcards):
+        return layout.run_dir(wildcards.task, wildcards.experiment, wildcards.seed)
+
+    def table_targets(self):
+        """Every targeted table and figure, and the summary of all tables; each depends on its runnable rows'
+        score.json / model (see report.smk)."""
+        summary = ["results/summary.md"] if tables(self.config) else []
+        return summary + [f"results/tables/{paper}/{table}.{ext}" for paper, table in tables(self.config)
+                for ext in ("md", "csv", "tex", "html")] + [
+            f"results/figures/{paper}/{figure}.{ext}" for paper, figure in tables(self.config, "figures")
+            for ext in ("png", "pdf", "csv")]
+
+    def task_data_targets(self, task_name):
+        """Everything the default target needs for one task: binarized splits, dictionaries, data
+        statistics."""
+        task = self.config["tasks"][task_name]
+        lang_pair, kind = pair(task), task.get("vocab", {}).get("kind", "joint")
+        base = data_path(task_name)
+        reference = [f"{base}/reference-check.json"] if task.get("reference") else []
+        vocabs = [f"{base}/vocab/dict.{name}.txt" for name in ("joint", task["src"], task["tgt"])]
+        return reference + vocabs + [f"{base}/text/stats.{lang_pair}.json"] + [
+            f"{base}/bin-{kind}/{split}.{lang_pair}.{lang}.{ext}.npy"
+            for split in task["splits"]
+            for lang in (task["src"], task["tgt"])
+            for ext in ("tokens", "offsets")
+        ]
+
+    # --- fetch / extract (data.smk) -------------------------------------------------------------------
+
+    def get_source(self, wildcards):
+        return file_source(self.config, wildcards.dataset, wildcards.file)
+
+    def fetch_args(self, wildcards):
+        """The fetch command's options: every URL in order, checksum and its source, what to do by hand, and where
+        the data mirror would hold the file."""
+        datasets, entry = download_spec(self.config, wildcards.key, wildcards.archive)
+        mirrored = " and ".join(mirror_location(self.config, dataset, wildcards.archive) for dataset in datasets)
+        args = [f"--url {shlex.quote(url)}" for url in urls_of(entry)]
+        args.append(checksum_flag(checksum_of(entry)))
+        for option, value in (("--checksum-source", entry.get("checksum_source")), ("--manual", entry.get("manual")),
+                              ("--expected-at", mirrored)):
+            if value:
+                args.append(f"{option} {shlex.quote(value)}")
+        return " ".join(a for a in args if a)
+
+    def extract_args(self, wildcards):
+        source = self.get_source(wildcards)
+        args = ["--archive" if source.is_archive else "", checksum_flag(source.checksum),
+                checksum_flag(source.archive_checksum, prefix="archive-"), f"--where {shlex.quote(source.where)}"]
+        for option, value in (("--member", source.member), ("--pair-member", source.pair_member),
+                              ("--checksum-source", source.checksum_source),
+                              ("--archive-checksum-source", source.archive_checksum_source)):
+            if value:
+                args.append(f"{option} {shlex.quote(value)}")
+        return " ".join(a for a in args if a)
+
+    # --- preprocessing (preprocess.smk) ---------------------------------------------------------------
+
+    def get_part(self, wildcards):
+        """The raw file and split spec behind results/{task}/data/tok/{part}.{lang}."""
+        task = self.task_of(wildcards)
+        name, split = find_part(task, wildcards.part, wildcards.lang)
+        return raw_path(task["dataset"], name), split
+
+    def tokenize_args(self, wildcards):
+        name, split = self.get_part(wildcards)
+        options = tokenize_options(self.task_of(wildcards), wildcards.lang, split)
+        return f"--format {split.get('format', 'plain')} --options {json.dumps(options)!r}"
+
+    def reference_parts(self, wildcards):
+        """The normalised (untokenized) parts of an evaluation split: what detokenized BLEU compares against."""
+        task = self.task_of(wildcards)
+        split = task["splits"][wildcards.split]
+        if not split.get("parts"):
+            raise UserError(f"tasks/{wildcards.task}/splits/{wildcards.split} is held out of the training text: "
+                            f"it has no untokenized reference for detokenized BLEU (score.tokenize must be none)")
+        return [data_path(wildcards.task, "norm", part_name(t, wildcards.lang)) for t in split["parts"]]
+
+    def assemble_spec(self, wildcards):
+        """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt,
+        format): train/valid/test, or the one extra evaluation split named by the wildcard (NIST's mt04, ...)."""
+        task = self.task_of(wildcards)
+        names = [wildcards.split] if hasattr(wildcards, "split") else list(SPLITS)
+        spec = {}
+        for name, split in ((n, task["splits"][n]) for n in names):
+            spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
+            spec[name]["parts"] = [
+                [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
+                + [data_path(wildcards.task, "tok", part_name(t, lang)) for lang in (task["src"], task["tgt"])]
+                + [split.get("format", "plain")]
+                for t in split.get("parts", [])
+            ]
+        return spec
+
+    def train_texts(self, wildcards, stage="text"):
+        task = self.task_of(wildcards)
+        return [data_path(wildcards.task, stage, f"train.{pair(task)}.{lang}") for lang in (task["src"], task["tgt"])]
+
+    def vocab_params(self, wildcards):
+        opts = self.task_of(wildcards).get("vocab", {})
+        return (f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
+                f" --nwords {opts.get('words', -1)}")
+
+    # --- training (train.smk) -------------------------------------------------------------------------
+
+    def train_inputs(self, wildcards):
+        e = self.experiment_of(wildcards)
+        base = data_path(e["task"])
+        vocab = ["joint"] if e["vocab"] == "joint" else [e["src"], e["tgt"]]
+        return [f"{base}/vocab/dict.{v}.txt" for v in vocab] + [
+            f"{bin_dir(e['task'], e['vocab'])}/{split}.{e['pair']}.{lang}.{ext}.npy"
+            for split in ("train", "valid")
+            for lang in (e["src"], e["tgt"])
+            for ext in ("tokens", "offsets")
+        ]
+
+    def warm_start_model(self, wildcards):
+        """The trained model a continued-learning run starts from: the parent's run with the same seed, else its
+        first."""
+        e = self.experiment_of(wildcards)
+        if not e["warm_start"]:
+            return []
+        if isinstance(e["warm_start"], dict):  # a model trained elsewhere (e.g. imported from fairseq)
+            return [e["warm_start"]["path"]]
+        parent = experiment(self.config, e["warm_start"])
+        seed = int(wildcards.seed) if int(wildcards.seed) in parent["seeds"] else parent["seeds"][0]
+        return [f"{experiment_dir(self.config, parent['name'], seed)}/model.pt"]
+
+    def train_priority(self, wildcards):
+        """Longest chain of training first (critical path): the run's own TFLOP (`lwnmt plan`'s estimate) plus its
+        longest warm-started descendant's chain, + 1 so that every training goes before every decode (0). With
+        fewer slots than ready jobs (the demo's 2 cores), a baseline others start from, then the longest independent
+        run."""
+        return round(1 + self.chain_tflop(self.experiment_of(wildcards)["name"]), 1)
+
+    def chain_tflop(self, name):
+        if name not in self._chain_tflop:
+            from ..plan import experiment_cost
+
+            cost = experiment_cost(self.config, name)
+            own = 6 * cost.params * cost.tokens / 1e12 if cost.params and cost.tokens else 0.0
+            children = [c for c, spec in self.config["experiments"].items() if spec.get("warm_start") == name]
+            self._chain_tflop[name] = own + max(map(self.chain_tflop, children), default=0.0)
+        return self._chain_tflop[name]
+
+    def train_spec(self, wildcards):
+        e = self.experiment_of(wildcards)
+        spec = {"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}}
+        return json.dumps(spec | ({"init_from": self.warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
+
+    def export_spec(self, wildcards):
+        """What `lwnmt export` writes into a run's model directory (layerwise_nmt.export.spec_for), as JSON."""
+        from layerwise_nmt.export import spec_for
+
+        return json.dumps(spec_for(self.config, self.experiment_of(wildcards)["name"], int(wildcards.seed)))
+
+    def export_inputs(self, wildcards):
+        """The decoded model (averaged or final), the dictionaries, the BPE codes and the tuned length penalty."""
+        spec = json.loads(self.export_spec(wildcards))
+        files = {"model": spec["model"], "dicts": sorted({spec["src_dict"], spec["tgt_dict"]})}
+        return files | {k: spec[k] for k in ("codes", "tuned_lenpen") if spec[k]}
+
+    def model_dir_targets(self):
+        """One model directory per trained run of each runnable experiment a targeted row needs; none when the
+        models stay on the machine that trained them (models_elsewhere)."""
+        if self.config.get("models_elsewhere"):
+            return []
+        names = [n for n in rows_by_experiment(self.config) if experiment_status(self.config, n).runnable]
+        return [f"{experiment_dir(self.config, n, s)}/model_dir"
+                for n in names for s in experiment(self.config, n)["seeds"]]
+
+    def data_dir(self, wildcards):
+        e = self.experiment_of(wildcards)
+        return bin_dir(e["task"], e["vocab"])
+
+    # --- decoding and scoring (evaluate.smk) ----------------------------------------------------------
+
+    def tokenized_bleu(self, wildcards):
+        return self.experiment_of(wildcards)["score"].get("tokenize", "none") == "none"
+
+    def stacked_references(self, wildcards):
+        """A NIST split's untokenized references (ref/) hold its K references one after the other; tokenized
+        text (text/) keeps the first only."""
+        split = self.task_of(wildcards)["splits"][wildcards.split]
+        return not self.tokenized_bleu(wildcards) and split.get("format") == "nist"
+
+    def model_for_decoding(self, wildcards):
+        name = "averaged.pt" if self.experiment_of(wildcards)["average"] else "model.pt"
+        return f"{self.run_dir(wildcards)}/{name}"
+
+    def lenpen_grid(self, wildcards):
+        """decode.tune_lenpen as path components (1.0 → "1"); the values were checked with the decoding
+        settings (check_experiments) when the config was read."""
+        return [f"{float(a):g}" for a in self.experiment_of(wildcards)["decode"].get("tune_lenpen") or []]
+
+    def tunes_lenpen(self, wildcards):
+        return bool(self.lenpen_grid(wildcards))
+
+    def tuned_lenpen(self, wildcards):
+        return f"{self.run_dir(wildcards)}/tuned_lenpen.json"
+
+    def decoded_prefix(self, wildcards):
+        """Where a decoding's files go: {split}.*, or lenpen/{split}.{α}.* while tuning the length penalty."""
+        if hasattr(wildcards, "lenpen"):
+            return f"{self.run_dir(wildcards)}/lenpen/{wildcards.split}.{wildcards.lenpen}"
+        return f"{self.run_dir(wildcards)}/{wildcards.split}"
+
+    def decoding_options(self, wildcards):
+        options = dict(self.experiment_of(wildcards)["decode"])
+        if hasattr(wildcards, "lenpen"):
+            options["lenpen"] = float(wildcards.lenpen)
+        return json.dumps(options)
+
+    def decoding_inputs(self, wildcards, tuned=True):
+        e = self.experiment_of(wildcards)
+        inputs = {"model": self.model_for_decoding(wildcards), "data": self.train_inputs(wildcards),
+                  "src": data_path(wildcards.task, "bpe", f"{wildcards.split}.{e['pair']}.{e['src']}")}
+        if tuned and self.tunes_lenpen(wildcards):
+            inputs["tuned"] = self.tuned_lenpen(wildcards)
+        return inputs
+
+    # --- tables and figures (report.smk) --------------------------------------------------------------
+
+    def table_spec(self, paper, table):
+        return table_spec(self.config, paper, table)
+
+    def figure_spec(self, paper, figure):
+        return figure_spec(self.config, paper, figure)
+
+    def report_caption(self, paper, kind, name):
+        return report_caption(self.config, paper, kind, name)
+
+    def inspection_of(self, wildcards):
+        """What the `inspect` job of a figure's row reads out of which model: {kind, model, options}."""
+        rows = figure_spec(self.config, wildcards.paper, wildcards.figure)["rows"]
+        row = rows[int(wildcards.row)] if int(wildcards.row) < len(rows) else {}
+        if "inspect" not in row:
+            raise UserError(f"results/figures/{wildcards.paper}/{wildcards.figure}: row {wildcards.row} has nothing "
+                            f"to inspect (not an aggregation_shares or attention row that can run)")
+        return row["inspect"]
+
+    def inspection_inputs(self, wildcards):
+        """The model, and the translation an attention map is teacher-forced on."""
+        job = self.inspection_of(wildcards)
+        return {"model": job["model"], **{k: job["options"][k] for k in ("hypothesis",) if k in job["options"]}}
+
+
+def checksum_flag(checksum: tuple[str, str] | None, prefix: str = "") -> str:
+    return f"--{prefix}{checksum[0].replace('_', '-')} {checksum[1]}" if checksum else ""

@@ -1,0 +1,95 @@
+"""DAG-time checks of every experiment's stage settings against the classes that will read them, so that a typo
+(`max_tokenz`) stops `snakemake -n` and `lwnmt status` in one line instead of a job hours into the run.
+
+The settings classes are the one source of truth: each stage's dict goes through the same `from_dict` (unknown keys
+with a did-you-mean, then the value checks) the job itself will call."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+
+from .. import UserError
+from ..data.io import atomic_path
+from ..settings import SettingError
+from .experiments import experiment
+
+AVERAGE_KEYS = {"num", "by"}
+
+
+def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
+    """An unknown `model:` is a config error, with the registered names closest to it: otherwise `snakemake -n`
+    silently drops the experiment's jobs (and those warm-started from it)."""
+    if model in known:
+        return
+    own = "model" in config["experiments"][name]  # else inherited through `extends`
+    close = difflib.get_close_matches(model, list(known), n=3)
+    hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"known models: {', '.join(sorted(known))}"
+    raise UserError(f"config key experiments/{name}/model: unknown model {model!r}"
+                    f"{'' if own else ' (through extends)'}; {hint}")
+
+
+def check_experiments(config: dict, cache: Path | None = None) -> None:
+    """Every experiment's stages through the settings classes that will read them. With `cache` (a file), a config
+    that passed once with the same package source is not checked again: the classes import torch, which is most of
+    a repeated `snakemake -n` otherwise."""
+    key = _passed_key(config)
+    if cache is not None and key in _read_passed(cache):
+        return
+    _check_experiments(config)
+    if cache is not None:
+        _write_passed(cache, key)
+
+
+def _passed_key(config: dict) -> str:
+    seen = {k: config.get(k) for k in ("experiments", "defaults", "tasks")}
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode())
+    for path in sorted(Path(__file__).parents[1].rglob("*.py")):  # the settings classes and what they check
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def _read_passed(cache: Path) -> list[str]:
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _write_passed(cache: Path, key: str) -> None:
+    try:
+        with atomic_path(cache) as tmp:
+            tmp.write_text(json.dumps(([key] + [k for k in _read_passed(cache) if k != key])[:20]))
+    except OSError:  # a read-only checkout: checked again next time
+        pass
+
+
+def _check_experiments(config: dict) -> None:
+    from ..decode import BeamConfig
+    from ..models import MODELS
+    from ..score import ScoreConfig
+    from ..train import TrainConfig
+
+    for name in config.get("experiments", {}):
+        e = experiment(config, name)
+        stages = [("train", TrainConfig, e["train"]), ("decode", BeamConfig, e["decode"]),
+                  ("score", ScoreConfig, e["score"])]
+        check_model_name(config, name, e["model"], MODELS)
+        vocab = {"src_vocab": 64, "tgt_vocab": 64}  # the real sizes come from the data; any equal pair will do
+        stages.insert(0, ("arch", MODELS[e["model"]].config_class, {**e["arch"], **vocab}))
+        for stage, settings, values in stages:
+            try:
+                settings.from_dict(values)
+            except SettingError as err:
+                own = err.key in config["experiments"][name].get(stage, {})
+                where = f"experiments/{name}/{stage}" if own else f"defaults/{stage} (experiment {name})"
+                raise UserError(f"config key {where}/{err.key}: {err.value!r}; expected {err.expected}")
+            except (UserError, TypeError, ValueError) as err:
+                raise UserError(f"config key experiments/{name}/{stage} (or defaults/{stage}): {err}")
+        average = e["average"] or {}
+        unknown = sorted(set(average) - AVERAGE_KEYS)
+        if unknown or average.get("by", "epoch") not in ("epoch", "update"):
+            raise UserError(f"config key experiments/{name}/average: {average}; expected num: N and by: epoch or "
+                            f"update")
