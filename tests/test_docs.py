@@ -1,6 +1,7 @@
 """The docs say what the code does: generated blocks are regenerated and compared, the rest is checked here."""
 
 import re
+import tomllib
 
 import yaml
 
@@ -25,16 +26,28 @@ def test_the_demo_parameter_counts_are_lwnmt_params():
     assert f"({counts['demo.lwc']:,} vs {counts['demo.transformer']:,} with the 7,880-symbol dictionary" in description
 
 
-def test_no_doc_or_config_points_outside_the_repository_unexplained():
-    """../shared/ is the project's workspace beside the checkout, not in a user's clone: every mention must say so
-    (README's note) or be a pointer to it as provenance, never a path the workflow needs."""
+def test_the_readmes_first_screen_says_what_it_reproduces_and_how_to_run_it():
+    """A newcomer's first screen: the four papers by title, venue and arXiv id (as config.yaml cites them), the two
+    commands, and the full-scale route through Snakemake (conda or pip, SLURM, a login node)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "`../shared/`" in readme and "not part of the repository" in readme
-    head = (ROOT / "config.yaml").read_text(encoding="utf-8").split("\n# ----", 1)[0]
-    assert "../shared/ below" in head and "workspace" in head
-    for path in (ROOT / "src/layerwise_nmt/cli.py", ROOT / "workflow/schemas/config.schema.yaml"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            assert "../shared" not in line or "workspace" in line, (path, line)
+    first_screen = readme.split("\n## ", 1)[0]
+    papers = yaml.safe_load((ROOT / "config.yaml").read_text())["papers"]
+    for key in ("lwc", "gca", "dou", "mlrf"):
+        paper = papers[key]
+        assert paper["title"].split(", ", 1)[1] in first_screen, key
+        assert paper["citation"].split(",")[0].split(" (")[0] in first_screen, key
+        if "arxiv" in paper:
+            assert f"[{paper['arxiv']}](https://arxiv.org/abs/{paper['arxiv']})" in first_screen, key
+    for command in ("make demo", "make test", "snakemake --cores all --use-conda", "--profile profiles/slurm",
+                    "--conda-create-envs-only", "pip install -e ."):
+        assert command in first_screen, command
+    pinned = next(line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("snakemake=="))
+    assert f"pip install {pinned}" in first_screen
+
+
+def test_the_license_is_mit_and_the_package_says_so():
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n\nCopyright (c) the layerwise-nmt authors")
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] in ("MIT", {"text": "MIT"})
 
 
 def test_the_readme_says_how_to_build_one_table_one_paper_and_translate_raw_text():
