@@ -41,7 +41,8 @@ def test_the_readmes_first_screen_says_what_it_reproduces_and_how_to_run_it():
     for command in ("make demo", "make test", "snakemake --cores all --use-conda", "--profile profiles/slurm",
                     "--conda-create-envs-only", "pip install -e ."):
         assert command in first_screen, command
-    pinned = next(line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("snakemake=="))
+    pinned = next(line for line in (ROOT / "constraints.txt").read_text().splitlines()
+                  if line.startswith("snakemake=="))
     assert f"pip install {pinned}" in first_screen
 
 
