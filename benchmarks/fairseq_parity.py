@@ -246,7 +246,7 @@ def training_parity(work: Path, seeds: list[int], updates: int, interval: int, s
     ours_data(work, fairseq_bin)
     systems = ["fairseq", *systems]
     jobs = [(system, seed) for seed in seeds for system in systems]
-    with ThreadPoolExecutor(2) as pool:  # two single-threaded trainings side by side on the 2-core machine
+    with ThreadPoolExecutor(2) as pool:  # two single-threaded trainings side by side on a 2-core machine
         runs = list(pool.map(lambda job: parity_run(*job, work, fairseq_bin, updates, interval), jobs))
     summary = {}
     for system in systems:
