@@ -14,7 +14,7 @@ import pytest
 
 from conftest import make_tgz
 from layerwise_nmt import UserError
-from layerwise_nmt.data import fetch, readers
+from layerwise_nmt.data import checksums, fetch, readers
 from layerwise_nmt.data.io import read_lines
 from layerwise_nmt.data.prepare import assemble
 
@@ -165,7 +165,7 @@ def test_download_verifies_and_resumes(server, tmp_path):
     out.parent.mkdir()
     (out.parent / "corpus.tgz.part").write_bytes(payload[:1000])  # an interrupted earlier download …
     (out.parent / "corpus.tgz.part.url").write_text(f"{url}/corpus.tgz")  # … of the same URL
-    fetch.download(f"{url}/corpus.tgz", out, fetch.Checksum("sha256", sha))
+    fetch.download(f"{url}/corpus.tgz", out, checksums.Checksum("sha256", sha))
     assert out.read_bytes() == payload
     assert sorted(p.name for p in out.parent.iterdir()) == ["corpus.tgz"]
 
@@ -178,7 +178,7 @@ def test_a_partial_file_from_another_url_is_not_resumed(server, tmp_path):
     out.parent.mkdir()
     (out.parent / "corpus.tgz.part").write_bytes(b"x" * 1000)  # left by a mirror that failed half-way
     (out.parent / "corpus.tgz.part.url").write_text("https://mirror.example/corpus.tgz")
-    fetch.download(f"{url}/corpus.tgz", out, fetch.Checksum("sha256", hashlib.sha256(payload).hexdigest()))
+    fetch.download(f"{url}/corpus.tgz", out, checksums.Checksum("sha256", hashlib.sha256(payload).hexdigest()))
     assert out.read_bytes() == payload
 
 

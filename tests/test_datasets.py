@@ -15,7 +15,8 @@ import pytest
 from conftest import MIRROR, ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
-from layerwise_nmt.data import fetch, readers
+from layerwise_nmt.data import checksums, extract, readers
+from layerwise_nmt.data import io as data_io
 from layerwise_nmt.data.io import read_lines
 from layerwise_nmt.data.prepare import tokenize_file
 from layerwise_nmt.data.tokenize import TokenizeOptions, normalise_romanian, remove_romanian_diacritics
@@ -166,17 +167,17 @@ def test_md5_wildcard_members_and_archive_in_archive(tmp_path):
         zf.writestr("cwmt/Book1_cn.txt", "A\n")
         zf.writestr("cwmt/Book1_en.txt", "a\n")
     md5 = hashlib.md5(outer.read_bytes()).hexdigest()
-    fetch.Checksum("md5", md5).verify(outer, "outer.zip", "here")
+    checksums.Checksum("md5", md5).verify(outer, "outer.zip", "here")
     with pytest.raises(UserError, match="md5 is"):
-        fetch.Checksum("md5", "0" * 32).verify(outer, "outer.zip", "here")
-    fetch.extract_member(outer, "cwmt/*_c[hn].txt", tmp_path / "cwmt.zh", None, "here")
+        checksums.Checksum("md5", "0" * 32).verify(outer, "outer.zip", "here")
+    extract.extract_member(outer, "cwmt/*_c[hn].txt", tmp_path / "cwmt.zh", None, "here")
     assert (tmp_path / "cwmt.zh").read_text() == "A\nB\n"  # sorted: Book1 before Book2
     assert (tmp_path / "cwmt.zh.sha256").read_text().split()[0] == hashlib.sha256(b"A\nB\n").hexdigest()
-    fetch.extract_member(outer, "campaign/texts/pair.tgz", tmp_path / "pair.tgz", None, "here")
-    fetch.extract_member(tmp_path / "pair.tgz", "pair/train.xx", tmp_path / "train.xx", None, "here")
+    extract.extract_member(outer, "campaign/texts/pair.tgz", tmp_path / "pair.tgz", None, "here")
+    extract.extract_member(tmp_path / "pair.tgz", "pair/train.xx", tmp_path / "train.xx", None, "here")
     assert (tmp_path / "train.xx").read_text() == "one\ntwo\n"
     with pytest.raises(UserError, match="no member matches"):
-        fetch.extract_member(outer, "cwmt/*.xml", tmp_path / "none", None, "here")
+        extract.extract_member(outer, "cwmt/*.xml", tmp_path / "none", None, "here")
 
 
 def test_archive_inside_archive_and_mirror_copies_resolve(tmp_path):
@@ -206,13 +207,13 @@ def test_disk_space_is_checked_before_writing(tmp_path, monkeypatch):
     class Usage:
         free = 1_000
 
-    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda path: Usage)
+    monkeypatch.setattr(data_io.shutil, "disk_usage", lambda path: Usage)
     with pytest.raises(UserError, match=r"needs 2.0 KB but .* has 1.0 KB free"):
-        fetch.require_space(tmp_path, 2_000, "extracting big.txt")
+        data_io.require_space(tmp_path, 2_000, "extracting big.txt")
     archive = tmp_path / "big.gz"
     archive.write_bytes(gzip.compress(b"x" * 100_000))
     with pytest.raises(UserError, match="decompressing"):
-        fetch.extract_member(archive, None, tmp_path / "big", None, "here")
+        extract.extract_member(archive, None, tmp_path / "big", None, "here")
     assert not (tmp_path / "big").exists()
 
 

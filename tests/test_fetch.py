@@ -15,7 +15,7 @@ import pytest
 
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
-from layerwise_nmt.data import fetch
+from layerwise_nmt.data import checksums, extract, fetch
 from layerwise_nmt.rehearsal.run import job_counts
 
 from conftest import snakemake
@@ -66,7 +66,7 @@ def url():
     httpd.shutdown()
 
 
-SHA = fetch.Checksum("sha256", hashlib.sha256(PAYLOAD).hexdigest())
+SHA = checksums.Checksum("sha256", hashlib.sha256(PAYLOAD).hexdigest())
 
 
 @pytest.mark.parametrize("route", ["/html", "/sniff"])
@@ -93,7 +93,7 @@ def test_a_mirror_with_the_wrong_file_is_skipped_and_every_failure_named(url, tm
     wrong.parent.mkdir()
     wrong.write_bytes(b"another version")
     out = tmp_path / "dl" / "corpus.tgz"
-    checksum = fetch.Checksum("sha256", SHA.value, "TFDS url_checksums")
+    checksum = checksums.Checksum("sha256", SHA.value, "TFDS url_checksums")
     assert fetch.download([wrong.as_uri(), f"{url}/file"], out, checksum) == f"{url}/file"
     with pytest.raises(UserError) as err:
         fetch.download([wrong.as_uri(), f"{url}/gone"], tmp_path / "dl" / "again.tgz", checksum,
@@ -171,8 +171,8 @@ def test_cwmt_members_are_line_ended_and_read_pairwise(tmp_path):
         "datum2017/Book2_cn.txt": "丙\n".encode(), "datum2017/Book2_en.txt": b"c",
         "datum2017/readme.txt": b"not a side"})
     zh, en = tmp_path / "datum2017.zh", tmp_path / "datum2017.en"
-    fetch.extract_member(archive, "datum2017/*_c[hn].txt", zh, None, "here", pair_member="datum2017/*_en.txt")
-    fetch.extract_member(archive, "datum2017/*_en.txt", en, None, "here", pair_member="datum2017/*_c[hn].txt")
+    extract.extract_member(archive, "datum2017/*_c[hn].txt", zh, None, "here", pair_member="datum2017/*_en.txt")
+    extract.extract_member(archive, "datum2017/*_en.txt", en, None, "here", pair_member="datum2017/*_c[hn].txt")
     assert zh.read_text() == "甲\n乙\n丙\n" and en.read_text() == "a\nb\nc\n"  # not "乙丙": lines stay apart
 
 
@@ -182,7 +182,7 @@ def test_cwmt_pairs_with_different_line_counts_are_named(tmp_path):
         "casict2011/casict-B_ch.txt": "三\n".encode(), "casict2011/casict-B_en.txt": b"three\nfour\n"})
     with pytest.raises(UserError, match=r"casict2011/casict-B_ch.txt has 1 lines but casict2011/casict-B_en.txt "
                                         r"has 2"):
-        fetch.extract_member(archive, "casict2011/*_c[hn].txt", tmp_path / "out", None, "here",
+        extract.extract_member(archive, "casict2011/*_c[hn].txt", tmp_path / "out", None, "here",
                              pair_member="casict2011/*_en.txt")
     assert not (tmp_path / "out").exists()
 
@@ -220,7 +220,7 @@ def test_a_checksum_error_says_which_file_to_replace_and_from_where(tmp_path):
     source = cfg.file_source(config, "wmt16-en-ro", "newstest2016.ro")
     assert source.path == str(copy) and source.where == "https://data.statmt.org/wmt16/translation-task/test.tgz"
     with pytest.raises(UserError) as err:
-        fetch.Checksum(*source.checksum, "PROVENANCE.md").verify(copy, copy.name, source.where)
+        checksums.Checksum(*source.checksum, "PROVENANCE.md").verify(copy, copy.name, source.where)
     assert f"(from PROVENANCE.md); the file is corrupt or a different version: delete {copy} and replace it with a " \
            f"copy from https://data.statmt.org/wmt16/translation-task/test.tgz" in str(err.value)
 

@@ -23,11 +23,12 @@ from conftest import make_tgz
 from hostile_http import chunked, full, garbage, hostile, short  # noqa: F401 (hostile: the fixture)
 from layerwise_nmt import UserError
 from layerwise_nmt import config as cfg
-from layerwise_nmt.data import fetch
+from layerwise_nmt.data import checksums, extract, fetch
+from layerwise_nmt.data import io as data_io
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD = bytes(range(256)) * 64  # 16 KiB
-SHA = fetch.Checksum("sha256", hashlib.sha256(PAYLOAD).hexdigest(), "a test's list")
+SHA = checksums.Checksum("sha256", hashlib.sha256(PAYLOAD).hexdigest(), "a test's list")
 
 
 def lwnmt(*args):
@@ -110,7 +111,7 @@ def test_a_disk_error_during_extraction_is_named_and_the_archive_kept(tmp_path, 
     out = tmp_path / "raw" / "undoc.fr"
     result_member = "un/undoc.2000.fr-en.fr" if kind == "tgz" else None
     with pytest.raises(UserError) as err:
-        fetch.extract_member(archive, result_member, out, None, "https://statmt.org")
+        extract.extract_member(archive, result_member, out, None, "https://statmt.org")
     message = str(err.value)
     assert named in message and f"the archive {archive} is fine: keep it" in message
     assert "corrupt" not in message and "delete" not in message
@@ -245,7 +246,7 @@ def test_a_bad_unpinned_mirror_file_is_refused(tmp_path, content, problem):
     src.parent.mkdir()
     src.write_bytes(content)
     with pytest.raises(UserError, match=problem) as err:
-        fetch.copy_verified(src, tmp_path / "raw" / "newstest2012.en", None, "https://nlp.stanford.edu/x")
+        extract.copy_verified(src, tmp_path / "raw" / "newstest2012.en", None, "https://nlp.stanford.edu/x")
     assert str(err.value).startswith(str(src)) and "https://nlp.stanford.edu/x" in str(err.value)
     assert not (tmp_path / "raw" / "newstest2012.en").exists()
 
@@ -254,12 +255,12 @@ def test_an_unpinned_mirror_file_must_stay_the_file_first_used(tmp_path):
     src, out = tmp_path / "mirror" / "newstest2012.de", tmp_path / "raw" / "newstest2012.de"
     src.parent.mkdir()
     src.write_text("eins\nzwei\n")
-    fetch.copy_verified(src, out, None, "its URL")
+    extract.copy_verified(src, out, None, "its URL")
     assert Path(f"{out}.sha256").read_text().split()[0] == hashlib.sha256(b"eins\nzwei\n").hexdigest()
     src.write_text("eins\n")  # the mirror's copy replaced by a shorter one
     out.unlink()  # as Snakemake does before it reruns the job
     with pytest.raises(UserError, match=r"is 5 bytes, but the first copy of this file had 10"):
-        fetch.copy_verified(src, out, None, "its URL")
+        extract.copy_verified(src, out, None, "its URL")
     assert not out.exists()
 
 
@@ -286,7 +287,7 @@ def test_an_unpinned_download_must_match_its_first_download(hostile, tmp_path):
 def test_free_space_is_printed_in_a_unit_that_shows_it(tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.disk_usage", lambda path: type("Usage", (), {"free": 1_200_000})())
     with pytest.raises(UserError) as err:
-        fetch.require_space(tmp_path, 2_000_000, "newstest2012.en")
+        data_io.require_space(tmp_path, 2_000_000, "newstest2012.en")
     assert "needs 2.0 MB but" in str(err.value) and "has 1.2 MB free" in str(err.value)
 
 
@@ -342,7 +343,7 @@ def test_a_temporary_file_a_killed_run_left_is_removed_by_the_rerun(tmp_path):
     out.parent.mkdir()
     (out.parent / ".tmp-newstest2012.en.k1ll3d").write_bytes(PAYLOAD[:100])  # SIGKILL mid-extraction
     (out.parent / ".tmp-newstest2012.enx.other").write_bytes(b"another file's")
-    fetch.extract_member(archive, "dev/newstest2012.en", out, SHA, "here")
+    extract.extract_member(archive, "dev/newstest2012.en", out, SHA, "here")
     assert sorted(p.name for p in out.parent.iterdir()) == [".tmp-newstest2012.enx.other", "newstest2012.en"]
 
 

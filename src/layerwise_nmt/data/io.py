@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import urllib.error
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from .. import UserError
 
+CHUNK = 1 << 20  # bytes per read when copying, hashing or downloading
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -67,3 +71,48 @@ def decode_lines(raw_lines: Iterable[bytes], name: str | os.PathLike) -> Iterato
 def count_lines(path: str | os.PathLike) -> int:
     with open(path, "rb") as f:
         return sum(1 for _ in f)
+
+
+def human_size(n: float) -> str:
+    """1234 → '1.2 KB': a free-space message must never read 'needs 0.00 GB but has 0.00 GB free'."""
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def require_space(directory: str | os.PathLike, needed: int, what: str) -> None:
+    """Fail before writing `needed` bytes into `directory` if the disk cannot hold them (10% margin)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    if needed * 1.1 > free:
+        raise UserError(f"{what}: needs {human_size(needed)} but {directory} has {human_size(free)} free; "
+                        f"free some space or point results/ to a larger disk")
+
+
+# Errors of the local disk, not of the data: named as what they are, never "corrupt archive" or "download by hand".
+DISK_ERRORS = {
+    errno.ENOSPC: ("no space left on the device", "free some space on that disk (or point results/ to a larger "
+                   "one; with several jobs at once, run fewer: --cores N) and rerun"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space within your quota and rerun"),
+    errno.EFBIG: ("file too large for the file system", "put results/ on a file system that holds large files"),
+    errno.EROFS: ("read-only file system", "run where results/ is writable"),
+    errno.EACCES: ("permission denied", "make that directory writable for you (or run from a checkout you own)"),
+    errno.EPERM: ("operation not permitted", "make that directory writable for you (or run from a checkout you own)"),
+}
+
+
+@contextlib.contextmanager
+def disk_errors(path: str | os.PathLike, doing: str, kept: str = ""):
+    """Turn a full disk or a write-protected directory met while `doing` into one line naming it (errno included)
+    and what to do; `kept`: what stays good (the archive, the bytes downloaded so far)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in DISK_ERRORS or isinstance(err, urllib.error.URLError):
+            raise
+        what, todo = DISK_ERRORS[err.errno]
+        raise UserError(f"{doing}: {what} ({errno.errorcode[err.errno]}) writing {err.filename or path}; "
+                        f"{kept + '; ' if kept else ''}{todo}") from None

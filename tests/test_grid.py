@@ -1,0 +1,130 @@
+"""The grid package: what the workflow's rules ask of the config, tested without Snakemake, and its import rules
+(no torch, no numpy; data/ never imports the grid)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from layerwise_nmt import UserError, grid
+from layerwise_nmt.grid import RuleInputs
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "layerwise_nmt"
+
+
+@pytest.fixture(scope="module")
+def demo() -> dict:
+    return grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml")
+
+
+def run(task="multi30k_deen", experiment="demo.transformer", seed="1", **more):
+    return SimpleNamespace(task=task, experiment=experiment, seed=seed, **more)
+
+
+def test_table_spec_resolves_rows_to_every_seeds_score_files(demo):
+    spec = grid.table_spec(demo, "demo", "T1")
+    assert [r["label"] for r in spec["rows"]][:2] == ["Transformer baseline (3+3 layers, d=256)",
+                                                       "LWC, He et al. 2018 (7 shared layers, same parameters)"]
+    baseline, lwc = spec["rows"][:2]
+    assert baseline["scores"] == {"test": ["results/multi30k_deen/demo.transformer/seed1/test.score.json"]}
+    assert lwc["compare_to"] == "demo.transformer"
+    assert lwc["baseline_scores"] == baseline["scores"]
+    assert spec["significance"]["test"] == "bootstrap" and spec["budget"] is True
+
+
+def test_figure_spec_names_what_each_kind_of_figure_reads(demo):
+    accuracy = grid.figure_spec(demo, "demo", "accuracy")["rows"][0]
+    assert accuracy["metrics"] == "results/multi30k_deen/demo.transformer/seed1/checkpoints/metrics.csv"
+    assert accuracy["needs"] == ["results/multi30k_deen/demo.transformer/seed1/model.pt"]
+    attention = grid.figure_spec(demo, "demo", "attention")["rows"][1]
+    assert attention["inspect"]["model"] == "results/multi30k_deen/demo.lwc/seed1/model.pt"
+    assert attention["inspect"]["options"]["module"] == "layers.0.attn"
+    buckets = grid.figure_spec(demo, "demo", "buckets")["rows"][1]
+    assert buckets["scores"] == ["results/multi30k_deen/demo.gca_full/seed1/test.score.json"]
+
+
+def test_an_unknown_paper_or_table_is_one_line_naming_what_exists(demo):
+    with pytest.raises(UserError, match=r"no paper 'nope' in the config; expected one of .*demo"):
+        grid.table_spec(demo, "nope", "T1")
+    with pytest.raises(UserError, match=r"paper demo has no table 'T9'; expected one of T1"):
+        grid.table_spec(demo, "demo", "T9")
+
+
+def test_rule_inputs_for_training_decoding_and_warm_starts(demo):
+    inputs = RuleInputs(demo)
+    bin_dir = "results/multi30k_deen/data/bin-joint"
+    assert inputs.train_inputs(run())[0] == "results/multi30k_deen/data/vocab/dict.joint.txt"
+    assert f"{bin_dir}/valid.de-en.en.offsets.npy" in inputs.train_inputs(run())
+    assert inputs.warm_start_model(run(experiment="demo.gca_full")) == [
+        "results/multi30k_deen/demo.transformer/seed1/model.pt"]
+    assert inputs.warm_start_model(run()) == []
+    decoding = inputs.decoding_inputs(run(split="test"))
+    assert decoding["src"] == "results/multi30k_deen/data/bpe/test.de-en.de"
+    assert decoding["model"].endswith("demo.transformer/seed1/model.pt")
+    assert inputs.decoded_prefix(run(split="valid", lenpen="0.6")).endswith("seed1/lenpen/valid.0.6")
+    # a baseline that others warm-start from goes before each of them (its chain includes theirs)
+    assert inputs.train_priority(run()) > inputs.train_priority(run(experiment="demo.gca_full")) > 1
+
+
+def test_rule_inputs_refuse_a_run_on_the_wrong_task(demo):
+    with pytest.raises(UserError, match="runs on task multi30k_deen, not iwslt14_deen"):
+        RuleInputs(demo).experiment_of(run(task="iwslt14_deen"))
+    with pytest.raises(UserError, match="no experiment named 'demo.nope'"):
+        RuleInputs(demo).experiment_of(run(experiment="demo.nope"))
+
+
+def test_inspection_of_a_row_with_nothing_to_inspect_says_so(demo):
+    inputs = RuleInputs(demo)
+    job = inputs.inspection_of(SimpleNamespace(paper="demo", figure="shares", row="0"))
+    assert job["kind"] == "aggregation_shares" and job["model"].endswith("demo.dou_deep/seed1/model.pt")
+    with pytest.raises(UserError, match="row 0 has nothing to inspect"):
+        inputs.inspection_of(SimpleNamespace(paper="demo", figure="buckets", row="0"))
+
+
+def test_assemble_spec_resolves_every_part_of_each_split(demo):
+    spec = RuleInputs(demo).assemble_spec(SimpleNamespace(task="multi30k_deen"))
+    assert set(spec) == {"train", "valid", "test"}
+    raw_src, raw_tgt, tok_src, tok_tgt, fmt = spec["test"]["parts"][0]
+    assert (raw_src, raw_tgt) == ("results/raw/multi30k/test_2016_flickr.de", "results/raw/multi30k/test_2016_flickr.en")
+    assert tok_src == "results/multi30k_deen/data/tok/test_2016_flickr.de" and fmt == "plain"
+
+
+def test_the_grid_imports_neither_torch_nor_numpy():
+    code = ("import sys; from layerwise_nmt import grid; from layerwise_nmt.grid import stage_checks; "
+            "c = grid.load('config.yaml', 'config/demo.yaml'); grid.all_statuses(c); "
+            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'sacrebleu') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package modules a file imports (relative imports resolved), at any depth of the file."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("layerwise_nmt")}
+
+
+def test_data_never_imports_the_grid():
+    offenders = {str(path.relative_to(ROOT)): sorted(n for n in imports_of(path)
+                                                      if n.startswith(("layerwise_nmt.grid", "layerwise_nmt.config")))
+                 for path in (PACKAGE / "data").rglob("*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}
