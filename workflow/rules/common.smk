@@ -9,11 +9,11 @@ from pathlib import Path
 
 # Rules call the package as `python -m layerwise_nmt`, found through PYTHONPATH, so the same command works in the
 # project's .venv, in the conda envs of envs/ and on SLURM nodes (where Snakemake re-reads this file).
-os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(Path(workflow.basedir) / "src"),
-                                                          os.environ.get("PYTHONPATH")])))
+SOURCES = Path(workflow.current_basedir).parents[1] / "src"  # the checkout's src/, however Snakemake was started
+os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCES), os.environ.get("PYTHONPATH")])))
 # A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli)
 os.environ.update(LWNMT_ERRORS_ON_STDOUT="1")
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+sys.path.insert(0, str(SOURCES))
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
