@@ -249,7 +249,7 @@ def test_assemble_streams_cleaning_and_the_every_kth_hold_out(tmp_path):
 
 def test_the_cli_accepts_every_corpus_format_the_readers_know(tmp_path):
     """The workflow passes each split's `format` to `lwnmt tokenize` (NIST's `nist` included)."""
-    from layerwise_nmt.cli import FORMATS
+    from layerwise_nmt.cli.data import FORMATS
 
     assert sorted(FORMATS) == sorted(readers.READERS)
     ref = tmp_path / "ref.sgm"

@@ -295,7 +295,8 @@ def test_final_model_best_is_the_epoch_early_stopping_chose(data, tmp_path):
 
 
 def test_train_takes_fairseq_flags_over_the_spec():
-    from layerwise_nmt.cli import build_parser, train_spec
+    from layerwise_nmt.cli import build_parser
+    from layerwise_nmt.cli.train import train_spec
 
     base = ["train", "--data", "d", "--src", "de", "--tgt", "en", "--save-dir", "s"]
     args = build_parser().parse_args(base + ["--spec", '{"train": {"lr": 1.0, "patience": 3}}', "--arch",

@@ -111,7 +111,7 @@ def test_stdout_and_fairseq_nbest_lines(trained, tmp_path):
 def test_raw_text_keeps_an_empty_line_empty_and_writes_what_help_promises(trained, tmp_path, monkeypatch, capsys):
     setup = {"model": str(trained["model"]), "data": str(trained["data"]), "src": "de", "tgt": "en",
              "tokenize": {"tokenizer": "moses"}, "codes": None, "decode": {"beam": 2}}
-    monkeypatch.setattr(cli, "load_config", lambda a: {})
+    monkeypatch.setattr(cli.common, "load_config", lambda a: {})
     monkeypatch.setattr(config_module, "trained_model", lambda config, name, seed: setup)
     source = tmp_path / "raw.txt"
     source.write_text("w1 w2 w3\n\nw4 w5\n", encoding="utf-8")

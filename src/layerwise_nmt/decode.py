@@ -27,50 +27,13 @@ import torch
 import torch.nn.functional as F
 
 from . import UserError
+from .beam_config import BeamConfig
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
-from .precision import AMP_CHOICES, fp32_matmuls, resolve
-from .settings import Settings, setting
+from .precision import fp32_matmuls, resolve
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class BeamConfig(Settings):
-    kind = "decoding setting"
-
-    beam: int = setting(5, ge=1)
-    lenpen: float = 1.0
-    length_penalty: str = "fairseq"  # fairseq | gnmt
-    max_len_a: float = setting(1.2, ge=0)  # max output length = a·src_len + b (fairseq's --max-len-a/-b)
-    max_len_b: int = setting(10, ge=0)
-    # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
-    min_len: int = setting(1, ge=0)
-    batch_size: int = setting(64, ge=1)  # sentences per batch (fairseq --batch-size)
-    amp: str = "auto"  # auto | none | bf16 | fp16, as in training (precision.py)
-    # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
-    # run (the workflow's pick_lenpen step). Empty: decode with `lenpen` as given.
-    tune_lenpen: tuple[float, ...] = setting((), ge=0)
-
-    @classmethod
-    def prepare(cls, values: dict) -> dict:
-        if "tune_lenpen" in values:  # a list of numbers ≥ 0 by now (Settings.check_types)
-            values["tune_lenpen"] = tuple(float(a) for a in values["tune_lenpen"])
-        return values
-
-    def check(self) -> None:
-        if self.length_penalty not in ("fairseq", "gnmt"):
-            raise UserError(f"length_penalty={self.length_penalty!r}; expected fairseq or gnmt")
-        if self.amp not in AMP_CHOICES:
-            raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
-        if len(set(self.tune_lenpen)) != len(self.tune_lenpen):
-            raise UserError(f"tune_lenpen={list(self.tune_lenpen)}; expected distinct α values")
-
-    def penalty(self, length: int) -> float:
-        if self.length_penalty == "gnmt":
-            return ((5.0 + length) / 6.0) ** self.lenpen
-        return float(length) ** self.lenpen
 
 
 def pick_lenpen(bleu_by_lenpen: dict[float, float]) -> float:
@@ -278,15 +241,23 @@ def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) 
     return list(bpe.apply(codes, tokenized)) if codes else tokenized
 
 
-def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab: Dictionary | None = None):
-    """A model from a checkpoint (any of ours: final, averaged, or a training checkpoint); with the dictionaries it
-    will be used with, checked to be those it was trained with."""
+def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab: Dictionary | None = None,
+               src: str | None = None, tgt: str | None = None, experiment: dict | None = None):
+    """A model from a checkpoint (any of ours: final, averaged, exported, or a training checkpoint), checked against
+    what it will be used with: the dictionaries (those it was trained with), the languages (those an exported or
+    recently trained model records) and, with `experiment` ({name, model, arch}), the experiment's current
+    settings, so that an edited config never decodes with a stale model in silence."""
     from .checkpoint import check_dictionaries, load
+    from .export import check_against, check_languages
     from .models import build
 
     state = load(path)
     if src_vocab is not None:
         check_dictionaries(state, path, src_vocab, tgt_vocab)
+    if src is not None:
+        check_languages(state, path, src, tgt)
+    if experiment is not None:
+        check_against(state, path, experiment["model"], experiment["arch"], experiment["name"])
     model = build(state["model_name"], state["model_config"])
     model.load_state_dict(state["model"])
     return model.eval()

@@ -26,6 +26,7 @@ from . import UserError
 log = logging.getLogger(__name__)
 MANIFEST = "lwnmt.json"
 FORMAT = "lwnmt-model-dir/1"
+MANIFEST_KEYS = ("src", "tgt", "files", "tokenize", "decode", "sha256")  # what translating with it reads
 CODES = "bpecodes"  # fairseq's name (`--bpe subword_nmt --bpe-codes bpecodes`)
 # what the exported model.pt keeps of a final model or an averaged one: no optimizer, no RNG, no paths
 KEPT = ("model", "model_name", "model_config", "dictionaries", "progress", "final_from", "averaged_from")
@@ -53,14 +54,15 @@ def commit() -> str | None:
 def check_against(state: dict, path: str | Path, model: str, arch: dict, name: str) -> None:
     """A UserError when the model in `path` was not trained with experiment `name`'s current settings (its model or
     any arch setting: layers, d_model, ...), so that an edited config never decodes with a stale model in silence."""
-    from .models import model_class
+    from .models import MODELS, model_class
 
     if state.get("model_name") != model:
         raise UserError(f"{path}: a {state.get('model_name')!r} model, but experiment {name} has model: {model}; "
                         f"retrain it (the config changed since)")
     trained = state.get("model_config", {})
     sizes = {k: trained[k] for k in ("src_vocab", "tgt_vocab") if k in trained}
-    wanted = model_class(model).config_class.from_dict({**arch, **sizes}).to_dict()
+    model_class(model)  # a UserError for a model name no longer known
+    wanted = MODELS[model].config_class.from_dict({**arch, **sizes}).to_dict()
     differ = [k for k in wanted if k in trained and trained[k] != wanted[k]]
     if differ:
         listed = ", ".join(f"{k}={trained[k]!r} (config: {wanted[k]!r})" for k in differ[:4])
@@ -119,8 +121,13 @@ def read(directory: str | Path, src: str | None = None, tgt: str | None = None) 
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid JSON ({err})") from None
-    if manifest.get("format") != FORMAT:
-        raise UserError(f"{path}: format {manifest.get('format')!r}; this lwnmt reads {FORMAT}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise UserError(f"{path}: format {found!r}; this lwnmt reads {FORMAT}")
+    missing = [key for key in MANIFEST_KEYS if key not in manifest]
+    if missing:
+        raise UserError(f"{path}: no {missing[0]!r} key; expected {', '.join(MANIFEST_KEYS)} (`lwnmt export` "
+                        f"writes them), an incomplete or hand-edited copy")
     for name, digest in manifest["sha256"].items():
         if not (directory / name).is_file():
             raise UserError(f"{directory / name}: missing from the model directory (listed in {MANIFEST})")
@@ -141,22 +148,6 @@ def check_languages(state: dict, path: str | Path, src: str, tgt: str) -> None:
         raise UserError(f"--src {src} --tgt {tgt}: {path} translates {recorded['src']}→{recorded['tgt']}")
 
 
-def load_model(path: str | Path, src_vocab, tgt_vocab, src: str, tgt: str, experiment: dict | None = None):
-    """decode.load_model, plus the checks a translation needs: the languages an exported model records, and with
-    `experiment` ({name, model, arch}) the experiment's current settings against the model's."""
-    from .checkpoint import check_dictionaries, load
-    from .models import build
-
-    state = load(path)
-    check_dictionaries(state, path, src_vocab, tgt_vocab)
-    check_languages(state, path, src, tgt)
-    if experiment is not None:
-        check_against(state, path, experiment["model"], experiment["arch"], experiment["name"])
-    model = build(state["model_name"], state["model_config"])
-    model.load_state_dict(state["model"])
-    return model.eval()
-
-
 def spec_for(config: dict, name: str, seed: int | None = None) -> dict:
     """What exporting experiment `name`'s trained run needs, as plain data (the workflow's export rule passes it
     as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned
@@ -174,6 +165,37 @@ def spec_for(config: dict, name: str, seed: int | None = None) -> dict:
             "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
             "training": f"{cfg.save_dir(run)}/training.json",
             "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e}}
+
+
+def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str | None, codes: str | None,
+                  tokenize: dict, decode: dict) -> dict:
+    """What exporting a model.pt needs, from its data directory (its dictionaries), languages, BPE codes (None: a
+    word-level model), source tokenization and decoding defaults."""
+    from .data.vocab import load_pair
+
+    missing = [flag for flag, value in (("--data", data), ("--src", src), ("--tgt", tgt)) if not value]
+    if missing:
+        raise UserError(f"{model}: a model.pt needs {', '.join(missing)} (its data directory and languages)")
+    dicts = load_pair(data, src, tgt)
+    return {"src": src, "tgt": tgt, "src_dict": dicts[0].path, "tgt_dict": dicts[1].path, "codes": codes,
+            "tokenize": tokenize, "decode": decode}
+
+
+def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
+    """spec_for(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
+    spec = spec_for(config, name, seed)
+    if not Path(spec["model"]).exists():
+        raise not_trained(spec["model"], config_files)
+    return spec
+
+
+def not_trained(model: str, config_files: list[str]) -> UserError:
+    """The error for an experiment's model not trained yet, with the command that trains it. The --config files
+    after config.yaml are in it as Snakemake takes them: the command must run as printed (the demo's models need
+    --configfile config/demo.yaml)."""
+    overlays = config_files[1:]
+    flags = f" --configfile {' '.join(overlays)}" if overlays else ""
+    return UserError(f"{model}: not trained yet; run `snakemake {model}{flags}` first")
 
 
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:

@@ -67,7 +67,7 @@ def _write_passed(cache: Path, key: str) -> None:
 
 
 def _check_experiments(config: dict) -> None:
-    from ..decode import BeamConfig
+    from ..beam_config import BeamConfig
     from ..models import MODELS
     from ..score import ScoreConfig
     from ..train import TrainConfig

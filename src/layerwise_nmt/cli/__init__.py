@@ -1,0 +1,84 @@
+"""`lwnmt`: one command with subcommands; every Snakemake rule calls one of them.
+
+The parser and the error handling are here; each command group is a module that adds its subcommands
+(`add_commands`) and runs each with a few lines calling the library, which it imports only then: `lwnmt --help` and
+the data commands never import torch."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import stat
+import sys
+
+from .. import UserError
+from . import data, evaluate, project, report, train, translate
+
+DESCRIPTION = "`lwnmt`: one command with subcommands; every Snakemake rule calls one of them."
+GROUPS = (data, train, translate, evaluate, report, project)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(prog="lwnmt", description=DESCRIPTION)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.add_commands(sub)
+    return parser
+
+
+# Set by the workflow (workflow/rules/common.smk) for its jobs, whose stderr is a log file and whose stdout is
+# Snakemake's console: the one-line error is copied there, so the console shows it, not only a CalledProcessError.
+ERRORS_ON_STDOUT = "LWNMT_ERRORS_ON_STDOUT"
+
+
+def print_error(line: str) -> None:
+    """The one-line error on stderr; also on stdout inside a workflow job (ERRORS_ON_STDOUT) when stderr is a log
+    file. Never otherwise: a user's stdout is data (`lwnmt translate … > hyp.txt 2> err.log`), and an error line in
+    it would be scored as a translation."""
+    print(line, file=sys.stderr)
+    if not os.environ.get(ERRORS_ON_STDOUT):
+        return
+    try:
+        err, out = os.fstat(sys.stderr.fileno()), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):  # captured streams without a file descriptor (tests)
+        return
+    if stat.S_ISREG(err.st_mode) and (err.st_dev, err.st_ino) != (out.st_dev, out.st_ino):
+        print(line, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        args.func(args)
+    except UserError as err:
+        print_error(f"lwnmt {args.command}: error: {err}")
+        sys.exit(1)
+    except OSError as err:  # a path given on the command line that is not there (or not readable)
+        if args.verbose or err.filename is None:
+            raise
+        print_error(f"lwnmt {args.command}: error: {err.filename}: {err.strerror} (--verbose for the traceback)")
+        sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop (which checkpoints and exits 75 by itself)
+        if args.verbose:
+            raise
+        print_error(f"lwnmt {args.command}: interrupted (Ctrl-C)")
+        sys.exit(130)  # 128 + SIGINT, as a shell reports it
+
+
+def run() -> None:
+    """The program `lwnmt` (and `python -m layerwise_nmt`): main(), then, once the command has succeeded, the
+    process ends without Python's teardown, which after importing torch takes 0.3-0.6 s (~5% of a test set's
+    decoding, paid by each of a run's hundreds of jobs). Every command has closed its files by then; the streams
+    and log handlers are flushed here. An error (SystemExit, an exception) ends the process the usual way."""
+    main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

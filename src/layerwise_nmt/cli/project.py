@@ -1,0 +1,130 @@
+"""The project commands, read from the config: params, plan, status and rehearse."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .. import UserError
+from . import common
+from .common import add_config_files, command
+
+
+def add_commands(sub) -> None:
+    p = command(sub, "params", "exact parameter count of each experiment's model beside the paper's", cmd_params)
+    p.add_argument("experiments", nargs="*", help="default: every experiment in the config")
+    add_config_files(p)
+    p.add_argument("--vocab", type=int, help="joint vocabulary size (no data needed)")
+    p.add_argument("--src-vocab", type=int)
+    p.add_argument("--tgt-vocab", type=int)
+    p.add_argument("--format", choices=["table", "csv"], default="table")
+
+    p = command(sub, "plan", "GPU-hours each table needs, estimated before running anything", cmd_plan)
+    add_config_files(p)
+    p.add_argument("--gpu", default="a100", help="the GPU to price on: h200, h100, a100 (default), l40s, a10, v100, "
+                   "t4")
+    p.add_argument("--mfu", type=float, default=0.33, help="assumed model FLOP utilisation: sustained / dense peak "
+                   "(0.33)")
+    p.add_argument("--tflops", type=float, help="instead of --mfu: sustained mixed-precision TFLOP/s per GPU (tf32 "
+                   "and fp32 rows scaled by the GPU's peak ratios)")
+    p.add_argument("--format", choices=["table", "csv"], default="table")
+
+    p = command(sub, "rehearse", "run every row of config.yaml at toy size on stand-in data, through Snakemake, and "
+                "summarise what ran and what failed", cmd_rehearse)
+    p.add_argument("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)")
+    p.add_argument("--mirror", help="the data mirror (default: $LWNMT_DATA_MIRROR)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
+
+    p = command(sub, "status", "which tasks, experiments and table rows can run, and why not", cmd_status)
+    add_config_files(p)
+
+
+def cmd_params(a) -> None:
+    from ..params import parameter_rows
+
+    config = common.load_config(a)
+    vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
+    rows = parameter_rows(config, a.experiments or list(config.get("experiments", {})), vocab)
+    if a.format == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=["experiment", "paper", "table", "row", "params",
+                                                        "paper_params", "other_readings"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({**r, "other_readings": ";".join(f"{k}:{v}" for k, v in r["other_readings"].items())}
+                         for r in rows)
+        return
+    print(f"{'experiment':<34} {'model':<12} {'vocab (src/tgt)':<16} {'params':>12} {'paper':>9}  row")
+    for r in rows:
+        paper = f"{r['paper_params']:.2f}M" if r["paper_params"] is not None else "—"
+        count = f"{r['params']:,}" if r["params"] is not None else r["note"]
+        readings = "".join(f"  [{k}: {v:,}]" for k, v in r["other_readings"].items())
+        print(f"{r['experiment']:<34} {r['model']:<12} {r['vocab']:<16} {count:>12} {paper:>9}  "
+              f"{r['paper']} {r['table']} {r['row']}{readings}".rstrip())
+
+
+def cmd_plan(a) -> None:
+    from ..plan import GPUS, Pricing, plan, render, render_budgets, rows
+
+    if a.gpu not in GPUS:
+        raise UserError(f"--gpu {a.gpu}: unknown GPU; known: {', '.join(GPUS)}")
+    if not 0 < a.mfu <= 1:
+        raise UserError(f"--mfu {a.mfu}: expected a fraction in (0, 1]")
+    pricing = Pricing(a.gpu, a.mfu, a.tflops)
+    config = common.load_config(a)
+    records = plan(config)
+    if a.format == "csv":
+        import csv
+
+        table = rows(records, pricing, config)
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+        return
+    print(render(records, pricing))
+    print()
+    print(render_budgets(config))
+
+
+def cmd_rehearse(a) -> None:
+    from ..rehearsal.run import rehearse
+
+    mirror = a.mirror or os.environ.get("LWNMT_DATA_MIRROR")
+    if not mirror or not Path(mirror).is_dir():
+        raise UserError(f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
+                        f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)")
+    sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args))
+
+
+def cmd_status(a) -> None:
+    from .. import config as cfg
+
+    config = common.load_config(a)
+    rows = cfg.all_statuses(config)
+    width = max(len(s.name) for s in rows)
+    for kind in ("task", "experiment", "row"):
+        selected = [s for s in rows if s.kind == kind]
+        ready = sum(s.runnable for s in selected)
+        print(f"\n{kind}s: {ready} of {len(selected)} can run")
+        for s in selected:
+            print(f"  {s.state:<8} {s.name:<{width}}  {'' if s.state == 'ok' else s.reason}")
+    print_budgets_and_unpinned(config)
+
+
+def print_budgets_and_unpinned(config: dict) -> None:
+    """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins."""
+    from ..grid import unpinned_downloads
+    from ..plan import budget_warnings
+
+    flagged = budget_warnings(config)
+    print(f"\nbudgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "
+          f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)")
+    for line in flagged:
+        print(f"  flagged {line}")
+    unpinned = unpinned_downloads(config)
+    print(f"\nunpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length and "
+          f"against the size and sha256 of their first copy, recorded beside it in <file>.sha256)")
+    for datasets, name, why in unpinned:
+        print(f"  unpinned {name} ({', '.join(datasets)}): {why}")

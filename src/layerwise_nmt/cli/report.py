@@ -1,0 +1,76 @@
+"""The report commands: table, summary, figure, readme and docs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import UserError
+from .common import command
+
+
+def add_commands(sub) -> None:
+    p = command(sub, "table", "regenerate one paper table (md + csv) from score.json files", cmd_table)
+    p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
+    p.add_argument("--out-prefix", required=True)
+
+    p = command(sub, "summary", "every row of every table in one md + csv (paper, ours, delta, status)", cmd_summary)
+    p.add_argument("tables", nargs="+", help="the tables' CSV files (results/tables/<paper>/<table>.csv)")
+    p.add_argument("--out-prefix", required=True)
+
+    p = command(sub, "figure", "draw one paper figure (png + pdf) from our runs", cmd_figure)
+    p.add_argument("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)")
+    p.add_argument("--out-prefix", required=True)
+
+    p = command(sub, "readme", "put a run's table and figures into the README's results section", cmd_readme)
+    p.add_argument("--readme", default="README.md")
+    p.add_argument("--table", required=True, help="a results/tables/<paper>/<table>.md")
+    p.add_argument("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)")
+    p.add_argument("--commit", help="the commit the run was made from (default: this checkout's HEAD)")
+
+    p = command(sub, "docs", "rewrite the generated blocks of README.md and docs/*.md (plan, parameter counts, "
+                "figure kinds) from config.yaml", cmd_docs)
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 naming every stale block")
+
+
+def cmd_table(a) -> None:
+    import json
+
+    from ..report.tables import write
+
+    write(json.loads(a.spec), a.out_prefix)
+    print(Path(f"{a.out_prefix}.md").read_text(encoding="utf-8"))
+
+
+def cmd_summary(a) -> None:
+    from ..report.tables import summary
+
+    summary(a.tables, a.out_prefix)
+
+
+def cmd_figure(a) -> None:
+    import json
+
+    from ..report.figures import write
+
+    missing = write(json.loads(a.spec), a.out_prefix)
+    print(f"wrote {a.out_prefix}.png and .pdf" + (f"; not drawn: {'; '.join(missing)}" if missing else ""))
+
+
+def cmd_readme(a) -> None:
+    import subprocess
+
+    from ..report.readme import update
+
+    commit = a.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip() or None
+    update(a.readme, a.table, a.figure, commit)
+
+
+def cmd_docs(a) -> None:
+    from ..docs import update
+
+    stale = update(check=a.check)
+    if a.check and stale:
+        raise UserError(f"stale generated blocks: {'; '.join(stale)}; run `lwnmt docs` (or `make docs`)")
+    print(f"{len(stale)} generated block(s) {'stale' if a.check else 'rewritten'}"
+          + (f": {'; '.join(stale)}" if stale else ""))

@@ -1,0 +1,87 @@
+"""The training commands: train (with fairseq-train's flags over --spec) and average."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import command
+
+# fairseq-train flags `lwnmt train` takes as overrides of --spec: flag → (spec section, key, type)
+TRAIN_FLAGS = {
+    "--arch": ("arch", "preset", str), "--dropout": ("arch", "dropout", float),
+    "--max-tokens": ("train", "max_tokens", int), "--batch-size": ("train", "max_sentences", int),
+    "--update-freq": ("train", "update_freq", int), "--lr": ("train", "lr", float),
+    "--lr-scheduler": ("train", "lr_scheduler", str), "--warmup-updates": ("train", "warmup_updates", int),
+    "--max-update": ("train", "max_update", int), "--max-epoch": ("train", "max_epoch", int),
+    "--clip-norm": ("train", "clip_norm", float), "--label-smoothing": ("train", "label_smoothing", float),
+    "--patience": ("train", "patience", int), "--seed": ("train", "seed", int),
+}
+
+
+def add_commands(sub) -> None:
+    p = command(sub, "train", "train (resumes from SAVE_DIR/checkpoint_last.pt if present)", cmd_train)
+    p.add_argument("--spec", default="{}", help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
+                   'the transformer with default settings)')
+    add_fairseq_train_flags(p)
+    p.add_argument("--data", required=True, help="binarized data directory (bin-joint or bin-separate)")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--save-dir", required=True, help="everything the run writes: checkpoints, metrics.csv, "
+                   "training.json, tensorboard/")
+    p.add_argument("--final", help="where to write the final model (the rule's output)")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)")
+    p.add_argument("--gpus", type=int, default=0,
+                   help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
+    p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
+    p.add_argument("--gpu-locks", default="results/.gpu-locks", help="lock files of the GPU allocator")
+
+    p = command(sub, "average", "average the last N checkpoints (fairseq average_checkpoints.py)", cmd_average)
+    p.add_argument("save_dir")
+    p.add_argument("--out", required=True)
+    p.add_argument("--num", "-n", type=int, default=10)
+    p.add_argument("--by", choices=["epoch", "update"], default="epoch")
+
+
+def add_fairseq_train_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, (section, key, kind) in TRAIN_FLAGS.items():
+        parser.add_argument(flag, type=kind, help=f"as fairseq-train's; overrides the spec's {section}.{key}")
+
+
+def train_spec(a) -> dict:
+    """--spec with the fairseq-style flags given on the command line laid over it (--arch: a fairseq arch name or
+    one of our presets)."""
+    import json
+
+    from ..models.transformer import FAIRSEQ_ARCHS
+
+    spec = json.loads(a.spec)
+    spec.setdefault("model", "transformer")
+    for flag, (section, key, _) in TRAIN_FLAGS.items():
+        value = getattr(a, flag[2:].replace("-", "_"))
+        if value is not None:
+            spec.setdefault(section, {})[key] = FAIRSEQ_ARCHS.get(value, value) if flag == "--arch" else value
+    return spec
+
+
+def cmd_train(a) -> None:
+    import torch
+
+    from ..gpus import claim, run_ranks, under_torchrun
+    from ..train import train
+
+    ranks = a.ranks or a.gpus
+    if not under_torchrun():
+        locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
+        if ranks > 1:  # data-parallel: this process becomes torchrun's parent and waits for the ranks
+            sys.exit(run_ranks(ranks, sys.argv[1:]))
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
+
+
+def cmd_average(a) -> None:
+    from ..average import average
+    from ..checkpoint import last_checkpoints
+
+    average(last_checkpoints(a.save_dir, a.num, a.by), a.out)

@@ -1,0 +1,133 @@
+"""The model commands: translate (the setup is translation.py's), export and import-fairseq."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from .. import UserError
+from . import common
+from .common import add_config_files, command
+
+log = logging.getLogger("layerwise_nmt")
+
+
+def add_commands(sub) -> None:
+    add_translate(sub)
+    p = command(sub, "export", "a model directory that travels: weights, dictionaries, BPE codes, tokenizer, language "
+                "pair, decoding defaults and a manifest (lwnmt translate --model DIR)", cmd_export)
+    p.add_argument("target", help="an experiment of the config (its trained model: averaged or final, --seed's run), "
+                   "or a model.pt (with --data, --src, --tgt, and --codes and --tokenize for raw text)")
+    p.add_argument("--out", required=True, help="the directory to write (replaced whole)")
+    p.add_argument("--seed", type=int, help="with an experiment: which seed's run (default: its first)")
+    add_config_files(p)
+    p.add_argument("--spec", help="JSON (the workflow's export rule): what `export EXPERIMENT` reads from the config")
+    p.add_argument("--data", help="with a model.pt: the data directory it was trained on (its dictionaries)")
+    p.add_argument("--src")
+    p.add_argument("--tgt")
+    p.add_argument("--codes", help="with a model.pt: subword-nmt BPE codes (none: a word-level model)")
+    p.add_argument("--tokenize", default="{}", help='with a model.pt: JSON TokenizeOptions of the source, e.g. '
+                   '{"tokenizer": "moses", "lowercase": true}')
+    p.add_argument("--decode", default="{}", help='with a model.pt: JSON decoding defaults, e.g. {"beam": 5}')
+
+    p = command(sub, "import-fairseq", "convert a fairseq 0.12 Transformer checkpoint into our model.pt",
+                cmd_import_fairseq)
+    p.add_argument("checkpoint")
+    p.add_argument("--data", required=True, help="the fairseq data directory it was trained on (dict.*.txt)")
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--out", required=True, help="directory for model.pt and the dictionaries (a --data for "
+                   "lwnmt translate)")
+
+
+def add_translate(sub) -> None:
+    p = command(sub, "translate", "beam-search decode raw text with a model directory (--model DIR) or an "
+                "experiment's model (--experiment), or a BPE'd source with --model FILE --data", cmd_translate)
+    p.add_argument("input", nargs="?", help="source text, one sentence per line, raw with --model DIR or "
+                   "--experiment, BPE'd with --model FILE: a file, or - / nothing for stdin")
+    p.add_argument("--experiment", help="translate raw text with this experiment's trained model: its task's "
+                   "tokenization, BPE, decoding settings and detokenization")
+    p.add_argument("--seed", type=int, help="with --experiment: which seed's run (default: its first)")
+    add_config_files(p)
+    p.add_argument("--model", help="a model directory (`lwnmt export`; translates raw text with nothing else), or a "
+                   "model.pt (with --data, --src, --tgt)")
+    p.add_argument("--data", help="with --model FILE: the binarized data directory the model was trained on (or a "
+                   "fairseq one)")
+    p.add_argument("--src", help="source language; with --model DIR or --experiment, checked against the model's")
+    p.add_argument("--tgt", help="target language; with --model DIR or --experiment, checked against the model's")
+    p.add_argument("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok (with --detokenize, --model "
+                   "DIR or --experiment), PREFIX.nbest (with --nbest) and PREFIX.json (options, speed, model "
+                   "size); without it the translations go to stdout, one line per input line")
+    p.add_argument("--nbest", type=int, default=0, metavar="N", help="fairseq-generate's output: S- (source), H-/D- "
+                   "(score in base 2, text), P- (per-token scores) lines of the N best hypotheses, in PREFIX.nbest "
+                   "or on stdout instead of the plain lines")
+    p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
+    p.add_argument("--detokenize", action="store_true")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
+    p.add_argument("--gpu-locks", default="results/.gpu-locks")
+    p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
+    add_fairseq_generate_flags(p)
+
+
+def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
+                       ("--min-len", int), ("--batch-size", int)):
+        parser.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
+    parser.add_argument("--amp", choices=["auto", "none", "bf16", "fp16"],
+                        help="precision (default auto: bf16 where the device runs it natively, else fp32; "
+                             "none = fp32, as fairseq-generate without --fp16/--bf16); overrides --options")
+
+
+def cmd_translate(a) -> None:
+    import json
+    import tempfile
+
+    import torch
+
+    from .. import translation
+    from ..data.io import atomic_path
+    from ..gpus import claim
+
+    locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    options = translation.decoding_options(a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS},
+                                           a.lenpen_from)
+    request = translation.Request(a.input, a.model, a.data, a.src, a.tgt, a.detokenize, a.experiment, a.seed,
+                                  common.load_config(a) if a.experiment else None, common.config_files(a))
+    with tempfile.TemporaryDirectory() as tmp:
+        job = translation.prepare(request, options, Path(tmp))
+        stats, cfg = translation.translate(job, a.out_prefix, a.nbest)
+    log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
+             stats["sentences_per_second"])
+    if a.out_prefix:
+        with atomic_path(f"{a.out_prefix}.json") as tmp_json, open(tmp_json, "w") as f:
+            json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+
+
+def cmd_export(a) -> None:
+    import json
+
+    from .. import export
+
+    if a.spec:
+        spec = json.loads(a.spec)
+    elif Path(a.target).is_file():
+        spec = export.spec_for_file(a.target, a.data, a.src, a.tgt, a.codes, json.loads(a.tokenize),
+                                    json.loads(a.decode))
+    elif a.target.endswith(".pt"):
+        raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")
+    else:
+        spec = export.trained_spec_for(common.load_config(a), a.target, a.seed, common.config_files(a))
+    out = export.write_spec(a.target if Path(a.target).is_file() else spec["model"], spec, a.out)
+    print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec['src']}")
+
+
+def cmd_import_fairseq(a) -> None:
+    from ..fairseq_import import import_fairseq
+
+    target = import_fairseq(a.checkpoint, a.data, a.src, a.tgt, a.out)
+    log.info("wrote %s; decode with: lwnmt translate INPUT --model %s --data %s --src %s --tgt %s --out-prefix OUT",
+             target, target, a.out, a.src, a.tgt)
