@@ -333,8 +333,7 @@ def warm_start(model: torch.nn.Module, path: str, vocabularies: dict[str, Dictio
             raise UserError(f"{beside}: not the task's {lang} vocabulary (symbol {i}: {(other + [None])[i]!r} vs "
                             f"the task's {(ours.symbols + [None])[i]!r}); the model must have been "
                             f"trained on this task's BPE and dictionary")
-    if hasattr(model, "warm_start_names"):  # a model whose layers moved a baseline tensor says where to
-        trained = model.warm_start_names(trained)
+    trained = model.warm_start_names(trained)  # a model whose layers moved a baseline tensor says where to
     own = model.state_dict()
     homeless = [k for k in trained if k not in own]
     if homeless:

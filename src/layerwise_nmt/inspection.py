@@ -25,11 +25,12 @@ def aggregation_shares(model_path: str) -> dict:
     """{"shares": [{node, input, share}]} for every encoder aggregation node of a `deep` model; a node's shares
     sum to 1."""
     model = load_model(model_path)
-    if not hasattr(model, "encoder_agg"):
+    nodes = model.aggregation_nodes()
+    if nodes is None:
         raise UserError(f"{model_path}: a {type(model).__name__} has no aggregation nodes (model: deep with "
                         f"aggregation: hierarchical has)")
     shares = []
-    for i, node in enumerate(model.encoder_agg.nodes, start=1):
+    for i, node in enumerate(nodes, start=1):
         names = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"][: node.n_inputs] if node.n_inputs > 1 else ["H^{2i-1}"]
         if i > 1 and node.n_inputs == 2:  # odd depth: the last node holds one layer and the previous node
             names = ["H^{2i-1}", "Ĥ^{i-1}"]

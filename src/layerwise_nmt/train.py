@@ -3,12 +3,12 @@
 - batches of `max_tokens` (and/or `max_sentences`), gradient accumulation over `update_freq` batches;
   gradients are normalised by the number of target tokens of the whole update, across DDP ranks
   (tokens per update = max_tokens × GPUs × update_freq); `micro_batch_tokens` merges an update's batches into
-  fewer, larger passes (the same sentences, the same gradient up to float rounding: `accumulate`); the next
+  fewer, larger passes (the same sentences, the same gradient up to float rounding: `loss.accumulate`); the next
   updates' batches are collated on a background thread while the current one computes (`Prefetcher`);
-- Adam(0.9, 0.98, 1e-9); learning rate a pure function of the update number (`lr_at`): fairseq's inverse_sqrt
-  with linear warmup, or Vaswani et al.'s noam schedule; optional RestartAdam (MLRF §4.1, after Denkowski & Neubig
-  2017): after `restart_after_epochs`, fresh Adam moments, a fixed lr and a new batch size;
-- label-smoothed cross-entropy as fairseq computes it; gradient clipping;
+- Adam(0.9, 0.98, 1e-9); learning rate a pure function of the update number (`optim.lr_at`): fairseq's
+  inverse_sqrt with linear warmup, or Vaswani et al.'s noam schedule; optional RestartAdam (MLRF §4.1, after
+  Denkowski & Neubig 2017): after `restart_after_epochs`, fresh Adam moments, a fixed lr and a new batch size;
+- label-smoothed cross-entropy as fairseq computes it (loss.py); gradient clipping;
 - stops at max_update / max_epoch / a wall-clock budget / early stopping on validation loss;
 - checkpoints every N updates, every M minutes and at each epoch end, written atomically (`checkpoint.py`) by a
   background thread from a CPU copy of the state (the final save on a signal is synchronous), the last K kept;
@@ -24,220 +24,27 @@ import logging
 import math
 import random
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import UserError, checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
 from .data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order, make_batches, merge_batches
 from .data.vocab import Dictionary, load_pair
-from .distributed import StopSignals, all_reduce_sum, barrier, init_distributed, per_rank_update_freq, world
+from .distributed import StopSignals, barrier, init_distributed, per_rank_update_freq, world
+from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
 from .models import build
 from .models.transformer import count_parameters
-from .precision import AMP_CHOICES, Precision, fp32_matmuls, resolve
+from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
+from .precision import Precision, fp32_matmuls, resolve
 from .progress import Progress, Reporter
-from .settings import Settings, setting
+from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainConfig(Settings):
-    kind = "training setting"
-
-    max_tokens: int | None = setting(4096, ge=1)
-    max_sentences: int | None = setting(None, ge=1)
-    update_freq: int = setting(1, ge=1)
-    # merge each update's batches into passes of up to this many padded tokens (fewer, larger forward/backward
-    # passes on a GPU that holds more than max_tokens; the update's sentences and tokens unchanged); 0 = off, one
-    # pass per batch as the papers' GPUs ran them
-    micro_batch_tokens: int = setting(0, ge=0)
-    # leave out training pairs with more subword units on either side (0 = keep all)
-    skip_longer_than: int = setting(0, ge=0)
-    lr: float = setting(5e-4, gt=0)  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
-    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | polynomial_decay | cosine | fixed
-    total_num_update: int = setting(0, ge=0)  # polynomial_decay: lr reaches end_learning_rate here (fairseq's name)
-    end_learning_rate: float = setting(0.0, ge=0)
-    min_lr: float = setting(0.0, ge=0)  # cosine: the floor of each period (fairseq's --min-lr)
-    lr_period_updates: int = setting(0, ge=0)  # cosine: period after warm-up (fairseq's name; Wu et al. 2019: 20,000)
-    warmup_updates: int = setting(4000, ge=0)
-    warmup_init_lr: float = setting(1e-7, ge=0)
-    adam_betas: tuple[float, float] = setting((0.9, 0.98), ge=0, lt=1)
-    adam_eps: float = setting(1e-9, gt=0)
-    weight_decay: float = setting(0.0, ge=0)
-    clip_norm: float = setting(0.0, ge=0)  # 0 = no clipping
-    label_smoothing: float = setting(0.1, ge=0, lt=1)
-    max_update: int = setting(0, ge=0)  # 0 = no limit
-    max_epoch: int = setting(0, ge=0)
-    max_minutes: float = setting(0.0, ge=0)  # wall-clock training budget (resumes keep counting)
-    patience: int = setting(0, ge=0)  # epochs without a better validation score before stopping; 0 = off
-    early_stop_metric: str = "loss"  # loss | bleu (beam search on the validation set each epoch: slower)
-    # last | best: which weights become model.pt. best = the epoch early stopping judged best (fairseq's
-    # checkpoint_best.pt), so that a run stopped by patience decodes the model it selected, not the one after it
-    final_model: str = "last"
-    valid_beam: int = setting(1, ge=1)  # beam size for validation BLEU
-    restart_after_epochs: int = setting(0, ge=0)  # RestartAdam: 0 = off
-    restart_lr: float = setting(5e-5, gt=0)
-    restart_max_sentences: int | None = setting(None, ge=1)
-    restart_max_tokens: int | None = setting(None, ge=1)
-    restart_epochs: int = setting(0, ge=0)
-    save_interval_updates: int = setting(0, ge=0)  # 0 = only at epoch ends
-    # also refresh checkpoint_last.pt (the resume point, not an averaging candidate) after this many minutes, so
-    # that a hard kill (node failure, OOM, SIGKILL after SLURM's grace period) loses at most this; 0 = off
-    save_interval_minutes: float = setting(30.0, ge=0)
-    keep_interval_updates: int = setting(10, ge=0)
-    keep_last_epochs: int = setting(10, ge=0)
-    # auto | none | bf16 | fp16: auto = bf16 on GPUs and CPUs that run it natively, fp16 + loss scaling on older
-    # GPUs, fp32 elsewhere (precision.py); none = fp32
-    amp: str = "auto"
-    tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
-    # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
-    max_nonfinite_updates: int = setting(8, ge=1)
-    log_interval: int = setting(50, ge=1)
-    seed: int = setting(1, ge=0)
-
-    def check(self) -> None:
-        if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "cosine", "fixed"):
-            raise UserError(f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay, "
-                            f"cosine or fixed")
-        if self.lr_scheduler == "cosine" and not self.lr_period_updates:
-            raise UserError("lr_scheduler=cosine needs lr_period_updates")
-        if self.lr_scheduler == "polynomial_decay" and not self.total_num_update:
-            raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
-        if self.early_stop_metric not in ("loss", "bleu"):
-            raise UserError(f"early_stop_metric={self.early_stop_metric!r}; expected loss or bleu")
-        if self.final_model not in ("last", "best"):
-            raise UserError(f"final_model={self.final_model!r}; expected last or best")
-        if self.amp not in AMP_CHOICES:
-            raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
-        if not (self.max_update or self.max_epoch or self.max_minutes):
-            raise UserError("set at least one of max_update, max_epoch, max_minutes")
-
-
-def lr_at(update: int, cfg: TrainConfig, d_model: int, restarted: bool = False) -> float:
-    """Learning rate for update number `update` (1-based)."""
-    if restarted:
-        return cfg.restart_lr  # RestartAdam's second stage: fixed lr
-    if cfg.lr_scheduler == "fixed":
-        return cfg.lr
-    if cfg.lr_scheduler == "noam":  # lr = scale · d^-0.5 · min(t^-0.5, t · warmup^-1.5)  (Vaswani et al. Eq. 3)
-        return cfg.lr * d_model**-0.5 * min(update**-0.5, update * cfg.warmup_updates**-1.5)
-    if update < cfg.warmup_updates:  # linear warmup (fairseq's inverse_sqrt, polynomial_decay and cosine)
-        return cfg.warmup_init_lr + (cfg.lr - cfg.warmup_init_lr) * update / cfg.warmup_updates
-    if cfg.lr_scheduler == "cosine":  # fairseq's cosine (t_mult 1, no shrink): min_lr + ½Δ(1 + cos(π t / period))
-        # t counts completed post-warm-up updates, so the budget's last update (warmup + period) is at min_lr
-        t = max(0, update - 1 - cfg.warmup_updates) % cfg.lr_period_updates
-        return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t / cfg.lr_period_updates))
-    if cfg.lr_scheduler == "polynomial_decay":  # then linearly down to end_learning_rate (fairseq, power 1)
-        left = max(0.0, 1 - (update - cfg.warmup_updates) / max(1, cfg.total_num_update - cfg.warmup_updates))
-        return cfg.end_learning_rate + (cfg.lr - cfg.end_learning_rate) * left
-    return cfg.lr * math.sqrt(cfg.warmup_updates / update)  # inverse_sqrt: ∝ 1/sqrt(update)
-
-
-def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
-    """fairseq's label_smoothed_cross_entropy, summed over non-pad tokens → (loss, nll, correct tokens)."""
-    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-    keep = target != pad  # masked, not indexed: boolean indexing costs an index_put in backward
-    nll = -lprobs.gather(-1, target[..., None]).squeeze(-1) * keep
-    smooth = -lprobs.sum(dim=-1) * keep
-    eps_i = epsilon / (lprobs.size(-1) - 1)
-    loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth
-    correct = ((lprobs.argmax(dim=-1) == target) & keep).sum()
-    return loss.sum(), nll.sum().detach(), correct
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# One update
-
-
-STATS = ("loss", "nll", "correct", "ntokens", "nsentences")  # an update's sums, on the device until _update reads them
-
-
-def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=None) -> dict[str, torch.Tensor]:
-    """Forward/backward over the update's batches; leaves gradients normalised by the update's target tokens
-    (all ranks): grad = Σ_ranks Σ_batches ∇loss_sum / ntokens_total, the same as one process with the union.
-
-    Merged batches (`micro_batch_tokens`, `merge_batches`) give the same gradient: the loss is a sum over target
-    tokens, each token's term depends only on its own sentence (padding is masked in attention, convolutions and
-    the loss; positions restart in every sentence), and the normalisation is by the update's total tokens whatever
-    the passes, so Σ_passes ∇Σ_tokens = Σ_batches ∇Σ_tokens; only the order of float additions differs. A model's
-    auxiliary loss is the exception: Dou et al.'s diversity term is a mean over a pass's positions, weighted by the
-    pass's tokens, which merging would change: refused here, and at the start by `check_merging`.
-
-    fp16: each loss is multiplied by the scaler's loss scale before backward, so that small gradients survive in
-    fp16; `_update` unscales. The sums stay on the device (no host sync here): `_update` reads them once."""
-    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-    inner = model.module if ddp else model
-    sums = torch.zeros(len(STATS), dtype=torch.float64, device=device)
-    for i, batch in enumerate(micro_batches):
-        batch = batch.to(device)  # non_blocking: from pinned memory, queued behind the running kernels
-        sync = nullcontext() if (not ddp or i == len(micro_batches) - 1) else model.no_sync()
-        with sync:
-            with autocast():
-                logits = model(batch.src, batch.prev)
-            loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
-            extra = getattr(inner, "auxiliary_loss", None)  # a per-token term the model asks for (Dou's −λ·L_div)
-            if extra is not None and batch.parts > 1:
-                raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(inner).__name__} adds "
-                                f"a per-pass auxiliary loss, which merged batches would change; set "
-                                f"micro_batch_tokens: 0")
-            total = loss if extra is None else loss + extra * batch.ntokens
-            (total if scaler is None else scaler.scale(total)).backward()
-        sums[:3] += torch.stack([loss.detach().double(), nll.double(), ok.double()])
-        sums[3] += batch.ntokens  # Python numbers: no host-to-device copy, which would wait for the stream
-        sums[4] += len(batch.ids)
-    sums = all_reduce_sum(sums)
-    grads = [p.grad for p in inner.parameters() if p.grad is not None]
-    if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
-        torch._foreach_mul_(grads, (world()[1] / sums[3].clamp(min=1.0)).float())
-    return dict(zip(STATS, sums.unbind()))
-
-
-@torch.no_grad()
-def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> dict:
-    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    inner.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # summed on the device, read once
-    ntokens = 0
-    for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or 4096, None, cfg.seed):
-        batch = collate(data, ids).to(device)
-        with autocast():
-            logits = inner(batch.src, batch.prev)
-        loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
-        totals += torch.stack([loss.double(), nll.double(), ok.double()])
-        ntokens += batch.ntokens
-    loss, nll, correct = totals.tolist()
-    result = {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
-    if cfg.early_stop_metric == "bleu":
-        result["bleu"] = valid_bleu(inner, data, cfg, device, autocast)
-    inner.train()
-    return result
-
-
-def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
-    """Tokenized BLEU of beam search on the validation set, BPE removed on both sides (sacrebleu)."""
-    from .decode import BeamConfig, beam_search
-    from .score import ScoreConfig, bleu
-
-    beam = BeamConfig(beam=cfg.valid_beam)
-    hyps, refs = [], []
-    for ids in make_batches(data.src.sizes, data.tgt.sizes, None, 64, cfg.seed):
-        batch = collate(data, ids).to(device)
-        with autocast():
-            results = beam_search(model, batch.src, beam, eos=model.config.eos, pad=model.config.pad)
-        hyps += [" ".join(map(str, r[0].tokens[:-1])) for r in results]
-        refs += [" ".join(map(str, data.tgt[i][:-1])) for i in ids]
-    return bleu(hyps, [refs], ScoreConfig())["bleu"]  # on token ids: BLEU over BPE units, enough to rank epochs
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The run
 
 
 class Stop(Exception):
@@ -422,12 +229,12 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
 
 
 def check_merging(model: torch.nn.Module, cfg: TrainConfig) -> None:
-    """Refuse micro_batch_tokens for a model whose loss has a term per pass rather than per token (`accumulate`):
-    Dou et al.'s layer diversity (deep, diversity > 0) is a mean over the pass's positions."""
-    if cfg.micro_batch_tokens and hasattr(model, "auxiliary_loss") and getattr(model.config, "diversity", 0):
-        raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} with diversity="
-                        f"{model.config.diversity} adds a mean over each pass's positions to the loss, which merged "
-                        f"batches would change; set micro_batch_tokens: 0")
+    """Refuse micro_batch_tokens for a model whose loss has a term per pass rather than per token
+    (`loss.accumulate`; the model says why: `Model.merging_changes_loss`)."""
+    why = model.merging_changes_loss() if cfg.micro_batch_tokens else None
+    if why:
+        raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} {why}, which "
+                        f"merged batches would change; set micro_batch_tokens: 0")
 
 
 def _epoch_order(data: ParallelData, cfg: TrainConfig, progress: Progress, per_update: int, data_dir: str) -> list:
@@ -464,20 +271,6 @@ def _update(run: Run, net, micro_batches, device, autocast) -> dict | None:
         _skip_nonfinite(run, result)
         return None
     return result
-
-
-def _unscale_and_clip(model, optimizer, scaler, clip_norm: float) -> torch.Tensor:
-    """Unscale fp16 gradients (divide by the loss scale), clip them to `clip_norm` if set; returns their total norm
-    as a device tensor (inf or nan if the update overflowed or diverged: then `_update` skips the step and what the
-    clipping did to the gradients does not matter). DDP ranks hold the same reduced gradients, so they all take the
-    same decision."""
-    if scaler.is_enabled():
-        scaler.unscale_(optimizer)
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads)
-    if clip_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(model.parameters(), clip_norm, norm)
-    return norm
 
 
 def _skip_nonfinite(run: Run, result: dict) -> None:
@@ -547,38 +340,8 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
     return progress.to_dict()
 
 
-def loss_scaler(precision: Precision, device: torch.device, batches_per_update: int) -> torch.amp.GradScaler:
-    """fp16's dynamic loss scaler, for the model's device type (a CUDA scaler on a CPU model would disable itself),
-    with fairseq's settings: --fp16-init-scale 128 (torch's default 2^16 overflows a few updates in a row at the
-    start) and --fp16-scale-window 2^14 / (GPUs × update_freq) clean updates before the scale doubles. Disabled (every
-    call a no-op) for bf16 and fp32, whose range needs no scaling."""
-    return torch.amp.GradScaler(device.type, init_scale=2.0**7, enabled=precision.amp == "fp16",
-                                growth_interval=max(1, 2**14 // batches_per_update))
-
-
 def _lr(run: Run) -> float:
     return run.optimizer.param_groups[0]["lr"]
-
-
-def _adam(model, cfg: TrainConfig, fused: bool | None = None) -> torch.optim.Adam:
-    """fairseq 0.12.2's Adam (fairseq/optim/adam.py), whose weight decay is decoupled from the gradient ("based on
-    Fixed Weight Decay Regularization in Adam"; its docstring: "corresponds to the AdamW variant"). Per update t,
-    with g the gradient, lr the current learning rate and wd the weight decay:
-        m ← β1·m + (1−β1)·g,  v ← β2·v + (1−β2)·g²          (the moments never see wd)
-        p ← p − lr·wd·p                                       (`p.add_(p, alpha=-wd * lr)`)
-        p ← p − lr·√(1−β2ᵗ)/(1−β1ᵗ) · m/(√v + ε)
-    torch.optim.AdamW does the same: p ← p·(1 − lr·wd), with the same lr, on the same p (the moment updates do not
-    read p), then the Adam step; torch.optim.Adam(weight_decay=wd) would instead add wd·p to g (coupled L2, scaled
-    by Adam's normaliser). Only ε sits elsewhere: torch divides by √v/√(1−β2ᵗ) + ε, fairseq's form amounts to
-    ε/√(1−β2ᵗ) (7ε at t = 1 with β2 = 0.98, within 1% of ε after ~200 updates), as it did before weight decay was
-    decoupled. Every row that sets weight_decay follows a fairseq recipe (GCA's IWSLT rows, config/study.yaml);
-    the t2t, THUMT and MLRF rows train without it. PyTorch's fused kernel on CUDA (one launch for all parameters
-    instead of several per tensor), its default (foreach) implementation elsewhere; `fused=True` takes the fused
-    path on the CPU too (the tests: GradScaler hands a fused optimizer its inf flag instead of skipping the step)."""
-    if fused is None:
-        fused = next(model.parameters()).device.type == "cuda"
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                             weight_decay=cfg.weight_decay, fused=fused or None)
 
 
 def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | None]:

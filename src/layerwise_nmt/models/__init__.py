@@ -1,4 +1,4 @@
-"""Model architectures: one shared Transformer plus one small module per paper, chosen by name."""
+"""Model architectures: one shared Transformer plus one small module per paper, chosen by name (configs.MODELS)."""
 
-from . import context_gate, coordination, cross_view, deep_repr, dynamic_conv, fusion, transformer  # noqa: F401
-from .registry import MODELS, build, model_class  # noqa: F401
+from .configs import MODELS  # noqa: F401
+from .registry import build, model_class  # noqa: F401

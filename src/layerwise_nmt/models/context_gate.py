@@ -20,14 +20,11 @@ starts at zero weights (z = 0.5), where post-norm LN((x + c)/2) = LN(x + c): tra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
-from .. import UserError
-from .registry import register
-from .transformer import DecoderLayer, ModelConfig, Seq2Seq
+from .configs import ModelConfig
+from .transformer import DecoderLayer, Seq2Seq
 
 
 class GatedDecoderLayer(DecoderLayer):
@@ -42,15 +39,5 @@ class GatedDecoderLayer(DecoderLayer):
         return mixed if self.pre_norm else self.norm2(mixed)  # pre-norm: the gate replaces x + c, LN is before
 
 
-@dataclass
-class ContextGateConfig(ModelConfig):
-    def check(self) -> None:
-        super().check()
-        if self.backbone != "transformer":
-            raise UserError("context gates are written for the Transformer decoder layer: backbone must be transformer")
-
-
-@register("context_gate")
 class ContextGateTransformer(Seq2Seq):
-    config_class = ContextGateConfig
     decoder_layer = GatedDecoderLayer

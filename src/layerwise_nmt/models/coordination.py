@@ -33,24 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .. import UserError
-from .registry import register
-from ..settings import setting
-from .transformer import KV, Embedding, EncoderLayer, ModelConfig, final_norm, new_token_embedding, reorder_beams
-
-
-@dataclass
-class CoordinationConfig(ModelConfig):
-    layers: int = setting(14, ge=1)  # levels (LWC-small: 14 shared layers ≈ the parameters of a 6+6 Transformer-small)
-    tie: str = "all"  # the paper's single token table (its 19.07M count implies it)
-    language_embeddings: bool = True  # L_src, L_tgt (Table 3 ablation: off)
-    share_layers: bool = True  # one parameter set per level for both halves (Table 3 ablation: off, with 7 layers)
-    mixed_attention: bool = True  # Eq. 3 (Table 3 ablation: off = self-attention, then source attention)
-
-    def check(self) -> None:
-        super().check()
-        if self.tie != "all":
-            raise UserError("model lwc shares one token table between source, target and output: tie must be 'all'")
+from .configs import CoordinationConfig
+from .layers import KV, Embedding, new_token_embedding
+from .transformer import EncoderLayer, Model, ModelOutput, final_norm, reorder_beams
 
 
 class CoordinationLayer(EncoderLayer):
@@ -88,10 +73,7 @@ class CoordinationState:
                                                                    self.target)
 
 
-@register("lwc")
-class LayerWiseCoordination(nn.Module):
-    config_class = CoordinationConfig
-
+class LayerWiseCoordination(Model):
     def __init__(self, config: CoordinationConfig):
         super().__init__()
         self.config = config
@@ -124,13 +106,13 @@ class LayerWiseCoordination(nn.Module):
             states.append(x)
         return kvs, states, mask
 
-    def forward(self, src: Tensor, prev: Tensor) -> Tensor:
+    def outputs(self, src: Tensor, prev: Tensor) -> ModelOutput:
         """src (B, S) right-padded, ends with </s>; prev (B, T) starts with <sos> (= </s>) → logits (B, T, V)."""
         source, _, mask = self.encode(src)
         x = self.embed_half(prev, 1)
         for layer, kv in zip(self.target_stack(), source):
             x, _ = layer.target(x, kv, mask)
-        return self.logits(x)
+        return ModelOutput(self.logits(x))
 
     def logits(self, x: Tensor) -> Tensor:  # top target states (B, T, D) → (B, T, V)
         return (self.final_norm(x) if self.final_norm is not None else x) @ self.tokens.weight.t()

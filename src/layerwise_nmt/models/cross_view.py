@@ -17,31 +17,11 @@ already layer-normalised: a warm-started model starts exactly where its baseline
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
-from .. import UserError
-from .registry import register
-from .transformer import EncoderOutput, ModelConfig, Seq2Seq
-
-STRATEGIES = ("top", "gca", "gpa", "fga", "fma", "ama")  # top = the baseline's S_N for every layer
-
-
-@dataclass
-class CrossViewConfig(ModelConfig):
-    strategy: str = "gca"
-    soft_integration: bool = False  # Eq. 7
-
-    def check(self) -> None:
-        super().check()
-        self.require_post_norm("cross_view", "its views S_j are encoder layer outputs, layer-normalised as in fairseq's post-norm stacks")
-        if self.strategy not in STRATEGIES:
-            raise UserError(f"strategy={self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
-        if self.strategy in ("gca", "gpa") and self.encoder_layers != self.decoder_layers:
-            raise UserError(f"strategy {self.strategy} pairs decoder layer i with one encoder layer: needs as many "
-                            f"encoder as decoder layers ({self.encoder_layers} vs {self.decoder_layers})")
+from .configs import CrossViewConfig
+from .transformer import EncoderOutput, Seq2Seq
 
 
 class SourceViews(nn.Module):
@@ -84,10 +64,7 @@ class SourceViews(nn.Module):
         return views
 
 
-@register("cross_view")
 class CrossViewTransformer(Seq2Seq):
-    config_class = CrossViewConfig
-
     def __init__(self, config: CrossViewConfig):
         super().__init__(config)
         self.views = SourceViews(config)

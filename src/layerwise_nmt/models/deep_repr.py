@@ -35,52 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import UserError
-from .registry import register
-from ..settings import setting
-from .transformer import (KV, DecoderLayer, EncoderLayer, ModelConfig,
-                          MultiheadAttention, Seq2Seq, attention)
-
-AGGREGATIONS = ("none", "dense", "linear", "iterative", "hierarchical")
-
-
-@dataclass
-class DeepConfig(ModelConfig):
-    aggregation: str = "none"
-    mla_k: int = setting(0, ge=0)  # multi-layer attention over the k layers below (0 = off; the paper uses 2 and 3)
-    diversity: float = setting(0.0, ge=0)  # λ of the layer-diversity term (the paper: 1.0)
-    apply_to: str = "both"  # encoder | decoder | both (Table 3)
-    agg_residual: str = "all"  # all | top | none (Table 4)
-    agg_function: str = "sigmoid"  # sigmoid | relu | attention (Table 4)
-    linear_form: str = "square"  # square: Eq. 5's W_l ∈ R^{d×d} | factorised: via d_ff (the printed +14.7M)
-    # dense: Eq. 4's sum doubles the state's scale per layer (Σ_{i≤l} H^i = 2·Σ_{i<l} H^i + LAYER); true adds a
-    # LayerNorm after each sum (2·d per layer, the printed +0.0M still holds)
-    dense_norm: bool = False
-    tie: str = "none"  # THUMT: source, target and softmax matrices untied, no softmax bias
-    input_bias: bool = True  # THUMT adds a learned d-vector to the encoder input
-
-    def check(self) -> None:
-        super().check()
-        self.require_post_norm("deep", "it aggregates the layer outputs H^l of THUMT's post-norm stacks (Eq. 1-2)")
-        for key, allowed in (("aggregation", AGGREGATIONS), ("apply_to", ("encoder", "decoder", "both")),
-                             ("agg_residual", ("all", "top", "none")),
-                             ("agg_function", ("sigmoid", "relu", "attention")),
-                             ("linear_form", ("square", "factorised"))):
-            if getattr(self, key) not in allowed:
-                raise UserError(f"{key}={getattr(self, key)!r}; expected one of {', '.join(allowed)}")
-        if self.diversity and min(self.encoder_layers, self.decoder_layers) < 2:  # Eq. 10 compares adjacent layers
-            raise UserError(f"diversity={self.diversity} needs at least 2 encoder and 2 decoder layers (Eq. 10 "
-                            f"compares adjacent layers); got {self.encoder_layers} and {self.decoder_layers}")
-
-
-    def other_readings(self) -> dict[str, dict]:
-        if self.aggregation == "dense":
-            return {f"dense_norm={str(not self.dense_norm).lower()}": {"dense_norm": not self.dense_norm}}
-        if self.aggregation == "linear":
-            other = "factorised" if self.linear_form == "square" else "square"
-            return {f"linear_form={other}": {"linear_form": other}}
-        return {}
-
+from .configs import DeepConfig
+from .layers import KV, MultiheadAttention, attention
+from .transformer import DecoderLayer, EncoderLayer, ModelOutput, Seq2Seq
 
 class Aggregation(nn.Module):
     """AGG over n inputs of (…, D) → (…, D)."""
@@ -128,8 +85,9 @@ class StackAggregation(nn.Module):
             self.weights = nn.Parameter(start_as_identity(torch.empty(layers, rank, d), 1 / layers))  # W_l: (L, R, D)
             self.project = (nn.Parameter(start_as_identity(torch.empty(d, rank), 1.0))  # W_o: (D, R)
                             if config.linear_form == "factorised" else None)
-        if kind == "dense" and config.dense_norm:
-            self.norms = nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(layers - 1))  # H^2 … H^L
+        self.norms = (nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(layers - 1))  # H^2 … H^L
+                      if kind == "dense" and config.dense_norm else None)
+        self.nodes = None  # the AGG nodes of the iterative and hierarchical aggregations
         if kind == "iterative":
             self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
         if kind == "hierarchical":  # a sub-tree per 2 layers; with odd L the last one holds H^L alone (AGG₂)
@@ -156,7 +114,7 @@ class StackAggregation(nn.Module):
             h = layer(i, states[-1], states)
             if self.kind == "dense" and i > 0:
                 h = h + sum(states[1:], torch.zeros_like(h))  # + Σ_{i<l} H^i, without the embeddings
-                if hasattr(self, "norms"):
+                if self.norms is not None:
                     h = self.norms[i - 1](h)
             states.append(h)
         if self.kind == "linear":
@@ -251,10 +209,7 @@ def diversity(states: list[Tensor], keep: Tensor) -> Tensor:
     return torch.stack(terms).mean()
 
 
-@register("deep")
 class DeepTransformer(Seq2Seq):
-    config_class = DeepConfig
-
     def __init__(self, config: DeepConfig):
         super().__init__(config)
         sides = {"encoder", "decoder"} if config.apply_to == "both" else {config.apply_to}
@@ -268,7 +223,7 @@ class DeepTransformer(Seq2Seq):
         self.decoder_agg = StackAggregation(config.aggregation if "decoder" in sides else "none",
                                             config.decoder_layers, config)
         self.input_bias = nn.Parameter(torch.zeros(config.d_model)) if config.input_bias else None
-        self.auxiliary_loss: Tensor | None = None  # −λ·L_div of the last training forward (the trainer adds it)
+        self.auxiliary_loss: Tensor | None = None  # −λ·L_div of the latest training forward (ModelOutput's too)
         # the shared stacks run under the aggregations (bound methods: the modules stay registered here only)
         self.encoder.stack, self.decoder.stack = self.encoder_stack, self.decoder_agg.__call__
 
@@ -289,7 +244,7 @@ class DeepTransformer(Seq2Seq):
         """The encoder's `stack`: THUMT's learned input bias, then the encoder's aggregation."""
         return self.encoder_agg(x if self.input_bias is None else x + self.input_bias, layer, layers)
 
-    def forward(self, src: Tensor, prev: Tensor) -> Tensor:
+    def outputs(self, src: Tensor, prev: Tensor) -> ModelOutput:
         encoded = self.encoder(src)
         states = self.decoder(prev, self.source_views(encoded), encoded.mask)
         self.auxiliary_loss = None
@@ -297,5 +252,14 @@ class DeepTransformer(Seq2Seq):
             encoder, decoder = encoded.states[: self.config.encoder_layers + 1], states[: self.config.decoder_layers + 1]
             l_div = (diversity(encoder, encoded.mask[:, 0, 0]) + diversity(decoder, prev != self.config.pad)) / 2
             self.auxiliary_loss = -self.config.diversity * l_div
-        return self.predict(states)
+        return ModelOutput(self.predict(states), self.auxiliary_loss, per_pass=True)
+
+    def merging_changes_loss(self) -> str | None:
+        """L_div (Eq. 10) is a mean over the pass's positions, weighted by the pass's target tokens."""
+        if not self.config.diversity:
+            return None
+        return f"with diversity={self.config.diversity} adds a mean over each pass's positions to the loss"
+
+    def aggregation_nodes(self) -> list[nn.Module] | None:
+        return list(self.encoder_agg.nodes) if self.encoder_agg.nodes is not None else None
 

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .transformer import BACKBONES, FeedForward, ModelConfig, MultiheadAttention
+from .configs import ModelConfig
+from .layers import FeedForward, Layer, MultiheadAttention
 
 
 @dataclass
@@ -41,10 +42,9 @@ class Convolution(nn.Module):
         self.left = kernel - 1 if causal else kernel // 2
         self.glu = config.conv_glu
         self.inp = nn.Linear(d, 2 * d if self.glu else d)
-        if dynamic:
-            self.predict = nn.Linear(d, self.heads * kernel, bias=False)
-        else:
-            self.weight = nn.Parameter(torch.empty(self.heads, kernel))
+        self.predict = nn.Linear(d, self.heads * kernel, bias=False) if dynamic else None  # DynamicConv: w_t
+        self.weight = None if dynamic else nn.Parameter(torch.empty(self.heads, kernel))  # LightConv: W
+        if self.weight is not None:
             nn.init.xavier_uniform_(self.weight)
         self.bias = nn.Parameter(torch.zeros(d))
         self.out = nn.Linear(d, d)
@@ -54,7 +54,7 @@ class Convolution(nn.Module):
             nn.init.zeros_(linear.bias)
 
     def kernels(self, h: Tensor) -> Tensor:  # (B, T, D) → (B, T, H, K) normalised, or (1, 1, H, K)
-        w = self.predict(h).unflatten(-1, (self.heads, self.kernel)) if hasattr(self, "predict") else self.weight
+        w = self.predict(h).unflatten(-1, (self.heads, self.kernel)) if self.predict is not None else self.weight
         w = F.dropout(w.float().softmax(dim=-1), self.weight_dropout, self.training).to(h.dtype)
         return w if w.dim() == 4 else w[None, None]
 
@@ -80,7 +80,7 @@ class Convolution(nn.Module):
         return ConvCache(like.new_zeros(like.size(0), self.kernel - 1, like.size(-1)))
 
 
-class ConvEncoderLayer(nn.Module):
+class ConvEncoderLayer(Layer):
     dynamic = True
 
     def __init__(self, config: ModelConfig, index: int = 0):
@@ -96,7 +96,7 @@ class ConvEncoderLayer(nn.Module):
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
-class ConvDecoderLayer(nn.Module):
+class ConvDecoderLayer(Layer):
     dynamic = True
 
     def __init__(self, config: ModelConfig, index: int = 0):
@@ -115,7 +115,6 @@ class ConvDecoderLayer(nn.Module):
         x = self.norm2(x + self.dropout(self.cross_attn(x, view, mask=view_mask)[0]))
         return self.norm3(x + self.dropout(self.ffn(x))), cache
 
-
     def empty_cache(self, like: Tensor) -> ConvCache:
         return self.conv.empty_cache(like)
 
@@ -127,6 +126,3 @@ class LightEncoderLayer(ConvEncoderLayer):
 class LightDecoderLayer(ConvDecoderLayer):
     dynamic = False
 
-
-BACKBONES["dynamic_conv"] = (ConvEncoderLayer, ConvDecoderLayer)
-BACKBONES["lightweight_conv"] = (LightEncoderLayer, LightDecoderLayer)

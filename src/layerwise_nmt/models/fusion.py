@@ -15,8 +15,8 @@ Placement: encoder fusion replaces the top encoder layer as every decoder layer'
 decoder fusion replaces z^L in the softmax, softmax(W_o LN(φ(Z_j)) + b_o) (Eq. 3, `predict`). Fusion is
 per position, so the decoder stays causal and incremental decoding fuses each new position's L+1 states.
 
-Readings fixed by the printed parameter counts (8,389/6,428 vocabularies, d=256, d_f=512, d_a=1024; see
-../shared/reference/experiment_specs.md §4): FNN and SA fuse L+1 inputs including z^0 (Enc-FNN 11.63M; L inputs
+Readings fixed by the parameter counts printed in Wang et al., "Multi-layer Representation Fusion for Neural
+Machine Translation" (COLING 2018), with its 8,389/6,428 vocabularies, d=256, d_f=512, d_a=1024: FNN and SA fuse L+1 inputs including z^0 (Enc-FNN 11.63M; L inputs
 would give 11.50M); the fusion FNNs and W_1, W_2 have no biases (with biases Both-FNN-SA is 12.56M, not 12.55M);
 AVG has neither LayerNorm nor layer embedding (Enc-AVG 10.97M = the baseline) and follows its formula over layers
 1..L (config: word_embedding: false). σ is not stated: ReLU in the FNNs, tanh in Eq. 5 (Lin et al. 2017).
@@ -24,51 +24,12 @@ AVG has neither LayerNorm nor layer embedding (Enc-AVG 10.97M = the baseline) an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import UserError
-from .registry import register
-from ..settings import setting
-from .transformer import EncoderOutput, ModelConfig, Seq2Seq
-
-FUSIONS = ("none", "avg", "fnn", "sa")
-
-
-@dataclass
-class FusionConfig(ModelConfig):
-    encoder_fusion: str = "none"  # none | avg | fnn | sa
-    decoder_fusion: str = "none"
-    n_hop: int = setting(4, ge=1)
-    d_a: int = setting(1024, ge=1)  # SA's inner size (W_1: d × d_a)
-    d_f: int = setting(512, ge=1)  # the fusion FNN's hidden size
-    independent_w1: bool = False  # Table 3 "+ indep. W_1": one W_1 per layer
-    w1_per_hop: bool = False  # one W_1 per hop (h): the reading that gives T2's printed 13.47M for Dec-SA, 6 hops
-    word_embedding: bool = True  # fuse z^0 too (Table 4 ablation: off)
-    layer_embedding: bool = True  # z̃^l = z^l + E^l, E shared by encoder and decoder (Table 4 ablation: off)
-    tie: str = "none"  # the backbone MLRF's counts imply: separate embeddings, untied output layer with bias
-    output_bias: bool = True
-    init: str = "fan_in"
-
-    def check(self) -> None:
-        super().check()
-        self.require_post_norm("mlrf", "it fuses the layer outputs z^l of the paper's post-norm stacks")
-        for side in ("encoder_fusion", "decoder_fusion"):
-            if getattr(self, side) not in FUSIONS:
-                raise UserError(f"{side}={getattr(self, side)!r}; expected one of {', '.join(FUSIONS)}")
-        if self.independent_w1 and self.w1_per_hop:
-            raise UserError("independent_w1 (a W_1 per layer) and w1_per_hop (a W_1 per hop) exclude each other")
-        if self.encoder_layers != self.decoder_layers and self.layer_embedding:
-            raise UserError("the layer embedding is shared by encoder and decoder: equal layer counts needed")
-
-
-    def other_readings(self) -> dict[str, dict]:
-        if "sa" not in (self.encoder_fusion, self.decoder_fusion) or self.independent_w1:
-            return {}
-        return {f"w1_per_hop={str(not self.w1_per_hop).lower()}": {"w1_per_hop": not self.w1_per_hop}}
+from .configs import FusionConfig
+from .transformer import EncoderOutput, Seq2Seq
 
 
 class LayerFusion(nn.Module):
@@ -115,10 +76,7 @@ class LayerFusion(nn.Module):
         return self.norm(self.fnn(z.flatten(2)))
 
 
-@register("mlrf")
 class FusionTransformer(Seq2Seq):
-    config_class = FusionConfig
-
     def __init__(self, config: FusionConfig):
         super().__init__(config)
         L = config.encoder_layers

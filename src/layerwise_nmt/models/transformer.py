@@ -3,343 +3,33 @@ fairseq, or pre-norm as in tensor2tensor (`norm: pre`, which adds one final Laye
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary, L layers. Batch-major throughout.
 
-The seam (design.md): `Encoder.forward` returns every layer's states (the embedding output is layer 0) and the
-padding mask; each decoder layer i attends to the source view it is handed, `views[i]`. The baseline hands every
+Where the variants plug in: `Encoder.forward` returns every layer's states (the embedding output is layer 0) and
+the padding mask; each decoder layer i attends to the source view it is handed, `views[i]`. The baseline hands every
 decoder layer the top encoder layer (`Seq2Seq.source_views`); cross-view decoding, layer fusion and aggregation
 override that one method, or the encoder/decoder stacks, in their own modules.
+
+`Model` is what the trainer, beam search and checkpoints use of every family (this one and LWC's single stack):
+its initialisation, a training forward that returns the loss terms (`ModelOutput`), incremental decoding, and
+defaults for what only some families have.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
-import torch
-import torch.nn.functional as F
+from dataclasses import dataclass
+
 from torch import Tensor, nn
 
-from .. import UserError
-from ..settings import Settings, setting
-from .registry import register
+from .configs import FAIRSEQ_ARCHS, PRESETS, ModelConfig  # noqa: F401  (re-exported: their historical home)
+from .dynamic_conv import ConvDecoderLayer, ConvEncoderLayer, LightDecoderLayer, LightEncoderLayer
+from .layers import (KV, Embedding, FeedForward, Layer, MultiheadAttention, fairseq_init, fan_in_init,
+                     new_token_embedding, sinusoidal_positions)  # noqa: F401  (sinusoidal_positions: re-exported)
 
-# backbone name → (encoder layer class, decoder layer class); models/dynamic_conv.py adds the convolutional ones.
-BACKBONES: dict[str, tuple[type, type]] = {}
-
-# name → (d_model, d_ff, heads); layer counts and everything else are separate keys.
-PRESETS = {
-    "small": (256, 1024, 4),  # t2t transformer_small (LWC T1/T3/T4), MLRF's De-En model
-    "iwslt": (512, 1024, 4),  # fairseq transformer_iwslt_de_en
-    "base": (512, 2048, 8),
-    "big": (1024, 4096, 16),
-}
-# fairseq's arch names → the preset with its sizes (`lwnmt train --arch transformer_iwslt_de_en`); all are 6+6
-FAIRSEQ_ARCHS = {"transformer": "base", "transformer_wmt_en_de": "base", "transformer_iwslt_de_en": "iwslt",
-                 "transformer_wmt_en_de_big": "big", "transformer_vaswani_wmt_en_de_big": "big",
-                 "transformer_vaswani_wmt_en_fr_big": "big"}
+# backbone name → (encoder layer class, decoder layer class): the convolutional ones of Wu et al. 2019
+BACKBONES: dict[str, tuple[type, type]] = {"dynamic_conv": (ConvEncoderLayer, ConvDecoderLayer),
+                                           "lightweight_conv": (LightEncoderLayer, LightDecoderLayer)}
 
 
-@dataclass
-class ModelConfig(Settings):
-    """Everything needed to rebuild a model; saved in every checkpoint."""
-
-    kind = "model setting"
-
-    src_vocab: int = setting(0, ge=0)
-    tgt_vocab: int = setting(0, ge=0)
-    pad: int = setting(1, ge=0)  # fairseq Dictionary: <s>=0 <pad>=1 </s>=2 <unk>=3
-    eos: int = setting(2, ge=0)
-    preset: str | None = None  # fills d_model/d_ff/heads unless given explicitly
-    d_model: int = setting(512, ge=1)
-    d_ff: int = setting(2048, ge=1)
-    heads: int = setting(8, ge=1)
-    encoder_layers: int = setting(6, ge=1)
-    decoder_layers: int = setting(6, ge=1)
-    dropout: float = setting(0.1, ge=0, lt=1)  # residual and embedding dropout
-    attention_dropout: float = setting(0.0, ge=0, lt=1)
-    activation_dropout: float = setting(0.0, ge=0, lt=1)
-    # none: three matrices; decoder: target input = output projection (fairseq share_decoder_input_output_embed);
-    # all: one matrix for source, target and output (needs a joint vocabulary; LWC's 19.07M count implies it).
-    tie: str = "decoder"
-    output_bias: bool = False  # MLRF's Eq. 2 has b_o
-    scale_embedding: bool = True  # multiply token embeddings by sqrt(D), as Vaswani et al. and fairseq do
-    position_embeddings: bool = True  # sinusoidal positions (LWC Table 3 ablates them)
-    # vaswani: sin/cos interleaved by dimension, first token at position 0 (Vaswani et al. §3.5, tensor2tensor);
-    # fairseq: [sin | cos] halves, frequencies 10000^(-i/(D/2-1)), first token at position pad+1 (fairseq's
-    # SinusoidalPositionalEmbedding; set by `lwnmt import-fairseq`, so that its models decode as they were trained).
-    sinusoid: str = "vaswani"
-    # xavier: Xavier-uniform projections (Q, K, V fused), zero biases; fairseq: fairseq 0.12's exactly (Q, K, V
-    # Xavier with gain 1/sqrt(2) and U(±1/sqrt(D)) biases, FFN at nn.Linear's default; models/registry.py);
-    # fan_in: every Linear U(±1/sqrt(fan_in)) for weights and biases (MLRF §4.2). Token embeddings: N(0, d^-0.5).
-    init: str = "xavier"
-    # transformer, or a convolutional backbone registered in BACKBONES (dynamic_conv, lightweight_conv: Wu et al.
-    # 2019) whose blocks keep the encoder-decoder attention, so every cross-view strategy applies to it too.
-    backbone: str = "transformer"
-    kernel_sizes: tuple[int, ...] = setting((3, 7, 15, 31, 31, 31, 31), ge=1)  # conv backbones: kernel width per layer
-    weight_dropout: float = setting(0.1, ge=0, lt=1)  # conv backbones: dropout on the normalised kernel weights
-    conv_glu: bool = True  # conv backbones: GLU on the input projection (fairseq's IWSLT recipe turns it off)
-    # conv backbones: dropout on each convolution block's input, before the input projection (fairseq lightconv's
-    # input_dropout: 0.1 in its WMT architectures, 0.0 in lightconv_iwslt_de_en); the residual path is not dropped.
-    input_dropout: float = setting(0.0, ge=0, lt=1)
-    max_positions: int = setting(1024, ge=1)
-    # post: x = LN(x + Drop(f(x))) (Vaswani et al., fairseq, THUMT); pre: x = x + Drop(f(LN(x))) and a final LN on
-    # each stack's top states (tensor2tensor's transformer_base/small since v1.2, i.e. LWC's code base).
-    norm: str = "post"
-
-    @classmethod
-    def prepare(cls, values: dict) -> dict:
-        if "kernel_sizes" in values:
-            values["kernel_sizes"] = tuple(values["kernel_sizes"])
-        preset = values.get("preset")
-        if preset is not None:
-            if preset not in PRESETS:
-                raise UserError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-            for key, value in zip(("d_model", "d_ff", "heads"), PRESETS[preset]):
-                values.setdefault(key, value)
-        return values
-
-    def check(self) -> None:
-        if self.backbone != "transformer" and self.backbone not in BACKBONES:
-            raise UserError(f"backbone={self.backbone!r}; expected transformer or one of {', '.join(BACKBONES)}")
-        if self.backbone != "transformer" and max(self.encoder_layers, self.decoder_layers) > len(self.kernel_sizes):
-            raise UserError(f"kernel_sizes has {len(self.kernel_sizes)} entries for up to "
-                            f"{max(self.encoder_layers, self.decoder_layers)} layers")
-        if self.norm not in ("post", "pre"):
-            raise UserError(f"norm={self.norm!r}; expected post or pre")
-        if self.norm == "pre" and self.backbone != "transformer":
-            raise UserError(f"norm=pre is written for the Transformer layers, not backbone={self.backbone}")
-        if self.sinusoid not in ("vaswani", "fairseq"):
-            raise UserError(f"sinusoid={self.sinusoid!r}; expected vaswani or fairseq")
-        if self.init not in ("xavier", "fairseq", "fan_in"):
-            raise UserError(f"init={self.init!r}; expected xavier, fairseq or fan_in")
-        if self.tie not in ("none", "decoder", "all"):
-            raise UserError(f"tie={self.tie!r}; expected none, decoder or all")
-        if self.tie == "all" and self.src_vocab != self.tgt_vocab:
-            raise UserError(f"tie=all needs a joint vocabulary, got {self.src_vocab} source vs {self.tgt_vocab} "
-                            f"target symbols (use the task's bin-joint data)")
-        if self.d_model % self.heads:
-            raise UserError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
-
-    def other_readings(self) -> dict[str, dict]:
-        """Readings of an ambiguous paper detail that this model can also build, e.g. the one that gives a printed
-        parameter count: name → setting overrides (`lwnmt params` counts each beside the paper's number)."""
-        return {}
-
-    def require_post_norm(self, model: str, why: str) -> None:
-        """For variants that read the lower layers' outputs, which only a post-norm stack normalises."""
-        if self.norm != "post":
-            raise UserError(f"model {model} needs norm=post: {why}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def sinusoidal_positions(n: int, d: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (Vaswani et al. §3.5)."""
-    position = torch.arange(n, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    table = torch.zeros(n, d)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq)
-    return table
-
-
-def fairseq_positions(n: int, d: int) -> Tensor:
-    """fairseq's table: row p = [sin(p·f_i) | cos(p·f_i)], f_i = 10000^(-i/(D/2-1)), i < D/2 (zero column if D odd)."""
-    half = d // 2
-    inv_freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
-    angles = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq[None]
-    return F.pad(torch.cat([torch.sin(angles), torch.cos(angles)], dim=1), (0, d % 2))
-
-
-class Embedding(nn.Module):
-    """Token embedding × sqrt(D) + sinusoidal position (unless config.position_embeddings is off), then dropout."""
-
-    def __init__(self, tokens: nn.Embedding, config: ModelConfig):
-        super().__init__()
-        self.tokens = tokens
-        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        if config.sinusoid == "fairseq":  # its first token sits at position pad+1 (make_positions)
-            self.first = config.pad + 1
-            positions = fairseq_positions(config.max_positions + self.first, config.d_model)
-        else:
-            self.first = 0
-            positions = sinusoidal_positions(config.max_positions, config.d_model)
-        if not config.position_embeddings:
-            positions.zero_()
-        self.register_buffer("positions", positions, persistent=False)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:  # (B, T) → (B, T, D)
-        start = self.first + offset
-        x = self.tokens(ids) * self.scale + self.positions[start:start + ids.size(1)]
-        return self.dropout(x)
-
-
-def new_token_embedding(vocab: int, config: ModelConfig) -> nn.Embedding:
-    embedding = nn.Embedding(vocab, config.d_model, padding_idx=config.pad)
-    nn.init.normal_(embedding.weight, mean=0.0, std=config.d_model**-0.5)  # fairseq's init
-    nn.init.zeros_(embedding.weight[config.pad])
-    return embedding
-
-
-@dataclass
-class KV:
-    """Keys and values of one attention, (B, H, S, Dh) each; grown step by step for decoder self-attention."""
-
-    k: Tensor
-    v: Tensor
-
-    def reorder(self, order: Tensor) -> "KV":
-        return KV(self.k.index_select(0, order), self.v.index_select(0, order))
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float,
-              step: bool | None = None) -> Tensor:
-    """softmax(QK^T/sqrt(Dh) + mask) V: (B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, Dh).
-
-    scaled_dot_product_attention everywhere except on a CPU under bf16 autocast, where PyTorch 2.13's CPU flash
-    kernel is 5-8× slower than these three ops for NMT-length sequences (T ≤ ~50; measured on this project's CI CPU),
-    and on a CPU in a decoding step (`step`; default: a single query), where the three ops are 1.5-3× faster in fp32
-    too (640 rows of 1 query, or 128 sentences of 5 hypotheses' queries: by_sentence; 4 heads of 64, S = 10-20; Zen 4
-    EPYC, 2 threads).
-    """
-    step = q.size(-2) == 1 if step is None else step
-    if not (q.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or step)):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-                                              dropout_p=dropout)
-    return F.dropout(attention_weights(q, k, mask, causal), dropout, training=dropout > 0) @ v
-
-
-def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-    """softmax(QK^T/sqrt(Dh) + mask): (B, H, T, S)."""
-    scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, S)
-    if causal and mask is None:
-        T, S = scores.shape[-2:]
-        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1)
-
-
-def by_sentence(q: Tensor, sentences: int) -> Tensor:
-    """Beam search keeps one copy of a sentence's source keys/values for its g hypotheses: their queries
-    (n·g, H, T, Dh) are stacked as one sentence's (n, H, g·T, Dh), so that a hypothesis reads its sentence's source
-    without a copy of it per beam (and the matmul has g rows instead of one). g = 1 (training): q unchanged."""
-    rows, H, T, Dh = q.shape
-    if rows == sentences:
-        return q
-    return q.view(sentences, rows // sentences, H, T, Dh).transpose(1, 2).reshape(sentences, H, -1, Dh)
-
-
-def by_row(y: Tensor, rows: int) -> Tensor:
-    """by_sentence's inverse: (n, H, g·T, Dh) → (n·g, H, T, Dh)."""
-    n, H, gT, Dh = y.shape
-    if n == rows:
-        return y
-    g = rows // n
-    return y.view(n, H, g, gT // g, Dh).transpose(1, 2).reshape(rows, H, gT // g, Dh)
-
-
-def merge_heads(y: Tensor, rows: int) -> Tensor:
-    """Attention outputs (B, H, T, Dh), or by sentence (n, H, g·T, Dh) → (B = n·g rows, T, H·Dh), in one copy."""
-    n, H, gT, Dh = y.shape
-    g = rows // n
-    return y.view(n, H, g, gT // g, Dh).permute(0, 2, 3, 1, 4).reshape(rows, gT // g, H * Dh)
-
-
-def attention_after_prefix(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, prefix: KV, prefix_mask: Tensor,
-                           dropout: float) -> Tensor:
-    """One softmax over [prefix keys; own keys] where the prefix has one row per sentence and q, k, v one per
-    hypothesis (LWC's mixed attention in beam search): the prefix's scores and values are taken by sentence
-    (by_sentence) rather than concatenated to every hypothesis's keys at every step.
-    q (N, H, T, Dh), k/v (N, H, P, Dh), mask (·, ·, T, P); prefix (n, H, S, Dh), prefix_mask (n, 1, 1, S)."""
-    N, H, T, _ = q.shape
-    n, S = prefix.k.size(0), prefix.k.size(2)
-    scale = q.size(-1) ** -0.5
-    from_prefix = (by_sentence(q, n) @ prefix.k.transpose(-1, -2) * scale).masked_fill(~prefix_mask, float("-inf"))
-    own = (q @ k.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))  # (N, H, T, P)
-    weights = torch.cat([by_row(from_prefix, N), own], dim=-1).softmax(dim=-1)
-    weights = F.dropout(weights, dropout, training=dropout > 0)
-    return by_row(by_sentence(weights[..., :S], n) @ prefix.v, N) + weights[..., S:] @ v
-
-
-class MultiheadAttention(nn.Module):
-    record_weights = False  # set on an instance to keep its latest attention map (figures: LWC F2-4 style)
-
-    def __init__(self, config: ModelConfig, self_attention: bool):
-        super().__init__()
-        d = config.d_model
-        self.heads, self.dropout = config.heads, config.attention_dropout
-        if self_attention:
-            self.qkv = nn.Linear(d, 3 * d)  # one matmul for Q, K, V
-        else:
-            self.q, self.kv = nn.Linear(d, d), nn.Linear(d, 2 * d)
-        self.out = nn.Linear(d, d)
-        for linear in (m for m in self.modules() if isinstance(m, nn.Linear)):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
-
-    def split(self, x: Tensor) -> Tensor:  # (B, T, D) → (B, H, T, Dh)
-        B, T, D = x.shape
-        return x.view(B, T, self.heads, D // self.heads).transpose(1, 2)
-
-    def project_q(self, x: Tensor) -> Tensor:  # (B, T, D) → (B, H, T, Dh)
-        if hasattr(self, "q"):
-            return self.split(self.q(x))
-        d = x.size(-1)  # a self-attention module's query slice, for the same projections used on a memory
-        return self.split(F.linear(x, self.qkv.weight[:d], self.qkv.bias[:d]))
-
-    def project_kv(self, memory: Tensor) -> KV:
-        if hasattr(self, "kv"):
-            k, v = self.kv(memory).chunk(2, dim=-1)
-        else:
-            d = memory.size(-1)
-            k, v = F.linear(memory, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
-        return KV(self.split(k), self.split(v))
-
-    def forward(self, x: Tensor, memory: Tensor | KV | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: KV | None = None, prefix: KV | None = None,
-                prefix_mask: Tensor | None = None) -> tuple[Tensor, KV | None]:
-        """Self-attention when memory is None (cache: the previous steps' K/V, returned grown; prefix: fixed K/V
-        placed before them, e.g. LWC's source half, with its own prefix_mask), else cross-attention to memory (a
-        tensor, or its precomputed KV, which in beam search has one row per sentence: see by_sentence).
-        mask: bool, True = may attend, broadcast to (B, H, T, S)."""
-        rows, dropout = x.size(0), self.dropout if self.training else 0.0
-        if memory is None:
-            q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))
-            if cache is not None:
-                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
-                causal = False  # one new query sees every cached key
-            cache = KV(k, v)
-            if prefix is not None and prefix.k.size(0) != rows:
-                return self.out(merge_heads(attention_after_prefix(q, k, v, mask, prefix, prefix_mask, dropout),
-                                            rows)), cache
-            if prefix is not None:
-                T = q.size(2)
-                k, v = torch.cat([prefix.k, k], dim=2), torch.cat([prefix.v, v], dim=2)
-                mask = torch.cat([prefix_mask.expand(rows, 1, T, -1), mask.expand(rows, 1, T, -1)], dim=-1)
-        else:
-            kv = memory if isinstance(memory, KV) else self.project_kv(memory)
-            q, k, v = by_sentence(self.project_q(x), kv.k.size(0)), kv.k, kv.v
-        if self.record_weights:  # mean over heads of the latest call: (B, T, S)
-            self.last_weights = attention_weights(q, k, mask, causal).mean(dim=1).detach()
-        y = attention(q, k, v, mask, causal, dropout, step=x.size(1) == 1)  # (B, H, T, Dh), or by sentence
-        return self.out(merge_heads(y, rows)), cache
-
-
-class FeedForward(nn.Module):
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(config.d_model, config.d_ff), nn.Linear(config.d_ff, config.d_model)
-        self.dropout = nn.Dropout(config.activation_dropout)
-        for linear in (self.fc1, self.fc2):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
-
-
-class Sublayers(nn.Module):
+class Sublayers(Layer):
     """The residual wrapping every layer shares: post-norm LN(x + Drop(f(x))) or pre-norm x + Drop(f(LN(x)))."""
 
     def __init__(self, config: ModelConfig):
@@ -413,10 +103,10 @@ def plain_stack(x: Tensor, layer, n: int) -> tuple[list[Tensor], Tensor]:
     return states, states[-1]
 
 
-def layer_input(layer: nn.Module, h: Tensor, below: list[Tensor]) -> Tensor | list[Tensor]:
+def layer_input(layer: Layer, h: Tensor, below: list[Tensor]) -> Tensor | list[Tensor]:
     """What a layer reads: h; a layer that also attends to the states below its input (`looks_back` = k: Dou et
     al.'s multi-layer attention) reads [h, H^{i−1}, …, H^{i−k+1}] (below = H^0 … H^i)."""
-    k = getattr(layer, "looks_back", 1)
+    k = layer.looks_back
     return h if k == 1 else [h] + [below[-1 - j] for j in range(1, k)]
 
 
@@ -511,8 +201,7 @@ class Decoder(nn.Module):
 
     def start(self, views: list[Tensor], view_mask: Tensor) -> DecoderState:
         kvs = [layer.cross_attn.project_kv(view) for layer, view in zip(self.layers, views)]
-        growing = [layer.empty_cache(view) if hasattr(layer, "empty_cache") else None  # conv layers' windows
-                   for layer, view in zip(self.layers, views)]
+        growing = [layer.empty_cache(view) for layer, view in zip(self.layers, views)]  # conv layers: windows
         return DecoderState(kvs, view_mask, growing)
 
     def step(self, last: Tensor, state: DecoderState) -> list[Tensor]:
@@ -522,11 +211,69 @@ class Decoder(nn.Module):
         return states
 
 
-@register("transformer")
-class Seq2Seq(nn.Module):
+@dataclass
+class ModelOutput:
+    """A training forward's result: the logits and what the trainer adds to their loss."""
+
+    logits: Tensor  # (B, T, V)
+    # a term the loss adds once per target token (× the pass's target tokens), e.g. Dou et al.'s −λ·L_div; None: none
+    auxiliary_loss: Tensor | None = None
+    # the term is a mean over the pass's positions rather than a sum over its tokens: merging an update's batches
+    # into fewer passes (`micro_batch_tokens`) would change it
+    per_pass: bool = False
+
+
+class Model(nn.Module):
+    """The contract every family keeps with the trainer, beam search and checkpoints."""
+
+    config: ModelConfig
+
+    def initialise(self) -> None:
+        """Draw the weights as config.init says; `registry.build` calls it once, after construction. The
+        constructors draw Xavier projections with zero biases (`xavier`); the other schemes redraw some of them, in
+        the order of `modules()`."""
+        if self.config.init == "fan_in":
+            fan_in_init(self)
+        elif self.config.init == "fairseq":
+            fairseq_init(self, plain_ffn=self.config.backbone == "transformer")
+
+    def forward(self, src: Tensor, prev: Tensor, full: bool = False) -> Tensor | ModelOutput:
+        """src (B, S), prev (B, T) = </s> + target[:-1] → logits (B, T, V); full=True: the `ModelOutput` (the
+        trainer's call, through DistributedDataParallel, which only forwards `forward`)."""
+        output = self.outputs(src, prev)
+        return output if full else output.logits
+
+    def outputs(self, src: Tensor, prev: Tensor) -> ModelOutput:
+        raise NotImplementedError
+
+    # -- incremental decoding: the interface beam search uses ------------------------------------------------
+    def start(self, src: Tensor):
+        """The decoding state of a batch of sources, (B, S), with its `reorder(rows, sentences)`."""
+        raise NotImplementedError
+
+    def step(self, last: Tensor, state) -> Tensor:
+        """last (B,) → next-token logits (B, V); the state grows by one position."""
+        raise NotImplementedError
+
+    # -- what only some families have -------------------------------------------------------------------------
+    def merging_changes_loss(self) -> str | None:
+        """Why merged passes (`micro_batch_tokens`) would change this model's loss, said after "model <Class>"; None:
+        they would not (the loss is a sum over target tokens, each depending on its own sentence only)."""
+        return None
+
+    def warm_start_names(self, trained: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A trained model's tensors under this model's names, for a warm start (`checkpoint.warm_start`): the same
+        names unless a family moved a baseline's tensor."""
+        return trained
+
+    def aggregation_nodes(self) -> list[nn.Module] | None:
+        """The encoder's layer-aggregation nodes (Dou et al.'s AGG, whose shares a figure draws); None: none."""
+        return None
+
+
+class Seq2Seq(Model):
     """Encoder-decoder Transformer. Variants subclass it and override `source_views` (or the stacks)."""
 
-    config_class = ModelConfig
     decoder_layer = DecoderLayer  # variants that change the decoder layer itself (e.g. context gates) override it
 
     def __init__(self, config: ModelConfig):
@@ -554,12 +301,10 @@ class Seq2Seq(nn.Module):
         softmax(W_o z^L + b_o) (MLRF Eq. 2); decoder-side fusion overrides it."""
         return self.output(states[-1])
 
-    def forward(self, src: Tensor, prev: Tensor) -> Tensor:
-        """src (B, S), prev (B, T) = </s> + target[:-1] → logits (B, T, V)."""
+    def outputs(self, src: Tensor, prev: Tensor) -> ModelOutput:
         encoded = self.encoder(src)
-        return self.predict(self.decoder(prev, self.source_views(encoded), encoded.mask))
+        return ModelOutput(self.predict(self.decoder(prev, self.source_views(encoded), encoded.mask)))
 
-    # -- incremental decoding: the interface beam search uses ------------------------------------------------
     def start(self, src: Tensor) -> DecoderState:
         encoded = self.encoder(src)
         return self.decoder.start(self.source_views(encoded), encoded.mask)

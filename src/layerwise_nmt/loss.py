@@ -1,0 +1,107 @@
+"""The loss: label-smoothed cross-entropy as fairseq computes it, summed over an update's passes (`accumulate`)
+and over the validation set (`evaluate`, optionally with the BLEU of beam search)."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+from . import UserError
+from .data.batching import ParallelData, collate, make_batches
+from .distributed import all_reduce_sum, world
+from .train_config import TrainConfig
+
+
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
+    """fairseq's label_smoothed_cross_entropy, summed over non-pad tokens → (loss, nll, correct tokens)."""
+    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    keep = target != pad  # masked, not indexed: boolean indexing costs an index_put in backward
+    nll = -lprobs.gather(-1, target[..., None]).squeeze(-1) * keep
+    smooth = -lprobs.sum(dim=-1) * keep
+    eps_i = epsilon / (lprobs.size(-1) - 1)
+    loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth
+    correct = ((lprobs.argmax(dim=-1) == target) & keep).sum()
+    return loss.sum(), nll.sum().detach(), correct
+
+
+STATS = ("loss", "nll", "correct", "ntokens", "nsentences")  # an update's sums, on the device until _update reads them
+
+
+def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=None) -> dict[str, torch.Tensor]:
+    """Forward/backward over the update's batches; leaves gradients normalised by the update's target tokens
+    (all ranks): grad = Σ_ranks Σ_batches ∇loss_sum / ntokens_total, the same as one process with the union.
+
+    Merged batches (`micro_batch_tokens`, `merge_batches`) give the same gradient: the loss is a sum over target
+    tokens, each token's term depends only on its own sentence (padding is masked in attention, convolutions and
+    the loss; positions restart in every sentence), and the normalisation is by the update's total tokens whatever
+    the passes, so Σ_passes ∇Σ_tokens = Σ_batches ∇Σ_tokens; only the order of float additions differs. A model's
+    auxiliary loss that is a mean over a pass's positions (`ModelOutput.per_pass`), weighted by the pass's tokens,
+    is the exception, which merging would change: refused here, and at the start by `train.check_merging`.
+
+    fp16: each loss is multiplied by the scaler's loss scale before backward, so that small gradients survive in
+    fp16; `train._update` unscales. The sums stay on the device (no host sync here): `_update` reads them once."""
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    inner = model.module if ddp else model
+    sums = torch.zeros(len(STATS), dtype=torch.float64, device=device)
+    for i, batch in enumerate(micro_batches):
+        batch = batch.to(device)  # non_blocking: from pinned memory, queued behind the running kernels
+        sync = nullcontext() if (not ddp or i == len(micro_batches) - 1) else model.no_sync()
+        with sync:
+            with autocast():
+                output = model(batch.src, batch.prev, full=True)
+            loss, nll, ok = smoothed_loss(output.logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
+            extra = output.auxiliary_loss  # a per-token term the model asks for
+            if extra is not None and output.per_pass and batch.parts > 1:
+                raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(inner).__name__} adds "
+                                f"a per-pass auxiliary loss, which merged batches would change; set "
+                                f"micro_batch_tokens: 0")
+            total = loss if extra is None else loss + extra * batch.ntokens
+            (total if scaler is None else scaler.scale(total)).backward()
+        sums[:3] += torch.stack([loss.detach().double(), nll.double(), ok.double()])
+        sums[3] += batch.ntokens  # Python numbers: no host-to-device copy, which would wait for the stream
+        sums[4] += len(batch.ids)
+    sums = all_reduce_sum(sums)
+    grads = [p.grad for p in inner.parameters() if p.grad is not None]
+    if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
+        torch._foreach_mul_(grads, (world()[1] / sums[3].clamp(min=1.0)).float())
+    return dict(zip(STATS, sums.unbind()))
+
+
+@torch.no_grad()
+def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> dict:
+    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    inner.eval()
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # summed on the device, read once
+    ntokens = 0
+    for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or 4096, None, cfg.seed):
+        batch = collate(data, ids).to(device)
+        with autocast():
+            logits = inner(batch.src, batch.prev)
+        loss, nll, ok = smoothed_loss(logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
+        totals += torch.stack([loss.double(), nll.double(), ok.double()])
+        ntokens += batch.ntokens
+    loss, nll, correct = totals.tolist()
+    result = {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
+    if cfg.early_stop_metric == "bleu":
+        result["bleu"] = valid_bleu(inner, data, cfg, device, autocast)
+    inner.train()
+    return result
+
+
+def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
+    """Tokenized BLEU of beam search on the validation set, BPE removed on both sides (sacrebleu)."""
+    from .decode import BeamConfig, beam_search
+    from .score import ScoreConfig, bleu
+
+    beam = BeamConfig(beam=cfg.valid_beam)
+    hyps, refs = [], []
+    for ids in make_batches(data.src.sizes, data.tgt.sizes, None, 64, cfg.seed):
+        batch = collate(data, ids).to(device)
+        with autocast():
+            results = beam_search(model, batch.src, beam, eos=model.config.eos, pad=model.config.pad)
+        hyps += [" ".join(map(str, r[0].tokens[:-1])) for r in results]
+        refs += [" ".join(map(str, data.tgt[i][:-1])) for i in ids]
+    return bleu(hyps, [refs], ScoreConfig())["bleu"]  # on token ids: BLEU over BPE units, enough to rank epochs

@@ -1,0 +1,83 @@
+"""The training settings (a config's `train:` section), importable without torch: a workflow driver that has no
+torch checks a config's settings with this class. The trainer itself is train.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import UserError
+from .beam_config import AMP_CHOICES
+from .settings import Settings, setting
+
+
+@dataclass
+class TrainConfig(Settings):
+    kind = "training setting"
+
+    max_tokens: int | None = setting(4096, ge=1)
+    max_sentences: int | None = setting(None, ge=1)
+    update_freq: int = setting(1, ge=1)
+    # merge each update's batches into passes of up to this many padded tokens (fewer, larger forward/backward
+    # passes on a GPU that holds more than max_tokens; the update's sentences and tokens unchanged); 0 = off, one
+    # pass per batch as the papers' GPUs ran them
+    micro_batch_tokens: int = setting(0, ge=0)
+    # leave out training pairs with more subword units on either side (0 = keep all)
+    skip_longer_than: int = setting(0, ge=0)
+    lr: float = setting(5e-4, gt=0)  # peak lr (inverse_sqrt) or the scale in front of d^-0.5 (noam)
+    lr_scheduler: str = "inverse_sqrt"  # inverse_sqrt | noam | polynomial_decay | cosine | fixed
+    total_num_update: int = setting(0, ge=0)  # polynomial_decay: lr reaches end_learning_rate here (fairseq's name)
+    end_learning_rate: float = setting(0.0, ge=0)
+    min_lr: float = setting(0.0, ge=0)  # cosine: the floor of each period (fairseq's --min-lr)
+    lr_period_updates: int = setting(0, ge=0)  # cosine: period after warm-up (fairseq's name; Wu et al. 2019: 20,000)
+    warmup_updates: int = setting(4000, ge=0)
+    warmup_init_lr: float = setting(1e-7, ge=0)
+    adam_betas: tuple[float, float] = setting((0.9, 0.98), ge=0, lt=1)
+    adam_eps: float = setting(1e-9, gt=0)
+    weight_decay: float = setting(0.0, ge=0)
+    clip_norm: float = setting(0.0, ge=0)  # 0 = no clipping
+    label_smoothing: float = setting(0.1, ge=0, lt=1)
+    max_update: int = setting(0, ge=0)  # 0 = no limit
+    max_epoch: int = setting(0, ge=0)
+    max_minutes: float = setting(0.0, ge=0)  # wall-clock training budget (resumes keep counting)
+    patience: int = setting(0, ge=0)  # epochs without a better validation score before stopping; 0 = off
+    early_stop_metric: str = "loss"  # loss | bleu (beam search on the validation set each epoch: slower)
+    # last | best: which weights become model.pt. best = the epoch early stopping judged best (fairseq's
+    # checkpoint_best.pt), so that a run stopped by patience decodes the model it selected, not the one after it
+    final_model: str = "last"
+    valid_beam: int = setting(1, ge=1)  # beam size for validation BLEU
+    restart_after_epochs: int = setting(0, ge=0)  # RestartAdam: 0 = off
+    restart_lr: float = setting(5e-5, gt=0)
+    restart_max_sentences: int | None = setting(None, ge=1)
+    restart_max_tokens: int | None = setting(None, ge=1)
+    restart_epochs: int = setting(0, ge=0)
+    save_interval_updates: int = setting(0, ge=0)  # 0 = only at epoch ends
+    # also refresh checkpoint_last.pt (the resume point, not an averaging candidate) after this many minutes, so
+    # that a hard kill (node failure, OOM, SIGKILL after SLURM's grace period) loses at most this; 0 = off
+    save_interval_minutes: float = setting(30.0, ge=0)
+    keep_interval_updates: int = setting(10, ge=0)
+    keep_last_epochs: int = setting(10, ge=0)
+    # auto | none | bf16 | fp16: auto = bf16 on GPUs and CPUs that run it natively, fp16 + loss scaling on older
+    # GPUs, fp32 elsewhere (precision.py); none = fp32
+    amp: str = "auto"
+    tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
+    # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
+    max_nonfinite_updates: int = setting(8, ge=1)
+    log_interval: int = setting(50, ge=1)
+    seed: int = setting(1, ge=0)
+
+    def check(self) -> None:
+        if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "cosine", "fixed"):
+            raise UserError(f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay, "
+                            f"cosine or fixed")
+        if self.lr_scheduler == "cosine" and not self.lr_period_updates:
+            raise UserError("lr_scheduler=cosine needs lr_period_updates")
+        if self.lr_scheduler == "polynomial_decay" and not self.total_num_update:
+            raise UserError("lr_scheduler=polynomial_decay needs total_num_update")
+        if self.early_stop_metric not in ("loss", "bleu"):
+            raise UserError(f"early_stop_metric={self.early_stop_metric!r}; expected loss or bleu")
+        if self.final_model not in ("last", "best"):
+            raise UserError(f"final_model={self.final_model!r}; expected last or best")
+        if self.amp not in AMP_CHOICES:
+            raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
+        if not (self.max_update or self.max_epoch or self.max_minutes):
+            raise UserError("set at least one of max_update, max_epoch, max_minutes")
