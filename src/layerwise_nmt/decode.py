@@ -122,8 +122,8 @@ def best_candidates(lprobs: torch.Tensor, scores: torch.Tensor, k: int, block: i
     highest scores[h] + lprobs[h, t], best first, (n, k), and their indices h·V + t, (n, k); as torch.topk over the
     (n, w·V) sums, but without writing those sums: each hypothesis's vocabulary is cut in blocks of `block` tokens,
     the k blocks with the highest maxima (+ score) hold the k best (a block outside them has at most its maximum,
-    which k better ones beat), and only their k·block sums are made and ranked. 2.4× faster than topk over the sums
-    (640 hypotheses × 7,880 words, k = 10; Zen 4 EPYC, 2 threads)."""
+    which k better ones beat), and only their k·block sums are made and ranked: faster than topk over the sums
+    for a beam search's vocabulary-sized rows (docs/benchmarks.md)."""
     n, w, V = lprobs.shape
     whole, blocks = V // block, -(-V // block)  # blocks per hypothesis; the last may be short
     if w * blocks <= k:

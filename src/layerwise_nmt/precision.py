@@ -4,9 +4,8 @@
     older CUDA (V100, P100, T4)         → fp16 autocast with the loss scaler (train.py)
     CPU with AVX512_BF16 or AMX, whose
       PyTorch kernels run at AVX-512    → bf16 autocast
-    any other CPU                       → fp32 ("none"): without native bf16, PyTorch emulates it, 20-30x slower
-                                          (a 1024x256 @ 256x1024 matmul forward+backward: 19 ms fp32, 606 ms bf16
-                                          on an AMD EPYC with `ATEN_CPU_CAPABILITY=avx2`)
+    any other CPU                       → fp32 ("none"): without native bf16, PyTorch emulates it, over an order
+                                          of magnitude slower than fp32 (docs/benchmarks.md)
 
 An explicit none | bf16 | fp16 is kept as given. fp32 on CUDA uses TF32 tensor-core matmuls unless `tf32: false`
 (PyTorch's default is full fp32, a fraction of the tensor cores' speed). Works on PyTorch 2.11 and 2.13.
