@@ -2,7 +2,7 @@
 
     GPU-hours = seeds × 6 × N × (source + target tokens trained on) / sustained FLOP/s / 3600
 
-N is the model's exact parameter count (built on the meta device, so nothing is allocated), with the vocabulary
+N is the model's exact parameter count (in closed form from its settings: model_sizes.py), with the vocabulary
 sizes of the task's `estimate` (or of its prepared dictionaries). Tokens trained on: updates × max_tokens ×
 update_freq for update-bounded runs (max_tokens counts target tokens; the source side adds about as many), or
 epochs × training pairs × subwords per sentence × 2 for epoch-bounded runs (an upper bound when early stopping
@@ -17,15 +17,11 @@ the output.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import math
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import config as cfg
+from . import model_sizes
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
 
@@ -118,7 +114,7 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
         return vocab, vocab
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
-    from .params import vocab_sizes  # torch: only for an experiment whose task states no vocabulary estimate
+    from .params import vocab_sizes  # the prepared dictionaries: a task that states no vocabulary estimate
 
     return vocab_sizes(e)
 
@@ -140,61 +136,13 @@ def trained_tokens(config: dict, e: dict) -> tuple[float | None, bool, str]:
     return tokens, bool(train.get("patience")), ""
 
 
-def parameter_count(model: str, settings: dict, cache: Path | None = None) -> int | None:
-    """The model's parameter count, built on the meta device (no memory) without `build`'s initialisation (the
-    count does not depend on it; re-initialising on the meta device cost up to 40x the construction). With `cache`
-    (a JSON file), counts are kept by architecture and by the models' source code: building the full grid's ~100
-    models took ~6-10 s of every `snakemake -n` (the training priorities), a cached count takes none."""
-    key = hashlib.sha256(json.dumps([model, settings, models_digest()], sort_keys=True).encode()).hexdigest()[:20]
-    counts = _read_counts(cache)
-    if key not in counts:  # torch only here: a dry run whose counts are all cached imports none of it
-        import torch
-
-        from .models import MODELS
-        from .models.transformer import count_parameters
-
-        if model not in MODELS:
-            return None
-        cls = MODELS[model]
-        with torch.device("meta"):
-            counts[key] = count_parameters(cls(cls.config_class.from_dict(settings)))
-        if cache is not None:
-            _write_counts(cache, counts)
-    return counts[key]
+def parameter_count(model: str, settings: dict) -> int | None:
+    """The model's exact parameter count, in closed form from its settings (model_sizes.py): no torch, nothing
+    built, so that `snakemake -n` prices every training (its priority) in a driver environment without torch."""
+    return model_sizes.parameter_count(model, settings)
 
 
-@functools.cache
-def models_digest() -> str:
-    """A digest of the models' source: a changed module invalidates every cached count."""
-    digest = hashlib.sha256()
-    for path in sorted((Path(__file__).parent / "models").glob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-_COUNTS: dict[Path | None, dict] = {}
-
-
-def _read_counts(cache: Path | None) -> dict:
-    if cache not in _COUNTS:
-        try:
-            _COUNTS[cache] = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
-        except (OSError, ValueError):  # unreadable or half-written by a process killed before its rename
-            _COUNTS[cache] = {}
-    return _COUNTS[cache]
-
-
-def _write_counts(cache: Path, counts: dict) -> None:
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".tmp-{cache.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(counts))
-        os.replace(tmp, cache)
-    except OSError:  # a read-only checkout: counted again next time
-        pass
-
-
-def experiment_cost(config: dict, name: str, cache: Path | None = None) -> Cost:
+def experiment_cost(config: dict, name: str) -> Cost:
     e = cfg.experiment(config, name)
     tokens, bound, why = trained_tokens(config, e)
     sizes = task_vocab(config, e)
@@ -202,7 +150,7 @@ def experiment_cost(config: dict, name: str, cache: Path | None = None) -> Cost:
     if sizes is None:
         note = f"tasks/{e['task']}/estimate has no vocab"
     else:
-        params = parameter_count(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]}, cache)
+        params = parameter_count(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]})
         note = note if params is not None else f"model {e['model']!r} not implemented"
     return Cost(name, params, tokens, len(e["seeds"]), bound, note, e["train"])
 
