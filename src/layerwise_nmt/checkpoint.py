@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from . import UserError
+from .data.io import atomic_path
 from .data.vocab import Dictionary
 
 log = logging.getLogger(__name__)
@@ -43,23 +44,20 @@ PATTERNS = {"update": r"checkpoint_\d+_(\d+)\.pt", "epoch": r"checkpoint(\d+)\.p
 
 def save(path: Path, state: dict, previous: Path | None = None) -> None:
     """Write `state` to `path` so that a kill, a node failure or a full disk at any moment leaves the old file or
-    the new one, never half of one: a temporary file, fsync'ed, then renamed. With `previous`, the old file is
-    renamed there first. A failed write removes its temporary file and raises a one-line UserError."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
+    the new one, never half of one: a temporary file, fsync'ed, then renamed (`atomic_path`; its name ends with
+    our process id, so that a later run can tell a dead writer's file: `load_resumable`). With `previous`, the old
+    file is renamed there first. A failed write removes its temporary file and raises a one-line UserError."""
     try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())  # the rename below must not reach the disk before the data does
-        if previous is not None and path.exists():
-            os.replace(path, previous)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=f".{os.getpid()}") as tmp:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())  # the rename must not reach the disk before the data does
+            if previous is not None and path.exists():
+                os.replace(path, previous)
     except (OSError, RuntimeError) as err:  # ENOSPC surfaces as either, depending on where torch's writer is
         raise UserError(f"{path}: cannot write the checkpoint ({_first_line(err)}); the previous one is left as "
                         f"it was")
-    finally:
-        tmp.unlink(missing_ok=True)
     _fsync_directory(path.parent)
 
 
@@ -201,7 +199,7 @@ def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
 
 
 def _remove_stale_temporaries(save_dir: Path) -> None:
-    """Delete save()'s .tmp-<name>.<pid> files whose writing process no longer exists."""
+    """Delete save()'s .tmp-<name>.<random>.<pid> files whose writing process no longer exists."""
     for tmp in save_dir.glob(".tmp-*"):
         pid = tmp.suffix.lstrip(".")
         if pid.isdigit() and not _alive(int(pid)):

@@ -19,14 +19,15 @@ os.umask(_UMASK)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike):
+def atomic_path(path: str | os.PathLike, suffix: str = ""):
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
 
-    Nothing half-written is ever left under the final name (a killed job leaves at most a `.tmp-*` file).
+    Nothing half-written is ever left under the final name (a killed job leaves at most a `.tmp-*` file, whose name
+    ends with `suffix`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
