@@ -106,3 +106,12 @@ def test_score_warns_in_one_line_when_the_text_does_not_suit_the_metric(tmp_path
     else:  # ours, once per file and one line each; sacrebleu's three-line warning is not printed
         assert len(messages) == 2 and all(warned in m and "\n" not in m for m in messages)
         assert str(tmp_path / "hyp") in messages[0]
+
+
+def test_the_scoring_settings_know_sacrebleus_tokenizers():
+    """ScoreConfig checks `tokenize` without importing sacrebleu (a workflow driver may not have it)."""
+    import sacrebleu
+
+    from layerwise_nmt.score_config import SACREBLEU_TOKENIZERS
+
+    assert SACREBLEU_TOKENIZERS == tuple(sacrebleu.BLEU.TOKENIZERS)

@@ -15,42 +15,17 @@ from __future__ import annotations
 import logging
 import re
 import statistics
-from dataclasses import dataclass
 
-import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
 from . import UserError
 from .data.io import read_lines
-from .settings import Settings, setting
+from .score_config import ScoreConfig
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 MIN_PERIOD_LINES = 10  # lines ending in a period needed before judging whether a file is tokenized
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ScoreConfig(Settings):
-    kind = "scoring setting"
-
-    tokenize: str = "none"  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
-    lowercase: bool = False
-    compound_split: bool = False
-    buckets: tuple[int, ...] = setting((), ge=1)  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)
-    # [0, e1), [e1, e2), …, ≥ e_last by default; right_closed: (0, e1], (e1, e2], …, > e_last (Dou et al.'s Fig. 4
-    # labels: a 15-word sentence is in (0, 15], not in the next bucket)
-    buckets_right_closed: bool = False
-
-    @classmethod
-    def prepare(cls, values: dict) -> dict:
-        if "buckets" in values:
-            values["buckets"] = tuple(values["buckets"])
-        return values
-
-    def check(self) -> None:
-        if self.tokenize not in sacrebleu.BLEU.TOKENIZERS:
-            raise UserError(f"tokenize={self.tokenize!r}; sacrebleu knows {', '.join(sacrebleu.BLEU.TOKENIZERS)}")
 
 
 def compound_split(line: str) -> str:
