@@ -263,6 +263,13 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
     assert result.returncode == 0 and "Congratulations" in result.stdout + result.stderr, result.stdout[-3000:]
 
 
+def test_the_workflow_is_snakefmt_clean():
+    """Formatted as the Snakemake workflow catalog expects (line length in pyproject.toml's [tool.snakefmt])."""
+    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml", "config/study.yaml",
                                   "config/study_small.yaml"])
 def test_no_two_experiments_share_a_settings_dict(path):

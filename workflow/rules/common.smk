@@ -36,8 +36,9 @@ try:
     TARGET_TASKS = cfg.runnable_tasks(config)
 except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
     overlays = [str(f) for f in workflow.overwrite_configfiles]
-    raise WorkflowError(str(cfg.located(err, [str(f) for f in workflow.configfiles if str(f) not in overlays]
-                                        + overlays)))
+    raise WorkflowError(
+        str(cfg.located(err, [str(f) for f in workflow.configfiles if str(f) not in overlays] + overlays))
+    )
 validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
@@ -49,12 +50,17 @@ if workflow.is_main_process:
     flagged = budget_warnings(config)  # estimated before anything runs: fix these before spending GPU-days
     for line in flagged:
         logger.warning(f"budget: {line}")
-    logger.info(f"budget check: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart "
-                f"cannot work as configured (`lwnmt plan` lists every budget)")
+    logger.info(
+        f"budget check: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart "
+        f"cannot work as configured (`lwnmt plan` lists every budget)"
+    )
     blocked = [s for s in cfg.all_statuses(config) if not s.runnable and s.state == "blocked"]
     if blocked:
-        logger.info(f"{len(blocked)} tasks/experiments/table rows cannot run yet (e.g. {blocked[0].name}: "
-                    f"{blocked[0].reason}); `lwnmt status` lists them all.")
+        logger.info(
+            f"{len(blocked)} tasks/experiments/table rows cannot run yet (e.g. {blocked[0].name}: "
+            f"{blocked[0].reason}); `lwnmt status` lists them all."
+        )
+
 
 wildcard_constraints:
     experiment=r"(?!data$)[^/]+",

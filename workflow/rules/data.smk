@@ -5,12 +5,12 @@
 rule fetch:
     output:
         "results/downloads/{key}/{archive}",
-    params:
-        args=lambda w: fetch_args(w),
     log:
         "results/logs/fetch/{key}/{archive}.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        args=lambda w: fetch_args(w),
     shell:
         "python -m layerwise_nmt fetch {output:q} {params.args} 2> {log:q}"
 
@@ -20,11 +20,11 @@ rule extract:
         lambda w: get_source(w).path,
     output:
         "results/raw/{dataset}/{file}",
-    params:
-        args=lambda w: extract_args(w),
     log:
         "results/logs/extract/{dataset}/{file}.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        args=lambda w: extract_args(w),
     shell:
         "python -m layerwise_nmt extract {input:q} {output:q} {params.args} 2> {log:q}"

@@ -10,6 +10,13 @@ rule translate:
         unpack(decoding_inputs),
     output:
         multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".detok", ".json"),
+    log:
+        "results/{task}/{experiment}/seed{seed}/translate.{split}.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: 2
+    resources:
+        gpu=min(GPUS_PER_JOB, 1),
     params:
         data=data_dir,
         src=lambda w: experiment_of(w)["src"],  # not the whole experiment: a score edit must not re-decode
@@ -17,13 +24,6 @@ rule translate:
         options=decoding_options,
         prefix=decoded_prefix,
         tuned=lambda w: f"--lenpen-from {tuned_lenpen(w)}" if tunes_lenpen(w) and not hasattr(w, "lenpen") else "",
-    threads: 2
-    resources:
-        gpu=min(GPUS_PER_JOB, 1),
-    log:
-        "results/{task}/{experiment}/seed{seed}/translate.{split}.log",
-    conda:
-        "../../envs/train.yaml"
     shell:
         "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
         " --tgt {params.tgt} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
@@ -44,19 +44,22 @@ rule score:
     input:
         hyp=lambda w: f"{decoded_prefix(w)}.{'txt' if tokenized_bleu(w) else 'detok'}",
         decoding=lambda w: f"{decoded_prefix(w)}.json",
-        ref=lambda w: cfg.data_path(w.task, "text" if tokenized_bleu(w) else "ref",
-                                    f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}"),
+        ref=lambda w: cfg.data_path(
+            w.task,
+            "text" if tokenized_bleu(w) else "ref",
+            f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
+        ),
         src=lambda w: cfg.data_path(w.task, "text", f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}"),
     output:
         "results/{task}/{experiment}/seed{seed}/{split}.score.json",
-    params:
-        options=lambda w: json.dumps(experiment_of(w)["score"]),
-        stacked=lambda w: "--stacked-refs" if stacked_references(w) else "",
-        meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": w.split}),
     log:
         "results/{task}/{experiment}/seed{seed}/score.{split}.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        options=lambda w: json.dumps(experiment_of(w)["score"]),
+        stacked=lambda w: "--stacked-refs" if stacked_references(w) else "",
+        meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": w.split}),
     shell:
         "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} {params.stacked} --source {input.src:q} --options {params.options:q}"
         " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"
@@ -74,12 +77,12 @@ rule pick_lenpen:
         lambda w: [f"{run_dir(w)}/lenpen/{LENPEN_TUNING_SPLIT}.{a}.score.json" for a in lenpen_grid(w)],
     output:
         "results/{task}/{experiment}/seed{seed}/tuned_lenpen.json",
-    params:
-        grid=lambda w: " ".join(lenpen_grid(w)),
     log:
         "results/{task}/{experiment}/seed{seed}/pick_lenpen.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        grid=lambda w: " ".join(lenpen_grid(w)),
     shell:
         "python -m layerwise_nmt pick-lenpen {input:q} --lenpen {params.grid} --out {output:q} 2> {log:q}"
 
@@ -91,13 +94,13 @@ rule inspect:
         unpack(inspection_inputs),
     output:
         "results/{task}/{experiment}/seed{seed}/inspect/{paper}.{figure}.{row}.json",
-    params:
-        kind=lambda w: inspection_of(w)["kind"],
-        options=lambda w: json.dumps(inspection_of(w)["options"]),
     log:
         "results/{task}/{experiment}/seed{seed}/inspect/{paper}.{figure}.{row}.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        kind=lambda w: inspection_of(w)["kind"],
+        options=lambda w: json.dumps(inspection_of(w)["options"]),
     shell:
         "python -m layerwise_nmt inspect {input.model:q} --kind {params.kind} --options {params.options:q}"
         " --out {output:q} 2> {log:q}"

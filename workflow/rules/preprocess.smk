@@ -8,13 +8,13 @@ rule tokenize:
         # deleted once assembled into text/ (WMT14 En-Fr's tokenized parts take several GB); a later job that needs
         # one again re-creates it, and asking for it as a target keeps it (snakemake --notemp keeps them all)
         temp("results/{task}/data/tok/{part}.{lang}"),
-    params:
-        args=tokenize_args,
-    threads: 8  # WMT corpora: blocks of lines on all cores (Snakemake caps it at --cores)
     log:
         "results/logs/{task}/tokenize/{part}.{lang}.log",
     conda:
         "../../envs/preprocess.yaml"
+    threads: 8  # WMT corpora: blocks of lines on all cores (Snakemake caps it at --cores)
+    params:
+        args=tokenize_args,
     shell:
         "python -m layerwise_nmt tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
 
@@ -24,12 +24,12 @@ rule normalize:
         lambda w: get_part(w)[0],
     output:
         "results/{task}/data/norm/{part}.{lang}",
-    params:
-        args=tokenize_args,
     log:
         "results/logs/{task}/normalize/{part}.{lang}.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        args=tokenize_args,
     shell:
         "python -m layerwise_nmt tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --normalize-only 2> {log:q}"
 
@@ -39,12 +39,12 @@ rule references:
         reference_parts,
     output:
         "results/{task}/data/ref/{split}.{pair}.{lang}",
-    params:
-        max_lines=lambda w: task_of(w)["splits"][w.split].get("max_lines"),
     log:
         "results/logs/{task}/references/{split}.{pair}.{lang}.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        max_lines=lambda w: task_of(w)["splits"][w.split].get("max_lines"),
     shell:
         "python -m layerwise_nmt concat {input:q} --out {output:q}"
         " $([ '{params.max_lines}' = None ] || echo --max-lines {params.max_lines}) 2> {log:q}"
@@ -58,12 +58,12 @@ rule assemble:
         multiext("results/{task}/data/text/valid.{src}-{tgt}.", "{src}", "{tgt}"),
         multiext("results/{task}/data/text/test.{src}-{tgt}.", "{src}", "{tgt}"),
         stats="results/{task}/data/text/stats.{src}-{tgt}.json",
-    params:
-        spec=lambda w: json.dumps(assemble_spec(w)),
     log:
         "results/logs/{task}/assemble.{src}-{tgt}.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        spec=lambda w: json.dumps(assemble_spec(w)),
     shell:
         "python -m layerwise_nmt assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
@@ -73,10 +73,10 @@ use rule assemble as assemble_eval with:
     output:
         multiext("results/{task}/data/text/{split}.{src}-{tgt}.", "{src}", "{tgt}"),
         stats="results/{task}/data/text/stats.{split}.{src}-{tgt}.json",
-    wildcard_constraints:
-        split=r"(?!(?:train|valid|test)\.)[a-z]+\d*",  # the three standard splits come from `assemble`
     log:
         "results/logs/{task}/assemble.{split}.{src}-{tgt}.log",
+    wildcard_constraints:
+        split=r"(?!(?:train|valid|test)\.)[a-z]+\d*",  # the three standard splits come from `assemble`
 
 
 rule learn_bpe:
@@ -84,13 +84,13 @@ rule learn_bpe:
         train_texts,
     output:
         "results/{task}/data/bpe/code",
-    params:
-        merges=lambda w: task_of(w)["bpe"]["merges"],
-        min_frequency=lambda w: task_of(w)["bpe"].get("min_frequency", 2),
     log:
         "results/logs/{task}/learn_bpe.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        merges=lambda w: task_of(w)["bpe"]["merges"],
+        min_frequency=lambda w: task_of(w)["bpe"].get("min_frequency", 2),
     shell:
         "python -m layerwise_nmt learn-bpe {input:q} --out {output:q} --merges {params.merges}"
         " --min-frequency {params.min_frequency} 2> {log:q}"
@@ -102,13 +102,13 @@ rule apply_bpe:
         codes=lambda w: ["results/{task}/data/bpe/code"] if task_of(w).get("bpe") else [],
     output:
         "results/{task}/data/bpe/{split}.{pair}.{lang}",
-    params:
-        codes=lambda w, input: f"--codes {input.codes}" if input.codes else "",  # word-level tasks: a copy
-    threads: 8
     log:
         "results/logs/{task}/apply_bpe/{split}.{pair}.{lang}.log",
     conda:
         "../../envs/preprocess.yaml"
+    threads: 8
+    params:
+        codes=lambda w, input: f"--codes {input.codes}" if input.codes else "",  # word-level tasks: a copy
     shell:
         "python -m layerwise_nmt apply-bpe {input.text:q} {output:q} {params.codes} --workers {threads} 2> {log:q}"
 
@@ -118,12 +118,12 @@ rule vocab_joint:
         lambda w: train_texts(w, "bpe"),
     output:
         "results/{task}/data/vocab/dict.joint.txt",
-    params:
-        args=vocab_params,
     log:
         "results/logs/{task}/vocab.joint.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        args=vocab_params,
     shell:
         "python -m layerwise_nmt vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
 
@@ -157,11 +157,11 @@ rule check_reference:
         lambda w: [cfg.data_path(w.task, path) for path in task_of(w)["reference"]],
     output:
         "results/{task}/data/reference-check.json",
-    params:
-        expected=lambda w: json.dumps(task_of(w)["reference"]),
     log:
         "results/logs/{task}/check_reference.log",
     conda:
         "../../envs/preprocess.yaml"
+    params:
+        expected=lambda w: json.dumps(task_of(w)["reference"]),
     shell:
         "python -m layerwise_nmt check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"

@@ -3,9 +3,15 @@
 
 rule table:
     input:
-        lambda w: sorted({path for row in table_spec(w.paper, w.table)["rows"]
-                          for key in ("scores", "baseline_scores")
-                          for paths in row.get(key, {}).values() for path in paths}),
+        lambda w: sorted(
+            {
+                path
+                for row in table_spec(w.paper, w.table)["rows"]
+                for key in ("scores", "baseline_scores")
+                for paths in row.get(key, {}).values()
+                for path in paths
+            }
+        ),
     output:
         multiext("results/tables/{paper}/{table}", ".md", ".csv", ".tex"),
         report(
@@ -15,13 +21,13 @@ rule table:
             subcategory="tables",
             labels={"paper": "{paper}", "table": "{table}"},
         ),
-    params:
-        spec=lambda w: json.dumps(table_spec(w.paper, w.table)),
-        caption=lambda w: report_caption(w.paper, "tables", w.table),
     log:
         "results/logs/tables/{paper}/{table}.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        spec=lambda w: json.dumps(table_spec(w.paper, w.table)),
+        caption=lambda w: report_caption(w.paper, "tables", w.table),
     shell:
         "python -m layerwise_nmt table --spec {params.spec:q} --out-prefix results/tables/{wildcards.paper}/{wildcards.table}"
         " 2> {log:q}"
@@ -52,14 +58,13 @@ rule figure:
             labels={"paper": "{paper}", "figure": "{figure}"},
         ),
         multiext("results/figures/{paper}/{figure}", ".pdf", ".csv"),
-    params:
-        spec=lambda w: json.dumps(figure_spec(w.paper, w.figure)),
-        caption=lambda w: report_caption(w.paper, "figures", w.figure),
     log:
         "results/logs/figures/{paper}/{figure}.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        spec=lambda w: json.dumps(figure_spec(w.paper, w.figure)),
+        caption=lambda w: report_caption(w.paper, "figures", w.figure),
     shell:
         "python -m layerwise_nmt figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.paper}/{wildcards.figure}"
         " 2> {log:q}"
-

@@ -9,6 +9,19 @@ rule train:
         # The final model is the only output: checkpoints/ (the save dir: also metrics.csv, training.json,
         # tensorboard/) survives a failed or preempted job, and the retry resumes from checkpoints/checkpoint_last.pt.
         "results/{task}/{experiment}/seed{seed}/model.pt",
+    log:
+        "results/{task}/{experiment}/seed{seed}/train.log",
+    benchmark:
+        "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
+    priority: train_priority
+    retries: 2
+    conda:
+        "../../envs/train.yaml"
+    threads: 2
+    resources:
+        # Snakemake counts GPUs (--resources gpu=N locally, --gpus on SLURM); `lwnmt train --gpus` picks which
+        # ones (a lock per device) and runs torchrun when there is more than one.
+        gpu=GPUS_PER_JOB,
     params:
         spec=train_spec,
         data=data_dir,
@@ -17,19 +30,6 @@ rule train:
         src=lambda w: experiment_of(w)["src"],
         tgt=lambda w: experiment_of(w)["tgt"],
         save_dir=lambda w: cfg.save_dir(run_dir(w)),
-    threads: 2
-    priority: train_priority
-    resources:
-        # Snakemake counts GPUs (--resources gpu=N locally, --gpus on SLURM); `lwnmt train --gpus` picks which
-        # ones (a lock per device) and runs torchrun when there is more than one.
-        gpu=GPUS_PER_JOB,
-    retries: 2
-    log:
-        "results/{task}/{experiment}/seed{seed}/train.log",
-    benchmark:
-        "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
-    conda:
-        "../../envs/train.yaml"
     shell:
         "python -m layerwise_nmt train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
         " --save-dir {params.save_dir} --final {output:q} --threads {threads} --gpus {resources.gpu}"
@@ -41,14 +41,14 @@ rule average:
         "results/{task}/{experiment}/seed{seed}/model.pt",
     output:
         "results/{task}/{experiment}/seed{seed}/averaged.pt",
-    params:
-        save_dir=lambda w: cfg.save_dir(run_dir(w)),
-        num=lambda w: experiment_of(w)["average"].get("num", 10),
-        by=lambda w: experiment_of(w)["average"].get("by", "epoch"),
     log:
         "results/{task}/{experiment}/seed{seed}/average.log",
     conda:
         "../../envs/train.yaml"
+    params:
+        save_dir=lambda w: cfg.save_dir(run_dir(w)),
+        num=lambda w: experiment_of(w)["average"].get("num", 10),
+        by=lambda w: experiment_of(w)["average"].get("by", "epoch"),
     shell:
         "python -m layerwise_nmt average {params.save_dir} --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
 
@@ -64,11 +64,11 @@ rule export:
         unpack(export_inputs),
     output:
         directory("results/{task}/{experiment}/seed{seed}/model_dir"),
-    params:
-        spec=export_spec,
     log:
         "results/{task}/{experiment}/seed{seed}/export.log",
     conda:
         "../../envs/train.yaml"
+    params:
+        spec=export_spec,
     shell:
         "python -m layerwise_nmt export {input.model:q} --spec {params.spec:q} --out {output:q} 2> {log:q}"
