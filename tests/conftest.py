@@ -87,6 +87,34 @@ def toy_batch(src_vocab: int = 40, tgt_vocab: int = 40):
     return src, prev
 
 
+# The model tests' small models: family → settings (a test's own settings update them)
+TINY = {
+    "transformer": dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, encoder_layers=2, decoder_layers=3,
+                        dropout=0.0, tie="all"),
+    "lwc": dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, layers=3, dropout=0.0),
+    "cross_view": dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
+                       dropout=0.0, tie="all"),
+    "deep": dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=4, decoder_layers=4,
+                 dropout=0.0),
+    "mlrf": dict(src_vocab=40, tgt_vocab=30, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
+                 d_a=24, d_f=20, dropout=0.0),
+}
+
+
+def tiny_model(family: str, **settings):
+    """A small model of `family` (TINY's settings, updated by `settings`) in eval mode, its weights drawn from
+    seed 0."""
+    from layerwise_nmt.models import build
+
+    torch.manual_seed(0)
+    return build(family, {**TINY[family], **settings}).eval()
+
+
+def tiny_batch(family: str):
+    """toy_batch in the vocabularies of TINY[family]."""
+    return toy_batch(src_vocab=TINY[family]["src_vocab"], tgt_vocab=TINY[family]["tgt_vocab"])
+
+
 def assert_target_prefix_only(model, src, prev, position: int = 4) -> None:
     """Changing target token `position` leaves the outputs at earlier positions unchanged (and changes later ones)."""
 

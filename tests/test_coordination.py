@@ -1,9 +1,12 @@
 """Layer-wise coordination (He et al. 2018) and the §5.4 context gate: tests that would fail on a wrong model."""
 
+from functools import partial
+
 import pytest
 import torch
 
-from conftest import assert_autoregressive, assert_cached_beam_equals_recompute, assert_target_prefix_only, toy_batch
+from conftest import (assert_autoregressive, assert_cached_beam_equals_recompute, assert_target_prefix_only,
+                      tiny_batch, tiny_model)
 from layerwise_nmt.models import build
 from layerwise_nmt.models.transformer import count_parameters
 
@@ -18,15 +21,8 @@ VARIANTS = {  # Table 3's rows as config flags
 }
 
 
-def tiny(**kw):
-    torch.manual_seed(0)
-    settings = dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, layers=3, dropout=0.0)
-    return build("lwc", {**settings, **kw}).eval()
-
-
-
-def batch():
-    return toy_batch(src_vocab=50, tgt_vocab=50)
+tiny = partial(tiny_model, "lwc")
+batch = partial(tiny_batch, "lwc")
 
 
 def eq3_reference(model, src, prev):

@@ -1,23 +1,17 @@
 """Layer-wise cross-view decoding (Liu et al. 2020): each decoder layer's memory, soft integration, counts."""
 
+from functools import partial
+
 import pytest
 import torch
 
-from conftest import assert_autoregressive, toy_batch
+from conftest import TINY, assert_autoregressive, tiny_batch, tiny_model
 from layerwise_nmt.models import build
 from layerwise_nmt.models.transformer import count_parameters
 
-SETTINGS = dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
-                dropout=0.0, tie="all")
-
-
-def tiny(**kw):
-    torch.manual_seed(0)
-    return build("cross_view", {**SETTINGS, **kw}).eval()
-
-
-
-batch = toy_batch
+SETTINGS = TINY["cross_view"]
+tiny = partial(tiny_model, "cross_view")
+batch = partial(tiny_batch, "cross_view")
 
 
 def memories(model, src, prev):

@@ -1,9 +1,11 @@
 """Exploiting deep representations (Dou et al. 2018): printed increments, the tree's wiring, diversity, causality."""
 
+from functools import partial
+
 import pytest
 import torch
 
-from conftest import assert_autoregressive, toy_batch
+from conftest import assert_autoregressive, tiny_batch, tiny_model, toy_batch
 from layerwise_nmt import UserError
 from layerwise_nmt.models import build
 from layerwise_nmt.models.deep_repr import Aggregation, diversity
@@ -100,15 +102,8 @@ def test_factorised_linear_combination_starts_as_the_mean_of_the_layers():
     assert torch.allclose(factorised(src, prev), square(src, prev), atol=0.05)  # + small noise in the d_ff blocks
 
 
-def tiny(**kw):
-    torch.manual_seed(0)
-    settings = dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=4, decoder_layers=4,
-                    dropout=0.0)
-    return build("deep", {**settings, **kw}).eval()
-
-
-
-batch = toy_batch
+tiny = partial(tiny_model, "deep")
+batch = partial(tiny_batch, "deep")
 
 
 def test_diversity_is_zero_for_identical_and_one_for_orthogonal_layers_and_its_gradient_separates_them():

@@ -1,9 +1,11 @@
 """Multi-layer representation fusion (Wang et al. 2018): counts, the fusion functions, causality, sharing."""
 
+from functools import partial
+
 import pytest
 import torch
 
-from conftest import assert_autoregressive, toy_batch
+from conftest import assert_autoregressive, tiny_batch, tiny_model, toy_batch
 from layerwise_nmt.models import build
 from layerwise_nmt.models.transformer import count_parameters
 
@@ -30,16 +32,8 @@ def test_parameter_counts_equal_the_printed_ones(row, settings, printed):
     assert round(count_parameters(build("mlrf", {**PAPER_VOCAB, **settings})) / 1e6, 2) == printed
 
 
-def tiny(**kw):
-    torch.manual_seed(0)
-    settings = dict(src_vocab=40, tgt_vocab=30, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
-                    d_a=24, d_f=20, dropout=0.0)
-    return build("mlrf", {**settings, **kw}).eval()
-
-
-
-def batch():
-    return toy_batch(tgt_vocab=30)
+tiny = partial(tiny_model, "mlrf")
+batch = partial(tiny_batch, "mlrf")
 
 
 @torch.no_grad()

@@ -1,30 +1,20 @@
 """The shared Transformer: the seam (all layer states, per-layer views), causality, cached decoding, counts."""
 
+from functools import partial
+
 import pytest
 import torch
 from torch import nn
 
-from conftest import assert_autoregressive, assert_target_prefix_only
+from conftest import assert_autoregressive, assert_target_prefix_only, tiny_batch, tiny_model
 
 from layerwise_nmt import UserError
 from layerwise_nmt.models import build
 from layerwise_nmt.models.transformer import PRESETS, count_parameters
 
 
-def tiny(**kw):
-    settings = dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, encoder_layers=2, decoder_layers=3,
-                    dropout=0.0, tie="all")
-    settings.update(kw)
-    torch.manual_seed(0)
-    return build("transformer", settings).eval()
-
-
-def batch():
-    src = torch.randint(4, 50, (3, 7))
-    src[1, 5:] = 1  # padding
-    prev = torch.randint(4, 50, (3, 6))
-    prev[:, 0] = 2
-    return src, prev
+tiny = partial(tiny_model, "transformer")
+batch = partial(tiny_batch, "transformer")
 
 
 def test_encoder_returns_every_layer_and_the_embedding():
