@@ -1,6 +1,6 @@
-"""The decoding settings (a config's `decode:` section, `lwnmt translate --options`), importable without torch or
-numpy: a workflow driver that has neither checks a config's settings with this class. Beam search itself is in
-decode.py."""
+"""The decoding settings (a config's `decode:` section, `lwnmt translate --options`) and the choice of a tuned length
+penalty, importable without torch or numpy: a workflow driver that has neither checks a config's settings with this
+class. Beam search itself is in decode.py."""
 
 from __future__ import annotations
 
@@ -47,3 +47,10 @@ class BeamConfig(Settings):
         if self.length_penalty == "gnmt":
             return ((5.0 + length) / 6.0) ** self.lenpen
         return float(length) ** self.lenpen
+
+
+def pick_lenpen(bleu_by_lenpen: dict[float, float]) -> float:
+    """The α with the highest validation BLEU; a tie goes to the α listed first (the grid's order)."""
+    if not bleu_by_lenpen:
+        raise UserError("no validation scores to tune the length penalty on")
+    return max(bleu_by_lenpen, key=lambda a: (bleu_by_lenpen[a], -list(bleu_by_lenpen).index(a)))

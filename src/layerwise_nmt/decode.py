@@ -27,20 +27,13 @@ import torch
 import torch.nn.functional as F
 
 from . import UserError
-from .beam_config import BeamConfig
+from .beam_config import BeamConfig, pick_lenpen  # noqa: F401  (pick_lenpen: re-exported)
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
 from .precision import fp32_matmuls, resolve
 
 log = logging.getLogger(__name__)
-
-
-def pick_lenpen(bleu_by_lenpen: dict[float, float]) -> float:
-    """The α with the highest validation BLEU; a tie goes to the α listed first (the grid's order)."""
-    if not bleu_by_lenpen:
-        raise UserError("no validation scores to tune the length penalty on")
-    return max(bleu_by_lenpen, key=lambda a: (bleu_by_lenpen[a], -list(bleu_by_lenpen).index(a)))
 
 
 @dataclass

@@ -43,7 +43,7 @@ def cmd_pick_lenpen(a) -> None:
     import json
 
     from ..data.io import atomic_path
-    from ..decode import pick_lenpen
+    from ..beam_config import pick_lenpen
 
     if len(a.scores) != len(a.lenpen):
         raise UserError(f"{len(a.scores)} score files for {len(a.lenpen)} --lenpen values; expected one each")
