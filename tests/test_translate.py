@@ -262,3 +262,25 @@ def test_the_decoding_settings_need_neither_torch_nor_numpy():
     from layerwise_nmt import beam_config, decode, precision
 
     assert decode.BeamConfig is beam_config.BeamConfig and beam_config.AMP_CHOICES == precision.AMP_CHOICES
+
+
+def test_one_setup_resolves_each_kind_of_request(trained, model_dir, tmp_path, monkeypatch):
+    """translation.prepare: a model directory brings its own files and settings (the options given override
+    them), a BPE'd input is decoded as it is, and a directory that is not there is named before any input is read."""
+    import io
+
+    from layerwise_nmt import translation
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"W1 w2\n")))
+    job = translation.prepare(translation.Request(model=str(model_dir)), {"lenpen": 0.6}, tmp_path)
+    assert (job.model, job.data, job.src, job.tgt, job.detok, job.label) == (
+        str(model_dir / "model.pt"), str(model_dir), "de", "en", "en", "stdin")
+    assert job.options == {"beam": 2, "lenpen": 0.6} and Path(job.source).read_text() == "W1 w2\n"
+    source = tmp_path / "in.bpe"
+    job = translation.prepare(translation.Request(str(source), str(trained["model"]), str(trained["data"]), "de",
+                                                  "en"), {}, tmp_path)
+    assert (job.source, job.detok, job.experiment) == (str(source), None, None)
+    with pytest.raises(translation.UserError, match="no such model directory"):
+        translation.prepare(translation.Request(model=str(tmp_path / "gone")), {}, tmp_path)
+    assert translation.REQUEST_ARGUMENTS == tuple(f for f in translation.Request.__dataclass_fields__
+                                                  if f not in ("config", "config_files"))

@@ -23,7 +23,8 @@ from . import UserError
 from .beam_config import BeamConfig
 
 log = logging.getLogger(__name__)
-FAIRSEQ_OPTIONS = ("beam", "lenpen", "max_len_a", "max_len_b", "min_len", "batch_size", "amp")
+FAIRSEQ_OPTIONS = ("beam", "lenpen", "max_len_a", "max_len_b", "min_len", "batch_size", "amp")  # flags over --options
+REQUEST_ARGUMENTS = ("input", "model", "data", "src", "tgt", "detokenize", "experiment", "seed")  # = Request's own
 
 
 @dataclass

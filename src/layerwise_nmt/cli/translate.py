@@ -95,8 +95,9 @@ def cmd_translate(a) -> None:
         torch.set_num_threads(a.threads)
     options = translation.decoding_options(a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS},
                                            a.lenpen_from)
-    request = translation.Request(a.input, a.model, a.data, a.src, a.tgt, a.detokenize, a.experiment, a.seed,
-                                  common.load_config(a) if a.experiment else None, common.config_files(a))
+    request = translation.Request(**{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},
+                                  config=common.load_config(a) if a.experiment else None,
+                                  config_files=common.config_files(a))
     with tempfile.TemporaryDirectory() as tmp:
         job = translation.prepare(request, options, Path(tmp))
         stats, cfg = translation.translate(job, a.out_prefix, a.nbest)
