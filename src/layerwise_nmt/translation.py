@@ -80,6 +80,7 @@ def prepare(request: Request, options: dict, tmp: Path) -> Job:
         return experiment_job(request, options, tmp)
     if model and Path(model).is_dir():
         return model_dir_job(request, options, tmp)
+    # a path that is not there, given without --data and not named like a model file, was meant as a directory
     if model and not request.data and Path(model).suffix != ".pt" and not Path(model).exists():
         raise UserError(f"--model {model}: no such model directory; expected a directory written by `lwnmt export` "
                         f"(or a model.pt file with --data, --src, --tgt)")
