@@ -20,8 +20,8 @@ from pathlib import Path
 import yaml
 
 from .. import UserError
-from .. import config as cfg
-from . import standins
+from .. import grid as cfg
+from . import standins, warm
 
 ROOT = Path(__file__).resolve().parents[3]
 # The stages that make a table row; their job counts must equal the full config's. Data jobs differ by design:
@@ -113,30 +113,18 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     print(f"building stand-ins in {directory / 'standins'} from {mirror}", flush=True)
     manifest = standins.build(config, mirror, directory / "standins")
     env = dict(os.environ, LWNMT_DATA_MIRROR=str(mirror))
-
-    # The full config as a user with every dataset runs it: NIST's LDC directory supplied (here: the stand-in's).
-    supplied = directory / "full-config-nist-supplied.yaml"
-    supplied.write_text(yaml.safe_dump({"datasets": {name: {"user_path": path}
-                                                     for name, path in manifest.user_paths.items()}}))
-    full = dry_run(directory / "dry-run-full", "--configfile", str(ROOT / "config.yaml"), str(supplied), env=env)
-    full_as_is = dry_run(directory / "dry-run-full", env=env)
     rehearsal_args = ["--config", f"rehearsal={directory / 'standins'}"]
-    planned = dry_run(directory, *rehearsal_args, env=env)
-
-    log_path = directory / "snakemake.log"
-    print(f"running the rehearsal ({sum(planned.values())} jobs); log: {log_path}", flush=True)
-    command = SNAKEMAKE + ["-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
-                           "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1", "apply_bpe=1",
-                           *rehearsal_args, *extra]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for line in process.stdout:
-            log.write(line)
-            step = re.match(r"(\d+) of (\d+) steps", line)
-            if (step and (int(step.group(1)) % 50 == 0 or step.group(1) == step.group(2))) or \
-                    line.startswith("Error in rule"):
-                print(line.rstrip(), flush=True)
-        returncode = process.wait()
+    server = warm.start(directory, env)  # its imports overlap the dry runs
+    try:
+        full, full_as_is, planned = plan(directory, manifest, rehearsal_args, env)
+        log_path = directory / "snakemake.log"
+        print(f"running the rehearsal ({sum(planned.values())} jobs); log: {log_path}", flush=True)
+        command = SNAKEMAKE + ["-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
+                               "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1",
+                               "apply_bpe=1", *rehearsal_args, *extra]
+        returncode = run_logged(command, log_path, warm.wait_ready(server).job_env(env))
+    finally:
+        print(server.stop(), flush=True)
     finished, failures = parse_log(log_path.read_text())
     left = dry_run(directory, *rehearsal_args, env=env)
 
@@ -159,6 +147,30 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     (directory / "summary.md").write_text(render(summary), encoding="utf-8")
     print(render(summary))
     return 0 if returncode == 0 and not failures and not mismatched and not sum(left.values()) else 1
+
+
+def plan(directory: Path, manifest: standins.Manifest, rehearsal_args: list[str], env: dict) -> tuple[Counter, ...]:
+    """Jobs per rule of the full config (NIST's LDC directory supplied, as a user with every dataset runs it: here
+    the stand-in's), of the full config as is, and of the rehearsal."""
+    supplied = directory / "full-config-nist-supplied.yaml"
+    supplied.write_text(yaml.safe_dump({"datasets": {name: {"user_path": path}
+                                                     for name, path in manifest.user_paths.items()}}))
+    full = dry_run(directory / "dry-run-full", "--configfile", str(ROOT / "config.yaml"), str(supplied), env=env)
+    full_as_is = dry_run(directory / "dry-run-full", env=env)
+    return full, full_as_is, dry_run(directory, *rehearsal_args, env=env)
+
+
+def run_logged(command: list[str], log_path: Path, env: dict) -> int:
+    """Snakemake's output to the log, every 50th step and each error also to the console; its exit code."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for line in process.stdout:
+            log.write(line)
+            step = re.match(r"(\d+) of (\d+) steps", line)
+            if (step and (int(step.group(1)) % 50 == 0 or step.group(1) == step.group(2))) or \
+                    line.startswith("Error in rule"):
+                print(line.rstrip(), flush=True)
+        return process.wait()
 
 
 def _rule_order(rule: str) -> int:

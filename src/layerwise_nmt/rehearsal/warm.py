@@ -1,0 +1,83 @@
+"""The rehearsal's warm process (layerwise_nmt/forkserver.py): most of its ~1,700 jobs would otherwise spend more
+time starting Python and importing torch than working.
+
+The server is started with the environment each job will have, so that it can stand in for every job's start:
+the one Snakemake passes on, plus what workflow/rules/common.smk adds (PYTHONPATH, LWNMT_ERRORS_ON_STDOUT) and what
+Snakemake's shell sets per job (the thread counts; the rehearsal runs every job on one thread). A job whose
+environment still differs is declined and runs as a fresh process; the server's log counts both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..forkserver import ENV
+
+SOURCES = Path(__file__).resolve().parents[2]  # the src/ that holds the package, as common.smk finds it
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+READY_TIMEOUT_S = 300
+
+
+class Server:
+    def __init__(self, process: subprocess.Popen | None, socket: str | None, log: Path, home: str | None):
+        self.process, self.socket, self.log, self.home = process, socket, log, home
+
+    def job_env(self, env: dict) -> dict:
+        """Snakemake's environment: its jobs find the server through it (unchanged when none runs)."""
+        return {**env, ENV: self.socket} if self.socket else env
+
+    def stop(self) -> str:
+        """Stop the server; its one-line account (jobs served and declined)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.home:
+            shutil.rmtree(self.home, ignore_errors=True)
+        lines = self.log.read_text(errors="replace").splitlines() if self.log.is_file() else []
+        account = next((line for line in reversed(lines) if " jobs served, " in line), None)
+        return account or f"fork server: not used (see {self.log})"
+
+
+def server_env(env: dict) -> dict:
+    """A rehearsal job's environment, as Snakemake's shell will give it (but for TMPDIR and the shell's own)."""
+    path = os.pathsep.join(filter(None, [str(SOURCES), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path, "LWNMT_ERRORS_ON_STDOUT": "1", **{k: "1" for k in THREAD_VARIABLES}}
+
+
+def start(directory: Path, env: dict) -> Server:
+    """Start the server in the rehearsal's working directory (where the jobs run); it is ready when its socket
+    exists, which `wait_ready` waits for."""
+    log = directory / "forkserver.log"
+    if not hasattr(os, "fork"):
+        return Server(None, None, log, None)
+    home = tempfile.mkdtemp(prefix="lwnmt-warm-")  # a short path: a Unix socket's is limited to ~100 bytes
+    socket = os.path.join(home, "socket")
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.forkserver", socket], cwd=directory,
+                                   env={**server_env(env), ENV: socket}, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT)
+    return Server(process, socket, log, home)
+
+
+def wait_ready(server: Server) -> Server:
+    """The server once it listens; a server that died or did not start in time is given up (the jobs then start
+    as fresh processes)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while server.socket and not os.path.exists(server.socket):
+        if server.process.poll() is not None or time.monotonic() > deadline:
+            print(f"fork server did not start (see {server.log}); every job starts its own process", flush=True)
+            server.stop()
+            return Server(None, None, server.log, None)
+        time.sleep(0.2)
+    return server

@@ -1,0 +1,89 @@
+"""The rehearsal's warm process: a job it runs ends exactly as the same command in a fresh process (exit code,
+stdout, stderr, files; killed by the signal its client got), and a client it cannot stand in for runs alone."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from layerwise_nmt.forkserver import ENV
+from layerwise_nmt.rehearsal import warm
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    work = tmp_path_factory.mktemp("warm")
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    env.pop(ENV, None)
+    started = warm.wait_ready(warm.start(work, env))
+    assert started.socket, (work / "forkserver.log").read_text()
+    yield started, work, warm.server_env(env)
+    started.stop()
+
+
+def lwnmt(args, cwd, env, **kwargs):
+    return subprocess.run([sys.executable, "-m", "layerwise_nmt", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, **kwargs)
+
+
+def children(pid):
+    return [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == pid]
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_a_served_job_ends_as_a_fresh_process(server, tmp_path):
+    started, work, env = server
+    (work / "in.txt").write_text("Hello, world!\nA second line.\n")
+    commands = [["--version"], ["bogus-command"], ["extract", str(tmp_path / "missing"), "out.txt"],
+                ["tokenize", "in.txt", "tok.txt", "--lang", "en"], ["tokenize", "/dev/stdin", "/dev/stdout", "--lang", "en"],
+                ["average", str(tmp_path / "no-checkpoints"), "--num", "2", "--by", "epoch", "--out", "avg.pt"]]
+    for args in commands:
+        fresh = lwnmt(args, work, env, input="Stdin's line, read.\n")
+        fresh_file = (work / "tok.txt").read_text() if args[1:2] == ["in.txt"] else None
+        served = lwnmt(args, work, {**env, ENV: started.socket}, input="Stdin's line, read.\n")
+        assert (served.returncode, served.stdout) == (fresh.returncode, fresh.stdout), args
+        strip = lambda text: "\n".join(line.split(" ", 2)[-1] for line in text.splitlines())  # log times differ
+        assert strip(served.stderr) == strip(fresh.stderr), args
+        if fresh_file is not None:
+            assert (work / "tok.txt").read_text() == fresh_file
+    assert {lwnmt(args, work, env).returncode for args in commands} == {0, 1, 2}
+    assert "ready" in started.log.read_text() and "declined" not in started.log.read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_the_client_dies_as_the_job_does_and_takes_it_along(server, signum):
+    started, work, env = server
+    client = subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "tokenize", "/dev/stdin", "out.txt", "--lang",
+                               "en"], cwd=work, env={**env, ENV: started.socket}, stdin=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not children(started.process.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    [job] = children(started.process.pid)
+    client.send_signal(signum)
+    client.wait(timeout=30)
+    # SIGINT reaches the job as KeyboardInterrupt, which `lwnmt` turns into exit code 130, as in a fresh process
+    assert client.returncode == (130 if signum == signal.SIGINT else -signum)
+    while os.path.exists(f"/proc/{job}") and _ppid(job) == started.process.pid and time.time() < deadline:
+        time.sleep(0.05)
+    assert _ppid(job) != started.process.pid  # the job is gone too
+    client.stdin.close()
+
+
+def test_a_client_it_cannot_stand_in_for_runs_alone(server, tmp_path):
+    started, work, env = server
+    other = lwnmt(["--version"], work, {**env, ENV: started.socket, "PYTHONHASHSEED": "7"})
+    unreachable = lwnmt(["--version"], work, {**env, ENV: str(tmp_path / "no-socket")})
+    assert other.returncode == unreachable.returncode == 0 and other.stdout == unreachable.stdout == "lwnmt 0.1.0\n"
+    assert "declined --version: another environment (PYTHONHASHSEED)" in started.log.read_text()
