@@ -425,7 +425,7 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
             warmup: int, compile_model: bool) -> dict:
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
     length-bucketed batches of real lengths, after `warmup` updates."""
-    from layerwise_nmt import config as cfg
+    from layerwise_nmt import grid as cfg
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.plan import task_vocab
@@ -504,7 +504,7 @@ STUDY = ROOT / "config" / "study.yaml"
 def read_config(*paths: Path) -> dict:
     """The merged config with `extends` resolved, not schema-validated: the GPU image has no jsonschema, and CI
     validates these files on every run (tests/test_workflow.py)."""
-    from layerwise_nmt import config as cfg
+    from layerwise_nmt import grid as cfg
 
     config: dict = {}
     for path in paths:
@@ -518,7 +518,7 @@ def probe(data_dir: Path, device: torch.device, work: Path, results: Results, se
     """The study baseline (config/study.yaml's study.transformer, its own batches and precision; `overlays` after it,
     as the shards get them) trained by `lwnmt train` for `seconds`, alone and then N at once: the target tokens/s
     each gets, from its log lines."""
-    from layerwise_nmt import config as cfg
+    from layerwise_nmt import grid as cfg
 
     e = cfg.experiment(read_config(ROOT / "config.yaml", STUDY, *overlays), "study.transformer")
     spec = {"model": e["model"], "arch": e["arch"],

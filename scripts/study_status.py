@@ -30,7 +30,7 @@ def overlays(size: str, extra: list[str]) -> list[str]:
 
 def runs(size: str, extra: list[str]) -> list[tuple[str, str, int]]:
     """(row label, experiment, seed) of every run the study's table needs at this size."""
-    from layerwise_nmt import config as cfg
+    from layerwise_nmt import grid as cfg
 
     config = cfg.load(ROOT / "config.yaml", *overlays(size, extra))
     rows = config["papers"]["study"]["tables"]["T1"]["rows"]

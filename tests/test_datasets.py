@@ -14,7 +14,7 @@ import pytest
 
 from conftest import MIRROR, ROOT
 from layerwise_nmt import UserError
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.data import checksums, extract, readers
 from layerwise_nmt.data import io as data_io
 from layerwise_nmt.data.io import read_lines

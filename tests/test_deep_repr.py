@@ -57,7 +57,7 @@ def test_dou_counts_are_the_printed_ones_with_thumts_two_vocabularies():
     import sys
 
     from conftest import ROOT
-    from layerwise_nmt import config as cfg
+    from layerwise_nmt import grid as cfg
 
     config = cfg.load(ROOT / "config.yaml")
     names = ["dou.ende.base", "dou.ende.hierarchical_div", "dou.ende.big", "dou.ende.big_deep"]

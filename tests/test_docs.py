@@ -6,7 +6,7 @@ import tomllib
 import yaml
 
 from conftest import ROOT
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.docs import BLOCK, GENERATORS, documents, update
 from layerwise_nmt.params import parameter_rows
 

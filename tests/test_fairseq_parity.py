@@ -133,7 +133,7 @@ def test_gca_continues_from_an_imported_fairseq_baseline(imported):
 def test_config_takes_a_model_path_as_warm_start(tmp_path):
     import yaml
 
-    from layerwise_nmt import config as cfg
+    from layerwise_nmt import grid as cfg
 
     config = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
     name = next(n for n, e in config["experiments"].items() if isinstance(e.get("warm_start"), str))

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from layerwise_nmt import UserError
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.data import checksums, extract, fetch
 from layerwise_nmt.rehearsal.run import job_counts
 

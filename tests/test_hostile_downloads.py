@@ -22,7 +22,7 @@ import pytest
 from conftest import make_tgz
 from hostile_http import chunked, full, garbage, hostile, short  # noqa: F401 (hostile: the fixture)
 from layerwise_nmt import UserError
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.data import checksums, extract, fetch
 from layerwise_nmt.data import io as data_io
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import IWSLT_FAIRSEQ, ROOT, snakemake
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 
 PARTS = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
          "IWSLT14.TED.tst2012"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from layerwise_nmt import UserError
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.rehearsal.standins import listing_key, load_listings, real_members, spread
 
 ROOT = Path(__file__).resolve().parents[1]

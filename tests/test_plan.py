@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.params import parameter_rows
 from layerwise_nmt.plan import experiment_cost, plan
 

@@ -11,7 +11,7 @@ import torch
 
 from conftest import ROOT
 from layerwise_nmt import UserError, precision
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.plan import GPUS, Pricing, experiment_cost
 
 
@@ -111,7 +111,7 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
 def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path):
     from layerwise_nmt.report.tables import precision_lines
 
-    from layerwise_nmt.config import save_dir
+    from layerwise_nmt.grid import save_dir
 
     runs = {}
     for name, amp, device in (("a", "bf16", "cpu: Xeon (AVX512)"), ("b", "none", "cpu: EPYC (AVX2)")):

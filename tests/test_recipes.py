@@ -1,7 +1,7 @@
 """Rows that follow a toolkit's recipe keep what that recipe does beyond the paper's text (docs/papers.md)."""
 
 from conftest import ROOT
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 
 CONFIG = cfg.load(ROOT / "config.yaml")
 

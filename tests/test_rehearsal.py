@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.plan import budget, budget_warnings
 from layerwise_nmt.rehearsal import apply
 from layerwise_nmt.rehearsal.overlay import shrink, squeeze

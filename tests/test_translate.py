@@ -15,7 +15,7 @@ import torch
 
 from conftest import toy_spec
 from layerwise_nmt import checkpoint, cli
-from layerwise_nmt import config as config_module
+from layerwise_nmt import grid as config_module
 from layerwise_nmt.data.vocab import Dictionary
 from layerwise_nmt.train import train
 

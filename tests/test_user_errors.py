@@ -15,7 +15,7 @@ import yaml
 
 from conftest import ROOT, snakemake, toy_spec, training_in_the_background
 from layerwise_nmt import UserError
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.grid.stage_checks import check_experiments
 
 

@@ -18,7 +18,7 @@ from sacremoses import MosesDetokenizer
 
 from conftest import ROOT, snakemake
 from layerwise_nmt import UserError
-from layerwise_nmt import config as cfg
+from layerwise_nmt import grid as cfg
 from layerwise_nmt.grid.stage_checks import check_experiments
 from layerwise_nmt.data.binarize import IndexedDataset
 from layerwise_nmt.data.vocab import Dictionary

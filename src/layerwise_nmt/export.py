@@ -152,7 +152,7 @@ def spec_for(config: dict, name: str, seed: int | None = None) -> dict:
     """What exporting experiment `name`'s trained run needs, as plain data (the workflow's export rule passes it
     as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned
     length penalty and the training summary will be, and the experiment's resolved settings."""
-    from . import config as cfg
+    from . import grid as cfg
 
     setup = cfg.trained_model(config, name, seed)
     e, seed = cfg.experiment(config, name), setup["experiment"]["seed"]

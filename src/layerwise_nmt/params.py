@@ -4,7 +4,7 @@ each model's settings (model_sizes.py, equal to the built model's count), so not
 from __future__ import annotations
 
 from . import UserError
-from . import config as cfg
+from . import grid as cfg
 from . import model_sizes
 from .data.vocab import load_pair
 from .models import MODELS

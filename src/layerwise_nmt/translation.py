@@ -115,7 +115,7 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
 
 def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
     """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after)."""
-    from . import config as cfg
+    from . import grid as cfg
     from .export import not_trained
 
     setup = cfg.trained_model(request.config, request.experiment, request.seed)

@@ -31,7 +31,7 @@ def config_files(a) -> list[str]:
 
 def load_config(a) -> dict:
     """The --config files merged and checked as `snakemake -n` checks them (schema, references, stage settings)."""
-    from .. import config as cfg
+    from .. import grid as cfg
     from ..grid.stage_checks import check_experiments
 
     files = config_files(a)

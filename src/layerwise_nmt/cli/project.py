@@ -99,7 +99,7 @@ def cmd_rehearse(a) -> None:
 
 
 def cmd_status(a) -> None:
-    from .. import config as cfg
+    from .. import grid as cfg
 
     config = common.load_config(a)
     rows = cfg.all_statuses(config)

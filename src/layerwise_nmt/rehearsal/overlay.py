@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 
-from .. import config as cfg
+from .. import grid as cfg
 from ..plan import budget
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from .. import UserError
-from .. import config as cfg
+from .. import grid as cfg
 
 LISTINGS = cfg.ROOT / "tests" / "fixtures" / "release_listings.yaml"
 PLACEHOLDER = b"stand-in: a member of the real release that no task reads\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import measure_of, metrics_of, save_dir, split_of
+from ..grid import measure_of, metrics_of, save_dir, split_of
 from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
