@@ -10,7 +10,7 @@ the loss scaler — V100/T4 users get it, so it is checked on bf16 GPUs too — 
   beam     cached beam search (`decode.beam_search`) = full recomputation (`decode.Recompute`) in that precision
            (strict fp32 to 1e-5; TF32 and mixed precision to their rounding);
 and once: data-parallel training (`lwnmt train --ranks N` under torchrun with NCCL over the visible GPUs; with one
-GPU, a one-rank NCCL group around the trainer's `accumulate`), and the GPU lock (`gpus.claim`) claiming a real
+GPU, a one-rank NCCL group around the trainer's `accumulate`), and the GPU lock (`gpu_lock.claim`) claiming a real
 device in a child process that then computes on it, CUDA not initialised before the claim.
 
 Speed: target tokens/s of training updates (forward, backward, fused Adam) and model FLOP utilisation
@@ -278,7 +278,7 @@ def _ddp_torchrun(ngpus: int, data: Path, work: Path) -> dict:
 def check_gpu_lock(work: Path) -> dict:
     """A child process claims one GPU through the lock files (CUDA still uninitialised afterwards: the claim asked
     the driver, not torch.cuda), then allocates and computes on it."""
-    code = ("import os, torch; from layerwise_nmt.gpus import claim; held = claim(1, os.environ['LOCKS'], timeout=60);"
+    code = ("import os, torch; from layerwise_nmt.gpu_lock import claim; held = claim(1, os.environ['LOCKS'], timeout=60);"
             " fresh = not torch.cuda.is_initialized(); x = torch.ones(256, 256, device='cuda');"
             " torch.cuda.synchronize();"
             " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), fresh, float((x @ x)[0, 0]))")
@@ -405,7 +405,7 @@ def real_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, 
 
 def gpu_peak(device_name: str) -> tuple[str | None, float | None]:
     """(plan.GPUS key, dense bf16 TFLOP/s) of the GPU whose name this is; (None, None) for one not in the table."""
-    from layerwise_nmt.plan import GPUS
+    from layerwise_nmt.budgets import GPUS
 
     upper = device_name.upper()
     for key, gpu in GPUS.items():
@@ -428,7 +428,7 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     from layerwise_nmt import grid as cfg
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
-    from layerwise_nmt.plan import task_vocab
+    from layerwise_nmt.budgets import task_vocab
     from layerwise_nmt.precision import fp32_matmuls
     from layerwise_nmt.train import TrainConfig, _start, _update
 

@@ -1,4 +1,4 @@
-"""A model directory that travels (issue #42): `lwnmt export` writes weights, dictionaries, BPE codes, tokenizer,
+"""A model directory that travels: `lwnmt export` writes weights, dictionaries, BPE codes, tokenizer,
 language pair, decoding defaults and a checksummed manifest; `lwnmt translate --model DIR` turns raw text into
 translations from any directory with nothing else; languages and an experiment's settings are checked against the
 model."""

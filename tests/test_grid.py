@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from layerwise_nmt import UserError, grid
+from layerwise_nmt.budgets import experiment_cost
 from layerwise_nmt.grid import RuleInputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ def test_an_unknown_paper_or_table_is_one_line_naming_what_exists(demo):
 
 
 def test_rule_inputs_for_training_decoding_and_warm_starts(demo):
-    inputs = RuleInputs(demo)
+    inputs = RuleInputs(demo, cost=experiment_cost)
     bin_dir = "results/multi30k_deen/data/bin-joint"
     assert inputs.train_inputs(run())[0] == "results/multi30k_deen/data/vocab/dict.joint.txt"
     assert f"{bin_dir}/valid.de-en.en.offsets.npy" in inputs.train_inputs(run())

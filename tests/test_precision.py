@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 from layerwise_nmt import UserError, precision
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.plan import GPUS, Pricing, experiment_cost
+from layerwise_nmt.budgets import GPUS, Pricing, experiment_cost
 
 
 @pytest.mark.parametrize("capability, native, expected", [

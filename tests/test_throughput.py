@@ -1,4 +1,4 @@
-"""The trainer keeps the device busy (#41): batches collated ahead on a thread and copied without waiting,
+"""The trainer keeps the device busy: batches collated ahead on a thread and copied without waiting,
 checkpoints written off the training thread from a copy, an update's batches merged into fewer passes with the
 same loss and gradients for every model family. Every GPU branch runs here on the CPU."""
 

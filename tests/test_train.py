@@ -215,11 +215,11 @@ def test_gpu_claims_are_exclusive_and_released_with_the_process(tmp_path, monkey
     """The local allocator: concurrent jobs get disjoint devices; a dead job's devices are free again; SLURM's
     allocation is left alone."""
     from layerwise_nmt import UserError
-    from layerwise_nmt.gpus import claim
+    from layerwise_nmt.gpu_lock import claim
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    code = ("import os, sys, time; from layerwise_nmt.gpus import claim; h = claim(int(sys.argv[1]), sys.argv[2]);"
+    code = ("import os, sys, time; from layerwise_nmt.gpu_lock import claim; h = claim(int(sys.argv[1]), sys.argv[2]);"
             " print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)")
     first = subprocess.Popen([sys.executable, "-c", code, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert first.stdout.readline().strip() == "0,1"

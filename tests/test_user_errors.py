@@ -1,4 +1,4 @@
-"""What a new user meets (issue #42): errors never land in the output, the wrong file is never scored in silence,
+"""What a new user meets: errors never land in the output, the wrong file is never scored in silence,
 a misspelled model or key is named at DAG time with a did-you-mean and the file that holds it, Ctrl-C checkpoints,
 and a text file given as model.pt is one line."""
 

@@ -148,25 +148,6 @@ def check_languages(state: dict, path: str | Path, src: str, tgt: str) -> None:
         raise UserError(f"--src {src} --tgt {tgt}: {path} translates {recorded['src']}→{recorded['tgt']}")
 
 
-def spec_for(config: dict, name: str, seed: int | None = None) -> dict:
-    """What exporting experiment `name`'s trained run needs, as plain data (the workflow's export rule passes it
-    as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned
-    length penalty and the training summary will be, and the experiment's resolved settings."""
-    from . import grid as cfg
-
-    setup = cfg.trained_model(config, name, seed)
-    e, seed = cfg.experiment(config, name), setup["experiment"]["seed"]
-    vocab = cfg.data_path(e["task"], "vocab")
-    dicts = [f"{vocab}/dict.{'joint' if e['vocab'] == 'joint' else lang}.txt" for lang in (e["src"], e["tgt"])]
-    run = cfg.experiment_dir(config, name, seed)
-    decode = {k: v for k, v in e["decode"].items() if k != "tune_lenpen"}  # a tuned α replaces lenpen
-    return {"model": setup["model"], "src": e["src"], "tgt": e["tgt"], "src_dict": dicts[0], "tgt_dict": dicts[1],
-            "codes": setup["codes"], "tokenize": setup["tokenize"], "decode": decode,
-            "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
-            "training": f"{cfg.save_dir(run)}/training.json",
-            "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e}}
-
-
 def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str | None, codes: str | None,
                   tokenize: dict, decode: dict) -> dict:
     """What exporting a model.pt needs, from its data directory (its dictionaries), languages, BPE codes (None: a
@@ -182,8 +163,10 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
 
 
 def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
-    """spec_for(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
-    spec = spec_for(config, name, seed)
+    """grid.model_dir_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
+    from . import grid as cfg
+
+    spec = cfg.model_dir_spec(config, name, seed)
     if not Path(spec["model"]).exists():
         raise not_trained(spec["model"], config_files)
     return spec
@@ -199,7 +182,7 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
 
 
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
-    """`write` from a spec_for() dict: the tuned length penalty and the training summary (precision, updates, how
+    """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision, updates, how
     it stopped) read now, and the model checked against the experiment's settings first."""
     from .checkpoint import load
 

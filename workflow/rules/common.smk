@@ -18,6 +18,7 @@ GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
 from layerwise_nmt import grid as cfg
+from layerwise_nmt.budgets import budget_warnings, experiment_cost
 from layerwise_nmt.grid.rules import LENPEN_TUNING_SPLIT
 
 from snakemake.utils import validate
@@ -42,7 +43,6 @@ except UserError as err:  # named in the file that set the key: config.yaml, or 
 validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
-    from layerwise_nmt.plan import budget_warnings
     from layerwise_nmt.slurm import patch_status_query
 
     patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/slurm.py)
@@ -89,7 +89,7 @@ def _from_grid(method):
     return call
 
 
-_inputs = cfg.RuleInputs(config)
+_inputs = cfg.RuleInputs(config, cost=experiment_cost)
 
 # targets
 table_targets = _from_grid(_inputs.table_targets)

@@ -77,6 +77,6 @@ def cmd_score(a) -> None:
 def cmd_inspect(a) -> None:
     import json
 
-    from ..inspection import write
+    from ..figure_readouts import write
 
     write(a.kind, a.model, json.loads(a.options), a.out)

@@ -42,7 +42,7 @@ def add_commands(sub) -> None:
 
 
 def cmd_params(a) -> None:
-    from ..params import parameter_rows
+    from ..parameter_table import parameter_rows
 
     config = common.load_config(a)
     vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
@@ -66,7 +66,7 @@ def cmd_params(a) -> None:
 
 
 def cmd_plan(a) -> None:
-    from ..plan import GPUS, Pricing, plan, render, render_budgets, rows
+    from ..budgets import GPUS, Pricing, plan, render, render_budgets, rows
 
     if a.gpu not in GPUS:
         raise UserError(f"--gpu {a.gpu}: unknown GPU; known: {', '.join(GPUS)}")
@@ -116,7 +116,7 @@ def cmd_status(a) -> None:
 def print_budgets_and_unpinned(config: dict) -> None:
     """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins."""
     from ..grid import unpinned_downloads
-    from ..plan import budget_warnings
+    from ..budgets import budget_warnings
 
     flagged = budget_warnings(config)
     print(f"\nbudgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "

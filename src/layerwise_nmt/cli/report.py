@@ -67,7 +67,7 @@ def cmd_readme(a) -> None:
 
 
 def cmd_docs(a) -> None:
-    from ..docs import update
+    from ..doc_blocks import update
 
     stale = update(check=a.check)
     if a.check and stale:

@@ -67,7 +67,7 @@ def train_spec(a) -> dict:
 def cmd_train(a) -> None:
     import torch
 
-    from ..gpus import claim, run_ranks, under_torchrun
+    from ..gpu_lock import claim, run_ranks, under_torchrun
     from ..train import train
 
     ranks = a.ranks or a.gpus

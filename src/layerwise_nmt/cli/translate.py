@@ -88,7 +88,7 @@ def cmd_translate(a) -> None:
 
     from .. import translation
     from ..data.io import atomic_path
-    from ..gpus import claim
+    from ..gpu_lock import claim
 
     locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
     if a.threads:

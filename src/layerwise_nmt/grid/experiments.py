@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import UserError
-from .layout import bin_dir, data_path, experiment_dir
+from .layout import bin_dir, data_path, experiment_dir, save_dir
 from .tasks import pair, tokenize_options
 
 STAGES = ("arch", "train", "decode", "score")
@@ -39,3 +39,20 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
             "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
             "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None, "decode": e["decode"],
             "experiment": {"name": name, "model": e["model"], "arch": e["arch"], "seed": seed}}
+
+
+def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
+    """What exporting experiment `name`'s trained run needs (`lwnmt export`), as plain data (the workflow's export
+    rule passes it as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned
+    length penalty and the training summary will be, and the experiment's resolved settings."""
+    setup = trained_model(config, name, seed)
+    e, seed = experiment(config, name), setup["experiment"]["seed"]
+    vocab = data_path(e["task"], "vocab")
+    dicts = [f"{vocab}/dict.{'joint' if e['vocab'] == 'joint' else lang}.txt" for lang in (e["src"], e["tgt"])]
+    run = experiment_dir(config, name, seed)
+    decode = {k: v for k, v in e["decode"].items() if k != "tune_lenpen"}  # a tuned α replaces lenpen
+    return {"model": setup["model"], "src": e["src"], "tgt": e["tgt"], "src_dict": dicts[0], "tgt_dict": dicts[1],
+            "codes": setup["codes"], "tokenize": setup["tokenize"], "decode": decode,
+            "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
+            "training": f"{save_dir(run)}/training.json",
+            "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e}}

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any, Callable
 
 from .. import UserError
 from . import layout
-from .experiments import experiment
-from .layout import bin_dir, data_path, experiment_dir, raw_path, save_dir
+from .experiments import experiment, model_dir_spec
+from .layout import bin_dir, data_path, experiment_dir, raw_path
 from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
 from .sources import checksum_of, download_spec, file_source, mirror_location, urls_of
@@ -24,8 +25,11 @@ LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
 class RuleInputs:
     """The config's answers for one job's wildcards (task, experiment, seed, split, ...)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, cost: Callable[[dict, str], Any] | None = None):
+        """`cost(config, experiment)`: its parameter count and trained tokens (budgets.experiment_cost), for the
+        training priorities; handed in, since the budgets read the grid."""
         self.config = config
+        self.cost = cost
         self._chain_tflop: dict[str, float] = {}
 
     def task_of(self, wildcards):
@@ -178,10 +182,8 @@ class RuleInputs:
 
     def chain_tflop(self, name):
         if name not in self._chain_tflop:
-            from ..plan import experiment_cost
-
-            cost = experiment_cost(self.config, name)
-            own = 6 * cost.params * cost.tokens / 1e12 if cost.params and cost.tokens else 0.0
+            cost = self.cost(self.config, name) if self.cost else None
+            own = 6 * cost.params * cost.tokens / 1e12 if cost and cost.params and cost.tokens else 0.0
             children = [c for c, spec in self.config["experiments"].items() if spec.get("warm_start") == name]
             self._chain_tflop[name] = own + max(map(self.chain_tflop, children), default=0.0)
         return self._chain_tflop[name]
@@ -192,10 +194,8 @@ class RuleInputs:
         return json.dumps(spec | ({"init_from": self.warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
 
     def export_spec(self, wildcards):
-        """What `lwnmt export` writes into a run's model directory (layerwise_nmt.export.spec_for), as JSON."""
-        from layerwise_nmt.export import spec_for
-
-        return json.dumps(spec_for(self.config, self.experiment_of(wildcards)["name"], int(wildcards.seed)))
+        """What `lwnmt export` writes into a run's model directory (experiments.model_dir_spec), as JSON."""
+        return json.dumps(model_dir_spec(self.config, self.experiment_of(wildcards)["name"], int(wildcards.seed)))
 
     def export_inputs(self, wildcards):
         """The decoded model (averaged or final), the dictionaries, the BPE codes and the tuned length penalty."""

@@ -10,7 +10,7 @@ kinds:
                      second axis (GCA F3, Dou F4)
     aggregation_shares  Eq. 11's share of each input in each encoder aggregation node of a trained model (Dou F5)
     attention        one test sentence's attention maps in trained models (LWC F2-4, MLRF F5)
-The last two draw what `inspection.py` read out of the models (rows' `inspection` JSON): reports never load models.
+The last two draw what `figure_readouts.py` read out of the models (rows' `inspection` JSON): reports never load models.
 Rows that did not run are listed under the plot with their reason, never drawn.
 """
 

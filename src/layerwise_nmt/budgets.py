@@ -114,7 +114,7 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
         return vocab, vocab
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
-    from .params import vocab_sizes  # the prepared dictionaries: a task that states no vocabulary estimate
+    from .parameter_table import vocab_sizes  # the prepared dictionaries: a task that states no vocabulary estimate
 
     return vocab_sizes(e)
 

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import ROOT
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.params import parameter_rows
-from layerwise_nmt.plan import experiment_cost, plan
+from layerwise_nmt.parameter_table import parameter_rows
+from layerwise_nmt.budgets import experiment_cost, plan
 
 
 def test_cost_is_six_n_d_over_the_assumed_throughput():
@@ -37,15 +37,15 @@ def test_plan_prints_every_table_of_the_full_config():
 
 def test_parameter_counts_come_from_the_closed_form_without_building():
     """`snakemake -n` prices every training (its priority) from the parameter count: the closed form of
-    model_sizes.py, equal to the built model's, with no model built (issue #42: building ~100 models took most of a
+    model_sizes.py, equal to the built model's, with no model built (building ~100 models once took most of a
     dry run; tests/test_model_sizes.py checks every experiment and option)."""
     import torch
 
-    from layerwise_nmt import plan
+    from layerwise_nmt import budgets
     from layerwise_nmt.models import build
     from layerwise_nmt.models.transformer import count_parameters
 
     settings = {"preset": "base", "src_vocab": 1000, "tgt_vocab": 1000, "tie": "all", "layers": 4}
     with torch.device("meta"):
-        assert plan.parameter_count("lwc", settings) == count_parameters(build("lwc", settings))
-    assert plan.parameter_count("no_such_model", settings) is None
+        assert budgets.parameter_count("lwc", settings) == count_parameters(build("lwc", settings))
+    assert budgets.parameter_count("no_such_model", settings) is None

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from layerwise_nmt import distributed, gpus
+from layerwise_nmt import distributed, gpu_lock
 
 
 def fake_nvidia_smi(folder, gpus_listed: int):
@@ -29,7 +29,7 @@ def fake_nvidia_smi(folder, gpus_listed: int):
 def no_torch_cuda(monkeypatch):
     """Any question to torch.cuda fails the test: claiming must not initialise CUDA."""
     def refuse(*args, **kwargs):
-        raise AssertionError("gpus.claim asked torch.cuda, which initialises CUDA with every device visible")
+        raise AssertionError("gpu_lock.claim asked torch.cuda, which initialises CUDA with every device visible")
 
     for name in ("is_available", "device_count", "init", "_lazy_init", "current_device", "get_device_name"):
         monkeypatch.setattr(torch.cuda, name, refuse)
@@ -41,12 +41,12 @@ def no_torch_cuda(monkeypatch):
 def test_claiming_reads_the_driver_list_not_torch_cuda(tmp_path, monkeypatch, no_torch_cuda):
     bin_dir = fake_nvidia_smi(tmp_path / "bin", 2)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert gpus.visible_devices() == ["0", "1"]
-    held = gpus.claim(1, tmp_path / "locks", timeout=0, poll=0.01)
+    assert gpu_lock.visible_devices() == ["0", "1"]
+    held = gpu_lock.claim(1, tmp_path / "locks", timeout=0, poll=0.01)
     assert len(held) == 1 and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
     # a second job on the same machine (another process, as Snakemake runs them) gets the other device
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    code = ("import os; from layerwise_nmt.gpus import claim; h = claim(1, os.environ['LOCKS'], timeout=0);"
+    code = ("import os; from layerwise_nmt.gpu_lock import claim; h = claim(1, os.environ['LOCKS'], timeout=0);"
             " import torch; print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.is_initialized())")
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     other = subprocess.run([sys.executable, "-c", code], env={**env, "LOCKS": str(tmp_path / "locks")},
@@ -57,8 +57,8 @@ def test_claiming_reads_the_driver_list_not_torch_cuda(tmp_path, monkeypatch, no
 
 def test_without_a_driver_nothing_is_claimed(tmp_path, monkeypatch, no_torch_cuda):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi
-    assert gpus.visible_devices() == []
-    assert gpus.claim(1, tmp_path / "locks") == [] and "CUDA_VISIBLE_DEVICES" not in os.environ
+    assert gpu_lock.visible_devices() == []
+    assert gpu_lock.claim(1, tmp_path / "locks") == [] and "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
 def test_nvml_is_asked_first_when_installed(tmp_path, monkeypatch, no_torch_cuda):
@@ -67,13 +67,13 @@ def test_nvml_is_asked_first_when_installed(tmp_path, monkeypatch, no_torch_cuda
                                  nvmlDeviceGetCount=lambda: 3, nvmlShutdown=lambda: calls.append("shutdown"))
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert gpus.visible_devices() == ["0", "1", "2"] and calls == ["init", "shutdown"]
+    assert gpu_lock.visible_devices() == ["0", "1", "2"] and calls == ["init", "shutdown"]
 
     def no_driver():
         raise RuntimeError("NVML Shared Library Not Found")
 
     nvml.nvmlInit = no_driver  # the package without a driver: fall back to nvidia-smi, here absent
-    assert gpus.visible_devices() == []
+    assert gpu_lock.visible_devices() == []
 
 
 def test_a_data_parallel_rank_selects_its_gpu_before_the_process_group(monkeypatch):

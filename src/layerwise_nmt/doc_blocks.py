@@ -39,7 +39,7 @@ def in_checkout():
 
 
 def plan_block(config: dict) -> str:
-    from .plan import plan, render
+    from .budgets import plan, render
 
     return f"```\n{render(plan(config))}\n```\n"  # the default pricing: A100, 33% of peak
 
@@ -47,7 +47,7 @@ def plan_block(config: dict) -> str:
 def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
     """One line per experiment of the paper's `tables` (comma-separated), counted at one joint vocabulary size,
     with the rows that run it and the paper's printed count; other readings the model can build in brackets."""
-    from .params import parameter_rows
+    from .parameter_table import parameter_rows
 
     wanted = tables.split(",")
     names = list(dict.fromkeys(row.spec["experiment"] for row in cfg.rows(config, ("tables",))
