@@ -1,9 +1,8 @@
-"""The grid package: what the workflow's rules ask of the config, tested without Snakemake, and its import rules
-(no torch, no numpy; data/ never imports the grid)."""
+"""The grid package: what the workflow's rules ask of the config, tested without Snakemake, and that it imports
+neither torch nor numpy (tests/test_package_layout.py: data/ never imports it)."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,6 @@ from layerwise_nmt.budgets import experiment_cost
 from layerwise_nmt.grid import RuleInputs
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "src" / "layerwise_nmt"
 
 
 @pytest.fixture(scope="module")
@@ -102,30 +100,3 @@ def test_the_grid_imports_neither_torch_nor_numpy():
             "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'sacrebleu') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-def imports_of(path: Path) -> set[str]:
-    """The package modules a file imports (relative imports resolved), at any depth of the file."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")
-            if node.level:
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {name for name in found if name.startswith("layerwise_nmt")}
-
-
-def test_data_never_imports_the_grid():
-    offenders = {str(path.relative_to(ROOT)): sorted(n for n in imports_of(path)
-                                                      if n.startswith("layerwise_nmt.grid"))
-                 for path in (PACKAGE / "data").rglob("*.py")}
-    assert {k: v for k, v in offenders.items() if v} == {}
