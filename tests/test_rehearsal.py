@@ -155,3 +155,32 @@ Error in rule average:
                          "log": "results/wmt14_enfr/gca.enfr.transformer/seed1/average.log", "attempts": 2}]
     name, rows = owner(failures[0]["output"], cfg.load(ROOT / "config.yaml"))
     assert name == "gca.enfr.transformer" and ENFR_ROW in rows
+
+
+def test_the_run_coalesces_snakemakes_reevaluation_timers():
+    """However many passes ask for one, at most one re-evaluation is pending; each request is still followed by
+    one within its delay, and no timer keeps the process alive."""
+    import threading
+
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    from layerwise_nmt.rehearsal.scheduler import coalesce_reevaluations
+
+    original = JobScheduler._schedule_reevalutation
+    try:
+        assert coalesce_reevaluations()
+
+        class Scheduler:
+            _open_jobs = threading.Semaphore(0)
+            _schedule_reevalutation = JobScheduler._schedule_reevalutation
+
+        scheduler = Scheduler()
+        for _ in range(50):
+            scheduler._schedule_reevalutation(0.2)
+        assert all(t.daemon for t in threading.enumerate() if isinstance(t, threading.Timer))
+        assert scheduler._open_jobs.acquire(timeout=5)
+        assert not scheduler._open_jobs.acquire(timeout=0.4)  # one pass, not fifty
+        scheduler._schedule_reevalutation(0.05)
+        assert scheduler._open_jobs.acquire(timeout=5)
+    finally:
+        JobScheduler._schedule_reevalutation = original

@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[3]
 ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "inspect",
              "table", "figure")
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+# The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), ~1,700 jobs on few cores.
+RUN = [sys.executable, "-m", "layerwise_nmt.rehearsal.scheduler", "-s", str(ROOT / "Snakefile")]
 
 
 def job_counts(output: str) -> Counter:
@@ -119,7 +121,7 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
         full, full_as_is, planned = plan(directory, manifest, rehearsal_args, env)
         log_path = directory / "snakemake.log"
         print(f"running the rehearsal ({sum(planned.values())} jobs); log: {log_path}", flush=True)
-        command = SNAKEMAKE + ["-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
+        command = RUN + ["-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
                                "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1",
                                "apply_bpe=1", *rehearsal_args, *extra]
         returncode = run_logged(command, log_path, warm.wait_ready(server).job_env(env))
