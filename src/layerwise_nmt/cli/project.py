@@ -100,31 +100,66 @@ def cmd_rehearse(a) -> None:
 
 def cmd_status(a) -> None:
     from .. import grid as cfg
+    from ..grid.status import summary
 
     config = common.load_config(a)
     rows = cfg.all_statuses(config)
-    width = max(len(s.name) for s in rows)
+    columns = terminal_columns()
     for kind in ("task", "experiment", "row"):
         selected = [s for s in rows if s.kind == kind]
-        ready = sum(s.runnable for s in selected)
-        print(f"\n{kind}s: {ready} of {len(selected)} can run")
+        # a name wider than a third of the line puts its reason below it, not off the screen
+        width = min(max(len(s.name) for s in selected), columns // 3)
+        print()
+        print(wrap(f"{kind}s: {summary(selected)}", columns, indent=2))
         for s in selected:
-            print(f"  {s.state:<8} {s.name:<{width}}  {'' if s.state == 'ok' else s.reason}")
-    print_budgets_and_unpinned(config)
+            print(status_line(s, width, columns))
+    print_budgets_and_unpinned(config, columns)
 
 
-def print_budgets_and_unpinned(config: dict) -> None:
+def terminal_columns() -> int:
+    """The terminal's width ($COLUMNS, else the terminal's, else 80 when piped), never under 40."""
+    import shutil
+
+    return max(shutil.get_terminal_size((80, 24)).columns, 40)
+
+
+def wrap(text: str, columns: int, indent: int) -> str:
+    """`text` folded to `columns`, its continuation lines indented; words (paths, URLs) are never broken."""
+    import textwrap
+
+    return textwrap.fill(text, columns, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def status_line(s, width: int, columns: int) -> str:
+    """"  manual   name  reason", the reason folded under itself (after a name wider than the column: below it).
+    An experiment or row waiting for a manual download points to its task's line, which names the files."""
+    head = f"  {s.state:<8} {s.name:<{width}}"
+    reason = "" if s.state == "ok" else s.reason
+    if s.waits_for:
+        reason = f"after the manual download of task {s.waits_for} (above)"
+    if not reason:
+        return wrap(head.rstrip(), columns, 13)
+    if len(s.name) <= width:
+        return wrap(f"{head}  {reason}", columns, len(head) + 2)
+    return wrap(head.rstrip(), columns, 13) + "\n" + wrap(" " * 13 + reason, columns, 13)
+
+
+def print_budgets_and_unpinned(config: dict, columns: int = 80) -> None:
     """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins."""
     from ..grid import unpinned_downloads
     from ..budgets import budget_warnings
 
     flagged = budget_warnings(config)
-    print(f"\nbudgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "
-          f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)")
+    print()
+    print(wrap(f"budgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "
+               f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)", columns, 2))
     for line in flagged:
-        print(f"  flagged {line}")
+        print(wrap(f"  flagged {line}", columns, 10))
     unpinned = unpinned_downloads(config)
-    print(f"\nunpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length and "
-          f"against the size and sha256 of their first copy, recorded beside it in <file>.sha256)")
+    print()
+    print(wrap(f"unpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length "
+               f"and against the size and sha256 of their first copy, recorded beside it in <file>.sha256)",
+               columns, 2))
     for datasets, name, why in unpinned:
-        print(f"  unpinned {name} ({', '.join(datasets)}): {why}")
+        print(wrap(f"  unpinned {name} ({', '.join(datasets)}): {why}", columns, 11))

@@ -16,11 +16,21 @@ class Status:
     runnable: bool
     reason: str
     quoted: bool = False  # a row the paper quotes from other work: never run, never ours
-    fetch: str = ""  # a runnable task whose data is not all at hand: "download" (automatic) or "manual"
+    # data not all at hand: "download" (a task's fetch job gets it) or "manual" (a person must fetch a file first;
+    # a task, and every experiment and row on it, stays in the workflow, whose fetch job says what to do)
+    fetch: str = ""
+    waits_for: str = ""  # an experiment's or row's "manual": the task whose files a person must fetch
 
     @property
     def state(self) -> str:
-        return (self.fetch or "ok") if self.runnable else "quoted" if self.quoted else "blocked"
+        if self.runnable:
+            return self.fetch or "ok"
+        return "quoted" if self.quoted else "blocked"
+
+    @property
+    def can_run(self) -> bool:
+        """Runs as the config stands: nothing a person must fetch first."""
+        return self.runnable and self.fetch != "manual"
 
 
 def task_status(config: dict, name: str) -> Status:
@@ -61,6 +71,8 @@ def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[
         file = path.rsplit("/", 1)[1]
         entry = spec.get("archives", {}).get(file) or spec["files"][file]
         if not urls_of(entry) or entry.get("reported_broken"):
+            if Path(path).is_file():  # fetched by hand into its download folder: at hand
+                continue
             why = "; ".join(filter(None, [entry.get("reported_broken"), entry.get("manual")]))
             if file not in by_hand.setdefault(why, []):
                 by_hand[why].append(file)
@@ -75,6 +87,7 @@ def experiment_status(config: dict, name: str) -> Status:
     task = task_status(config, experiment["task"])
     if not task.runnable:
         return Status("experiment", name, False, task.reason)
+    manual = {"fetch": "manual", "waits_for": experiment["task"]} if task.fetch == "manual" else {}
     if isinstance(experiment.get("warm_start"), dict):
         path = experiment["warm_start"]["path"]
         if not Path(path).exists():
@@ -83,6 +96,11 @@ def experiment_status(config: dict, name: str) -> Status:
         parent = experiment_status(config, experiment["warm_start"])
         if not parent.runnable:
             return Status("experiment", name, False, f"warm start from {experiment['warm_start']}: {parent.reason}")
+        if parent.fetch == "manual" and not manual:
+            return Status("experiment", name, True, f"warm start from {experiment['warm_start']}: {parent.reason}",
+                          fetch="manual", waits_for=parent.waits_for)
+    if manual:
+        return Status("experiment", name, True, f"task {experiment['task']}: {task.reason}", **manual)
     return Status("experiment", name, True, "ready")
 
 
@@ -91,7 +109,7 @@ def row_statuses(config: dict) -> list[Status]:
     for row in rows(config, ("tables",)):
         if "experiment" in row.spec:
             s = experiment_status(config, row.spec["experiment"])
-            out.append(Status("row", row.label, s.runnable, s.reason))
+            out.append(Status("row", row.label, s.runnable, s.reason, fetch=s.fetch, waits_for=s.waits_for))
         else:
             quoted = "quoted_from" in row.spec
             reason = f"quoted from {row.spec['quoted_from']}" if quoted else row.spec.get("not_run", "no experiment")
@@ -114,6 +132,22 @@ def all_statuses(config: dict) -> list[Status]:
         + [experiment_status(config, e) for e in config.get("experiments", {})]
         + row_statuses(config)
     )
+
+
+def summary(statuses: list[Status]) -> str:
+    """"7 of 11 can run; 3 need a manual download first; 1 blocked" for statuses of one kind: what waits for a
+    person is counted apart from what runs as the config stands."""
+    manual = sum(s.state == "manual" for s in statuses)
+    blocked = sum(s.state == "blocked" for s in statuses)
+    quoted = sum(s.state == "quoted" for s in statuses)
+    parts = [f"{sum(s.can_run for s in statuses)} of {len(statuses)} can run"]
+    if manual:
+        parts.append(f"{manual} need{'s' if manual == 1 else ''} a manual download first")
+    if blocked:
+        parts.append(f"{blocked} blocked")
+    if quoted:
+        parts.append(f"{quoted} quoted from other work")
+    return "; ".join(parts)
 
 
 def runnable_tasks(config: dict) -> list[str]:
