@@ -13,8 +13,10 @@ from ..grid import measure_of, metrics_of, save_dir, split_of
 from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
+from .html_table import page
 
 NOT_RUN = "—"
+RAN = ("ok", "manual")  # a row on data a person fetches by hand ran like any other once they did
 TESTS = {"t_test": "Welch's t-test over seeds", "sign_test": "sign test (Collins et al. 2005), first seeds",
          "bootstrap": "paired bootstrap resampling (Koehn 2004), first seeds"}
 
@@ -31,7 +33,7 @@ def build(spec: dict) -> pd.DataFrame:
         scores = load_scores(row.get("scores", {}))
         baseline = load_scores(row.get("baseline_scores", {}))
         record = {"row": row["label"]}
-        ran = row["state"] == "ok" and any(scores.values())
+        ran = row["state"] in RAN and any(scores.values())
         for metric in metrics:
             suffix = f" {metric}" if len(metrics) > 1 else ""
             split, measure = split_of(metric), measure_of(metric)
@@ -154,7 +156,7 @@ def run_speeds(row: dict) -> tuple[float | None, float | None]:
 
 def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
     """Dou T1's speed columns as ratios to the first row (hardware-independent), the paper's beside ours."""
-    ours = [run_speeds(row) if row["state"] == "ok" else (None, None) for row in rows]
+    ours = [run_speeds(row) if row["state"] in RAN else (None, None) for row in rows]
     paper = [(row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s"))
              for row in rows]
     for k, name in enumerate(("train speed", "decode speed")):
@@ -198,7 +200,10 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
                            longtable=len(shown) > 25, escape=True)
     with atomic_path(f"{out_prefix}.tex") as tmp:
         Path(tmp).write_text(latex, encoding="utf-8")
-    html = f"<p>{legend(spec)}</p>\n" + shown.to_html(index=False, border=0, classes="lwnmt-table")
+    html = page(shown, title=f"{spec['paper']} {spec['table']}: {spec.get('caption', '')}".strip(),
+                caption_lines=[f"Scale: {spec['scale']}" if spec.get("scale") else "", legend(spec),
+                               *precision_lines(spec)],
+                notes=[line.removeprefix("- ") for line in notes(spec)[3:]], not_run=NOT_RUN)
     with atomic_path(f"{out_prefix}.html") as tmp:
         Path(tmp).write_text(html, encoding="utf-8")
     return table
@@ -219,7 +224,7 @@ def precision_lines(spec: dict) -> list[str]:
     `precision`): a number from bf16 on one machine and fp32 on another is not the same experiment."""
     used: dict[str, list[str]] = {}
     for row in spec["rows"]:
-        for run in row.get("runs", []) if row["state"] == "ok" else []:
+        for run in row.get("runs", []) if row["state"] in RAN else []:
             path = Path(save_dir(run)) / "training.json"
             chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
             if chosen:
