@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import gzip
 import json
 import math
@@ -241,7 +242,9 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
     from layerwise_nmt.train import TrainConfig, accumulate
 
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    # a group that cannot form must fail this check, not hang the command until the node's limit kills it
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         spec = family_spec("transformer_post", "fp32")
         torch.manual_seed(3)
@@ -349,6 +352,7 @@ def all_ok(checks: dict, speed_rows: list[dict] = (), probe: dict | None = None)
     found += [checks[k] for k in ("ddp", "gpu_lock") if k in checks]
     found += [{"ok": "error" not in row} for row in speed_rows]
     found += [{"ok": "error" not in row} for row in (probe or {}).get("runs", [])]
+    found += [{"ok": False}] if (probe or {}).get("error") else []  # a probe that raised, or measured nothing
     return bool(found) and all(c["ok"] for c in found)
 
 
@@ -551,6 +555,18 @@ def probe(data_dir: Path, device: torch.device, work: Path, results: Results, se
     return results.probe
 
 
+def run_probe(args, device: torch.device, work: Path, results: Results) -> dict:
+    """The probe, its failure kept in gpu.json: a probe that raised or measured nothing fails the run."""
+    found = _guarded(lambda: probe(Path(args.probe), device, work, results, args.probe_seconds,
+                                   overlays=tuple(map(Path, args.probe_config))))
+    if found.get("ok") is False:
+        results.probe = {**results.probe, "error": found["error"]}
+    elif not results.probe.get("runs"):
+        results.probe = {**results.probe, "error": "the probe measured nothing"}
+    results.save()
+    return results.probe
+
+
 def report(device: torch.device, checks: dict, rows: list[dict], probe_result: dict | None = None) -> dict:
     """benchmarks/results/gpu.json: the device, each check, each speed row, and how MFU was computed."""
     from layerwise_nmt.precision import device_name
@@ -599,12 +615,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         # what auto picks first, then speed and the probe, then the other precisions: a command cut short by its
         # time limit loses the least used precisions' checks, not the numbers the study is sized from
-        correctness(device, Path(work), results, args.families, labels[:1], once=True)
+        correctness(device, Path(work), results, args.families, labels[:1], once=False)
         if not args.skip_speed:
             speed(read_config(ROOT / "config.yaml"), device, args, results)
         if args.probe:
-            _guarded(lambda: probe(Path(args.probe), device, Path(work), results, args.probe_seconds,
-                                   overlays=tuple(map(Path, args.probe_config))))
+            run_probe(args, device, Path(work), results)
+        # data-parallel and the GPU lock after the numbers: a process group that hangs costs only these
+        correctness(device, Path(work), results, (), [], once=True)
         correctness(device, Path(work), results, args.families, labels[1:], once=False)
     result = results.save()
     print(f"gpu-check: {'all checks passed' if result['all_checks_ok'] else 'SOME CHECKS FAILED'}; {args.json}")

@@ -165,7 +165,7 @@ class Reporter:
         summary = {"updates": progress.update, "epochs_completed": progress.epoch - 1, "precision": precision,
                    "target_tokens": int(progress.target_tokens), "sentences": progress.sentences or None,
                    "stopped_by": progress.stopped_by, "skipped_updates": progress.skipped_updates,
-                   "minutes": round(progress.elapsed / 60, 2),
+                   "minutes": round(progress.elapsed / 60, 2), "peak_gpu_memory_gib": _peak_gpu_memory(),
                    "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}
         with atomic_path(self.run_dir / "training.json") as tmp:
             Path(tmp).write_text(json.dumps(summary, indent=1))
@@ -180,3 +180,10 @@ class Reporter:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _peak_gpu_memory() -> float | None:
+    """This process's peak CUDA allocation (several trainings share one GPU: each says what it took)."""
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_initialized() else None
