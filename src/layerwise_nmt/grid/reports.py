@@ -81,6 +81,7 @@ def figure_spec(config, paper, figure):
         if status.runnable:
             e = experiment(config, row["experiment"])
             runs = [experiment_dir(config, e["name"], s) for s in e["seeds"]]
+            out["trained"] = trained_on(config, e)
             if spec["kind"] == "accuracy_curves":
                 # metrics.csv is not an output of training (it must survive a failed job for resume): the model
                 # stands for it, unless the models stayed on the machine that trained them (study_gpu.sh collect)
@@ -101,3 +102,12 @@ def figure_spec(config, paper, figure):
         rows.append(out)
     return {"paper": paper, "figure": figure, "kind": spec["kind"], "caption": spec.get("caption", ""),
             "xlabel": spec.get("xlabel", ""), "rows": rows, "notice": get(config, "rehearsal/notice")}
+
+
+def trained_on(config, e):
+    """What a figure's title says of a row's run: its data, and its budget (updates or epochs, warm start)."""
+    task = config["tasks"][e["task"]]
+    train = e.get("train", {})
+    return {"dataset": task["dataset"], "src": e["src"], "tgt": e["tgt"], "max_update": train.get("max_update", 0),
+            "max_epoch": train.get("max_epoch", 0), "warm_start": e.get("warm_start") if isinstance(
+                e.get("warm_start"), str) else None}

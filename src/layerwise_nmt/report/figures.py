@@ -17,6 +17,7 @@ Rows that did not run are listed under the plot with their reason, never drawn.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +28,7 @@ import pandas as pd  # noqa: E402
 
 from ..data.io import atomic_path  # noqa: E402
 from ..score import seeds_summary  # noqa: E402
+from .figure_titles import title  # noqa: E402
 
 
 def accuracy_curves(spec: dict, ax) -> pd.DataFrame:
@@ -108,7 +110,6 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
                       marker="D", color="k" if len(rows) == 2 else f"C{i}", label=f"gain of {row['label']}")
         gain.axhline(0, color="grey", linewidth=0.5)
         gain.set_ylabel(f"BLEU gain over {rows[0]['label']}")
-        gain.legend(loc="lower right", fontsize=8)
     return table
 
 
@@ -159,14 +160,26 @@ def attention_maps(spec: dict, ax) -> pd.DataFrame:
         fig.colorbar(image, ax=axis, fraction=0.04)
         axis.set_xlabel(seen["x_label"], fontsize=8)
         axis.set_ylabel(seen["y_label"], fontsize=8)
-        axis.set_xticks(range(len(xs)), xs, rotation=90, fontsize=6)
-        axis.set_yticks(range(len(ys)), ys, fontsize=6)
+        axis.set_xticks(range(len(xs)), [tick_label(x) for x in xs], rotation=90, fontsize=6)
+        axis.set_yticks(range(len(ys)), [tick_label(y) for y in ys], fontsize=6)
         if seen["split"] is not None:
             axis.axvline(seen["split"] - 0.5, color="red", linewidth=1)
         axis.set_title(f"{row['label']}\n{seen['module']}", fontsize=8)
         drawn += [{"row": row["label"], "i": i, "y": y, "j": j, "x": x, "weight": seen["grid"][i][j]}
                   for i, y in enumerate(ys) for j, x in enumerate(xs)]
     return pd.DataFrame.from_records(drawn)
+
+
+SUPERSCRIPT = re.compile(r"^([A-Za-zĤ])\^\{?([\w+-]+)\}?$")  # "z^0", "H^{2i-1}": a layer's output
+
+
+def tick_label(text: str) -> str:
+    """A layer name as mathtext ($z^0$: a superscript, not the text "z^0"); a word as itself (a "$" in it literal,
+    not the start of mathtext)."""
+    found = SUPERSCRIPT.match(text)
+    if found:
+        return f"${found.group(1).replace('Ĥ', chr(92) + 'hat{H}')}^{{{found.group(2)}}}$"
+    return text.replace("$", r"\$")
 
 
 def _inspected(row: dict) -> dict:
@@ -180,34 +193,53 @@ KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": l
 def write(spec: dict, out_prefix: str) -> list[str]:
     """Draw the figure; writes <out_prefix>.png, .pdf and .csv (the numbers drawn) and returns the rows it could not
     draw, with reasons."""
-    wide = spec["kind"] == "attention" and len(spec["rows"]) > 1
-    fig, ax = plt.subplots(figsize=(6 * len(spec["rows"]), 5.5) if wide else (7, 4.2))
-    data = KINDS[spec["kind"]](spec, ax)
+    fig, data, missing = draw(spec)
     with atomic_path(f"{out_prefix}.csv") as tmp:
         data.to_csv(tmp, index=False)
-    missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
-               if not (row.get("metrics") or row.get("scores") or row.get("inspection"))]
-    named = [row["label"] for row in spec["rows"] if row.get("inspection")]
-    if spec["kind"] == "attention":
-        fig.suptitle(f"{spec['paper']} {spec['figure']}: sentence {spec['rows'][0].get('sentence', 0) + 1} of the "
-                     f"test set", fontsize=10)
-    elif spec["kind"] == "aggregation_shares" and len(named) == 1:
-        ax.set_title(f"{spec['paper']} {spec['figure']}: {named[0]}", fontsize=10)
-    else:
-        ax.set_title(f"{spec['paper']} {spec['figure']}", fontsize=10,
-                     pad=24 if spec["kind"] == "aggregation_shares" else 6)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    if missing:  # say what is absent instead of drawing it
-        fig.text(0.01, 0.01, "not drawn — " + "; ".join(missing), fontsize=6, wrap=True, va="bottom")
-        fig.subplots_adjust(bottom=0.25)
-    if spec.get("notice"):  # a rehearsal's figure must not pass for a result
-        fig.text(0.5, 0.5, "REHEARSAL", fontsize=40, color="red", alpha=0.25, rotation=30, ha="center",
-                 va="center")
-        fig.text(0.01, 0.99, spec["notice"], fontsize=7, color="red", va="top")
     for ext in ("png", "pdf"):
         with atomic_path(f"{out_prefix}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return missing
+
+
+def draw(spec: dict):
+    """(the figure, the numbers drawn, the rows not drawn with their reasons): titled in words, its legend below
+    the plot, where it hides no data, and what is absent said under it."""
+    wide = spec["kind"] == "attention" and len(spec["rows"]) > 1
+    fig, ax = plt.subplots(figsize=(6 * len(spec["rows"]), 5.5) if wide else (7, 4.2))
+    data = KINDS[spec["kind"]](spec, ax)
+    missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
+               if not (row.get("metrics") or row.get("scores") or row.get("inspection"))]
+    if spec["kind"] == "attention":
+        fig.suptitle(title(spec), fontsize=10)
+    else:
+        ax.set_title(title(spec), fontsize=10, pad=24 if spec["kind"] == "aggregation_shares" else 6)
+    ax.grid(alpha=0.3)
+    bottom = legend_below(fig, ax)
+    if missing:  # say what is absent instead of drawing it
+        fig.text(0.01, bottom - 0.02, "not drawn — " + "; ".join(missing), fontsize=6, wrap=True, va="top")
+    if spec.get("notice"):  # a rehearsal's figure must not pass for a result
+        fig.text(0.5, 0.5, "REHEARSAL", fontsize=40, color="red", alpha=0.25, rotation=30, ha="center",
+                 va="center")
+        fig.text(0.01, 0.99, spec["notice"], fontsize=7, color="red", va="top")
+    return fig, data, missing
+
+
+def legend_below(fig, ax) -> float:
+    """One legend for the plot and its twin axis (the gain), under the axes' labels, and the lowest point drawn
+    (figure coordinates) for what goes under it."""
+    twins = [other for other in fig.axes if other is not ax and other.bbox.bounds == ax.bbox.bounds]
+    handles, labels = [], []
+    for axis in [ax] + twins:
+        h, lab = axis.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
+    renderer = fig.canvas.get_renderer()
+    boxes = [axis.get_tightbbox(renderer) for axis in [ax] + twins]
+    lowest = fig.transFigure.inverted().transform((0, min(box.y0 for box in boxes)))[1]
+    if not handles:
+        return lowest
+    legend = fig.legend(handles, labels, loc="upper center", fontsize=8, frameon=False,
+                        ncol=min(len(labels), 2 if max(map(len, labels)) > 25 else 3),
+                        bbox_to_anchor=(ax.get_position().x0 + ax.get_position().width / 2, lowest - 0.01))
+    return fig.transFigure.inverted().transform((0, legend.get_window_extent(renderer).y0))[1]

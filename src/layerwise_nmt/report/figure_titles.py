@@ -1,0 +1,58 @@
+"""A figure's title in words, as a paper's figure reads: what is compared, on what data, at what budget — from the
+figure spec's rows (each runnable row's `trained`: dataset, language pair, updates or epochs, warm start)."""
+
+from __future__ import annotations
+
+WHAT = {
+    "accuracy_curves": "Token accuracy while training (train dashed, validation solid)",
+    "length_buckets": "BLEU by source sentence length",
+    "aggregation_shares": "Share of each input in the encoder's aggregation nodes",
+    "attention": "Attention weights on one test sentence",
+}
+SHOUTED = ("iwslt", "wmt", "nist")  # corpus names the papers write in capitals
+
+
+def title(spec: dict) -> str:
+    """Two lines: "<what>: <row> vs <row>" and "<data> · <budget>"."""
+    what = WHAT.get(spec["kind"]) or f"BLEU by {spec.get('xlabel') or 'setting'}"
+    if spec["kind"] == "attention" and spec["rows"]:
+        what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', 0) + 1}"
+    labels = [row["label"] for row in spec["rows"]]
+    compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "length_buckets") else \
+        what if len(labels) != 1 else f"{what}: {labels[0]}"
+    trained = [row for row in spec["rows"] if row.get("trained")]
+    if not trained:
+        return compared
+    return f"{compared}\n{' · '.join([data(trained)] + [budget(spec['rows'], trained)])}"
+
+
+def data(rows: list[dict]) -> str:
+    names = dict.fromkeys(corpus(row["trained"]) for row in rows)
+    return ", ".join(names)
+
+
+def corpus(trained: dict) -> str:
+    """"Multi30k De→En", "IWSLT14 De→En", "WMT14 En→De" from the dataset's name and the pair."""
+    name = trained["dataset"].split("-")[0]
+    name = name.upper() if name.startswith(SHOUTED) else name[:1].upper() + name[1:]
+    return f"{name} {trained['src'].capitalize()}→{trained['tgt'].capitalize()}"
+
+
+def budget(rows: list[dict], trained: list[dict]) -> str:
+    """"1,000 updates each", or per row: "baseline 1,000 updates, GCA full model +300 updates from baseline"."""
+    labels = {row.get("experiment"): row["label"] for row in rows}
+    each = [budget_of(row["trained"], labels) for row in trained]
+    if len(set(each)) == 1:
+        return f"{each[0]} each" if len(trained) > 1 else each[0]
+    return ", ".join(f"{row['label']} {words}" for row, words in zip(trained, each))
+
+
+def budget_of(trained: dict, labels: dict) -> str:
+    if trained.get("max_update"):
+        words = f"{trained['max_update']:,} updates"
+    elif trained.get("max_epoch"):
+        words = f"up to {trained['max_epoch']} epochs"
+    else:
+        words = "no update limit"
+    start = trained.get("warm_start")
+    return f"+{words} from {labels.get(start, start)}" if start else words
