@@ -1,43 +1,88 @@
 #!/usr/bin/env bash
-# gpu-check and the converged study (config/study.yaml) on a rented or borrowed GPU node that has PyTorch but nothing
-# else of ours, no internet and no filesystem shared with this checkout, for a short allocation (defaults: about
-# 15 minutes in all, node start included, and 10 minutes per command; a few files of <= 16 MiB come back; the node
-# is wiped afterwards). docs/usage.md, "On a GPU node without internet". Every command adds evidence: results are
-# written as they happen and packed on exit, however it exits.
+# The converged study (config/study.yaml) and gpu-check on a rented or borrowed GPU node that has PyTorch but nothing
+# else of ours, no internet and no filesystem shared with this checkout, for a short allocation (defaults: 15 minutes
+# in all, node start included, 10 minutes per command, 64 MiB carried there, 8 files back; the node is wiped
+# afterwards). docs/usage.md, "On a GPU node without internet". No make or git on the node: bash and python3.
 #
 #   scripts/study_gpu.sh prepare          # on the checkout's machine (CPU, PyPI): wheels → .whl/
 #                                         # (scripts/node_wheels.py), Multi30k preprocessed → .study/data.tar.gz
-#   scripts/study_gpu.sh first            # on the node, command 1 (<= 8 min): environment, gpu-check (every family
-#                                         # in bf16/fp16/TF32/fp32, speed rows, the study throughput probe) → $OUT
-#   scripts/study_gpu.sh shard NAME       # on the node, command 2..: one shard of the study, whole inside one command
-#   scripts/study_gpu.sh shards           # the shards, in the order allocations should take them
+#   scripts/study_gpu.sh run              # on the node, command 1 (<= 9 min): checks (<= 90 s: tools, wheels,
+#                                         # one update per model family, a Snakemake dry run), a probe that sizes the
+#                                         # run, then the small study: all 6 rows × 3 seeds; results.json and the
+#                                         # archive rewritten after every scored run
+#   scripts/study_gpu.sh check            # on the node, command 2 (optional, what is left): the full gpu-check
+#   scripts/study_gpu.sh shard NAME       # on the node: one transformer_iwslt_de_en-size shard (later allocations)
+#   scripts/study_gpu.sh shards           # those shards, in the order allocations should take them
+#   scripts/study_gpu.sh budget           # the seconds each step may take, checked against the allocation
 #   scripts/study_gpu.sh collect DIR...   # back on the checkout's machine: merge what came back (any number of
 #                                         # allocations) into .study/, gpu.json → benchmarks/results/, docs/study/
 #
 # Shards (models cannot travel back, so a shard holds a baseline together with the rows warm-started from it):
-#   small       all 6 rows × 3 seeds at the demo's model size (config/study_small.yaml), 9 trainings at once:
-#               the first allocation that reaches the study yields a whole table
+#   small       all 6 rows × 3 seeds at the demo's model size (config/study_small.yaml): what `run` trains
 #   seed1..3    transformer_iwslt_de_en size: seed k's baseline, then its three warm-started rows
 #   lwc-mlrf    transformer_iwslt_de_en size: LWC and MLRF Dec-SA, 3 seeds each, 6 at once
 #
-# Settings (environment): OUT (where results go: the folder your node's job sends back; default ./node-out),
-# NODE_COMMAND_S (the node's limit per command, default 600: the budgets below keep inside it), STUDY_SECONDS (a
-# shard's Snakemake budget, default NODE_COMMAND_S - 100), FIRST_SECONDS (gpu-check's, default NODE_COMMAND_S - 150),
-# GPU_CHECK_ARGS (extra gpu_check.py arguments: the rehearsal's --device cpu and toy budgets), STUDY_EXTRA (more
-# overlays, after the shard's), STUDY_JOBS (trainings at once; default per shard), STUDY_SITE (where the wheels are
-# installed, default /tmp/site), STUDY_PY and STUDY_IMAGE_PACKAGES (prepare: the node's Python and the packages its
-# image already has). On a GPU machine with internet and this checkout none of this is needed:
-# `snakemake --cores all --configfile config/study.yaml`.
+# Settings (environment): OUT (where results go: the folder your node's job sends back; default ./node-out); the
+# budgets below (ALLOCATION_S, NODE_START_S, NODE_COMMAND_S, RUN_S and each step's); GPU_CHECK_ARGS and
+# PROBE_ARGS (extra gpu_check.py / study_probe.py arguments: the rehearsal's --device cpu and toy sizes); STUDY_EXTRA
+# (more overlays, after the shard's); STUDY_JOBS (trainings at once; default: the probe's choice); STUDY_SITE (where
+# the wheels are unpacked, default /tmp/site); STUDY_DIR and STUDY_WHEELS (prepare's output, default .study and
+# .whl); STUDY_PY and STUDY_IMAGE_PACKAGES (prepare: the node's Python and the packages its image already has).
+# On a GPU machine with internet and this checkout none of this is needed:
+# `snakemake --cores all --configfile config/study.yaml config/study_small.yaml`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-STUDY=$ROOT/.study                       # data.tar.gz (carried) and one Snakemake folder per model size
+STUDY=${STUDY_DIR:-$ROOT/.study}        # data.tar.gz (carried) and one Snakemake folder per model size
+WHEELS=${STUDY_WHEELS:-$ROOT/.whl}
 SITE=${STUDY_SITE:-/tmp/site}
 OUT=${OUT:-$ROOT/node-out}
-COMMAND_S=${NODE_COMMAND_S:-600}
 EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
 SHARDS="small seed1 seed2 seed3 lwc-mlrf"
 TASK=multi30k_deen
+# The allocation, and the seconds each step may take (`budget` checks that they add up; every `timeout` below is
+# one of these). Command 1, `run`: the checks, the probe, the study, then the kill's grace and the last pack.
+ALLOCATION_S=${ALLOCATION_S:-900}; NODE_START_S=${NODE_START_S:-120}; NODE_COMMAND_S=${NODE_COMMAND_S:-600}
+RUN_S=${RUN_S:-540}; CHECKS_MAX_S=${CHECKS_MAX_S:-90}
+ENV_S=${ENV_S:-10}; INSTALL_S=${INSTALL_S:-20}; FAMILIES_S=${FAMILIES_S:-35}; DRYRUN_S=${DRYRUN_S:-25}
+PROBE_S=${PROBE_S:-40}; KILL_S=${KILL_S:-15}; PACK_S=${PACK_S:-10}
+STUDY_S=${STUDY_S:-$((RUN_S - ENV_S - INSTALL_S - FAMILIES_S - DRYRUN_S - PROBE_S - KILL_S - PACK_S))}
+# command 2, `check`: what the allocation has left after the node's start and command 1
+CHECK_S=${CHECK_S:-$((ALLOCATION_S - NODE_START_S - RUN_S))}
+GPUCHECK_S=${GPUCHECK_S:-$((CHECK_S - ENV_S - INSTALL_S - KILL_S))}
+SHARD_S=${SHARD_S:-$((NODE_COMMAND_S - INSTALL_S - KILL_S - PACK_S - 30))}  # a later allocation's shard command
+TOOLS="bash python3 timeout tar gzip sha256sum realpath sed grep find sort cut head tail tee du df date sleep mkdir rm
+cat mv cp wc chmod awk"
+
+budget() {  # every step's seconds, and whether they fit the command and the allocation; exit 1 if not
+    local bad=0
+    row() { printf '  %-44s %5s s\n' "$1" "$2"; }
+    fits() { if [ "$2" -gt "$3" ]; then echo "budget: OVER: $1 ($2 s > $3 s)"; bad=1; fi; }
+    echo "allocation $ALLOCATION_S s: node start $NODE_START_S s, then commands of at most $NODE_COMMAND_S s each"
+    echo "command 1, run ($RUN_S s):"
+    row "environment, tools (ENV_S)" "$ENV_S"; row "wheels unpacked, imports (INSTALL_S)" "$INSTALL_S"
+    row "one update per model family (FAMILIES_S)" "$FAMILIES_S"; row "Snakemake dry run (DRYRUN_S)" "$DRYRUN_S"
+    row "probe: sizes the study (PROBE_S)" "$PROBE_S"; row "the small study (STUDY_S)" "$STUDY_S"
+    row "the kill's grace (KILL_S)" "$KILL_S"; row "last results and pack (PACK_S)" "$PACK_S"
+    echo "command 2, check ($CHECK_S s): environment $ENV_S s, wheels $INSTALL_S s, gpu-check $GPUCHECK_S s, grace $KILL_S s"
+    fits "the checks before the probe" $((ENV_S + INSTALL_S + FAMILIES_S + DRYRUN_S)) "$CHECKS_MAX_S"
+    fits "command 1's steps" $((ENV_S + INSTALL_S + FAMILIES_S + DRYRUN_S + PROBE_S + STUDY_S + KILL_S + PACK_S)) "$RUN_S"
+    fits "command 1" "$RUN_S" "$NODE_COMMAND_S"
+    fits "command 2's steps" $((ENV_S + INSTALL_S + GPUCHECK_S + KILL_S)) "$CHECK_S"
+    fits "command 2" "$CHECK_S" "$NODE_COMMAND_S"
+    fits "a shard command" $((INSTALL_S + SHARD_S + KILL_S + PACK_S)) "$NODE_COMMAND_S"
+    fits "node start + command 1 + command 2" $((NODE_START_S + RUN_S + CHECK_S)) "$ALLOCATION_S"
+    [ "$STUDY_S" -gt 0 ] && [ "$GPUCHECK_S" -gt 0 ] || { echo "budget: OVER: no time left for a step"; bad=1; }
+    [ $bad = 0 ] && echo "budget: fits"
+    return $bad
+}
+
+bounded() {  # bounded NAME SECONDS COMMAND...: run it under its budget and say how long it took
+    local name=$1 seconds=$2 start=$SECONDS status=0; shift 2
+    timeout -s TERM -k "$KILL_S" "$seconds" "$@" || status=$?
+    echo "step $name: $((SECONDS - start)) s of its $seconds s (exit $status)"
+    return $status
+}
 
 shard_size() { case $1 in small) echo small ;; seed[123]|lwc-mlrf) echo iwslt ;; *) return 1 ;; esac; }
 size_configs() {  # the overlays of a model size (prep: the data only), after config.yaml
@@ -67,106 +112,192 @@ prepare() {
     local packages=${STUDY_IMAGE_PACKAGES:-scripts/node-image-packages.txt} key
     # the wheels are for one Python, one image and our pins: made again when any of them changed
     key="python ${STUDY_PY:-3.12} $(cat "$packages" constraints.txt | sha256sum | cut -c1-16)"
-    if [ "$(cat .whl/.complete 2>/dev/null)" != "$key" ]; then
-        rm -rf .whl
-        python scripts/node_wheels.py .whl --python-version "${STUDY_PY:-3.12}" --image-packages "$packages"
-        echo "$key" > .whl/.complete
+    if [ "$(cat "$WHEELS/.complete" 2>/dev/null)" != "$key" ]; then
+        rm -rf "$WHEELS"
+        python scripts/node_wheels.py "$WHEELS" --python-version "${STUDY_PY:-3.12}" --image-packages "$packages"
+        echo "$key" > "$WHEELS/.complete"
     fi
     mkdir -p "$STUDY/prep"
     snake prep --cores all --until binarize --quiet rules
     tar -czf "$STUDY/data.tar.gz" -C "$STUDY/prep" "results/$TASK/data"
-    echo "study: prepared .whl ($(du -sh .whl | cut -f1)) and .study/data.tar.gz ($(du -h "$STUDY/data.tar.gz" | cut -f1));" \
-         "carry both: 'scripts/study_gpu.sh first', then 'scripts/study_gpu.sh shard NAME' ($SHARDS)"
+    git rev-parse --short HEAD > "$STUDY/commit" 2>/dev/null || true  # the node has no git
+    echo "study: prepared $WHEELS ($(du -sh "$WHEELS" | cut -f1)) and $STUDY/data.tar.gz ($(du -h "$STUDY/data.tar.gz" | cut -f1));" \
+         "carry both as .whl and .study: 'scripts/study_gpu.sh run', then 'scripts/study_gpu.sh check'"
+}
+
+tools() {  # every tool these commands call, found (the node has no make or git; `python` is made if missing)
+    local tool missing=""
+    for tool in $TOOLS; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+    echo "tools: $(for tool in $TOOLS python nvidia-smi; do printf '%s=%s ' "$tool" "$(command -v "$tool" || echo MISSING)"; done)"
+    [ -z "$missing" ] || { echo "study: missing tools:$missing"; return 1; }
 }
 
 # The image's python3 is itself a venv: a venv made from it would see the base interpreter's packages (no torch).
 # The carried wheels go into a plain folder on PYTHONPATH instead, without a resolver and without touching the image.
 setup_env() {
-    local wheels
+    local wheels module err bad=0
     wheels=$(cat "$ROOT/.whl/.complete" 2>/dev/null || true)
     if [ -n "$wheels" ] && [ "$(cat "$SITE/.installed" 2>/dev/null)" != "$wheels" ]; then  # these wheels, once
         rm -rf "$SITE" && mkdir -p "$SITE"
-        python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-            "$ROOT"/.whl/*.whl
+        python3 "$ROOT/scripts/node_wheels.py" --install "$SITE" "$ROOT"/.whl/*.whl
         echo "$wheels" > "$SITE/.installed"
     fi
     export PYTHONPATH="$ROOT/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    mkdir -p "$SITE/bin"
     export PATH="$SITE/bin:$PATH"
+    # the rules call `python -m layerwise_nmt`: it must be this python3, whatever else `python` names on the node
+    printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > "$SITE/bin/python" && chmod +x "$SITE/bin/python"
     for module in torch yaml snakemake sacremoses subword_nmt jsonschema sacrebleu; do
-        python3 -c "import $module" 2>/dev/null || { echo "study: python3 cannot import $module (carry .whl: make study-prepare)"; return 1; }
+        if ! err=$(python3 -c "import $module" 2>&1); then  # the error itself, not only its module
+            echo "study: python3 cannot import $module (carry .whl: make study-prepare)"
+            printf '%s\n' "$err" | tail -n 4 | sed 's/^/    /'
+            bad=1
+        fi
     done
+    return $bad
 }
 
-unpack_data() {
+env_paths() {  # setup_env's PATH and PYTHONPATH, for this shell when setup_env ran in a bounded one
+    export PYTHONPATH="$ROOT/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
+}
+
+unpack_data() {  # the binarized data, unless this folder has it (a collected .study holds only the texts)
     local size=$1
-    [ -d "$STUDY/$size/results/$TASK/data" ] && return
+    [ -f "$STUDY/$size/results/$TASK/data/bin-joint/train.de-en.de.bin" ] && return
     mkdir -p "$STUDY/$size"
     tar -xzf "$STUDY/data.tar.gz" -C "$STUDY/$size"
 }
 
 environment() {
     echo "date: $(date -u +%FT%TZ)"
-    echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "commit: $(cat "$ROOT/.study/commit" 2>/dev/null || echo unknown) (prepared from)"
     nvidia-smi 2>&1 | head -20 || echo "nvidia-smi: not found"
     python3 -c "import sys, torch; print('python', sys.version.split()[0], sys.executable); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
     df -h "$ROOT" /tmp 2>&1
-    nproc; free -g 2>/dev/null | head -2 || true
+    nproc 2>/dev/null || true; free -g 2>/dev/null | head -2 || true
     echo "pip freeze (the image's versions: scripts/node-image-versions.txt pins the rehearsal's to these):"
     python3 -m pip freeze 2>&1 | grep -v '^WARNING' || true
 }
 
-first() {
+begin() {  # begin LOG: everything said goes to $OUT/LOG too; the environment to env.txt
     mkdir -p "$OUT"
-    exec > >(tee -a "$OUT/first.log") 2>&1
-    trap 'echo "first: exit $? at $(date -u +%T)"' EXIT  # gpu.json is already on disk, rewritten after every check
-    environment > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-    setup_env
-    unpack_data iwslt
-    local status=0
-    timeout -s TERM -k 20 "${FIRST_SECONDS:-$((COMMAND_S - 150))}" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu.json" \
-        --probe "$STUDY/iwslt/results/$TASK/data/bin-joint" ${EXTRA:+--probe-config $EXTRA} ${GPU_CHECK_ARGS:-} \
-        || status=$?
-    echo "first: gpu_check exit $status; next: scripts/study_gpu.sh shard $(next_shard)"
+    exec > >(tee -a "$OUT/$1") 2>&1
+    bounded environment "$ENV_S" bash -c "$(declare -f environment); ROOT=$ROOT; environment" > "$OUT/env.txt" 2>&1 || true
+    head -40 "$OUT/env.txt"
+    tools
+}
+
+small_targets() { shard_targets small; }
+
+results_now() {  # results.json from the runs so far; a new archive when another run was scored since the last
+    local scored
+    scored=$(python3 "$ROOT/scripts/study_status.py" --node-results "$STUDY/small" --out "$OUT/results.json") || return 0
+    if [ "$scored" != "$(cat "$STUDY/small/.packed" 2>/dev/null)" ]; then
+        pack small small && echo "$scored" > "$STUDY/small/.packed"
+    fi
+}
+
+watch_results() { while :; do results_now; sleep 5; done; }
+
+# Command 1: checks, probe, the small study. Everything it makes is in $OUT as soon as it exists.
+run() {
+    local status=0 imports=0 jobs seconds watcher sized
+    begin run.log
+    echo "budget:"; budget || true
+    bounded wheels "$INSTALL_S" bash -c "$(declare -f setup_env); ROOT=$ROOT SITE=$SITE; setup_env" || imports=1
+    env_paths
+    unpack_data small
+    bounded families "$FAMILIES_S" python3 "$ROOT/benchmarks/study_probe.py" checks --json "$OUT/gpu.json" \
+        ${GPU_CHECK_ARGS:-} || status=$?
+    [ $imports = 0 ] || { echo "run: the study needs the imports above (make study-prepare, carry .whl)"; return 1; }
+    export -f snake size_configs; export STUDY ROOT EXTRA
+    dry_run || return 1
+    sized=$(bounded probe "$PROBE_S" python3 "$ROOT/benchmarks/study_probe.py" probe \
+        "$STUDY/small/results/$TASK/data/bin-joint" --json "$OUT/gpu.json" --study-seconds "$STUDY_S" \
+        --overlays "$ROOT/config/study_small.yaml" $EXTRA ${PROBE_ARGS:-}) || true
+    echo "$sized"
+    jobs=$(echo "$sized" | sed -n 's/^jobs \([0-9]*\) seconds_per_run \([0-9]*\)$/\1/p')
+    seconds=$(echo "$sized" | sed -n 's/^jobs \([0-9]*\) seconds_per_run \([0-9]*\)$/\2/p')
+    jobs=${STUDY_JOBS:-${jobs:-3}}; seconds=${seconds:-$(( (STUDY_S - 4 * 45) / 4 ))}
+    echo "run: $jobs trainings at once, each at most $seconds s"
+    per_run_budget "$seconds" > "$STUDY/small/budget.yaml"
+    EXTRA="$EXTRA $STUDY/small/budget.yaml"
+    watch_results & watcher=$!
+    trap "kill $watcher 2>/dev/null; results_now; echo \"run: exit at \$(date -u +%T)\"" EXIT
+    study small "$jobs" "$STUDY_S" || status=$?
     return $status
 }
 
-next_shard() { echo "${SHARDS%% *}"; }
+dry_run() {  # the workflow's imports and DAG on the node; its data unpacked here (nothing to download)
+    local said status=0
+    said=$(bounded dry-run "$DRYRUN_S" bash -c 'snake "$@"' snake small -n --quiet rules $(small_targets) 2>&1) \
+        || status=$?
+    echo "$said"
+    [ $status = 0 ] || { echo "run: the workflow's dry run failed (above)"; return 1; }
+    if echo "$said" | grep -qE '^(fetch|extract|binarize)[[:space:]]'; then
+        echo "run: the dry run would prepare the data again (no internet here): $STUDY/small lacks the unpacked data"
+        return 1
+    fi
+}
 
-shard() {
-    local name=$1 size status=0 start=$SECONDS
-    size=$(shard_size "$name") || { echo "study: unknown shard $name; known: $SHARDS" >&2; exit 2; }
-    mkdir -p "$OUT"
-    exec > >(tee -a "$OUT/shard-$name.log") 2>&1
-    trap "pack $name $size" EXIT  # whatever happens, what the shard made comes back
-    setup_env
-    unpack_data "$size"
+per_run_budget() {  # an overlay: each run of the study stops training after $1 seconds (then averages, decodes)
+    echo "experiments:"
+    for e in transformer lwc mlrf_dec_sa gca_full dou_deep transformer_longer; do
+        echo "  study.$e: {train: {max_minutes: $(awk "BEGIN {print $1 / 60}")}}"
+    done
+}
+
+study() {  # study SHARD JOBS SECONDS: its trainings, JOBS at once, the whole of it within SECONDS
+    local name=$1 jobs=$2 seconds=$3 size status=0 start=$SECONDS done=0 total=0 t
+    size=$(shard_size "$name")
     snake "$size" --unlock >/dev/null 2>&1 || true
     # gpus_per_job 0: the small models share the one GPU, no job holds its lock; a training stopped by the budget
     # checkpoints on SIGTERM (its logs and metrics come back; its model cannot)
     export -f snake size_configs; export STUDY ROOT EXTRA
-    timeout -s TERM -k 60 "${STUDY_SECONDS:-$((COMMAND_S - 100))}" bash -c 'snake "$@"' snake "$size" $(shard_targets "$name") \
+    bounded "study $name" "$seconds" bash -c 'snake "$@"' snake "$size" $(shard_targets "$name") \
         --cores all --rerun-incomplete --keep-going --config gpus_per_job=0 --set-threads train=1 \
-        --resources "train_slots=${STUDY_JOBS:-$(shard_jobs "$name")}" --set-resources train:train_slots=1 \
-        || status=$?
-    local done=0 total=0
+        --resources "train_slots=$jobs" --set-resources train:train_slots=1 || status=$?
     for t in $(shard_targets "$name"); do total=$((total + 1)); [ -f "$STUDY/$size/$t" ] && done=$((done + 1)); done
     echo "study: shard $name: $done of $total runs scored in $((SECONDS - start)) s (snakemake exit $status)"
     [ "$done" = "$total" ]
 }
 
+# Command 2 (optional): the full gpu-check, every family × precision, speed rows with MFU, in what is left
+check() {
+    local status=0
+    begin check.log
+    bounded wheels "$INSTALL_S" bash -c "$(declare -f setup_env); ROOT=$ROOT SITE=$SITE; setup_env" || true
+    env_paths
+    bounded gpu-check "$GPUCHECK_S" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu-full.json" \
+        ${GPU_CHECK_ARGS:-} || status=$?
+    echo "check: gpu_check exit $status"
+    return $status
+}
+
+shard() {  # a transformer_iwslt_de_en-size shard, a later allocation's command
+    local name=$1 size
+    size=$(shard_size "$name") || { echo "study: unknown shard $name; known: $SHARDS" >&2; exit 2; }
+    begin "shard-$name.log"
+    trap "pack $name $size" EXIT  # whatever happens, what the shard made comes back
+    setup_env
+    unpack_data "$size"
+    study "$name" "${STUDY_JOBS:-$(shard_jobs "$name")}" "$SHARD_S"
+}
+
 # what the tables and figures read (scores, hypotheses, metrics, training.json, logs, and the test/valid texts that
-# the bootstrap and the length buckets compare against): one small archive per shard, no models
+# the bootstrap and the length buckets compare against): one small archive per shard, no models; written beside
+# and then renamed, so that a cut at any moment leaves the previous archive whole
 pack() {
     local name=$1 size=$2
     ( cd "$STUDY/$size" 2>/dev/null || exit 0
       { find results -path '*/data' -prune -o -type f \( -name '*.json' -o -name '*.txt' -o -name '*.csv' \
             -o -name '*.log' -o -name '*.tsv' -o -name '*.bpe' -o -name '*.detok' \) -print
         find results -path '*/data/text/*' -type f \( -name 'test.*' -o -name 'valid.*' \) -print
-      } | tar -czf "$OUT/shard-$name.tar.gz" -T - )
+      } | tar -czf "$OUT/.shard-$name.tar.gz" -T - && mv -f "$OUT/.shard-$name.tar.gz" "$OUT/shard-$name.tar.gz" )
 }
 
 collect() {
-    local dir archive name size
+    local dir archive name size gpu
     for dir in "$@"; do
         for archive in "$dir"/shard-*.tar.gz; do
             [ -f "$archive" ] || continue
@@ -174,19 +305,23 @@ collect() {
             size=$(shard_size "$name") || { echo "study: $archive: unknown shard $name" >&2; exit 2; }
             mkdir -p "$STUDY/$size"
             tar -xzf "$archive" -C "$STUDY/$size"
-            echo "study: merged $archive into .study/$size"
+            echo "study: merged $archive into $STUDY/$size"
         done
-        if [ -f "$dir/gpu.json" ]; then cp "$dir/gpu.json" "$ROOT/benchmarks/results/gpu.json"; fi
+        for gpu in "$dir/gpu.json" "$dir/gpu-full.json"; do  # the full check, where it ran, is the one kept
+            if [ -f "$gpu" ]; then cp "$gpu" "$ROOT/benchmarks/results/gpu.json"; fi
+        done
     done
     python scripts/study_status.py --study "$STUDY" --docs "${STUDY_DOCS:-$ROOT/docs/study}" --extra $EXTRA
 }
 
 case "${1:-}" in
     prepare) prepare ;;
-    first) first ;;
+    run) run ;;
+    check | first) check ;;
     shard) shard "${2:?shard needs a name: $SHARDS}" ;;
     shards) echo "$SHARDS" ;;
+    budget) budget ;;
     collect) shift; [ $# -gt 0 ] || { echo "collect needs the folder(s) the node sent back" >&2; exit 2; }
              collect "$@" ;;
-    *) echo "usage: $0 prepare | first | shard NAME | shards | collect DIR..." >&2; exit 2 ;;
+    *) echo "usage: $0 prepare | run | check | shard NAME | shards | budget | collect DIR..." >&2; exit 2 ;;
 esac

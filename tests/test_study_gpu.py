@@ -76,8 +76,8 @@ def test_wheels_of_another_prepare_are_installed_again_and_the_same_ones_once(tm
     (site / "rpds_py_cp311.so").write_text("")
     (tmp_path / "bin").mkdir()
     calls = tmp_path / "pip-calls"
-    fake = tmp_path / "bin" / "python3"  # records pip installs; every import succeeds
-    fake.write_text(f"#!/bin/sh\nif [ \"$2\" = pip ]; then echo \"$@\" >> {calls}; fi\nexit 0\n")
+    fake = tmp_path / "bin" / "python3"  # records wheel installs; every import succeeds
+    fake.write_text(f"#!/bin/sh\nif [ \"$2\" = --install ]; then echo \"$@\" >> {calls}; fi\nexit 0\n")
     fake.chmod(0o755)
     code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
             f"SITE={site}; PATH={tmp_path}/bin:$PATH; setup_env && setup_env")
