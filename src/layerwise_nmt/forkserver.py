@@ -22,10 +22,13 @@ from __future__ import annotations
 import os
 import sys
 
+from .workflow_env import WORKFLOW_PID
+
 ENV = "LWNMT_FORKSERVER"
-# Read by the libraries when a job starts (or set per job by Snakemake), never by an import in the server; a
-# difference in any other variable makes the server decline.
-PER_JOB = frozenset({"TMPDIR", "TEMP", "TMP", "TEMPDIR", "PWD", "OLDPWD", "SHLVL", "_", ENV})
+# Read by the libraries when a job starts (or set per job by Snakemake; WORKFLOW_PID per Snakemake run, read only
+# when a training stops), never by an import in the server; a difference in any other variable makes the server
+# decline.
+PER_JOB = frozenset({"TMPDIR", "TEMP", "TMP", "TEMPDIR", "PWD", "OLDPWD", "SHLVL", "_", ENV, WORKFLOW_PID})
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGTSTP")
 MAX_REQUEST = 1 << 24
 

@@ -2,8 +2,8 @@
 time starting Python and importing torch than working.
 
 The server is started with the environment each job will have, so that it can stand in for every job's start:
-the one Snakemake passes on, plus what workflow/rules/common.smk adds (PYTHONPATH, LWNMT_ERRORS_ON_STDOUT) and what
-Snakemake's shell sets per job (the thread counts; the rehearsal runs every job on one thread). A job whose
+the one Snakemake passes on, plus what workflow/rules/common.smk adds (PYTHONPATH, PATH, LWNMT_ERRORS_ON_STDOUT)
+and what Snakemake's shell sets per job (the thread counts; the rehearsal runs every job on one thread). A job whose
 environment still differs is declined and runs as a fresh process; the server's log counts both.
 """
 
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..forkserver import ENV
+from ..workflow_env import job_path
 
 SOURCES = Path(__file__).resolve().parents[2]  # the src/ that holds the package, as common.smk finds it
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -52,7 +53,8 @@ class Server:
 def server_env(env: dict) -> dict:
     """A rehearsal job's environment, as Snakemake's shell will give it (but for TMPDIR and the shell's own)."""
     path = os.pathsep.join(filter(None, [str(SOURCES), env.get("PYTHONPATH")]))
-    return {**env, "PYTHONPATH": path, "LWNMT_ERRORS_ON_STDOUT": "1", **{k: "1" for k in THREAD_VARIABLES}}
+    return {**env, "PYTHONPATH": path, "PATH": job_path(env.get("PATH")), "LWNMT_ERRORS_ON_STDOUT": "1",
+            **{k: "1" for k in THREAD_VARIABLES}}
 
 
 def start(directory: Path, env: dict) -> Server:
