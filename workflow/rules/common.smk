@@ -14,6 +14,12 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCES), os.envi
 # A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli)
 os.environ.update(LWNMT_ERRORS_ON_STDOUT="1")
 sys.path.insert(0, str(SOURCES))
+from layerwise_nmt.workflow_env import WORKFLOW_PID, job_path
+
+# Jobs run the Python that runs Snakemake (or their rule's conda env), whatever `python` is first on PATH
+os.environ.update(PATH=job_path(os.environ.get("PATH")))
+if workflow.is_main_process:  # a training stopped by Ctrl-C stops the workflow through it (workflow_env.py)
+    os.environ.update({WORKFLOW_PID: str(os.getpid())})
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
