@@ -266,7 +266,7 @@ def set_rng_state(state: dict) -> None:
 # micro_batch_tokens: how an update's sentences are split into passes, not which ones (float rounding aside).
 RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
                      "keep_interval_updates", "save_interval_updates", "save_interval_minutes", "final_model",
-                     "max_nonfinite_updates", "micro_batch_tokens")
+                     "max_nonfinite_updates", "micro_batch_tokens", "validate_interval_updates")
 
 
 def resume_key(spec: dict) -> dict:

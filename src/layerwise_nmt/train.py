@@ -140,6 +140,10 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                         if progress.stop_reason(cfg):
                             break
                         _save_on_schedule(run)
+                        if cfg.validate_interval_updates and not progress.update % cfg.validate_interval_updates \
+                                and progress.next_batch < len(order):  # the epoch's end validates anyway
+                            valid = evaluate(net, valid_data, cfg, device, autocast)  # no RNG draw, no update
+                            reporter.epoch(progress, valid, _lr(run), partial=True)
                         if signals.received():
                             raise Stop()
                 valid = evaluate(net, valid_data, cfg, device, autocast)

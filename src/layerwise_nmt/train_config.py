@@ -63,6 +63,9 @@ class TrainConfig(Settings):
     # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
     max_nonfinite_updates: int = setting(8, ge=1)
     log_interval: int = setting(50, ge=1)
+    # also validate every this many updates within an epoch (a metrics.csv row each, for the accuracy curves;
+    # early stopping and the best model still judge epoch ends only); 0 = at epoch ends only
+    validate_interval_updates: int = setting(0, ge=0)
     seed: int = setting(1, ge=0)
 
     def check(self) -> None:

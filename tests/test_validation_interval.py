@@ -1,0 +1,36 @@
+"""Validating within an epoch (validate_interval_updates) adds points to metrics.csv and changes nothing else: the
+same weights, bit for bit, as a run that validates at epoch ends only — no random draw, no update."""
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from layerwise_nmt.train import train
+
+from conftest import toy_spec as spec
+
+
+def test_validating_every_few_updates_leaves_the_model_bit_for_bit(toy_data, tmp_path):
+    runs = {}
+    for every in (0, 3):
+        save_dir = tmp_path / f"every{every}"
+        train(spec(max_update=14, validate_interval_updates=every), str(toy_data), "de", "en",
+              str(save_dir), final=str(tmp_path / f"model{every}.pt"))
+        runs[every] = pd.read_csv(save_dir / "metrics.csv")
+    plain, frequent = runs[0], runs[3]
+    assert len(frequent) > len(plain) >= 2  # several epochs, and points between their ends
+    assert set(plain["update"]) <= set(frequent["update"]) and frequent["update"].is_monotonic_increasing
+    assert all(u % 3 == 0 for u in set(frequent["update"]) - set(plain["update"]))
+    ends = frequent[frequent["update"].isin(plain["update"])].reset_index(drop=True)
+    assert ends["valid_loss"].tolist() == plain["valid_loss"].tolist()  # the same model at every epoch's end
+    a, b = (torch.load(tmp_path / f"model{every}.pt", weights_only=False)["model"] for every in (0, 3))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert digest(tmp_path / "every0" / "checkpoint_last.pt", "model") == \
+        digest(tmp_path / "every3" / "checkpoint_last.pt", "model")
+
+
+def digest(path: Path, key: str) -> str:
+    state = torch.load(path, weights_only=False)[key]
+    return hashlib.sha256(b"".join(state[k].cpu().numpy().tobytes() for k in sorted(state))).hexdigest()
