@@ -103,7 +103,7 @@ class Progress:
 
 class Reporter:
     """Tells how training goes: a log line every `log_interval` updates (loss, lr, gradient norm, tokens/s, ETA), a
-    metrics.csv row per epoch, and both as TensorBoard event files to watch runs live (`tensorboard --logdir
+    metrics.csv row per epoch and per `validate_interval_updates`, and both as TensorBoard event files to watch runs live (`tensorboard --logdir
     results/`). TensorBoard only where the optional dependency is installed (pip install
     'layerwise-nmt[tensorboard]'); nothing at all on ranks other than 0 (`run_dir` None)."""
 
@@ -148,7 +148,7 @@ class Reporter:
         self._board(row["update"], "epoch", **{k: v for k, v in row.items() if k not in ("epoch", "partial", "update")})
         self.write_history(progress)
         log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
-                 row["epoch"], " (stopped mid-epoch)" if partial else " done", row["update"], row["train_loss"],
+                 row["epoch"], " (mid-epoch)" if partial else " done", row["update"], row["train_loss"],
                  valid["loss"], valid["nll"], 2 ** valid["nll"], valid["accuracy"])
 
     def write_history(self, progress: Progress) -> None:
