@@ -11,7 +11,10 @@ import csv
 import json
 import logging
 import math
+import os
+import socket
 import time
+import traceback
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -103,9 +106,9 @@ class Progress:
 
 class Reporter:
     """Tells how training goes: a log line every `log_interval` updates (loss, lr, gradient norm, tokens/s, ETA), a
-    metrics.csv row per epoch and per `validate_interval_updates`, and both as TensorBoard event files to watch runs live (`tensorboard --logdir
-    results/`). TensorBoard only where the optional dependency is installed (pip install
-    'layerwise-nmt[tensorboard]'); nothing at all on ranks other than 0 (`run_dir` None)."""
+    metrics.csv row per epoch (and per `validate_interval_updates`), and both as TensorBoard event files to watch
+    runs live (`tensorboard --logdir results/`). TensorBoard only where the optional dependency is installed (pip
+    install 'layerwise-nmt[tensorboard]'); nothing at all on ranks other than 0 (`run_dir` None)."""
 
     def __init__(self, run_dir: Path | None, cfg):
         self.run_dir, self.cfg, self.writer = run_dir, cfg, None
@@ -187,3 +190,51 @@ def _peak_gpu_memory() -> float | None:
     import torch
 
     return round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_initialized() else None
+
+
+class RunLog:
+    """Every attempt's log, appended to SAVE_DIR/train.log (rank 0's), from its first line to its error's traceback:
+    Snakemake deletes a job's log file before each attempt and each rerun, so the rule's log holds the last attempt
+    only; this one stays beside the checkpoints whose story it tells, across retries, requeues and reruns. A context
+    manager; without a save dir (the other ranks) it does nothing."""
+
+    NAME = "train.log"
+    FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+    def __init__(self, save_dir: Path | None):
+        self.handler = None
+        if save_dir is not None:
+            save_dir.mkdir(parents=True, exist_ok=True)
+            self.handler = _RunLogHandler(save_dir / self.NAME, encoding="utf-8", delay=True)
+            self.handler.setFormatter(logging.Formatter(self.FORMAT))
+
+    def __enter__(self) -> "RunLog":
+        if self.handler is not None:
+            logging.getLogger().addHandler(self.handler)
+            slurm = os.environ.get("SLURM_JOB_ID")
+            where = f"{socket.gethostname()}, SLURM job {slurm}" if slurm else socket.gethostname()
+            self._file_only(logging.INFO, f"started (pid {os.getpid()} on {where})")
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        if self.handler is None:
+            return
+        if error is not None and not isinstance(error, SystemExit):  # a stop on a signal logs its own line
+            self._file_only(logging.ERROR, "".join(traceback.format_exception(kind, error, tb)).rstrip())
+        logging.getLogger().removeHandler(self.handler)
+        self.handler.close()
+
+    def _file_only(self, level: int, message: str) -> None:
+        self.handler.handle(logging.LogRecord(__name__, level, __file__, 0, message, None, None))
+
+
+class _RunLogHandler(logging.FileHandler):
+    pass
+
+
+def reopen_run_logs() -> None:
+    """After the save dir was moved aside (`checkpoint.set_aside`): the next line goes to a train.log in the new
+    one, the moved one keeps the lines before."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _RunLogHandler):
+            handler.close()
