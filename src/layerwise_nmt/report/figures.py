@@ -160,7 +160,9 @@ def attention_maps(spec: dict, ax) -> pd.DataFrame:
         fig.colorbar(image, ax=axis, fraction=0.04)
         axis.set_xlabel(seen["x_label"], fontsize=8)
         axis.set_ylabel(seen["y_label"], fontsize=8)
-        axis.set_xticks(range(len(xs)), [tick_label(x) for x in xs], rotation=90, fontsize=6)
+        short = all(SUPERSCRIPT.match(x) for x in xs)  # layer names: upright and legible, not words on end
+        axis.set_xticks(range(len(xs)), [tick_label(x) for x in xs], rotation=0 if short else 90,
+                        fontsize=9 if short else 6)
         axis.set_yticks(range(len(ys)), [tick_label(y) for y in ys], fontsize=6)
         if seen["split"] is not None:
             axis.axvline(seen["split"] - 0.5, color="red", linewidth=1)
@@ -206,8 +208,9 @@ def write(spec: dict, out_prefix: str) -> list[str]:
 def draw(spec: dict):
     """(the figure, the numbers drawn, the rows not drawn with their reasons): titled in words, its legend below
     the plot, where it hides no data, and what is absent said under it."""
-    wide = spec["kind"] == "attention" and len(spec["rows"]) > 1
-    fig, ax = plt.subplots(figsize=(6 * len(spec["rows"]), 5.5) if wide else (7, 4.2))
+    maps = sum(bool(row.get("inspection")) for row in spec["rows"])  # one heat map per row that ran
+    wide = spec["kind"] == "attention" and maps > 1
+    fig, ax = plt.subplots(figsize=(6 * maps, 5.5) if wide else (7, 4.2))
     data = KINDS[spec["kind"]](spec, ax)
     missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
                if not (row.get("metrics") or row.get("scores") or row.get("inspection"))]
@@ -235,8 +238,8 @@ def legend_below(fig, ax) -> float:
         h, lab = axis.get_legend_handles_labels()
         handles, labels = handles + h, labels + lab
     renderer = fig.canvas.get_renderer()
-    boxes = [axis.get_tightbbox(renderer) for axis in [ax] + twins]
-    lowest = fig.transFigure.inverted().transform((0, min(box.y0 for box in boxes)))[1]
+    boxes = [box for box in (axis.get_tightbbox(renderer) for axis in fig.axes) if box is not None]
+    lowest = fig.transFigure.inverted().transform((0, min(box.y0 for box in boxes)))[1] if boxes else 0.0
     if not handles:
         return lowest
     legend = fig.legend(handles, labels, loc="upper center", fontsize=8, frameon=False,
