@@ -1,0 +1,74 @@
+"""`lwnmt status` tells what runs as the config stands, what waits for a person to fetch a file (which file, where
+to put it), and what cannot run — in lines a terminal shows whole; the workflow's start message counts the same."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from layerwise_nmt import grid as cfg
+from layerwise_nmt.grid.status import summary
+
+from conftest import snakemake
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def status_output(columns: int) -> str:
+    env = dict(os.environ, COLUMNS=str(columns))
+    return subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
+                          capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout
+
+
+def test_a_manual_download_is_its_own_state_counted_apart():
+    config = cfg.load(ROOT / "config.yaml")
+    statuses = cfg.all_statuses(config)
+    manual = {s.name for s in statuses if s.kind == "task" and s.state == "manual"}
+    assert {"iwslt14_roen", "iwslt14_esen"} <= manual
+    roen = cfg.task_status(config, "iwslt14_roen")
+    assert roen.runnable and not roen.can_run  # in the DAG (its fetch job says what to do), but not "can run"
+    assert "2014-01-test.tgz" in roen.reason and "iwslt14-ro-en/" in roen.reason  # the file and where it goes
+    experiment = cfg.experiment_status(config, "lwc.t1.roen.transformer_small")
+    assert experiment.state == "manual" and experiment.waits_for == "iwslt14_roen"
+    tasks = [s for s in statuses if s.kind == "task"]
+    ready = sum(s.state in ("ok", "download") for s in tasks)
+    assert summary(tasks).startswith(f"{ready} of {len(tasks)} can run; {len(manual)} need a manual download first")
+    rows = [s for s in statuses if s.kind == "row"]
+    assert any(s.state == "manual" and s.name.startswith("lwc T1 · Ro-En") for s in rows)
+
+
+def test_a_file_fetched_by_hand_into_its_download_folder_is_at_hand(tmp_path, monkeypatch):
+    config = cfg.load(ROOT / "config.yaml")
+    dataset = config["tasks"]["iwslt14_roen"]["dataset"]
+    paths = {cfg.file_source(config, dataset, name).path for name in config["datasets"][dataset]["files"]}
+    monkeypatch.chdir(tmp_path)
+    for path in paths:
+        if path.startswith("results/downloads/") and path.endswith("2014-01-test.tgz"):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).touch()
+    assert cfg.task_status(config, "iwslt14_roen").state != "manual"
+
+
+def test_status_lines_fit_the_terminal():
+    for columns in (60, 100):
+        out = status_output(columns)
+        lines = out.splitlines()
+        words = " ".join(out.split())  # the summary folds too, at 60 columns
+        assert re.search(r"tasks: \d+ of \d+ can run; \d+ need a manual download first; \d+ blocked download", words)
+        # a word longer than the line (a URL) is kept whole, on a line of its own
+        too_wide = [line for line in lines if len(line) > columns and " " in line.strip()]
+        assert not too_wide, too_wide[:3]
+        assert any(line.startswith("  manual   iwslt14_roen") for line in lines)
+        assert "after the manual download of task iwslt14_roen" in out
+
+
+def test_the_workflow_start_message_counts_manual_downloads_apart(tmp_path):
+    config = cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
+    statuses = cfg.all_statuses(config)
+    run = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"))
+    log = run.stdout + run.stderr
+    manual = sum(s.state == "manual" for s in statuses)
+    blocked = sum(s.state == "blocked" for s in statuses)
+    assert f"{manual} tasks/experiments/table rows need a manual download first (e.g. iwslt14_roen" in log
+    assert f"{blocked} tasks/experiments/table rows cannot run yet" in log
