@@ -8,7 +8,7 @@ BIN    := $(abspath $(VENV)/bin)
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-prepare study-shard study-collect node-rehearsal clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -52,15 +52,23 @@ bench-preprocess: $(VENV)/.installed
 
 # On a rented or borrowed GPU node without internet, for a short allocation (docs/usage.md, "On a GPU node without
 # internet"): its python3 has PyTorch but nothing else of ours, so the wheels and the data travel. On the checkout's
-# machine: `make study-prepare`; on the node, carrying .whl and .study: `make gpu-first` (<= 8 min: environment,
-# gpu-check, the study probe), then `make study-shard SHARD=small` (and seed1, seed2, seed3, lwc-mlrf in later
-# allocations); back on the checkout's machine: `make study-collect DIR="<each allocation's returned folder>"`, then
-# commit benchmarks/results/gpu.json and docs/study/. NODE_COMMAND_S (default 600) is the node's limit per command.
+# machine: `make study-prepare`; on the node, carrying .whl and .study, with bash and python3 only (no make, no git):
+# `bash scripts/study_gpu.sh run` (<= 9 min: <= 90 s of checks, a probe that sizes the run, then the small study's
+# 6 rows x 3 seeds, results rewritten as each run ends), then, in what is left, `bash scripts/study_gpu.sh check` (the
+# full gpu-check); back here: `make study-collect DIR="<each allocation's returned folder>"`, then commit
+# benchmarks/results/gpu.json and docs/study/. `make study-budget`: each step's seconds against the allocation
+# (ALLOCATION_S=900, NODE_START_S=120, NODE_COMMAND_S=600, RUN_S=540 by default).
 gpu-check:
 	python3 benchmarks/gpu_check.py
 
-gpu-first:
-	bash scripts/study_gpu.sh first
+study-run:
+	bash scripts/study_gpu.sh run
+
+gpu-first study-check:
+	bash scripts/study_gpu.sh check
+
+study-budget:
+	bash scripts/study_gpu.sh budget
 
 study-prepare: $(VENV)/.installed
 	bash scripts/study_gpu.sh prepare

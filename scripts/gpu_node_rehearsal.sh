@@ -16,7 +16,12 @@
 #     no .venv, its size checked against CARRY_LIMIT_MIB (default 64);
 #   - what comes back checked against the limits: <= FILES_BACK files (default 8), <= FILE_BACK_MIB each (16),
 #     <= BACK_LIMIT_MIB in all (64), <= BACK_DEPTH folders deep (2), names of letters, digits, '.', '_', '-';
-#   - the returned folders collected here, and docs/study's status built from them (into the rehearsal folder).
+#   - the returned folders collected here, and docs/study's status built from them (into the rehearsal folder);
+#   - the node's limits the scripts must respect: each step's seconds add up under the allocation (study_gpu.sh
+#     budget, a static check), the node has no make, git or `python` (only bash, python3 and the usual tools), a
+#     broken wheel shows its import error and still leaves the GPU checks in gpu.json, a second allocation carrying
+#     a collected .study unpacks its data again (no download); and a prepared .study/.whl here is never touched
+#     (the rehearsal prepares its own, under REHEARSAL_DIR, kept between runs with the image as a cache).
 # Each step says PASS or FAIL and why; exit 1 if any failed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -119,26 +124,43 @@ yaml.safe_dump({"tasks": {"multi30k_deen": task}, "experiments": experiments}, o
 EOF
 }
 
-prepare() {  # here, as a user would: `make study-prepare`, for the image's Python, against its package list
-    rm -rf .study
+prepare() {  # as a user would (`make study-prepare`), for the image's Python, into the rehearsal's own folder
+    rm -rf "$PAYLOAD/.study"
     STUDY_PY=$("$IMAGE/bin/python3" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
-        STUDY_IMAGE_PACKAGES=$IMAGE_PACKAGES STUDY_EXTRA=$WORK/toy.yaml bash scripts/study_gpu.sh prepare
+        STUDY_DIR=$PAYLOAD/.study STUDY_WHEELS=$PAYLOAD/.whl STUDY_IMAGE_PACKAGES=$IMAGE_PACKAGES \
+        STUDY_EXTRA=$WORK/toy.yaml bash scripts/study_gpu.sh prepare
+}
+
+fingerprint() {  # what a user prepared here (.study, .whl): names, sizes and times
+    find .study .whl -printf '%p %s %T@\n' 2>/dev/null | sort | sha256sum | cut -c1-16
 }
 
 copy_tree() {  # what is sent to the node: tracked + untracked-not-ignored files, and the carried folders
     rm -rf "$TREE" && mkdir -p "$TREE"
-    { git ls-files -co --exclude-standard; find .whl .study -type f; } | sort -u | while read -r f; do
+    git ls-files -co --exclude-standard | while read -r f; do
         [ -f "$f" ] && printf '%s\0' "$f"; done | tar --null -T - -cf - | tar -xf - -C "$TREE"
+    cp -r "$PAYLOAD/.whl" "$PAYLOAD/.study" "$TREE/"
+    rm -rf "$TREE/.study/prep"  # prepare's Snakemake folder stays here, as a user's does
     local size; size=$(du -sb "$TREE" | cut -f1)
     say "sent: $(find "$TREE" -type f | wc -l) files, $((size / 1024 / 1024)) MiB (limit $CARRY_LIMIT_MIB MiB)"
     [ "$size" -le $((CARRY_LIMIT_MIB * 1024 * 1024)) ]
 }
 
-on_node() {  # on_node OUT COMMAND...: in the copy, with the image's python3 first on PATH and nothing of ours
+node_bin() {  # the node's tools: this machine's, less make, git and any python; python3 is the image's
+    rm -rf "$WORK/bin" && mkdir -p "$WORK/bin"
+    local tool
+    for tool in /usr/bin/* /bin/*; do
+        case ${tool##*/} in make | gmake | git | python | python[0-9]*) continue ;; esac
+        [ -e "$WORK/bin/${tool##*/}" ] || ln -s "$tool" "$WORK/bin/${tool##*/}"
+    done
+    printf '#!/bin/sh\nexec %s "$@"\n' "$IMAGE/bin/python3" > "$WORK/bin/python3" && chmod +x "$WORK/bin/python3"
+}
+
+on_node() {  # on_node OUT COMMAND...: in the copy, with the node's tools only and nothing of ours
     local out=$1; shift
-    rm -rf "$out" && mkdir -p "$out"
-    ( cd "$TREE" && env -u LWNMT_DATA_MIRROR -u VIRTUAL_ENV -u PYTHONPATH OUT="$out" PATH="$IMAGE/bin:/usr/bin:/bin" \
-        STUDY_SITE="$WORK/site" STUDY_EXTRA="$WORK/toy.yaml" "$@" )
+    mkdir -p "$out"
+    ( cd "$TREE" && env -u LWNMT_DATA_MIRROR -u VIRTUAL_ENV -u PYTHONPATH OUT="$out" PATH="$WORK/bin" \
+        STUDY_SITE="${SITE:-$WORK/site}" STUDY_EXTRA="$WORK/toy.yaml" "$@" )
 }
 
 returned_ok() {  # the node's limits on what comes back (FILES_BACK, FILE_BACK_MIB, BACK_LIMIT_MIB, BACK_DEPTH)
@@ -174,35 +196,90 @@ errors = [f"{k}/{c}: {v.get('error', 'failed')}" for k, f in families.items() fo
 errors += [f"speed {r['model']}: {r['error']}" for r in speed if "error" in r]
 for e in errors:
     print("  ", e)
-sys.exit(0 if result["all_checks_ok"] and not errors and speed and probe else 1)
+sys.exit(0 if result["all_checks_ok"] and not errors and speed else 1)
 EOF
 }
 
-mkdir -p "$WORK"
-rm -rf "$WORK/site"  # each allocation starts on a wiped node: nothing installed from an earlier one
-step "image like the GPU node's" build_image || { say "cannot continue without the image"; exit 1; }
-toy_overlay
-step "prepare here (wheels for the image, toy data)" prepare || { say "cannot continue without .whl/.study"; exit 1; }
-step "what travels fits $CARRY_LIMIT_MIB MiB" copy_tree
-GPU_CHECK_ARGS="--device cpu --families transformer_post lwc --precisions fp16 fp32 --updates 1 --warmup 0 \
---max-tokens 256 --speed-rows transformer_iwslt_de_en --probe-seconds 8"
-step "first command (study_gpu.sh first)" on_node "$WORK/out1" env GPU_CHECK_ARGS="$GPU_CHECK_ARGS" \
-    FIRST_SECONDS=900 bash scripts/study_gpu.sh first
-step "first command's gpu.json: every check, speed row and probe" gpu_json_ok "$WORK/out1/gpu.json"
-step "first command's files come back" returned_ok "$WORK/out1"
-step "the precision, loss-scaler, optimizer and throughput tests on the image's torch" on_node "$WORK/tests" env \
-    PYTHONPATH=src:"$WORK/site" python3 -m pytest -q -p no:cacheprovider tests/test_precision_branches.py \
-    tests/test_optimizer.py tests/test_throughput.py
-step "shard small (study_gpu.sh shard small)" on_node "$WORK/out2" env STUDY_SECONDS=900 STUDY_JOBS=2 \
-    bash scripts/study_gpu.sh shard small
-step "shard's files come back" returned_ok "$WORK/out2"
+results_ok() {  # results.json: every run of the small study scored, with its numbers
+    "$ROOT/.venv/bin/python" - "$1" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+keys = ("bleu", "updates", "target_tokens_per_second", "train_seconds", "job_wall_seconds")
+missing = [f"{r['experiment']}/seed{r['seed']}" for r in result["runs"] if not all(r.get(k) is not None for k in keys)]
+print(f"results.json: {result['scored']} scored of {result['started']} started; without all of {keys}: {missing}")
+sys.exit(0 if result["scored"] == 18 and not missing else 1)
+PY
+}
+
+checks_ok() {  # gpu.json after `run`: one update per family, and the probe's plan
+    "$ROOT/.venv/bin/python" - "$1" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+families, plan = result["checks"]["families"], result["probe"].get("plan", {})
+print(f"gpu.json: {len(families)} family updates ({sorted(families)}), probe {result['probe'].get('runs')}, plan {plan}")
+sys.exit(0 if families and all(c["one_update"]["ok"] for c in families.values()) and plan.get("measured") else 1)
+PY
+}
+
+broken_wheel() {  # a site whose jsonschema is broken: the import error shown, the GPU checks still in gpu.json
+    rm -rf "$WORK/site-broken" "$WORK/out-broken" && cp -r "$WORK/site" "$WORK/site-broken"
+    rm -rf "$WORK/site-broken/jsonschema"
+    SITE=$WORK/site-broken on_node "$WORK/out-broken" env GPU_CHECK_ARGS="--device cpu --families transformer_post" \
+        FAMILIES_S=120 bash scripts/study_gpu.sh run > "$WORK/broken.txt" 2>&1
+    local status=$?
+    grep -E "cannot import jsonschema|ModuleNotFoundError|step families|run: the study needs" "$WORK/broken.txt"
+    [ $status != 0 ] && grep -q "ModuleNotFoundError: No module named 'jsonschema'" "$WORK/broken.txt" &&
+        grep -q '"one_update"' "$WORK/out-broken/gpu.json"
+}
+
 collect() {
     rm -rf "$WORK/collected" && mkdir -p "$WORK/collected"
     ( cd "$TREE" && rm -rf .study/small .study/iwslt && STUDY_DOCS="$WORK/collected/docs-study" \
-        PATH="$ROOT/.venv/bin:$PATH" STUDY_EXTRA="$WORK/toy.yaml" bash scripts/study_gpu.sh collect "$WORK/out1" "$WORK/out2" ) &&
-        grep -q "18 of 18 runs" "$WORK/collected/docs-study/README.md" && [ -f "$WORK/collected/docs-study/small/T1.md" ]
+        PATH="$ROOT/.venv/bin:$PATH" STUDY_EXTRA="$WORK/toy.yaml" bash scripts/study_gpu.sh collect "$WORK/out1" ) &&
+        grep -q "18 of 18 runs" "$WORK/collected/docs-study/README.md" && [ -f "$WORK/collected/docs-study/small/T1.md" ] &&
+        grep -qE "\| (held|not held) \|" "$WORK/collected/docs-study/README.md"
 }
-step "collect here: docs/study says 18 of 18 (small) and holds its table" collect
+
+second_allocation() {  # the collected .study carried again to a wiped node: its data unpacked, nothing to download
+    cp -r "$TREE/.study" "$PAYLOAD/.study-collected"
+    rm -rf "$PAYLOAD/.study" && mv "$PAYLOAD/.study-collected" "$PAYLOAD/.study"
+    copy_tree && rm -rf "$WORK/site" "$WORK/out3" &&
+        on_node "$WORK/out3" env GPU_CHECK_ARGS="--device cpu --families transformer_post" \
+            PROBE_ARGS="$PROBE_ARGS" $TOY_BUDGETS bash scripts/study_gpu.sh run &&
+        [ -d "$TREE/.study/small/results/multi30k_deen/data/bin-joint" ] && results_ok "$WORK/out3/results.json"
+}
+
+mkdir -p "$WORK"
+PAYLOAD=$WORK/payload  # the rehearsal's own .study and .whl: a user's prepared ones are never touched
+rm -rf "$WORK/site" "$WORK/out1"  # each allocation starts on a wiped node: nothing installed from an earlier one
+before=$(fingerprint)
+step "each step's seconds fit the allocation (study_gpu.sh budget)" bash scripts/study_gpu.sh budget
+step "image like the GPU node's" build_image || { say "cannot continue without the image"; exit 1; }
+toy_overlay
+node_bin
+step "prepare here (wheels for the image, toy data)" prepare || { say "cannot continue without .whl/.study"; exit 1; }
+step "what travels fits $CARRY_LIMIT_MIB MiB" copy_tree
+# the CPU is slower than the node's GPU: the toy run gets the seconds it needs, the defaults are checked above
+TOY_BUDGETS="FAMILIES_S=120 DRYRUN_S=120 PROBE_S=180 STUDY_S=1500 STUDY_JOBS=2"
+PROBE_ARGS="--device cpu --seconds 5 --together 1 2"
+step "command 1 (study_gpu.sh run), no make, git or python on the node" on_node "$WORK/out1" env \
+    GPU_CHECK_ARGS="--device cpu --families transformer_post lwc" PROBE_ARGS="$PROBE_ARGS" $TOY_BUDGETS \
+    bash scripts/study_gpu.sh run
+grep -h "^step \|^run: " "$WORK/out1/run.log" | sed 's/^/    /'
+step "command 1's results.json: 18 runs scored, each with its numbers" results_ok "$WORK/out1/results.json"
+step "command 1's gpu.json: one update per family, the probe's plan" checks_ok "$WORK/out1/gpu.json"
+step "a broken wheel shows its import error; the GPU checks still run" broken_wheel
+step "command 2 (study_gpu.sh check)" on_node "$WORK/out1" env GPU_CHECK_ARGS="--device cpu --families \
+transformer_post lwc --precisions fp16 fp32 --updates 1 --warmup 0 --max-tokens 256 --speed-rows \
+transformer_iwslt_de_en" GPUCHECK_S=900 bash scripts/study_gpu.sh check
+step "command 2's gpu-full.json: every check and speed row" gpu_json_ok "$WORK/out1/gpu-full.json"
+step "both commands' files come back" returned_ok "$WORK/out1"
+step "the precision, loss-scaler, optimizer and throughput tests on the image's torch" on_node "$WORK/tests" env \
+    PYTHONPATH=src:"$WORK/site" python3 -m pytest -q -p no:cacheprovider tests/test_precision_branches.py \
+    tests/test_optimizer.py tests/test_throughput.py
+step "collect here: docs/study says 18 of 18 (small), its table, each claim held or not" collect
+step "a second allocation after a collect: data unpacked again, no download" second_allocation
+step "a prepared .study/.whl here untouched" test "$(fingerprint)" = "$before"
 if [ ${#failures[@]} -eq 0 ]; then say "all steps passed"; exit 0; fi
 say "${#failures[@]} step(s) failed: ${failures[*]}"
 exit 1

@@ -183,7 +183,7 @@ begin() {  # begin LOG: everything said goes to $OUT/LOG too; the environment to
     mkdir -p "$OUT"
     exec > >(tee -a "$OUT/$1") 2>&1
     bounded environment "$ENV_S" bash -c "$(declare -f environment); ROOT=$ROOT; environment" > "$OUT/env.txt" 2>&1 || true
-    head -40 "$OUT/env.txt"
+    sed -n "1,/^pip freeze/p" "$OUT/env.txt"
     tools
 }
 
@@ -230,7 +230,7 @@ run() {
 
 dry_run() {  # the workflow's imports and DAG on the node; its data unpacked here (nothing to download)
     local said status=0
-    said=$(bounded dry-run "$DRYRUN_S" bash -c 'snake "$@"' snake small -n --quiet rules $(small_targets) 2>&1) \
+    said=$(bounded dry-run "$DRYRUN_S" bash -c 'snake "$@"' snake small $(small_targets) -n --quiet rules 2>&1) \
         || status=$?
     echo "$said"
     [ $status = 0 ] || { echo "run: the workflow's dry run failed (above)"; return 1; }

@@ -4,6 +4,7 @@ is `make node-rehearsal`, which CI runs."""
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -86,3 +87,87 @@ def test_wheels_of_another_prepare_are_installed_again_and_the_same_ones_once(tm
     assert len(calls.read_text().splitlines()) == 1  # the second call found these wheels installed
     assert not (site / "rpds_py_cp311.so").exists()
     assert (site / ".installed").read_text() == "python 3.12 new\n"
+
+
+def budget(**env):
+    return study("budget", env={k: str(v) for k, v in env.items()})
+
+
+def test_each_step_has_a_budget_and_they_fit_the_allocation():
+    """15 minutes in all with the node's start, 10 per command: command 1 (checks <= 90 s, the probe, the study) then
+    the full gpu-check in what is left. A plan of two commands that overran (gpu-check 450 s + installs, then a shard
+    of 500 s + 60 s of grace: 17-20 minutes with the start) must fail this check."""
+    fits = budget()
+    assert fits.returncode == 0 and "budget: fits" in fits.stdout, fits.stdout
+    assert "command 1, run (540 s)" in fits.stdout and "command 2, check (240 s)" in fits.stdout
+    assert budget(STUDY_S=500, KILL_S=60).returncode == 1  # the old shard: setup + 500 s + 60 s of grace
+    assert budget(RUN_S=620).returncode == 1  # longer than a command may run
+    assert budget(FAMILIES_S=80).returncode == 1  # the checks before the study over 90 s
+    over = budget(NODE_START_S=120, RUN_S=540, CHECK_S=450)  # gpu-check's old 450 s cap as the second command
+    assert over.returncode == 1 and "OVER: node start + command 1 + command 2" in over.stdout
+
+
+def test_every_timeout_in_the_node_commands_is_a_budgeted_step():
+    """No step outside the budget: each `timeout` runs under one of the budget's variables (through `bounded`)."""
+    script = (ROOT / "scripts" / "study_gpu.sh").read_text()
+    timeouts = [line for line in script.splitlines() if re.match(r"\s*timeout ", line)]
+    assert timeouts == ['    timeout -s TERM -k "$KILL_S" "$seconds" "$@" || status=$?']
+    budgeted = re.findall(r'bounded [\w"$ -]+? "\$(\w+)"', script)
+    assert set(budgeted) == {"ENV_S", "INSTALL_S", "FAMILIES_S", "DRYRUN_S", "PROBE_S", "GPUCHECK_S", "seconds"}
+    listed = budget().stdout
+    for name in ("ENV_S", "INSTALL_S", "FAMILIES_S", "DRYRUN_S", "PROBE_S", "STUDY_S", "KILL_S", "PACK_S"):
+        assert f"({name})" in listed
+
+
+def test_the_node_commands_need_no_make_or_git():
+    """The node's image has bash and python3; `make` and `git` are not known to exist there."""
+    script = (ROOT / "scripts" / "study_gpu.sh").read_text()
+    node = script[script.index("tools() {"):script.index("collect() {")]
+    node = re.sub(r'"[^"\n]*"|#.*', "", node)  # what is said is not what is called
+    assert not re.search(r"(^|[\s;(|&])(make|git)\s", node, re.M), "make or git called on the node"
+    tools = re.search(r'TOOLS="([^"]+)"', script).group(1).split()
+    assert {"bash", "python3", "timeout", "tar", "awk"} <= set(tools) and not {"make", "git"} & set(tools)
+
+
+def test_a_collected_study_unpacks_its_data_again(tmp_path):
+    """collect leaves data/text/test.* in .study/small: the next allocation must still unpack bin-joint."""
+    data = tmp_path / "pack" / "results" / "multi30k_deen" / "data"
+    (data / "bin-joint").mkdir(parents=True)
+    (data / "bin-joint" / "train.de-en.de.bin").write_text("")
+    subprocess.run(["tar", "-czf", str(tmp_path / "data.tar.gz"), "-C", str(tmp_path / "pack"), "results"], check=True)
+    collected = tmp_path / "small" / "results" / "multi30k_deen" / "data" / "text"
+    collected.mkdir(parents=True)
+    (collected / "test.de-en.en").write_text("a\n")
+    code = (f"source <(sed -n '/^unpack_data()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); STUDY={tmp_path}; "
+            f"TASK=multi30k_deen; unpack_data small")
+    subprocess.run(["bash", "-c", code], check=True)
+    assert (tmp_path / "small" / "results" / "multi30k_deen" / "data" / "bin-joint" / "train.de-en.de.bin").exists()
+    assert (collected / "test.de-en.en").exists()
+
+
+def test_an_import_error_is_shown_not_only_named(tmp_path):
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "python3"  # jsonschema's import raises; the rest import
+    fake.write_text("#!/bin/sh\nif [ \"$2\" = 'import jsonschema' ]; then echo 'Traceback (most recent call last):' >&2;"
+                    " echo \"ModuleNotFoundError: No module named 'rpds.rpds'\" >&2; exit 1; fi\nexit 0\n")
+    fake.chmod(0o755)
+    code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
+            f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env")
+    result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "cannot import jsonschema" in result.stdout and "No module named 'rpds.rpds'" in result.stdout
+    assert (tmp_path / "site" / "bin" / "python").exists()  # the rules' `python` is this python3
+
+
+def test_wheels_unpack_like_pip_target(tmp_path):
+    import zipfile
+
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("demo/__init__.py", "X = 1\n")
+        z.writestr("demo-1.0.dist-info/METADATA", "Name: demo\n")
+        z.writestr("demo-1.0.data/purelib/extra_mod.py", "Y = 2\n")
+    assert node_wheels.main(["--install", str(tmp_path / "site"), str(wheel)]) == 0
+    site = tmp_path / "site"
+    assert (site / "demo" / "__init__.py").exists() and (site / "extra_mod.py").exists()
+    assert not (site / "demo-1.0.data").exists()
