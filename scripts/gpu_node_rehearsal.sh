@@ -27,7 +27,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 WORK=${REHEARSAL_DIR:-$ROOT/.node-rehearsal}
-IMAGE=$WORK/image
+IMAGE=${NODE_IMAGE_DIR:-$WORK/image}  # NODE_IMAGE_DIR: keep the ~5 GB image between runs (rebuilt when its versions change)
 TREE=$WORK/tree
 HOST_PY=${PYTHON:-python3}
 CARRY_LIMIT_MIB=${CARRY_LIMIT_MIB:-64}
