@@ -16,9 +16,33 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def status_output(columns: int) -> str:
+    """What a terminal `columns` wide shows (a pseudo-terminal: piped, the lines stay whole for grep)."""
+    import pty
+
+    leader, follower = pty.openpty()
     env = dict(os.environ, COLUMNS=str(columns))
-    return subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
-                          capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout
+    with subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
+                          stdout=follower, stderr=subprocess.PIPE, env=env, cwd=ROOT) as process:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the process is done
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.close(leader)
+    assert process.returncode == 0, process.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_piped_lines_stay_whole():
+    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert re.search(r"^  manual   iwslt14_roen +no working automatic source for 2014-01-test.tgz .* put it in "
+                     r".+/iwslt14-ro-en/\)$", out, re.M)
 
 
 def test_a_manual_download_is_its_own_state_counted_apart():

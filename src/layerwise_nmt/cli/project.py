@@ -108,7 +108,7 @@ def cmd_status(a) -> None:
     for kind in ("task", "experiment", "row"):
         selected = [s for s in rows if s.kind == kind]
         # a name wider than a third of the line puts its reason below it, not off the screen
-        width = min(max(len(s.name) for s in selected), columns // 3)
+        width = min(max(len(s.name) for s in selected), columns // 3 if columns else 10**6)
         print()
         print(wrap(f"{kind}s: {summary(selected)}", columns, indent=2))
         for s in selected:
@@ -116,22 +116,27 @@ def cmd_status(a) -> None:
     print_budgets_and_unpinned(config, columns)
 
 
-def terminal_columns() -> int:
-    """The terminal's width ($COLUMNS, else the terminal's, else 80 when piped), never under 40."""
+def terminal_columns() -> int | None:
+    """The terminal's width ($COLUMNS, else the terminal's), never under 40; None when the output goes to a pipe or
+    file, whose lines stay whole for grep."""
     import shutil
 
+    if not sys.stdout.isatty():
+        return None
     return max(shutil.get_terminal_size((80, 24)).columns, 40)
 
 
-def wrap(text: str, columns: int, indent: int) -> str:
+def wrap(text: str, columns: int | None, indent: int) -> str:
     """`text` folded to `columns`, its continuation lines indented; words (paths, URLs) are never broken."""
     import textwrap
 
+    if columns is None:
+        return text
     return textwrap.fill(text, columns, subsequent_indent=" " * indent, break_long_words=False,
                          break_on_hyphens=False)
 
 
-def status_line(s, width: int, columns: int) -> str:
+def status_line(s, width: int, columns: int | None) -> str:
     """"  manual   name  reason", the reason folded under itself (after a name wider than the column: below it).
     An experiment or row waiting for a manual download points to its task's line, which names the files."""
     head = f"  {s.state:<8} {s.name:<{width}}"
@@ -145,7 +150,7 @@ def status_line(s, width: int, columns: int) -> str:
     return wrap(head.rstrip(), columns, 13) + "\n" + wrap(" " * 13 + reason, columns, 13)
 
 
-def print_budgets_and_unpinned(config: dict, columns: int = 80) -> None:
+def print_budgets_and_unpinned(config: dict, columns: int | None = None) -> None:
     """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins."""
     from ..grid import unpinned_downloads
     from ..budgets import budget_warnings
