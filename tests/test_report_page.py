@@ -85,7 +85,13 @@ def test_the_table_page_has_its_caption_and_one_header_per_column(tmp_path):
 @pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
                     reason="no chromium installed (Debian: apt-get install chromium)")
 def test_the_table_page_renders_in_a_browser(tmp_path):
-    page = table_page(tmp_path)
+    from snakemake.report.common import data_uri_from_file
+
+    # as `snakemake --report` shows it: the file as a data URI in an iframe
+    page = tmp_path / "report.html"
+    uri = data_uri_from_file(table_page(tmp_path))
+    page.write_text(f'<!DOCTYPE html><html><body style="margin:0"><iframe src="{uri}" style="width:100%;height:100vh;'
+                    f'border:0"></iframe></body></html>', encoding="utf-8")
     shot = tmp_path / "T1.png"
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
