@@ -168,3 +168,58 @@ def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
         assert gpu_check.main(["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--families",
                                "transformer_post", "--precisions", *asked, "--skip-speed"]) == 0
         assert seen == asked
+
+
+_probe_spec = importlib.util.spec_from_file_location("study_probe", ROOT / "benchmarks" / "study_probe.py")
+study_probe = importlib.util.module_from_spec(_probe_spec)
+_probe_spec.loader.exec_module(study_probe)
+
+
+def test_the_probe_sizes_the_small_study():
+    """The count with the most tokens/s in all shares the GPU; each run's seconds are the study's, shared by its
+    waves less each wave's decoding and scoring."""
+    runs = [{"together": 1, "total": 90_000}, {"together": 9, "total": 360_000}]
+    plan = study_probe.plan(runs, study_seconds=385, tokens_per_epoch=400_000)
+    assert plan["jobs"] == 9 and plan["waves"] == 2 and plan["seconds_per_run"] == round((385 - 2 * 45) / 2)
+    assert plan["epochs_per_run"] == pytest.approx(40_000 * plan["seconds_per_run"] / 400_000, abs=0.1)
+    saturated = study_probe.plan([{"together": 1, "total": 300_000}, {"together": 9, "total": 290_000}], 385, 1)
+    assert saturated["jobs"] == 1 and saturated["waves"] == 18 and saturated["seconds_per_run"] == 30  # the floor
+    failed = study_probe.plan([{"together": 1, "error": "exit 1"}], 385, 400_000)
+    assert failed["jobs"] == 3 and failed["measured"] is False and failed["epochs_per_run"] is None
+
+
+def test_a_probe_that_raises_is_kept_and_fails_the_run(tmp_path, monkeypatch):
+    """A probe that raised was dropped: gpu.json had no probe rows and the script said all checks passed."""
+    monkeypatch.setattr(gpu_check, "probe", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a, **k: results.checks.update(
+        {"families": {"transformer_post/fp32": {"overfit": {"ok": True}}}, "ddp": {"ok": True}}))
+    out = tmp_path / "gpu.json"
+    code = gpu_check.main(["--device", "cpu", "--json", str(out), "--skip-speed", "--probe", str(tmp_path)])
+    result = json.loads(out.read_text())
+    assert code == 1 and not result["all_checks_ok"]
+    assert result["probe"]["error"].startswith("ZeroDivisionError")
+
+
+def test_data_parallel_runs_after_the_speed_rows_and_the_probe(tmp_path, monkeypatch):
+    """A one-rank NCCL group that hangs must not cost the numbers the study is sized from."""
+    order = []
+    monkeypatch.setattr(gpu_check, "check_overfit", lambda *a: order.append("family") or {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_resume", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_beam", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_ddp", lambda *a: order.append("ddp") or {"ok": True})
+    monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: order.append("speed") or {"model": "x"})
+    monkeypatch.setattr(gpu_check, "probe", lambda *a, **k: order.append("probe") or {})
+    gpu_check.main(["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--families", "transformer_post",
+                    "--precisions", "fp32", "--speed-rows", "transformer_base", "--probe", str(tmp_path)])
+    assert order == ["family", "speed", "probe", "ddp"]
+
+
+def test_one_update_per_family_in_autos_precision(tmp_path):
+    device = torch.device("cpu")
+    results = gpu_check.Results(tmp_path / "gpu.json", device)
+    study_probe.checks(device, results, tmp_path, families=("transformer_post", "mlrf"))
+    saved = json.loads((tmp_path / "gpu.json").read_text())
+    label = gpu_check.precisions(device)[0]
+    assert set(saved["checks"]["families"]) == {f"transformer_post/{label}", f"mlrf/{label}"}
+    assert all(c["one_update"]["ok"] for c in saved["checks"]["families"].values())
+    assert saved["all_checks_ok"]

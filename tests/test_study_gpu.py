@@ -1,12 +1,16 @@
-"""scripts/study_gpu.sh and scripts/node_wheels.py, the parts that need no GPU and no network. The whole path (the
-node's image rebuilt, the copy that travels, `first` and `shard small` in it, the returned files' limits, collect)
-is `make node-rehearsal`, which CI runs."""
+"""scripts/study_gpu.sh, node_wheels.py and study_status.py, the parts that need no GPU and no network: each step's
+time budget against the allocation (a static check), the node's tools, its imports, a second allocation's data, the
+results file and the report's claims on synthetic collected results. The whole path (the node's image rebuilt, the
+copy that travels, `run` and `check` in it, the returned files' limits, collect, a second allocation) is
+`make node-rehearsal`, which CI runs."""
 
 import importlib.util
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -171,3 +175,74 @@ def test_wheels_unpack_like_pip_target(tmp_path):
     site = tmp_path / "site"
     assert (site / "demo" / "__init__.py").exists() and (site / "extra_mod.py").exists()
     assert not (site / "demo-1.0.data").exists()
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(study_dir, experiment, seed, hyps, bleu, training=None):
+    import json
+
+    run = study_dir / "small" / "results" / "multi30k_deen" / experiment / f"seed{seed}"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "test.txt").write_text("\n".join(hyps) + "\n")
+    (run / "test.score.json").write_text(json.dumps({"bleu": bleu}))
+    (run / "checkpoints" / "training.json").write_text(json.dumps(training or {
+        "updates": 400, "epochs_completed": 12, "target_tokens": 1_200_000, "minutes": 2.0, "stopped_by": "max_minutes",
+        "peak_gpu_memory_gib": 1.5}))
+    (run / "train.benchmark.tsv").write_text("s\th:m:s\tmax_rss\n130.5\t0:02:10\t2048.5\n")
+
+
+def test_the_results_file_lists_every_run_with_its_numbers(tmp_path):
+    import json
+
+    status = load_script("study_status")
+    write_run(tmp_path, "study.transformer", 1, ["a b"], 31.234)
+    started = tmp_path / "small" / "results" / "multi30k_deen" / "study.lwc" / "seed1"
+    started.mkdir(parents=True)
+    out = tmp_path / "results.json"
+    assert status.node_results(tmp_path / "small", out) == 1
+    result = json.loads(out.read_text())
+    assert result["scored"] == 1 and result["started"] == 2
+    scored = next(r for r in result["runs"] if r["experiment"] == "study.transformer")
+    assert scored == {"experiment": "study.transformer", "seed": 1, "bleu": 31.23, "updates": 400, "epochs": 12,
+                      "stopped_by": "max_minutes", "train_seconds": 120, "peak_gpu_memory_gib": 1.5,
+                      "target_tokens_per_second": 10000, "job_wall_seconds": 130, "max_rss_mib": 2048}
+    assert not list(tmp_path.glob(".results.json*"))  # written beside, then renamed
+
+
+def test_collected_scores_give_mean_sd_bootstrap_and_each_claim(tmp_path):
+    """Synthetic collected results: LWC translates every test sentence right, its control drops words (claim held);
+    MLRF is its control's equal (not held); Dou's row has no runs yet."""
+    import random
+
+    status = load_script("study_status")
+    rng = random.Random(0)
+    refs = [" ".join(rng.choice("abcdefghijklmnopqrstuvwxyz") * 3 for _ in range(12)) for _ in range(60)]
+    text = tmp_path / "small" / "results" / "multi30k_deen" / "data" / "text"
+    text.mkdir(parents=True)
+    (text / "test.de-en.en").write_text("\n".join(refs) + "\n")
+    worse = [" ".join(w for i, w in enumerate(r.split()) if (i + k) % 3) for k, r in enumerate(refs)]
+    for seed, (good, bad) in enumerate([(40.0, 30.0), (41.0, 31.0), (42.0, 29.0)], start=1):
+        write_run(tmp_path, "study.transformer", seed, worse, bad)
+        write_run(tmp_path, "study.lwc", seed, refs, good)
+        write_run(tmp_path, "study.mlrf_dec_sa", seed, worse, bad)
+        write_run(tmp_path, "study.transformer_longer", seed, worse, bad)
+        write_run(tmp_path, "study.gca_full", seed, refs, good)
+    rows = {r["experiment"]: r for r in status.summary_rows(tmp_path, "small", [])}
+    assert rows["study.lwc"]["mean"] == pytest.approx(41.0) and rows["study.lwc"]["sd"] == pytest.approx(1.0)
+    assert rows["study.lwc"]["claim"] == "held" and rows["study.lwc"]["p_value"] < 0.05
+    assert rows["study.lwc"]["delta"] == pytest.approx(41.0 - 30.0) and rows["study.lwc"]["seeds"] == [1, 2, 3]
+    assert rows["study.mlrf_dec_sa"]["claim"] == "not held"
+    assert rows["study.gca_full"]["claim"] == "held" and rows["study.gca_full"]["control"] == "study.transformer_longer"
+    assert rows["study.dou_deep"]["n"] == 0 and "claim" not in rows["study.dou_deep"]
+    docs = tmp_path / "docs"
+    assert status.main(["--study", str(tmp_path), "--docs", str(docs), "--no-report"]) == 0
+    page = (docs / "README.md").read_text()
+    assert "## the demo's model size (3+3 layers, d=256): 15 of 18 runs" in page
+    assert "| 41.00 ± 1.00 (3 of 3) | +11.00, p = 0.0" in page and "| held |" in page and "| not held |" in page
+    assert "not yet (`study.transformer_longer`)" in page
