@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
+import signal
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -41,14 +43,30 @@ from .models import build
 from .models.transformer import count_parameters
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, fp32_matmuls, resolve
-from .progress import Progress, Reporter
+from .progress import Progress, Reporter, RunLog, reopen_run_logs
 from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
 class Stop(Exception):
-    """A SIGTERM/SIGUSR1 (preemption) arrived: checkpoint, then exit non-zero."""
+    """A SIGTERM/SIGUSR1 (preemption) or SIGINT (Ctrl-C) arrived: checkpoint, then exit non-zero."""
+
+
+class Stopped(SystemExit):
+    """The run saved checkpoint_last.pt on a signal and ends with exit status 75 (EX_TEMPFAIL), from which a retry,
+    a requeue or the same command rerun resumes. `line` says so in one line; `interrupted`: by a Ctrl-C (SIGINT),
+    which means "stop", where a scheduler's SIGTERM/SIGUSR1 means "resume elsewhere"."""
+
+    def __init__(self, signum: int, update: int, save_dir: Path):
+        super().__init__(75)
+        self.interrupted = signum == signal.SIGINT
+        if self.interrupted:
+            self.line = (f"{save_dir}: stopped at update {update} (Ctrl-C; saved checkpoint_last.pt); rerun the same "
+                         f"command to resume")
+        else:
+            self.line = (f"{save_dir}: signal {signal.Signals(signum).name}: saved checkpoint_last.pt at update "
+                         f"{update}; exiting so the job can be resumed (its retry, or the same command rerun)")
 
 
 @dataclass
@@ -104,7 +122,13 @@ class Run:
 
 def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None) -> dict:
     """Train spec = {model: name, arch: {...}, train: {...}} on data_dir (bin-joint or bin-separate); returns the
-    final progress. Resumes from save_dir's checkpoint_last.pt when it was made with the same settings."""
+    final progress. Resumes from save_dir's checkpoint_last.pt when it was made with the same settings. Stopped by a
+    signal: checkpoints and raises `Stopped`. Rank 0 appends its log to save_dir/train.log (`RunLog`)."""
+    with RunLog(Path(save_dir) if int(os.environ.get("RANK", "0")) == 0 else None):
+        return _train(spec, data_dir, src, tgt, save_dir, final)
+
+
+def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None) -> dict:
     device = init_distributed()
     rank, world_size = world()
     cfg = TrainConfig.from_dict(spec.get("train", {}))
@@ -156,9 +180,10 @@ def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: s
                     raise Stop()
         except Stop:
             run.save(LAST)  # synchronous, after the pending write: the process exits next
-            log.warning("signal %s: saved checkpoint_last.pt at update %d; exiting so the job can be resumed",
-                        signals.hit, progress.update)
-            raise SystemExit(75)  # EX_TEMPFAIL: Snakemake's retries restart the job, which resumes
+            stopped = Stopped(signals.hit, progress.update, run.save_dir)
+            if rank == 0:
+                log.warning("%s", stopped.line)
+            raise stopped from None
         except BaseException:
             _flush_quietly(run)  # the pending write finishes; the error that stopped the loop is the one raised
             raise
@@ -208,6 +233,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         state = None
         if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
             aside = checkpoint.set_aside(save_dir)
+            reopen_run_logs()  # the new run's log starts in the new directory
             log.warning("%s: model or training settings changed since its checkpoints; moved them to %s and "
                         "starting afresh", save_dir, aside)
         barrier()

@@ -10,10 +10,14 @@ rule train:
         # tensorboard/) survives a failed or preempted job, and the retry resumes from checkpoints/checkpoint_last.pt.
         "results/{task}/{experiment}/seed{seed}/model.pt",
     log:
+        # this attempt's stderr (Snakemake deletes it before each attempt and rerun); every attempt's log is
+        # appended to checkpoints/train.log
         "results/{task}/{experiment}/seed{seed}/train.log",
     benchmark:
         "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
     priority: train_priority
+    # a preempted attempt (SIGTERM/SIGUSR1: checkpoint, exit 75) is retried and resumes; a Ctrl-C is not: the
+    # workflow stops with it (layerwise_nmt/workflow_env.py), and rerunning the command resumes
     retries: 2
     conda:
         "../../envs/train.yaml"
@@ -33,7 +37,7 @@ rule train:
     shell:
         "python -m layerwise_nmt train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
         " --save-dir {params.save_dir} --final {output:q} --threads {threads} --gpus {resources.gpu}"
-        " 2>> {log:q}"
+        " 2> {log:q}"
 
 
 rule average:

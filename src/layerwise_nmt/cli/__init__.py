@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import stat
 import sys
 
 from .. import UserError
 from . import data, evaluate, project, report, train, translate
+from .common import copy_to_console
 
 DESCRIPTION = "`lwnmt`: one command with subcommands; every Snakemake rule calls one of them."
 GROUPS = (data, train, translate, evaluate, report, project)
@@ -31,24 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Set by the workflow (workflow/rules/common.smk) for its jobs, whose stderr is a log file and whose stdout is
-# Snakemake's console: the one-line error is copied there, so the console shows it, not only a CalledProcessError.
-ERRORS_ON_STDOUT = "LWNMT_ERRORS_ON_STDOUT"
-
-
 def print_error(line: str) -> None:
     """The one-line error on stderr; also on stdout inside a workflow job (ERRORS_ON_STDOUT) when stderr is a log
     file. Never otherwise: a user's stdout is data (`lwnmt translate … > hyp.txt 2> err.log`), and an error line in
     it would be scored as a translation."""
     print(line, file=sys.stderr)
-    if not os.environ.get(ERRORS_ON_STDOUT):
-        return
-    try:
-        err, out = os.fstat(sys.stderr.fileno()), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError):  # captured streams without a file descriptor (tests)
-        return
-    if stat.S_ISREG(err.st_mode) and (err.st_dev, err.st_ino) != (out.st_dev, out.st_ino):
-        print(line, flush=True)
+    copy_to_console(line)
 
 
 def main(argv: list[str] | None = None) -> None:

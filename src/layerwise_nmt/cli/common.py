@@ -3,9 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import os
+import stat
+import sys
 from typing import Callable
 
 from .. import UserError
+
+# Set by the workflow (workflow/rules/common.smk) for its jobs, whose stderr is a log file and whose stdout is
+# Snakemake's console: a job's one-line error (or stop) is copied there, so the console shows it, not only a
+# CalledProcessError.
+ERRORS_ON_STDOUT = "LWNMT_ERRORS_ON_STDOUT"
+
+
+def copy_to_console(line: str) -> None:
+    """`line` on stdout inside a workflow job (ERRORS_ON_STDOUT) whose stderr is a log file; nowhere otherwise: a
+    user's stdout is data (`lwnmt translate … > hyp.txt`), and stderr is on the user's terminal already."""
+    if not os.environ.get(ERRORS_ON_STDOUT):
+        return
+    try:
+        err, out = os.fstat(sys.stderr.fileno()), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):  # captured streams without a file descriptor (tests)
+        return
+    if stat.S_ISREG(err.st_mode) and (err.st_dev, err.st_ino) != (out.st_dev, out.st_ino):
+        print(line, flush=True)
 
 
 def command(subparsers, name: str, help: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import command
+from .common import command, copy_to_console
 
 # fairseq-train flags `lwnmt train` takes as overrides of --spec: flag → (spec section, key, type)
 TRAIN_FLAGS = {
@@ -68,7 +68,7 @@ def cmd_train(a) -> None:
     import torch
 
     from ..gpu_lock import claim, run_ranks, under_torchrun
-    from ..train import train
+    from ..train import Stopped, train
 
     ranks = a.ranks or a.gpus
     if not under_torchrun():
@@ -77,7 +77,25 @@ def cmd_train(a) -> None:
             sys.exit(run_ranks(ranks, sys.argv[1:]))
     if a.threads:
         torch.set_num_threads(a.threads)
-    train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
+    try:
+        train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
+    except Stopped as stopped:
+        _stopped(stopped)
+        raise
+
+
+def _stopped(stopped) -> None:
+    """Under the workflow, the stop's one line (logged to the job's log) goes to Snakemake's console too, once per
+    job; a Ctrl-C also stops the Snakemake that runs the job, so that it starts no retry of what the user stopped
+    (it stops by itself when it got the Ctrl-C too; not when it runs where SIGINT is ignored)."""
+    from ..distributed import world
+    from ..workflow_env import stop_the_workflow
+
+    if world()[0] != 0:
+        return
+    copy_to_console(f"lwnmt train: {stopped.line}")
+    if stopped.interrupted:
+        stop_the_workflow()
 
 
 def cmd_average(a) -> None:

@@ -1,0 +1,69 @@
+"""Ctrl-C under Snakemake means stop: one SIGINT to the workflow's process group (what a terminal sends) checkpoints
+the running training, which exits without a retry and says so in one line on the console; the next run resumes at
+the saved update, and the log of every attempt is kept."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, snakemake
+
+RUN = Path("results/multi30k_ci/ci.transformer/seed1")
+TARGET = str(RUN / "model.pt")
+
+
+def budget(tmp_path: Path, max_update: int) -> list[str]:
+    overlay = tmp_path / f"budget-{max_update}.yaml"
+    overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {
+        "max_epoch": 0, "max_update": max_update}}}}))
+    return ["--configfile", str(ROOT / "config/ci.yaml"), str(overlay)]
+
+
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "sigint-ignored"])
+def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, sigint_ignored):
+    """foreground: Snakemake gets the Ctrl-C too, as in a terminal. sigint-ignored: a Snakemake started where
+    SIGINT is ignored (a non-interactive shell's background job) sees only its training stop, and must not retry it."""
+    snakemake(tmp_path, str(RUN.parent.parent / "data/bin-separate/valid.de-en.en.tokens.npy"),
+              *budget(tmp_path, 100000), mirror=mirror)  # the data first, quickly
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               LWNMT_DATA_MIRROR=str(mirror))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
+           TARGET, *budget(tmp_path, 100000)]
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=ignore)
+    save_dir = tmp_path / RUN / "checkpoints"
+    deadline = time.time() + 120
+    while not (save_dir / "checkpoint1.pt").exists():
+        assert time.time() < deadline and proc.poll() is None, "the training never got going"
+        time.sleep(0.2)
+    time.sleep(0.5)  # mid-epoch
+    os.killpg(proc.pid, signal.SIGINT)  # one Ctrl-C
+    out, _ = proc.communicate(timeout=60)
+
+    assert proc.returncode != 0, out[-3000:]
+    assert "Trying to restart job" not in out or sigint_ignored, out[-3000:]
+    stopped = re.findall(r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
+                         r"rerun the same command to resume$", out, flags=re.M)
+    assert len(stopped) == 1, out[-3000:]  # one line for the one training
+    update = int(stopped[0])
+    assert torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["progress"]["update"] == update
+    assert not (tmp_path / TARGET).exists()
+    assert len(re.findall(r"^rule train:|^localrule train:", out, flags=re.M)) == 1, out[-3000:]  # no retry ran
+
+    rerun = snakemake(tmp_path, TARGET, *budget(tmp_path, update + 2), mirror=mirror)
+    assert "Trying to restart job" not in rerun.stdout + rerun.stderr
+    final = torch.load(tmp_path / TARGET, weights_only=False)["progress"]
+    assert final["update"] == update + 2
+    history = (save_dir / "train.log").read_text()  # both runs' logs: Snakemake deleted its train.log before the rerun
+    assert history.count(" started (pid ") == 2, history[-3000:]
+    assert f"stopped at update {update} (Ctrl-C" in history
+    assert re.search(rf"resumed from \S+/checkpoint_last.pt: epoch \d+, update {update}, batch", history), history
