@@ -122,6 +122,8 @@ tokenize_args = _from_grid(_inputs.tokenize_args)
 reference_parts = _from_grid(_inputs.reference_parts)
 assemble_spec = _from_grid(_inputs.assemble_spec)
 train_texts = _from_grid(_inputs.train_texts)
+bpe_learn_texts = _from_grid(_inputs.bpe_learn_texts)
+bpe_codes = _from_grid(_inputs.bpe_codes)
 vocab_params = _from_grid(_inputs.vocab_params)
 # train.smk
 train_inputs = _from_grid(_inputs.train_inputs)

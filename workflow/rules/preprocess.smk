@@ -81,7 +81,7 @@ use rule assemble as assemble_eval with:
 
 rule learn_bpe:
     input:
-        train_texts,
+        bpe_learn_texts,  # the sides that do not come BPE-segmented
     output:
         "results/{task}/data/bpe/code",
     log:
@@ -99,7 +99,7 @@ rule learn_bpe:
 rule apply_bpe:
     input:
         text="results/{task}/data/text/{split}.{pair}.{lang}",
-        codes=lambda w: ["results/{task}/data/bpe/code"] if task_of(w).get("bpe") else [],
+        codes=bpe_codes,  # none: a word-level task, or a side that comes segmented
     output:
         "results/{task}/data/bpe/{split}.{pair}.{lang}",
     log:

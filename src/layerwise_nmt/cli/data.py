@@ -38,6 +38,8 @@ def add_commands(sub) -> None:
     p.add_argument("--archive-checksum-source", help="where the archive's checksum was published")
     p.add_argument("--checksum-source", help="where the file's checksum was published")
     p.add_argument("--where", default="its official URL", help="where to get a good copy (for errors)")
+    p.add_argument("--text", action="store_true", help="the file is UTF-8 text, one sentence per line (a corpus of "
+                   "the user's own): every line checked, an invalid one named as file:line")
     add_checksums(p)
 
     p = command(sub, "tokenize", "read segments of a raw file, normalise and tokenize them", cmd_tokenize)
@@ -121,9 +123,9 @@ def cmd_extract(a) -> None:
         archive_checksum.verify(a.input, a.input, a.where)
     checksum = checksum_from(a.sha256, a.git_blob, a.md5, a.checksum_source)
     if a.archive:
-        extract_member(a.input, a.member, a.out, checksum, a.where, a.pair_member)
+        extract_member(a.input, a.member, a.out, checksum, a.where, a.pair_member, text=a.text)
     else:
-        copy_verified(a.input, a.out, checksum, a.where)
+        copy_verified(a.input, a.out, checksum, a.where, text=a.text)
 
 
 def cmd_tokenize(a) -> None:

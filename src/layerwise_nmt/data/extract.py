@@ -21,12 +21,14 @@ from pathlib import Path
 from .. import UserError
 from .checksums import Checksum, changed_since_first_use, record_unpinned
 from .fetch import HTML_START
-from .io import CHUNK, atomic_path, disk_errors, require_space
+from .io import CHUNK, atomic_path, decode_lines, disk_errors, require_space
 
 
-def copy_verified(src: str | os.PathLike, out: str | os.PathLike, checksum: Checksum | None, where: str) -> None:
+def copy_verified(src: str | os.PathLike, out: str | os.PathLike, checksum: Checksum | None, where: str,
+                  text: bool = False) -> None:
     """Copy a local (mirror) file after checking it; a missing file names what was expected. A file no reference
-    pins must not be empty or an HTML page, and must be the file first used (`<out>.sha256`, recorded here)."""
+    pins must not be empty or an HTML page, and must be the file first used (`<out>.sha256`, recorded here). `text`:
+    the file is UTF-8 text, one sentence per line, checked line by line (an invalid line named as src:line)."""
     if not os.path.exists(src):
         raise UserError(f"{src}: missing; expected it there (data mirror or user directory): get it from {where}")
     if not os.path.isfile(src):
@@ -39,8 +41,25 @@ def copy_verified(src: str | os.PathLike, out: str | os.PathLike, checksum: Chec
     require_space(Path(out).parent, os.path.getsize(src), f"copying {src}")
     with _extraction(out, f"copying {src} to {out}", f"{src} is unchanged") as tmp:
         shutil.copyfile(src, tmp)
+        if text:
+            check_text(tmp, src)
         if checksum is None:
             record_unpinned(tmp, str(src), out, str(src))
+
+
+def check_text(path: str | os.PathLike, name: str | os.PathLike) -> None:
+    """Every line valid UTF-8 (the first invalid one named `name:line`); nothing else is asked of the text."""
+    with open(path, "rb") as f:
+        for _ in decode_lines(f, name):
+            pass
+
+
+def _check_unchanged(path: str | os.PathLike, out: str | os.PathLike, source: str | os.PathLike, where: str,
+                     checksum: Checksum | None) -> None:
+    changed = None if checksum is not None else changed_since_first_use(path, out)
+    if changed:
+        raise UserError(f"{source} (decompressed) is {changed}; no checksum pins this file: replace it with the "
+                        f"copy first used, or, if this one is right, delete {out}.sha256 and rerun")
 
 
 def _check_unpinned_copy(src: str | os.PathLike, out: str | os.PathLike, where: str) -> None:
@@ -85,7 +104,7 @@ def _sigterm_exits():
 
 
 def extract_member(archive: str | os.PathLike, member: str | None, out: str | os.PathLike,
-                   checksum: Checksum | None, where: str, pair_member: str | None = None) -> None:
+                   checksum: Checksum | None, where: str, pair_member: str | None = None, text: bool = False) -> None:
     """Write one member of a .tgz/.tar/.zip archive (or the content of a .gz file) to `out`, then verify it.
 
     A member path with wildcards (`datum2017/Book*_cn.txt`) names several files: they are written in sorted order,
@@ -114,6 +133,9 @@ def extract_member(archive: str | os.PathLike, member: str | None, out: str | os
                 require_space(Path(out).parent, gunzipped_size(archive), f"decompressing {archive}")
                 with gzip.open(archive) as src, open(tmp, "wb") as dst:
                     shutil.copyfileobj(src, dst, CHUNK)
+                if text:  # the user's own gzipped file: its text checked, and compared with its first use
+                    check_text(tmp, archive)
+                    _check_unchanged(tmp, out, archive, where, checksum)
             else:
                 raise UserError(f"{archive}: unknown archive type; expected .tgz, .tar.gz, .tar, .zip or .gz")
             if checksum is not None:

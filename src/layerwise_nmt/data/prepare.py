@@ -32,10 +32,29 @@ def tokenize_file(raw: str, out: str, fmt: str, options: TokenizeOptions, worker
     """Tokenize (or, with normalize_only, only normalise: the references of detokenized BLEU, all of them for a
     multi-reference set) a raw file."""
     segments = readers.read_all_references(raw, fmt) if normalize_only else readers.READERS[fmt](raw)[0]
+    if not normalize_only:
+        log_tokenizer(options, raw)
     build = functools.partial(options.build, normalize_only=normalize_only)
     n = write_lines(out, progress(map_stream(build, segments, workers), f"tokenize {Path(raw).name}"))
     log.info("%s %d segments of %s → %s", "normalised" if normalize_only else "tokenized", n, raw, out)
     return n
+
+
+def log_tokenizer(options: TokenizeOptions, raw: str) -> None:
+    """What the log must say about a side's tokenizer: skipped (already tokenized), or Moses without rules of its
+    own for the language."""
+    if options.tokenizer == "none":
+        log.info("%s: tokenizer none: the text comes tokenized (or BPE-segmented); only its whitespace is "
+                 "normalised", raw)
+    elif options.tokenizer == "moses" and not moses_knows(options.lang):
+        log.warning("the Moses tokenizer has no rules for language %r: its default rules are used (English "
+                    "nonbreaking prefixes, as tokenizer.perl falls back to)", options.lang)
+
+
+def moses_knows(lang: str) -> bool:
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    return lang in NonbreakingPrefixes().available_langs.values()
 
 
 def progress(lines: Iterable[str], what: str, every: int = 1_000_000) -> Iterator[str]:
@@ -62,12 +81,13 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
             continue
         counts: Counter = Counter()
         pairs = itertools.islice(_paired_lines(spec["parts"]), spec.get("max_lines"))
+        empty = spec.get("empty_lines", "drop" if split == "train" else "refuse")
+        if empty == "refuse":
+            pairs = _require_nonempty(pairs, spec["parts"], split, Counter() if spec.get("clean") else counts)
         if spec.get("clean") is not None:
             pairs = clean.clean_pairs(pairs, clean.CleanOptions(**spec["clean"]), counts)
-        elif split == "train":
+        elif empty == "drop":
             pairs = _drop_empty(pairs, counts)
-        else:
-            pairs = _require_nonempty(pairs, spec["parts"], split, counts)
         if split == "train" and held_out:  # prepare-iwslt14.sh: every k-th cleaned training line is validation
             (other, k), = held_out.items()
             kept, held = _write_pairs(pairs, outputs["train"], (k, outputs[other]))
@@ -82,9 +102,27 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
                 log.warning("%s: dropped %d pairs (%s)", split, counts[reason], reason.replace("_", " "))
         stats[split] = {**dict(counts), **stats.get(split, {})}
         log.info("%s: %s", split, dict(counts))
+    for split, spec in splits.items():
+        if spec.get("overlap_with_train") == "warn" and split not in held_out:
+            stats[split]["in_train"] = _overlap(outputs[split][0], outputs["train"][0], split)
     with atomic_path(stats_out) as tmp:
         Path(tmp).write_text(json.dumps(stats, indent=2) + "\n")
     return stats
+
+
+def _overlap(eval_src: str, train_src: str, split: str) -> int:
+    """How many of an evaluation split's source sentences also occur as a training source (the split's own lines
+    held in memory, the training text streamed), warned about when any do."""
+    wanted = Counter(read_lines(eval_src))
+    found = set()
+    for line in read_lines(train_src):
+        if line in wanted:
+            found.add(line)
+    count = sum(wanted[line] for line in found)
+    if count:
+        log.warning("%s: %d of %d source sentences also occur in the training data (%s); its scores overstate how "
+                    "the models translate unseen text", split, count, sum(wanted.values()), train_src)
+    return count
 
 
 def _paired_lines(parts) -> Iterator[tuple[str, str]]:
@@ -130,12 +168,26 @@ def _write_pairs(pairs, paths: tuple[str, str], held_out: tuple[int, tuple[str, 
 def _require_nonempty(pairs, part_files, split: str, counts: Counter) -> Iterator[tuple[str, str]]:
     for number, (s, t) in enumerate(pairs, start=1):
         if not s.strip() or not t.strip():
-            files = ", ".join(p[2] if not s.strip() else p[3] for p in part_files)
-            raise UserError(f"{split} line {number} (of {files}): empty segment; evaluation sets must not have "
-                            f"empty lines (remove the pair from both sides)")
+            side = 0 if not s.strip() else 1
+            files = ", ".join(p[2 + side] for p in part_files)
+            kind = "evaluation sets must not have" if split != "train" else "the task refuses (empty_lines: refuse)"
+            raise UserError(f"{split} line {number} (of {files}): empty segment (raw "
+                            f"{_raw_location(part_files, number, side)}, empty or whitespace only); {kind} empty "
+                            f"lines (remove the pair from both sides)")
         counts["read"] += 1
         counts["kept"] += 1
         yield s, t
+
+
+def _raw_location(part_files, number: int, side: int) -> str:
+    """`raw file:line` of the number-th segment of a split's concatenated parts (plain files: line = segment)."""
+    before = 0
+    for part in part_files:
+        segments = readers.count_segments(part[side], part[4])[0]
+        if number <= before + segments:
+            return f"{part[side]}:{number - before}"
+        before += segments
+    return f"{part_files[-1][side]}:{number - before}"
 
 
 def concatenate(parts: list[str], out: str, max_lines: int | None = None) -> int:
@@ -151,6 +203,8 @@ def learn_bpe(train_files: list[str], codes: str, merges: int, min_frequency: in
 
 def apply_bpe(codes: str | None, text: str, out: str, workers: int = 1) -> int:
     """Segment with BPE codes; without codes (word-level vocabularies: MLRF's NIST) the text is kept as it is."""
+    if not codes:
+        log.info("%s: no BPE codes for this side (it comes segmented, or the task is word-level): kept as it is", text)
     lines = bpe.apply(codes, read_lines(text), workers) if codes else read_lines(text)
     return write_lines(out, progress(lines, f"apply-bpe {Path(text).name}"))
 

@@ -4,6 +4,8 @@ One way to read the config for the workflow (workflow/rules/common.smk) and the 
 neither torch nor numpy, so that `snakemake -n` runs in an environment that holds only Snakemake:
 
     load         config files merged, the schema and the cross-references checked
+    local_corpus a corpus in the user's own files (`local:`) as user_path + files, and its task's splits
+    compare      a comparison by name (`compare:`) as experiments, one table and the length-bucket figure
     sources      where each raw file comes from: the user's directory, the data mirror, or a download
     tasks        a task's parts, languages and tokenizer options
     experiments  an experiment with its defaults; what translating with its model needs

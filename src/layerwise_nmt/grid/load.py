@@ -12,7 +12,9 @@ from typing import Any
 import yaml
 
 from .. import UserError
+from .compare import expand_comparisons
 from .experiments import experiment
+from .local_corpus import expand_local
 from .papers import rows
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -95,6 +97,8 @@ def validate(config: dict) -> None:
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise schema_error(error)
+    expand_local(config)  # a corpus in the user's files, and comparisons by name: ordinary entries from here on
+    expand_comparisons(config)
     resolve_extends(config.get("experiments", {}))
     datasets, tasks, experiments = config["datasets"], config["tasks"], config.get("experiments", {})
     for name, task in tasks.items():
@@ -105,6 +109,10 @@ def validate(config: dict) -> None:
         if ready and "splits" not in task:
             raise UserError(f"config key tasks/{name}/splits: missing; expected train, valid and test")
         for split_name, split in task.get("splits", {}).items():
+            if split_name != "train" and split.get("empty_lines") == "drop":
+                raise UserError(f"config key tasks/{name}/splits/{split_name}/empty_lines: drop; an evaluation "
+                                f"set's lines must stay aligned with its references: expected refuse (remove the "
+                                f"pair from both files)")
             if ready and not split.get("parts") and not split.get("hold_out_every"):
                 raise UserError(f"config key tasks/{name}/splits/{split_name}: expected parts or hold_out_every")
             for part in split.get("parts", []):

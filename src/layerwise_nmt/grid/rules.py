@@ -17,7 +17,7 @@ from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
 from .sources import checksum_of, download_spec, file_source, mirror_location, urls_of
 from .status import experiment_status, rows_by_experiment
-from .tasks import SPLITS, find_part, pair, part_name, tokenize_options
+from .tasks import SPLITS, find_part, pair, part_name, segmented, tokenize_options
 
 LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
 
@@ -92,8 +92,9 @@ class RuleInputs:
 
     def extract_args(self, wildcards):
         source = self.get_source(wildcards)
-        args = ["--archive" if source.is_archive else "", checksum_flag(source.checksum),
-                checksum_flag(source.archive_checksum, prefix="archive-"), f"--where {shlex.quote(source.where)}"]
+        args = ["--archive" if source.is_archive else "", "--text" if source.text else "",
+                checksum_flag(source.checksum), checksum_flag(source.archive_checksum, prefix="archive-"),
+                f"--where {shlex.quote(source.where)}"]
         for option, value in (("--member", source.member), ("--pair-member", source.pair_member),
                               ("--checksum-source", source.checksum_source),
                               ("--archive-checksum-source", source.archive_checksum_source)):
@@ -130,7 +131,8 @@ class RuleInputs:
         names = [wildcards.split] if hasattr(wildcards, "split") else list(SPLITS)
         spec = {}
         for name, split in ((n, task["splits"][n]) for n in names):
-            spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines") if key in split}
+            spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines", "empty_lines",
+                                                      "overlap_with_train") if key in split}
             spec[name]["parts"] = [
                 [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
                 + [data_path(wildcards.task, "tok", part_name(t, lang)) for lang in (task["src"], task["tgt"])]
@@ -142,6 +144,20 @@ class RuleInputs:
     def train_texts(self, wildcards, stage="text"):
         task = self.task_of(wildcards)
         return [data_path(wildcards.task, stage, f"train.{pair(task)}.{lang}") for lang in (task["src"], task["tgt"])]
+
+    def bpe_learn_texts(self, wildcards):
+        """The training text BPE is learned on: the sides that do not come segmented."""
+        task = self.task_of(wildcards)
+        return [path for path, lang in zip(self.train_texts(wildcards), (task["src"], task["tgt"]))
+                if lang not in segmented(task)]
+
+    def bpe_codes(self, wildcards):
+        """The codes apply_bpe segments one side with: none for a word-level task or a side that comes segmented
+        (copied as it is, said in its log)."""
+        task = self.task_of(wildcards)
+        if not task.get("bpe") or wildcards.lang in segmented(task) or len(self.bpe_learn_texts(wildcards)) == 0:
+            return []
+        return [data_path(wildcards.task, "bpe", "code")]
 
     def vocab_params(self, wildcards):
         opts = self.task_of(wildcards).get("vocab", {})

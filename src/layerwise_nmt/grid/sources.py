@@ -38,6 +38,7 @@ class FileSource:
     checksum_source: str | None = None  # where `checksum` was published (named when it does not match)
     archive_checksum_source: str | None = None
     pair_member: str | None = None  # the other side's wildcard member: files read pairwise, counts checked
+    text: bool = False  # the user's own corpus (`local:`): UTF-8 text checked line by line when copied
 
 
 def checksum_of(entry: dict) -> tuple[str, str] | None:
@@ -65,7 +66,9 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     entry = spec["files"][name]
     if "user_path" in spec:
         path = Path(spec["user_path"]).expanduser() / entry.get("path", name)
-        return FileSource(str(path), None, False, checksum_of(entry), f"datasets/{dataset}/user_path ({path})")
+        local = "local" in spec  # plain text or its .gz (a .gz is inflated, like an archive)
+        return FileSource(str(path), None, local and path.name.endswith(".gz"), checksum_of(entry),
+                          f"datasets/{dataset}/{'local' if local else 'user_path'} ({path})", text=local)
     archive_name = entry.get("archive")
     archive = spec.get("archives", {}).get(archive_name, {}) if archive_name else {}
     member = entry.get("path")

@@ -29,14 +29,21 @@ def find_part(task: dict, part: str, lang: str) -> tuple[str, dict]:
 def tokenize_options(task: dict, lang: str, split: dict) -> dict:
     """TokenizeOptions fields for one side of one part: the task's `tokenize` entry, its per-language overrides
     (`tokenize: {ro: {romanian: true}}`), the split's own overrides, the task's lowercasing and the split's
-    apostrophe mapping."""
+    apostrophe mapping. A side that comes BPE-segmented (`bpe: {segmented: [xx]}`) is tokenized already."""
     out: dict = {}
     for entry in (task.get("tokenize", {}), split.get("tokenize", {})):
         out.update({k: v for k, v in entry.items() if not isinstance(v, dict)})
         out.update(entry.get(lang, {}))
+    if lang in segmented(task):
+        out["tokenizer"] = "none"
     return {**out, "lowercase": bool(task.get("lowercase")),
             "normalize_apostrophe": bool(split.get("normalize_apostrophe"))}
 
 
 def pair(task: dict) -> str:
     return f"{task['src']}-{task['tgt']}"
+
+
+def segmented(task: dict) -> list[str]:
+    """The sides that come BPE-segmented: no codes are learned on them or applied to them."""
+    return list((task.get("bpe") or {}).get("segmented", []))

@@ -1,0 +1,211 @@
+"""A corpus from the user's own files, and the four methods compared on it by config alone
+(config/your-corpus.example.yaml): the overlay's expansion, its bad input, and one run through the real rules."""
+
+import csv
+import gzip
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, snakemake
+from layerwise_nmt import UserError, grid
+from layerwise_nmt.data.prepare import assemble
+
+PAIR = ("xx", "yy")  # a language pair no task of the grid uses, and one the Moses tokenizer has no rules for
+
+
+def corpus(root: Path, sizes=(("train", 300), ("dev", 40), ("test", 40)), seed: int = 0) -> Path:
+    """Synthetic pairs: yy is xx's words renamed and reversed; the training files gzipped."""
+    rng = random.Random(seed)
+    words = [f"xa{i}" for i in range(60)]
+    root.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes:
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + " ." for _ in range(n)]
+        tgt = [" ".join(w.replace("xa", "yb") for w in reversed(s.split()[:-1])) + " ." for s in src]
+        for lang, lines in zip(PAIR, (src, tgt)):
+            text = "\n".join(lines) + "\n"
+            if split == "train":
+                with gzip.open(root / f"train.{lang}.gz", "wt", encoding="utf-8") as f:
+                    f.write(text)
+            else:
+                (root / f"{split}.{lang}").write_text(text, encoding="utf-8")
+    return root
+
+
+def overlay(tmp_path: Path, corpus_dir: Path, **compare) -> Path:
+    spec = {
+        "datasets": {"my-corpus": {"local": {"dir": str(corpus_dir), "train": "train.{lang}.gz",
+                                             "valid": "dev.{lang}", "test": "test.{lang}"}}},
+        "tasks": {"my_xxyy": {"dataset": "my-corpus", "src": "xx", "tgt": "yy", "bpe": {"merges": 200}}},
+        "compare": {"mine": {"task": "my_xxyy", "preset": "demo", "seeds": [1], **compare}},
+    }
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def edit(path: Path, change) -> Path:
+    spec = yaml.safe_load(path.read_text())
+    change(spec)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def load(path: Path) -> dict:
+    return grid.load(ROOT / "config.yaml", path)
+
+
+def test_the_example_overlay_expands_to_the_comparison():
+    config = load(ROOT / "config" / "your-corpus.example.yaml")
+    (name, spec), = config["compare"].items()
+    rows = config["papers"][name]["tables"]["T1"]["rows"]
+    assert [r["experiment"].split(".", 1)[1] for r in rows] == [
+        "transformer", "lwc", "mlrf_dec_sa", "gca_full", "dou_deep", "transformer_longer"]
+    assert config["targets"] == {"tasks": [spec["task"]], "tables": [f"{name}/T1"], "figures": [f"{name}/buckets"]}
+    assert len((ROOT / "config" / "your-corpus.example.yaml").read_text().splitlines()) <= 60
+
+
+def test_expansion(tmp_path):
+    config = load(overlay(tmp_path, corpus(tmp_path / "corp"), preset="iwslt", methods=["gca"]))
+    assert config["datasets"]["my-corpus"]["files"]["train.xx"] == {"path": "train.xx.gz"}
+    task = config["tasks"]["my_xxyy"]
+    assert task["splits"]["valid"]["parts"] == ["valid.{lang}"] and task["estimate"]["train_pairs"] == 300
+    assert sorted(n for n in config["experiments"] if n.startswith("mine.")) == [
+        "mine.gca_full", "mine.transformer", "mine.transformer_longer"]
+    gca = config["experiments"]["mine.gca_full"]
+    assert gca["warm_start"] == "mine.transformer" and gca["arch"]["preset"] == "iwslt"
+    assert config["papers"]["mine"]["tables"]["T1"]["metric"] == ["bleu", "chrf"]
+    assert grid.runnable_tasks(config) == ["my_xxyy"]
+    assert grid.load(ROOT / "config.yaml", tmp_path / "mine.yaml") == config  # the same however often it runs
+
+
+def test_status_says_what_is_missing_and_plan_prices_it(tmp_path, capsys):
+    from layerwise_nmt.cli import main
+
+    path = overlay(tmp_path, tmp_path / "absent")
+    main(["status", "--config", str(ROOT / "config.yaml"), "--config", str(path)])
+    assert "lacks train.xx.gz, train.yy.gz, dev.xx" in capsys.readouterr().out
+    corpus(tmp_path / "absent")
+    main(["plan", "--config", str(ROOT / "config.yaml"), "--config", str(path)])
+    assert "mine T1       6    6" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s["datasets"]["my-corpus"]["local"].update(train={"xx": "train.yy.gz", "yy": "train.xx.gz"}),
+     "config key datasets/my-corpus/local/train/xx: train.yy.gz is named for language 'yy', not 'xx'"),
+    (lambda s: s["datasets"]["my-corpus"]["local"].update(test={"xx": "test.xx", "en": "test.en"}),
+     "config key datasets/my-corpus/local/test: files for xx, en, but task my_xxyy translates xx→yy"),
+    (lambda s: s["tasks"]["my_xxyy"].update(tgt="zz"),
+     "has train.yy.gz but no train.zz.gz; task my_xxyy's languages are xx/zz"),
+    (lambda s: s["tasks"]["my_xxyy"].update(splits={"train": {}, "valid": {}, "test": {"empty_lines": "drop"}}),
+     "config key tasks/my_xxyy/splits/test/empty_lines: drop; an evaluation set's lines must stay aligned"),
+    (lambda s: s["compare"]["mine"].update(task="my_xxzz"), "config key compare/mine/task: unknown task 'my_xxzz'"),
+    (lambda s: s["compare"]["mine"].update(preset="huge"), "config key compare/mine/preset: 'huge' is not one of"),
+])
+def test_config_errors_name_the_key(tmp_path, change, message):
+    path = edit(overlay(tmp_path, corpus(tmp_path / "corp")), change)
+    with pytest.raises(UserError) as err:
+        load(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def lwnmt(*args):
+    return subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, text=True)
+
+
+def error_line(result) -> str:
+    assert result.returncode == 1, result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_invalid_utf8_is_named_by_the_users_file_and_line(tmp_path):
+    bad = tmp_path / "train.xx"
+    bad.write_bytes(b"good\nba\xe9d\n")
+    assert f"{bad}:2: invalid UTF-8" in error_line(lwnmt("extract", bad, tmp_path / "raw" / "train.xx", "--text"))
+    assert not (tmp_path / "raw" / "train.xx").exists()
+    gz = tmp_path / "train.yy.gz"
+    gz.write_bytes(gzip.compress(b"good\nfine\nba\xe9d\n"))
+    assert f"{gz}:3: invalid UTF-8" in error_line(lwnmt("extract", gz, tmp_path / "raw" / "train.yy", "--text",
+                                                         "--archive"))
+
+
+@pytest.mark.parametrize("name, archive", [("dev.xx", []), ("train.xx.gz", ["--archive"])])
+def test_a_file_changed_after_first_use_is_refused(tmp_path, name, archive):
+    source, out = tmp_path / name, tmp_path / "raw" / "file"
+    write = (lambda text: source.write_bytes(gzip.compress(text))) if archive else source.write_bytes
+    write(b"one\ntwo\n")
+    assert lwnmt("extract", source, out, "--text", *archive).returncode == 0
+    assert (tmp_path / "raw" / "file.sha256").is_file()
+    write(b"one\nthree\n")
+    out.unlink()  # Snakemake removes a job's output before it runs the job again
+    line = error_line(lwnmt("extract", source, out, "--text", *archive))
+    assert str(source) in line and "the first copy of this file had" in line and "file.sha256" in line
+
+
+def parts(tmp_path: Path, files: dict[str, str]) -> dict:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    part = lambda s, t: [[str(tmp_path / s), str(tmp_path / t), str(tmp_path / s), str(tmp_path / t), "plain"]]
+    return {"train": {"parts": part("tr.xx", "tr.yy")}, "valid": {"parts": part("va.xx", "va.yy")},
+            "test": {"parts": part("te.xx", "te.yy"), "overlap_with_train": "warn"}}
+
+
+def outputs(tmp_path: Path) -> dict:
+    return {s: (str(tmp_path / f"out.{s}.xx"), str(tmp_path / f"out.{s}.yy")) for s in ("train", "valid", "test")}
+
+
+def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
+    spec = parts(tmp_path, {"tr.xx": "a\nb\nc\n", "tr.yy": "A\nB\n", "va.xx": "v\n", "va.yy": "V\n",
+                            "te.xx": "t\n", "te.yy": "T\n"})
+    with pytest.raises(UserError, match=r"tr.xx has 3 segments but .*tr.yy has 2; parallel files must have equal"):
+        assemble(spec, outputs(tmp_path), str(tmp_path / "stats.json"))
+    assert not list(tmp_path.glob("out.*"))
+
+
+def test_empty_lines_dropped_and_counted_or_refused(tmp_path, caplog):
+    files = {"tr.xx": "a\n  \nc\nd\n", "tr.yy": "A\nB\n\t\nD\n", "va.xx": "v\n", "va.yy": "V\n",
+             "te.xx": "a\nnew\n", "te.yy": "A\nNEW\n"}
+    stats = assemble(parts(tmp_path, files), outputs(tmp_path), str(tmp_path / "stats.json"))
+    assert stats["train"]["empty"] == 2 and stats["train"]["kept"] == 2
+    assert "train: dropped 2 pairs (empty)" in caplog.text
+    assert stats["test"]["in_train"] == 1  # "a" is also a training source
+    assert "test: 1 of 2 source sentences also occur in the training data" in caplog.text
+    spec = parts(tmp_path, files)
+    spec["train"]["empty_lines"] = "refuse"
+    with pytest.raises(UserError, match=r"train line 2 .*empty segment \(raw .*tr.xx:2, empty or whitespace only\)"):
+        assemble(spec, outputs(tmp_path), str(tmp_path / "stats2.json"))
+    assert not (tmp_path / "stats2.json").exists()
+
+
+def test_the_four_methods_on_a_corpus_of_ones_own(tmp_path):
+    """Through the real rules at a tiny size: files → data → six trainings → decode → score → table and figure."""
+    path = overlay(tmp_path, corpus(tmp_path / "corp"),
+                   arch={"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2},
+                   lwc_layers=3, decode={"beam": 2, "batch_size": 64},
+                   train={"max_tokens": 500, "warmup_updates": 5, "total_num_update": 30, "max_update": 30,
+                          "log_interval": 10},
+                   **{"continue": {"warmup_updates": 2, "total_num_update": 10, "max_update": 10}})
+    snakemake(tmp_path / "run", "tables", "--configfile", str(path))
+    results = tmp_path / "run" / "results"
+    with open(results / "tables" / "mine" / "T1.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [row["row"] for row in table] == [
+        "Transformer baseline", "LWC, He et al. 2018 (shared layers over [source; target])",
+        "MLRF Dec-SA, Wang et al. 2018 (4 hops)", "GCA full model, Liu et al. 2020 (from the baseline)",
+        "Dou et al. 2018 + Deep Representations (from the baseline)",
+        "Baseline trained on as long (the warm-started rows' control)"]
+    for column in ("ours bleu", "ours chrf", "p vs bleu", "updates", "sentences seen", "target tokens"):
+        assert all(row[column] for row in table), column
+    assert [row["updates"] for row in table] == ["30", "30", "30", "10", "10", "10"]
+    assert {row["status"] for row in table} == {"ours"}
+    assert "worse than mine.transformer_longer" in table[3]["p vs bleu"] or "better" in table[3]["p vs bleu"]
+    assert (results / "figures" / "mine" / "buckets.png").is_file()
+    logs = results / "logs" / "my_xxyy"
+    assert "no rules for language 'xx'" in (logs / "tokenize" / "train.xx.log").read_text()
+    stats = json.loads((results / "my_xxyy" / "data" / "text" / "stats.xx-yy.json").read_text())
+    assert stats["train"]["kept"] == 300 and stats["test"]["in_train"] == 0
