@@ -78,8 +78,8 @@ def plan(probe_runs: list[dict], study_seconds: float, tokens_per_epoch: int, ph
     """How many trainings at once (the measured count with the most target tokens/s in all) and each one's
     wall-clock budget: the study's seconds shared by its waves, less each wave's decode and scoring."""
     measured = {r["together"]: r for r in probe_runs if "error" not in r and r.get("total")}
-    if not measured:  # the probe failed: a cautious guess, said in gpu.json
-        jobs, each = 3, None
+    if not measured:  # the probe failed: every run of a phase at once (small models), said in gpu.json
+        jobs, each = max(phases), None
     else:
         jobs = max(measured, key=lambda n: (measured[n]["total"], -n))
         each = measured[jobs]["total"] / jobs
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", required=True)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--families", nargs="*", default=list(gpu_check.FAMILIES), choices=list(gpu_check.FAMILIES))
-    parser.add_argument("--seconds", type=float, default=10, help="probe: training seconds per stage")
+    parser.add_argument("--seconds", type=float, default=8, help="probe: training seconds per stage")
     parser.add_argument("--together", type=int, nargs="*", default=[1, 9], help="probe: trainings at once, per stage")
     parser.add_argument("--overlays", nargs="*", default=[], help="probe: overlays after config/study.yaml")
     parser.add_argument("--study-seconds", type=float, default=380, help="probe: what the study may take in all")

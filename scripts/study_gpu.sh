@@ -45,7 +45,7 @@ TASK=multi30k_deen
 ALLOCATION_S=${ALLOCATION_S:-900}; NODE_START_S=${NODE_START_S:-120}; NODE_COMMAND_S=${NODE_COMMAND_S:-600}
 RUN_S=${RUN_S:-540}; CHECKS_MAX_S=${CHECKS_MAX_S:-90}
 ENV_S=${ENV_S:-10}; INSTALL_S=${INSTALL_S:-20}; FAMILIES_S=${FAMILIES_S:-35}; DRYRUN_S=${DRYRUN_S:-25}
-PROBE_S=${PROBE_S:-40}; KILL_S=${KILL_S:-15}; PACK_S=${PACK_S:-10}
+PROBE_S=${PROBE_S:-45}; KILL_S=${KILL_S:-15}; PACK_S=${PACK_S:-10}
 STUDY_S=${STUDY_S:-$((RUN_S - ENV_S - INSTALL_S - FAMILIES_S - DRYRUN_S - PROBE_S - KILL_S - PACK_S))}
 # command 2, `check`: what the allocation has left after the node's start and command 1
 CHECK_S=${CHECK_S:-$((ALLOCATION_S - NODE_START_S - RUN_S))}
@@ -218,7 +218,7 @@ run() {
     echo "$sized"
     jobs=$(echo "$sized" | sed -n 's/^jobs \([0-9]*\) seconds_per_run \([0-9]*\)$/\1/p')
     seconds=$(echo "$sized" | sed -n 's/^jobs \([0-9]*\) seconds_per_run \([0-9]*\)$/\2/p')
-    jobs=${STUDY_JOBS:-${jobs:-3}}; seconds=${seconds:-$(( (STUDY_S - 4 * 45) / 4 ))}
+    jobs=${STUDY_JOBS:-${jobs:-9}}; seconds=${seconds:-$(( (STUDY_S - 2 * 45) / 2 ))}  # no probe: its guess
     echo "run: $jobs trainings at once, each at most $seconds s"
     per_run_budget "$seconds" > "$STUDY/small/budget.yaml"
     EXTRA="$EXTRA $STUDY/small/budget.yaml"

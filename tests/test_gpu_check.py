@@ -185,7 +185,7 @@ def test_the_probe_sizes_the_small_study():
     saturated = study_probe.plan([{"together": 1, "total": 300_000}, {"together": 9, "total": 290_000}], 385, 1)
     assert saturated["jobs"] == 1 and saturated["waves"] == 18 and saturated["seconds_per_run"] == 30  # the floor
     failed = study_probe.plan([{"together": 1, "error": "exit 1"}], 385, 400_000)
-    assert failed["jobs"] == 3 and failed["measured"] is False and failed["epochs_per_run"] is None
+    assert failed["jobs"] == 9 and failed["measured"] is False and failed["epochs_per_run"] is None
 
 
 def test_a_probe_that_raises_is_kept_and_fails_the_run(tmp_path, monkeypatch):
