@@ -34,3 +34,22 @@ def test_validating_every_few_updates_leaves_the_model_bit_for_bit(toy_data, tmp
 def digest(path: Path, key: str) -> str:
     state = torch.load(path, weights_only=False)[key]
     return hashlib.sha256(b"".join(state[k].cpu().numpy().tobytes() for k in sorted(state))).hexdigest()
+
+
+def test_the_demo_baselines_training_gives_the_same_model_with_its_validations(toy_data, tmp_path):
+    """config/demo.yaml's baseline (its model, architecture and schedule, scaled to a few updates on the toy data)
+    with and without validation within the epoch: the same sha256 of every weight."""
+    from layerwise_nmt import grid
+
+    config = grid.load(grid.ROOT / "config.yaml", grid.ROOT / "config/demo.yaml")
+    e = grid.experiment(config, "demo.transformer")
+    assert e["train"]["validate_interval_updates"] > 0
+    shas = {}
+    for every in (0, 1):
+        train_cfg = {**e["train"], "max_update": 6, "total_num_update": 6, "warmup_updates": 2, "max_tokens": 300,
+                     "validate_interval_updates": every}
+        spec = {"model": e["model"], "arch": e["arch"], "train": train_cfg}
+        train(spec, str(toy_data), "de", "en", str(tmp_path / f"every{every}"), final=str(tmp_path / f"{every}.pt"))
+        shas[every] = digest(tmp_path / f"{every}.pt", "model")
+    assert len(pd.read_csv(tmp_path / "every1" / "metrics.csv")) > len(pd.read_csv(tmp_path / "every0" / "metrics.csv"))
+    assert shas[0] == shas[1]
