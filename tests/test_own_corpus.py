@@ -209,3 +209,28 @@ def test_the_four_methods_on_a_corpus_of_ones_own(tmp_path):
     assert "no rules for language 'xx'" in (logs / "tokenize" / "train.xx.log").read_text()
     stats = json.loads((results / "my_xxyy" / "data" / "text" / "stats.xx-yy.json").read_text())
     assert stats["train"]["kept"] == 300 and stats["test"]["in_train"] == 0
+
+
+def test_sides_that_come_tokenized_or_segmented_skip_those_steps(tmp_path):
+    from types import SimpleNamespace
+
+    path = edit(overlay(tmp_path, corpus(tmp_path / "corp")),
+                lambda s: s["tasks"]["my_xxyy"].update(bpe={"merges": 200, "segmented": ["yy"]}))
+    config = load(path)
+    task = config["tasks"]["my_xxyy"]
+    assert grid.tokenize_options(task, "yy", task["splits"]["train"])["tokenizer"] == "none"
+    assert "tokenizer" not in grid.tokenize_options(task, "xx", task["splits"]["train"])
+    inputs = grid.RuleInputs(config)
+    job = lambda lang: SimpleNamespace(task="my_xxyy", lang=lang)  # noqa: E731
+    assert inputs.bpe_learn_texts(job("xx")) == ["results/my_xxyy/data/text/train.xx-yy.xx"]
+    assert inputs.bpe_codes(job("xx")) == ["results/my_xxyy/data/bpe/code"] and inputs.bpe_codes(job("yy")) == []
+
+
+def test_chinese_is_segmented_as_the_wmt17_task_does(tmp_path):
+    corpus_dir = tmp_path / "corp"
+    corpus_dir.mkdir()
+    path = edit(overlay(tmp_path, corpus_dir), lambda s: s["tasks"]["my_xxyy"].update(src="zh"))
+    task = load(path)["tasks"]["my_xxyy"]
+    wmt17 = load(ROOT / "config" / "demo.yaml")["tasks"]["wmt17_zhen"]
+    options = grid.tokenize_options(task, "zh", task["splits"]["train"])
+    assert options["tokenizer"] == wmt17["tokenize"]["zh"]["tokenizer"] == "jieba"
