@@ -184,3 +184,20 @@ def test_attention_hop_labels_are_math(tmp_path):
     axis = next(a for a in fig.axes if a.get_xlabel() == "layer")
     assert [t.get_text() for t in axis.get_xticklabels()] == ["$z^{1}$", "$z^{2}$", "$z^{3}$"]
     assert fig._suptitle.get_text().startswith("Attention weights on test sentence 3")
+
+
+def test_a_sweep_is_titled_by_what_it_sweeps_and_its_series(tmp_path):
+    scores = []
+    for name, bleu in (("base", 30.0), ("h1", 29.0), ("h4", 31.0)):
+        scores.append(tmp_path / f"{name}.json")
+        scores[-1].write_text(json.dumps({"bleu": bleu}))
+    trained = {**TRAINED, "dataset": "iwslt14-de-en", "max_update": 0, "max_epoch": 100}
+    spec = {"paper": "mlrf", "figure": "F3", "kind": "sweep", "xlabel": "n_hop", "rows": [
+        {"label": "+RestartAdam", "series": "baseline", "baseline": True, "trained": trained,
+         "scores": [str(scores[0])]},
+        {"label": "n_hop=1", "series": "Dec-SA", "x": 1, "trained": trained, "scores": [str(scores[1])]},
+        {"label": "n_hop=4", "series": "Dec-SA", "x": 4, "paper": 33.29, "trained": trained,
+         "scores": [str(scores[2])]}]}
+    fig, _, _ = draw(spec)
+    assert fig.axes[0].get_title() == "BLEU by n_hop: baseline vs Dec-SA\nIWSLT14 De→En · up to 100 epochs each"
+    assert_no_legend_hides_data(fig)

@@ -3,12 +3,15 @@ figure spec's rows (each runnable row's `trained`: dataset, language pair, updat
 
 from __future__ import annotations
 
+import textwrap
+
 WHAT = {
     "accuracy_curves": "Token accuracy while training (train dashed, validation solid)",
     "length_buckets": "BLEU by source sentence length",
     "aggregation_shares": "Share of each input in the encoder's aggregation nodes",
     "attention": "Attention weights on one test sentence",
 }
+WIDTH = 90  # characters a 7-inch figure's title holds at 10 pt
 SHOUTED = ("iwslt", "wmt", "nist")  # corpus names the papers write in capitals
 
 
@@ -18,12 +21,13 @@ def title(spec: dict) -> str:
     if spec["kind"] == "attention" and spec["rows"]:
         what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', 0) + 1}"
     labels = [row["label"] for row in spec["rows"]]
-    compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "length_buckets") else \
-        what if len(labels) != 1 else f"{what}: {labels[0]}"
+    if spec["kind"] == "sweep":  # one curve per series (the swept model, its baseline)
+        labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec["rows"]))
+    compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "length_buckets", "sweep") \
+        else what if len(labels) != 1 else f"{what}: {labels[0]}"
     trained = [row for row in spec["rows"] if row.get("trained")]
-    if not trained:
-        return compared
-    return f"{compared}\n{' · '.join([data(trained)] + [budget(spec['rows'], trained)])}"
+    lines = [compared] + ([f"{data(trained)} · {budget(spec['rows'], trained)}"] if trained else [])
+    return "\n".join(textwrap.fill(line, WIDTH) for line in lines)
 
 
 def data(rows: list[dict]) -> str:
