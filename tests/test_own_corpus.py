@@ -234,3 +234,19 @@ def test_chinese_is_segmented_as_the_wmt17_task_does(tmp_path):
     wmt17 = load(ROOT / "config" / "demo.yaml")["tasks"]["wmt17_zhen"]
     options = grid.tokenize_options(task, "zh", task["splits"]["train"])
     assert options["tokenizer"] == wmt17["tokenize"]["zh"]["tokenizer"] == "jieba"
+
+
+def test_unequal_copies_name_the_users_files(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "train.xx").write_text("a\nb\nc\n")
+    (tmp_path / "mine" / "train.yy.gz").write_bytes(gzip.compress(b"A\nB\n"))
+    raw = tmp_path / "raw"
+    assert lwnmt("extract", tmp_path / "mine" / "train.xx", raw / "train.xx", "--text").returncode == 0
+    assert lwnmt("extract", tmp_path / "mine" / "train.yy.gz", raw / "train.yy", "--text", "--archive").returncode == 0
+    part = [str(raw / "train.xx"), str(raw / "train.yy"), str(raw / "train.xx"), str(raw / "train.yy"), "plain"]
+    with pytest.raises(UserError) as err:
+        assemble({"train": {"parts": [part]}, "valid": {"hold_out_every": 2}}, outputs(tmp_path),
+                 str(tmp_path / "stats.json"))
+    assert str(err.value) == (f"{raw / 'train.xx'} has 3 segments but {raw / 'train.yy'} has 2; parallel files must "
+                              f"have equal counts (copies of {tmp_path / 'mine' / 'train.xx'} and "
+                              f"{tmp_path / 'mine' / 'train.yy.gz'})")

@@ -44,7 +44,7 @@ def copy_verified(src: str | os.PathLike, out: str | os.PathLike, checksum: Chec
         if text:
             check_text(tmp, src)
         if checksum is None:
-            record_unpinned(tmp, str(src), out, str(src))
+            record_unpinned(tmp, str(src), out, str(src), own=text)
 
 
 def check_text(path: str | os.PathLike, name: str | os.PathLike) -> None:
@@ -141,7 +141,7 @@ def extract_member(archive: str | os.PathLike, member: str | None, out: str | os
             if checksum is not None:
                 checksum.verify(tmp, name, where, culprit=archive)
             else:
-                record_unpinned(tmp, name, out)
+                record_unpinned(tmp, name, out, archive if text else None, own=text)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, gzip.BadGzipFile, zlib.error, KeyError) as err:
         kind = "zlib.error" if isinstance(err, zlib.error) else type(err).__name__  # zlib's class is `error`
         raise UserError(

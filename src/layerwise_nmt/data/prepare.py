@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 from .. import UserError
 from . import bpe, clean, readers
 from .binarize import binarize
+from .checksums import first_use
 from .io import atomic_path, count_lines, read_lines, write_lines
 from .parallel import map_stream
 from .tokenize import TokenizeOptions
@@ -127,7 +128,13 @@ def _overlap(eval_src: str, train_src: str, split: str) -> int:
 
 def _paired_lines(parts) -> Iterator[tuple[str, str]]:
     for raw_src, raw_tgt, tok_src, tok_tgt, fmt in parts:
-        n_raw = readers.check_parallel(raw_src, raw_tgt, fmt)
+        try:
+            n_raw = readers.check_parallel(raw_src, raw_tgt, fmt)
+        except UserError as err:
+            origins = [first_use(raw) for raw in (raw_src, raw_tgt)]
+            if not all(o is not None and o.origin for o in origins):
+                raise
+            raise UserError(f"{err} (copies of {origins[0].origin} and {origins[1].origin})") from None
         for pair in itertools.zip_longest(read_lines(tok_src), read_lines(tok_tgt)):
             if None in pair:
                 break  # counted and named below
