@@ -34,6 +34,14 @@ def children(pid):
     return [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == pid]
 
 
+def reading(pid):
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().startswith("0 ")  # blocked in read(): /dev/stdin, opened by the command
+    except OSError:
+        return False
+
+
 def _ppid(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -71,8 +79,11 @@ def test_the_client_dies_as_the_job_does_and_takes_it_along(server, signum):
     while not children(started.process.pid) and time.time() < deadline:
         time.sleep(0.05)
     [job] = children(started.process.pid)
+    while not reading(job) and time.time() < deadline:  # inside the command, past the interpreter's start
+        time.sleep(0.05)
     client.send_signal(signum)
     client.wait(timeout=30)
+    deadline = time.time() + 30
     # SIGINT reaches the job as KeyboardInterrupt, which `lwnmt` turns into exit code 130, as in a fresh process
     assert client.returncode == (130 if signum == signal.SIGINT else -signum)
     while os.path.exists(f"/proc/{job}") and _ppid(job) == started.process.pid and time.time() < deadline:
@@ -87,3 +98,23 @@ def test_a_client_it_cannot_stand_in_for_runs_alone(server, tmp_path):
     unreachable = lwnmt(["--version"], work, {**env, ENV: str(tmp_path / "no-socket")})
     assert other.returncode == unreachable.returncode == 0 and other.stdout == unreachable.stdout == "lwnmt 0.1.0\n"
     assert "declined --version: another environment (PYTHONHASHSEED)" in started.log.read_text()
+
+
+def test_each_served_job_draws_its_own_random_seeds(tmp_path):
+    """torch and numpy seed their global generators from the OS in each fresh process; so does each served job
+    (forked from a process that has imported both)."""
+    import numpy
+    import torch
+
+    from layerwise_nmt.forkjob import fresh_state
+
+    draws = set()
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            fresh_state()
+            (tmp_path / f"seed-{os.getpid()}").write_text(f"{torch.initial_seed()} {numpy.random.randint(1 << 30)}")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        draws.add((tmp_path / f"seed-{pid}").read_text())
+    assert len(draws) == 3

@@ -38,14 +38,16 @@ def become(request: dict, fds: list[int], closing: tuple) -> None:
 
 def fresh_state() -> None:
     """What a fresh interpreter would not have inherited: stdout's buffering chosen for the job's own stdout, the
-    temporary directory looked up again (TMPDIR may differ), numpy's global generator seeded anew (Python's
-    `random` reseeds itself after a fork)."""
+    temporary directory looked up again (TMPDIR may differ), torch's and numpy's global generators seeded anew from
+    the OS, as each seeds itself when imported (Python's `random` reseeds itself after a fork)."""
     if sys.stdout is not None and not sys.stdout.write_through:
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
     if "tempfile" in sys.modules:
         sys.modules["tempfile"].tempdir = None
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].default_generator.seed()
 
 
 def run() -> int:
