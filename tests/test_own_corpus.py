@@ -183,7 +183,7 @@ def test_empty_lines_dropped_and_counted_or_refused(tmp_path, caplog):
 
 
 def test_the_four_methods_on_a_corpus_of_ones_own(tmp_path):
-    """Through the real rules at a tiny size: files → data → six trainings → decode → score → table and figure."""
+    """Through the real rules at a tiny size: files → data → six trainings → decoding → scores → table, figure."""
     path = overlay(tmp_path, corpus(tmp_path / "corp"),
                    arch={"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2},
                    lwc_layers=3, decode={"beam": 2, "batch_size": 64},

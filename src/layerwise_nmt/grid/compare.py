@@ -7,8 +7,9 @@ experiments and a paper (so every later step reads it like the demo's table):
 
 gives experiments mine.transformer, mine.lwc, mine.mlrf_dec_sa, mine.gca_full, mine.dou_deep and
 mine.transformer_longer (the warm-started rows' control), table mine/T1 and figure mine/buckets, and makes them the
-targets (those the overlay leaves at `all`). Presets follow config/demo.yaml (the demo's 3+3 layers, d=256, 1,000 updates), config/study.yaml
-(transformer_iwslt_de_en, trained to convergence) and fairseq's transformer-base recipe (Vaswani et al. 2017)."""
+targets (those the overlay leaves at `all`). Presets follow config/demo.yaml (the demo's 3+3 layers, d=256, 1,000
+updates), config/study.yaml (transformer_iwslt_de_en, trained to convergence) and fairseq's transformer-base recipe
+(Vaswani et al. 2017)."""
 
 from __future__ import annotations
 
@@ -90,41 +91,39 @@ def expand_comparisons(config: dict) -> None:
 
 
 def _experiments(name: str, spec: dict) -> tuple[dict, list[dict]]:
-    preset = copy.deepcopy(PRESETS[spec["preset"]])
+    """The comparison's experiments (every settings dict its own: an overlay merged into one must not edit all)
+    and its table rows, the baseline first and the warm-started rows' control last."""
+    preset = PRESETS[spec["preset"]]
     arch = {**preset["arch"], **spec.get("arch", {})}
     train = {**preset["train"], **spec.get("train", {})}
     continued = {**train, **preset["continue"], **spec.get("continue", {})}
-    common = {"task": spec["task"], "vocab": "joint", "decode": {"beam": 5, "lenpen": 1.0, "batch_size": 128,
-                                                                  **spec.get("decode", {})},
+    common = {"task": spec["task"], "vocab": "joint",
+              "decode": {"beam": 5, "lenpen": 1.0, "batch_size": 128, **spec.get("decode", {})},
               "score": {"buckets": [10, 20, 30], **spec.get("score", {})},
               "average": spec.get("average", preset["average"]), "seeds": list(spec.get("seeds", [1]))}
-    base = f"{name}.transformer"
-    out = {base: {**common, "description": f"The baseline: {preset['what']}.", "model": "transformer",
-                  "arch": dict(arch), "train": dict(train)}}
+
+    def run(description: str, model: str, arch: dict, train: dict, warm: bool = False) -> dict:
+        out = {**common, "description": description, "model": model, "arch": arch, "train": train}
+        return copy.deepcopy(out | ({"warm_start": base} if warm else {}))
+
+    base, control = f"{name}.transformer", f"{name}.transformer_longer"
+    out = {base: run(f"The baseline: {preset['what']}.", "transformer", arch, train)}
     rows = [{"label": "Transformer baseline", "experiment": base}]
     methods = spec.get("methods", list(METHODS))
-    if any(m in WARM_STARTED for m in methods):
-        out[f"{name}.transformer_longer"] = {
-            **common, "description": "The warm-started rows' control: the baseline trained on as long as they are.",
-            "model": "transformer", "arch": dict(arch), "train": dict(continued), "warm_start": base}
     for method in methods:
         suffix, model, extra, label = METHODS[method]
         own = {**arch, **extra}
-        if method == "lwc":
+        if method == "lwc":  # one stack of shared layers instead of an encoder and a decoder
             own = {k: v for k, v in own.items() if k not in ("encoder_layers", "decoder_layers")}
             own["layers"] = spec.get("lwc_layers", preset["lwc_layers"])
-        run_train = dict(continued if method in WARM_STARTED else train)
-        run_train.update(preset.get(f"{method}_train", {}))
-        experiment = {**common, "description": f"{label}: {preset['what']}.", "model": model, "arch": own,
-                      "train": run_train}
-        if method in WARM_STARTED:
-            experiment["warm_start"] = base
-        out[f"{name}.{suffix}"] = experiment
-        control = f"{name}.transformer_longer" if method in WARM_STARTED else base
-        rows.append({"label": label, "experiment": f"{name}.{suffix}", "compare_to": control})
-    if f"{name}.transformer_longer" in out:
-        rows.append({"label": "Baseline trained on as long (the warm-started rows' control)",
-                     "experiment": f"{name}.transformer_longer"})
+        warm = method in WARM_STARTED
+        budget = {**(continued if warm else train), **preset.get(f"{method}_train", {})}
+        out[f"{name}.{suffix}"] = run(f"{label}: {preset['what']}.", model, own, budget, warm)
+        rows.append({"label": label, "experiment": f"{name}.{suffix}", "compare_to": control if warm else base})
+    if any(m in WARM_STARTED for m in methods):
+        out[control] = run("The warm-started rows' control: the baseline trained on as long as they are.",
+                           "transformer", arch, continued, warm=True)
+        rows.append({"label": "Baseline trained on as long (the warm-started rows' control)", "experiment": control})
     return out, rows
 
 
