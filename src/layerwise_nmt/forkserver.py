@@ -10,10 +10,11 @@ the same signal. The job's stderr, stdout and files are the ones the client was 
 file or Snakemake's console see what a fresh process would write.
 
 A fork inherits what the server's imports left behind, so the server serves only clients that would have imported
-the same things the same way: the same interpreter, module path and environment, but for the variables that only
-the job's own start reads (the thread counts, applied in the child; TMPDIR; the shell's PWD, SHLVL, _). Anything
-else is declined, and the client then runs the command itself, as if no server existed; so does a client that
-cannot reach the server. The server runs no torch operation before forking (OpenMP's threads must not exist yet) and
+the same things the same way: the same interpreter, module path and environment (the thread counts and TMPDIR
+included). Anything else is declined, and the client then runs the command itself, as if no server existed; so
+does a client that cannot reach the server. The variables the imports set (joblib's KMP_INIT_AT_FORK, torch's
+TORCHINDUCTOR_CACHE_DIR) are in each job's environment from its start, where a fresh job sets them when it imports
+the same modules. The server runs no torch operation before forking (OpenMP's threads must not exist yet) and
 ends when its parent does. Only `lwnmt rehearse` starts one; users' runs never see the variable.
 """
 
@@ -25,10 +26,11 @@ import sys
 from .workflow_env import WORKFLOW_PID
 
 ENV = "LWNMT_FORKSERVER"
-# Read by the libraries when a job starts (or set per job by Snakemake; WORKFLOW_PID per Snakemake run, read only
-# when a training stops), never by an import in the server; a difference in any other variable makes the server
-# decline.
-PER_JOB = frozenset({"TMPDIR", "TEMP", "TMP", "TEMPDIR", "PWD", "OLDPWD", "SHLVL", "_", ENV, WORKFLOW_PID})
+# Set by the job's shell (or, WORKFLOW_PID, per Snakemake run, read only when a training stops), never read by an
+# import in the server; a difference in any other variable makes the server decline.
+PER_JOB = frozenset({"PWD", "OLDPWD", "SHLVL", "_", ENV, WORKFLOW_PID})
+# Imported by torch only when first used, in every training job (torch.optim's first step: ~1.4 s).
+LAZY = ("torch._dynamo", "torch.utils.tensorboard")
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGTSTP")
 MAX_REQUEST = 1 << 24
 
@@ -105,7 +107,8 @@ def _end_as(kind: str, value: int) -> None:
 
 
 def preload() -> None:
-    """Every module of the package but the rehearsal's own, and through them torch, sacremoses, matplotlib …"""
+    """Every module of the package but the rehearsal's own, and through them torch, sacremoses, matplotlib …, and
+    what torch imports lazily in a training job (LAZY; torch._dynamo sets TORCHINDUCTOR_CACHE_DIR, from TMPDIR)."""
     import importlib
     import pkgutil
 
@@ -115,6 +118,11 @@ def preload() -> None:
     for module in pkgutil.walk_packages(layerwise_nmt.__path__, "layerwise_nmt."):
         if not module.name.startswith(skip):
             importlib.import_module(module.name)
+    for name in LAZY:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # tensorboard is optional
+            pass
 
 
 def decline_reason(request: dict, base_env: dict) -> str | None:

@@ -3,7 +3,8 @@ time starting Python and importing torch than working.
 
 The server is started with the environment each job will have, so that it can stand in for every job's start:
 the one Snakemake passes on, plus what workflow/rules/common.smk adds (PYTHONPATH, PATH, LWNMT_ERRORS_ON_STDOUT)
-and what Snakemake's shell sets per job (the thread counts; the rehearsal runs every job on one thread). A job whose
+and what Snakemake's shell sets per job (the thread counts, as the rehearsal runs every job on one thread; the
+temporary directory). A job whose
 environment still differs is declined and runs as a fresh process; the server's log counts both.
 """
 
@@ -23,6 +24,7 @@ from ..workflow_env import job_path
 SOURCES = Path(__file__).resolve().parents[2]  # the src/ that holds the package, as common.smk finds it
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+TMP_VARIABLES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 READY_TIMEOUT_S = 300
 
 
@@ -51,10 +53,12 @@ class Server:
 
 
 def server_env(env: dict) -> dict:
-    """A rehearsal job's environment, as Snakemake's shell will give it (but for TMPDIR and the shell's own)."""
+    """A rehearsal job's environment, as Snakemake's shell will give it (but for the shell's own variables): the
+    temporary directory is Snakemake's default `tmpdir` resource, the system's."""
     path = os.pathsep.join(filter(None, [str(SOURCES), env.get("PYTHONPATH")]))
+    tmp = tempfile.gettempdir()
     return {**env, "PYTHONPATH": path, "PATH": job_path(env.get("PATH")), "LWNMT_ERRORS_ON_STDOUT": "1",
-            **{k: "1" for k in THREAD_VARIABLES}}
+            **{k: "1" for k in THREAD_VARIABLES}, **{k: tmp for k in TMP_VARIABLES}}
 
 
 def start(directory: Path, env: dict) -> Server:
