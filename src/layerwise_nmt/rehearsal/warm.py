@@ -5,7 +5,9 @@ The server is started with the environment each job will have, so that it can st
 the one Snakemake passes on, plus what workflow/rules/common.smk adds (PYTHONPATH, PATH, LWNMT_ERRORS_ON_STDOUT)
 and what Snakemake's shell sets per job (the thread counts, as the rehearsal runs every job on one thread; the
 temporary directory). A job whose
-environment still differs is declined and runs as a fresh process; the server's log counts both.
+environment still differs is declined and runs as a fresh process; the server's log counts both. Snakemake's
+benchmark files of the rehearsal's trainings (train.benchmark.tsv) measure the process it started, the waiting
+client: their seconds are the job's, their memory and CPU columns the client's.
 """
 
 from __future__ import annotations
