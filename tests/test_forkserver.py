@@ -54,7 +54,8 @@ def test_a_served_job_ends_as_a_fresh_process(server, tmp_path):
     started, work, env = server
     (work / "in.txt").write_text("Hello, world!\nA second line.\n")
     commands = [["--version"], ["bogus-command"], ["extract", str(tmp_path / "missing"), "out.txt"],
-                ["tokenize", "in.txt", "tok.txt", "--lang", "en"], ["tokenize", "/dev/stdin", "/dev/stdout", "--lang", "en"],
+                ["tokenize", "in.txt", "tok.txt", "--lang", "en"],
+                ["tokenize", "/dev/stdin", "/dev/stdout", "--lang", "en"],
                 ["average", str(tmp_path / "no-checkpoints"), "--num", "2", "--by", "epoch", "--out", "avg.pt"]]
     for args in commands:
         fresh = lwnmt(args, work, env, input="Stdin's line, read.\n")

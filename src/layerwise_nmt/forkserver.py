@@ -114,7 +114,8 @@ def preload() -> None:
 
     import layerwise_nmt
 
-    skip = ("layerwise_nmt.rehearsal", "layerwise_nmt.forkserver", "layerwise_nmt.__main__", "layerwise_nmt.cli.__main__")
+    skip = ("layerwise_nmt.rehearsal", "layerwise_nmt.forkserver", "layerwise_nmt.__main__",
+            "layerwise_nmt.cli.__main__")
     for module in pkgutil.walk_packages(layerwise_nmt.__path__, "layerwise_nmt."):
         if not module.name.startswith(skip):
             importlib.import_module(module.name)
@@ -226,7 +227,10 @@ def _reap(jobs: dict) -> None:
         conn, _ = jobs.pop(pid, (None, False))
         if conn is None:
             continue
-        line = f"signal {os.WTERMSIG(status)}\n" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}\n"
+        if os.WIFSIGNALED(status):
+            line = f"signal {os.WTERMSIG(status)}\n"
+        else:
+            line = f"exit {os.waitstatus_to_exitcode(status)}\n"
         try:
             conn.sendall(line.encode())
         except OSError:
