@@ -136,7 +136,8 @@ def summary_rows(study: Path, size: str, extra: list[str], config: dict | None =
         values = list(bleu.values())
         line = {"label": row["label"], "experiment": row["experiment"], "n": len(values), "of": len(needed),
                 "mean": statistics.fmean(values) if values else None,
-                "sd": statistics.stdev(values) if len(values) > 1 else None}
+                "sd": statistics.stdev(values) if len(values) > 1 else None,
+                "stopped_by": stopped_by(study, size, row["experiment"], sorted(bleu))}
         control = row.get("compare_to")
         if control:
             theirs = {s: v["bleu"] for s in needed if (v := scored(study, size, control, s))}
@@ -150,9 +151,18 @@ def summary_rows(study: Path, size: str, extra: list[str], config: dict | None =
     return out
 
 
+def stopped_by(study: Path, size: str, experiment: str, seeds: list[int]) -> str:
+    """Why each seed's training stopped ("patience" is converged; "max_minutes" is the node's time budget)."""
+    reasons = []
+    for seed in seeds:
+        path = run_dir(study, size, experiment, seed) / "checkpoints" / "training.json"
+        reasons.append(json.loads(path.read_text()).get("stopped_by") or "?" if path.exists() else "?")
+    return ", ".join(f"{r} × {reasons.count(r)}" for r in dict.fromkeys(reasons))
+
+
 def summary_table(rows: list[dict]) -> list[str]:
-    lines = ["| row | BLEU, mean ± sd (seeds) | vs control: Δ BLEU, bootstrap p | the paper's claim at this size |",
-             "|---|---:|---:|---|"]
+    lines = ["| row | BLEU, mean ± sd (seeds) | training stopped by | vs control: Δ BLEU, bootstrap p | "
+             "the paper's claim at this size |", "|---|---:|---|---:|---|"]
     for r in rows:
         mean = "—" if r["mean"] is None else f"{r['mean']:.2f}" + (f" ± {r['sd']:.2f}" if r["sd"] is not None else "")
         cell = f"{mean} ({r['n']} of {r['of']})"
@@ -161,7 +171,7 @@ def summary_table(rows: list[dict]) -> list[str]:
             vs = (f"{r['delta']:+.2f}, p = {r['p_value']:.3f} (`{r['control']}`, seeds {', '.join(map(str, r['seeds']))})"
                   if "delta" in r else f"not yet (`{r['control']}`)")
             claim = r.get("claim", "—")
-        lines.append(f"| {r['label']} (`{r['experiment']}`) | {cell} | {vs} | {claim} |")
+        lines.append(f"| {r['label']} (`{r['experiment']}`) | {cell} | {r['stopped_by']} | {vs} | {claim} |")
     return lines
 
 
@@ -192,7 +202,8 @@ def size_section(study: Path, docs: Path, size: str, extra: list[str], report: b
     lines.append("")
     if count:
         lines += [f"Over the seeds scored; a claim holds when the method's mean beats its control's and the paired "
-                  f"bootstrap (1,000 samples over the seeds' test sets together) gives p < {P_VALUE}:", ""]
+                  f"bootstrap (1,000 samples over the seeds' test sets together) gives p < {P_VALUE}. A training stopped by `patience` converged; one stopped by `max_minutes` was cut by the "
+                  f"node's time budget, and its claim is about that budget:", ""]
         lines += summary_table(summary_rows(study, size, extra, config)) + [""]
     if count == len(needed) and report and build_report(study, size, extra):
         out = docs / size

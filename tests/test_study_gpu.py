@@ -244,5 +244,5 @@ def test_collected_scores_give_mean_sd_bootstrap_and_each_claim(tmp_path):
     assert status.main(["--study", str(tmp_path), "--docs", str(docs), "--no-report"]) == 0
     page = (docs / "README.md").read_text()
     assert "## the demo's model size (3+3 layers, d=256): 15 of 18 runs" in page
-    assert "| 41.00 ± 1.00 (3 of 3) | +11.00, p = 0.0" in page and "| held |" in page and "| not held |" in page
+    assert "| 41.00 ± 1.00 (3 of 3) | max_minutes × 3 | +11.00, p = 0.0" in page and "| held |" in page and "| not held |" in page
     assert "not yet (`study.transformer_longer`)" in page
