@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make node-rehearsal` (CI runs it): a GPU node's environment rebuilt on this CPU machine, and in it the exact
-# commands an allocation on the node runs (scripts/study_gpu.sh first, then shard small), with --device cpu and toy
+# commands an allocation on the node runs (scripts/study_gpu.sh run, then check), with --device cpu and toy
 # budgets. The node is the one docs/usage.md describes: PyTorch but nothing else of ours, no internet, no filesystem
 # shared with the checkout, and limits on what is sent and what comes back.
 #
