@@ -4,6 +4,7 @@ handlers, and, for an uncaught KeyboardInterrupt, death by SIGINT."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -54,8 +55,9 @@ def run() -> int:
     """The command's exit code, its end handled as the interpreter handles it."""
     code = 0
     try:
-        from .cli import run as command
-
+        # looked up by name, as `python -m layerwise_nmt` finds it: the rehearsal that starts this server is itself
+        # a command of the CLI, which the server's modules must not import back
+        command = importlib.import_module("layerwise_nmt.cli").run
         command()  # on success it ends the process itself (os._exit(0)) once its streams are flushed
     except SystemExit as exc:
         code = exit_code(exc)
