@@ -51,12 +51,12 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     stack: list[str] = []
     out = []
 
-    def visit(v: str) -> None:
+    def walk(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         for w in graph.get(v, ()):
             if w not in index:
-                visit(w)
+                walk(w)
                 low[v] = min(low[v], low[w])
             elif w in stack:
                 low[v] = min(low[v], index[w])
@@ -72,7 +72,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
     for v in graph:
         if v not in index:
-            visit(v)
+            walk(v)
     return out
 
 
