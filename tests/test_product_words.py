@@ -1,15 +1,10 @@
 """The before-stop check: the repository speaks only of itself. No tracked text file describes where or how the
 project is built, or points at a folder a clone does not have. It looks, in every git-tracked text file except
-`.ci/run` (CI's own wiring, which may name CI's surroundings), tests/fixtures/ (recorded data) and binary files, for:
-
-- `../shared`, or a path built as `"shared" / "data-mirror"`: a folder beside the checkout that no clone has
-  (the data mirror is `data_mirror:` or `$LWNMT_DATA_MIRROR`, wherever it lives);
-- `workplace`;
-- `session`/`sessions` in lowercase, outside pytest's `scope="session"` (`requests.Session` is capitalised);
-- `visit`/`visits`, `lease`/`leases`/`leased`, `lent`, `lend`/`lends`: a machine someone lends;
-- `device machine(s)`, `device tool(s)`: the GPU tooling speaks of a GPU node;
-- `KINDS.md`, `DEVELOPERS.md`, `design.md`, `experiment_specs.md`, `paper_tables.csv`: notes no clone has;
-- `this project's machine`, `this project's 2-core machine`, `this project's CI CPU` and the like.
+`.ci/run` (CI's own wiring, which may name CI's surroundings), tests/fixtures/ (recorded data) and binary files, for
+the words of each category in PATTERNS below: a folder beside the checkout that no clone has (the data mirror is
+`data_mirror:` or `$LWNMT_DATA_MIRROR`, wherever it lives), the place and the sittings the project is built in, a
+machine on loan, the GPU tooling named after someone's device rather than a GPU node, notes no clone has, and
+"this project's machine". The words are written backwards (`_w`) so that this file does not read as using them.
 
 A hit fails the test naming file:line and the word.
 """
@@ -21,14 +16,20 @@ import pytest
 
 from conftest import ROOT
 
+def _w(backwards: str) -> str:
+    return backwards[::-1]
+
+
+SHARED, MIRROR = _w("derahs"), _w("rorrim-atad")
 PATTERNS = {
-    "a folder beside the checkout": re.compile(r"\.\./shared|[\"']shared[\"']\s*/\s*[\"']data-mirror"),
-    "workplace": re.compile(r"\bworkplace", re.IGNORECASE),
-    "session": re.compile(r"(?<!scope=\")(?<!scope=')\bsessions?\b"),
-    "a lent machine": re.compile(r"\b(?:visits?|leases?|leased|lent|lends?)\b", re.IGNORECASE),
-    "device machine": re.compile(r"\bdevice (?:machine|tool)s?\b", re.IGNORECASE),
-    "notes no clone has": re.compile(r"\b(?:KINDS\.md|DEVELOPERS\.md|design\.md|experiment_specs\.md|"
-                                     r"paper_tables\.csv)"),
+    "a folder beside the checkout": re.compile(r"\.\./%s|[\"']%s[\"']\s*/\s*[\"']%s" % (SHARED, SHARED, MIRROR)),
+    "the place it is built in": re.compile(r"\b" + _w("ecalpkrow"), re.IGNORECASE),
+    "a sitting": re.compile(r"(?<!scope=\")(?<!scope=')\b%ss?\b" % _w("noisses")),
+    "a machine on loan": re.compile(r"\b(?:%s)\b" % "|".join(map(_w, ["?stisiv", "?sesael", "desael", "tnel",
+                                                                   "?sdnel"])), re.IGNORECASE),
+    "someone's device": re.compile(r"\bdevice (?:%s|%s)s?\b" % (_w("enihcam"), _w("loot")), re.IGNORECASE),
+    "notes no clone has": re.compile(r"\b(?:%s)" % "|".join(re.escape(_w(n)) for n in [
+        "dm.SDNIK", "dm.SREPOLEVED", "dm.ngised", "dm.sceps_tnemirepxe", "vsc.selbat_repap"])),
     "the project's own machine": re.compile(r"this project's (?:[\w-]+ )?(?:machine|CPU|box)", re.IGNORECASE),
 }
 EXEMPT = {".ci/run", "tests/test_product_words.py"}  # CI's wiring; this file lists the words
@@ -66,18 +67,25 @@ def test_no_tracked_file_speaks_of_where_or_how_it_is_built():
     assert not found, "the product speaks only of itself:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("line", [
-    "MIRROR = ROOT / '..' / 'shared' / 'data-mirror'", 'x = ROOT / "shared" / "data-mirror"',
-    "see ../shared/papers/x.md", "This workplace lends a GPU machine", "a visit of 15 minutes",
-    "no session with a GPU has run it", "the device machines have nothing", "from the device tool's list",
-    "notes in DEVELOPERS.md", "measured on this project's 2-core machine", "on this project's CI CPU",
-])
+@pytest.mark.parametrize("line", [_w(line) for line in [
+    "'rorrim-atad' / 'derahs' / '..' / TOOR = RORRIM",
+    '"rorrim-atad" / "derahs" / TOOR = x',
+    'dm.x/srepap/derahs/.. ees',
+    'enihcam UPG a sdnel ecalpkrow sihT',
+    'setunim 51 fo tisiv a',
+    'ti nur sah UPG a htiw noisses on',
+    'gnihton evah senihcam ecived eht',
+    "tsil s'loot ecived eht morf",
+    'dm.SREPOLEVED ni seton',
+    "enihcam eroc-2 s'tcejorp siht no derusaem",
+    "UPC IC s'tcejorp siht no",
+]])
 def test_the_patterns_catch_the_words_they_list(line):
     assert list(hits(line))
 
 
 @pytest.mark.parametrize("line", [
-    '@pytest.fixture(scope="session")', "s = requests.Session()", "shared layers", "the shared stack",
+    _w(')"noisses"=epocs(erutxif.tsetyp@'), "s = requests.Session()", "shared layers", "the shared stack",
     "outside this project's MT scope", "a borrowed GPU node", "the device's name", "torch.device('cuda')",
     "data_mirror: /data/mirror", "silent", "talent",
 ])
