@@ -134,10 +134,10 @@ def machine() -> dict:
     """The CPU this run's figures belong to, as PyTorch sees it (ATEN_CPU_CAPABILITY lowers the kernel level)."""
     import torch
 
-    from layerwise_nmt.precision import _cpuinfo_flags, cpu_capability, cpu_has_native_bf16, cpu_model
+    from layerwise_nmt.precision import cpu_flags, cpu_capability, cpu_has_native_bf16, cpu_model
 
     emulated = {k: os.environ[k] for k in AVX2_ENV if k in os.environ}
-    flags = sorted(_cpuinfo_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
     return {"cpu": cpu_model(), "cpu_flags": flags, "pytorch_cpu_capability": cpu_capability(),
             "native_bf16": cpu_has_native_bf16(),
             "threads": THREADS, "cores": os.cpu_count(), "torch": torch.__version__,

@@ -1,12 +1,17 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# `amp: auto`'s probe keeps its choices in a cache of the suite's own, fresh for each run of it: no test reads a choice
+# measured outside the suite, and none writes into the user's cache.
+os.environ["LWNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="lwnmt-test-cache-")
+
 # The data mirror is the folder LWNMT_DATA_MIRROR names (`make test` passes it on); tests that read it skip without it.
 MIRROR = Path(os.environ["LWNMT_DATA_MIRROR"]).resolve() if os.environ.get("LWNMT_DATA_MIRROR") else None
 IWSLT_FAIRSEQ = MIRROR / "iwslt14-de-en" / "iwslt14.tokenized.de-en" if MIRROR else None

@@ -1,33 +1,122 @@
-"""`amp: auto`: the precision follows the device; an explicit choice wins; `lwnmt plan` prices rows in theirs."""
+"""`amp: auto`: the precision follows the device and, on a CPU with native bf16, a measurement; an explicit choice wins; `lwnmt plan` prices rows in theirs."""
 
 import json
 import os
 from pathlib import Path
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
 from conftest import ROOT
-from layerwise_nmt import UserError, precision
+from layerwise_nmt import UserError, precision, precision_probe
 from layerwise_nmt import grid as cfg
 from layerwise_nmt.budgets import GPUS, Pricing, experiment_cost
+from layerwise_nmt.precision_probe import Workload
 
 
-@pytest.mark.parametrize("capability, native, expected", [
-    ("AVX512", True, "bf16"),   # e.g. Xeon with AMX / AVX512_BF16, AMD Zen 4
-    ("AMX", True, "bf16"),
-    ("AVX2", True, "none"),     # native bf16 in the CPU, but PyTorch's kernels restricted to AVX2: emulated
-    ("AVX512", False, "none"),  # AVX-512 without bf16 (Skylake-SP, Ice Lake)
-    ("AVX2", False, "none"),    # AVX2-only CPUs (AMD before Zen 4, most laptops)
+@pytest.mark.parametrize("capability, native", [
+    ("AVX2", True),     # native bf16 in the CPU, but PyTorch's kernels restricted to AVX2: emulated
+    ("AVX512", False),  # AVX-512 without bf16 (Skylake-SP, Ice Lake)
+    ("AVX2", False),    # AVX2-only CPUs (AMD before Zen 4, most laptops)
 ])
-def test_auto_on_cpu_picks_bf16_only_where_the_cpu_runs_it_natively(monkeypatch, capability, native, expected):
+def test_auto_on_cpu_without_native_bf16_is_fp32_without_a_probe(monkeypatch, capability, native):
     monkeypatch.setattr(precision, "cpu_capability", lambda: capability)
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
-    chosen = precision.resolve("auto", torch.device("cpu"))
-    assert chosen.amp == expected and chosen.requested == "auto"
+    never = Workload("train", {}, lambda amp: pytest.fail("probed a CPU where bf16 is emulated"))
+    chosen = precision.resolve("auto", torch.device("cpu"), never)
+    assert chosen.amp == "none" and chosen.requested == "auto" and not chosen.measured
     assert capability in chosen.reason or "no AVX512_BF16" in chosen.reason
+
+
+def fake_step(seconds: dict, calls: list):
+    """A probe step that takes `seconds[amp]` (sleeping), recording each call's precision."""
+    def step(amp):
+        calls.append(amp)
+        time.sleep(seconds[amp])
+    return step
+
+
+@pytest.mark.parametrize("fp32_s, bf16_s, expected", [
+    (0.03, 0.02, "bf16"),   # 1.5x: an AMX Xeon, a Zen 4 EPYC
+    (0.02, 0.031, "none"),  # bf16 0.64x fp32: a Xeon with AVX512_BF16 but no AMX
+    (0.02, 0.019, "none"),  # 1.05x: within the noise, fp32 kept
+])
+def test_auto_on_a_bf16_cpu_follows_the_probe_and_says_its_numbers(monkeypatch, tmp_path, fp32_s, bf16_s, expected):
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precision, "cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    calls = []
+    chosen = precision.resolve("auto", torch.device("cpu"),
+                               Workload("train", {"model": "m"}, fake_step({"none": fp32_s, "bf16": bf16_s}, calls)))
+    assert chosen.amp == expected and calls.count("none") >= 3 and calls.count("bf16") >= 3
+    ratio = f"bf16 {fp32_s / bf16_s:.2f}x fp32"
+    assert ratio[:-8] in chosen.measured and chosen.to_dict()["measured"] == chosen.measured
+    assert chosen.reason.startswith("measured: bf16 ") and "train step" in chosen.reason
+    assert ("fp32, as bf16 is not" in chosen.reason) == (expected == "none")
+
+
+def test_the_probe_runs_once_per_machine_and_workload_and_its_choice_is_reused(monkeypatch, tmp_path):
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precision, "cpu_capability", lambda: "AMX")
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    calls = []
+    first = Workload("train", {"model": "m", "rows": 40}, fake_step({"none": 0.02, "bf16": 0.01}, calls))
+    chosen = precision.resolve("auto", torch.device("cpu"), first)
+    probed = len(calls)
+    # the same workload again, now timed the other way round: the cached choice stands, nothing is measured
+    again = Workload("train", {"model": "m", "rows": 40}, fake_step({"none": 0.01, "bf16": 0.02}, calls))
+    assert precision.resolve("auto", torch.device("cpu"), again) == chosen and len(calls) == probed
+    # another shape, another kind, another PyTorch or CPU: measured afresh
+    for changed in (Workload("train", {"model": "m", "rows": 80}, again.step),
+                    Workload("decode", {"model": "m", "rows": 40}, again.step)):
+        assert precision.resolve("auto", torch.device("cpu"), changed).amp == "none"
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert precision.resolve("auto", torch.device("cpu"), again).amp == "none"
+    key = precision_probe.cache_key("train", {"model": "m"})
+    assert {"cpu", "flags", "capability", "onednn_isa", "torch", "threads", "shape", "kind"} <= set(key)
+    cache = json.loads((tmp_path / precision_probe.CACHE_FILE).read_text())
+    assert len(cache) == 4 and {entry["key"]["kind"] for entry in cache.values()} == {"train", "decode"}
+
+
+def test_an_unreadable_cache_is_measured_anew_not_fatal(monkeypatch, tmp_path):
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    (tmp_path / precision_probe.CACHE_FILE).write_text("{not json")
+    monkeypatch.setattr(precision, "cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    calls = []
+    chosen = precision.resolve("auto", torch.device("cpu"), Workload("decode", {}, fake_step(
+        {"none": 0.01, "bf16": 0.02}, calls)))
+    assert chosen.amp == "none" and calls
+    assert json.loads((tmp_path / precision_probe.CACHE_FILE).read_text())  # rewritten whole
+
+
+def test_real_probes_leave_the_model_and_the_rng_as_they_were():
+    """The training probe forks the RNG and drops its gradients; the decoding probe draws nothing: a probed run
+    trains and decodes exactly as an unprobed one."""
+    from conftest import tiny_model
+    from layerwise_nmt.beam_config import BeamConfig
+    from layerwise_nmt.decode import decoding_workload
+    from layerwise_nmt.train import training_workload
+    from layerwise_nmt.train_config import TrainConfig
+
+    model = tiny_model("transformer")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    model.train()
+    workload = training_workload(model, TrainConfig(max_tokens=200), torch.device("cpu"))
+    for amp in ("none", "bf16"):
+        workload.step(amp)
+    assert all(p.grad is None for p in model.parameters())
+    model.eval()
+    decoding = decoding_workload(model, BeamConfig(beam=3, batch_size=4), torch.device("cpu"), eos=2, pad=1)
+    for amp in ("none", "bf16"):
+        decoding.step(amp)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert workload.shape["rows"] == 8 and decoding.shape["beam"] == 3 and decoding.shape["rows"] == 4
 
 
 def test_explicit_precision_wins_and_fp16_needs_a_gpu(monkeypatch):
@@ -102,10 +191,11 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
     with caplog.at_level(logging.INFO, logger="layerwise_nmt.train"):
         train(toy_spec(max_update=2, amp=amp), str(toy_data), "de", "en", str(tmp_path / "run" / "checkpoints"),
               str(tmp_path / "model.pt"))
-    expected = precision.resolve(amp, torch.device("cpu"))
-    summary = json.loads(next(tmp_path.rglob("training.json")).read_text())
-    assert summary["precision"] == expected.to_dict() and summary["precision"]["requested"] == amp
-    assert f"precision: {expected.amp} (amp: {amp}; {expected.reason}) on cpu: " in caplog.text
+    used = json.loads(next(tmp_path.rglob("training.json")).read_text())["precision"]
+    assert used["requested"] == amp and used["device"] == precision.device_name(torch.device("cpu"))
+    assert f"precision: {used['amp']} (amp: {amp}; {used['reason']}) on cpu: " in caplog.text
+    probed = amp == "auto" and precision.cpu_capability() in ("AVX512", "AMX") and precision.cpu_has_native_bf16()
+    assert ("measured" in used) == probed and used["amp"] == ("none" if amp == "none" else used["amp"])
 
 
 def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path):
@@ -128,3 +218,8 @@ def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_pa
     assert lines[2] == "The paper's precision and ours: The paper: fp32."
     spec["rows"][1]["runs"] = runs["a"]  # one precision for every run: said once, without the row list
     assert precision_lines(spec)[1] == "Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512)."
+    measured = Path(save_dir(runs["a"][0])) / "training.json"  # the probe's finding is part of what was used
+    measured.write_text(json.dumps({"precision": {"amp": "bf16", "requested": "auto", "reason": "",
+                                                  "device": "cpu: Xeon (AVX512)", "measured": "bf16 1.42x fp32"}}))
+    assert precision_lines(spec)[1] == ("Our runs' precision: bf16 (amp: auto; measured bf16 1.42x fp32) on "
+                                        "cpu: Xeon (AVX512).")

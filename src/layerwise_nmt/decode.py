@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
 from .precision import fp32_matmuls, resolve
+from .precision_probe import Workload, autocast as probe_autocast, model_shape
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     model.to(device).eval()
     start, generated = time.time(), 0
-    precision = resolve(cfg.amp, device)
+    precision = resolve(cfg.amp, device, decoding_workload(model, cfg, device, tgt_vocab.eos, tgt_vocab.pad))
     log.info("precision: %s", precision)
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b:b + cfg.batch_size]
@@ -194,6 +195,22 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     return results, {"sentences": len(sources), "seconds": seconds,
                      "sentences_per_second": len(sources) / max(seconds, 1e-9), "generated_tokens": generated,
                      "untranslated": len(sources) - len(todo), "precision": precision.to_dict()}
+
+
+def decoding_workload(model, cfg: BeamConfig, device, eos: int, pad: int) -> Workload:
+    """Eight beam-search steps of `model` on a batch of up to 32 random 20-token sources at the run's beam size, for
+    `amp: auto`'s probe: the decoder's incremental steps, whose shapes differ from training's."""
+    config, length = model.config, min(20, model.config.max_positions - 1)
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, config.src_vocab, (min(cfg.batch_size, 32), length), generator=generator).to(device)
+    src[:, -1] = eos
+    steps = replace(cfg, max_len_a=0.0, max_len_b=8, min_len=8)  # eight steps whatever the random weights say
+
+    def step(amp: str) -> None:
+        with probe_autocast(amp):
+            beam_search(model, src, steps, eos=eos, pad=pad)
+
+    return Workload("decode", model_shape(model, rows=src.size(0), length=length, beam=cfg.beam), step)
 
 
 def strip_bpe(line: str, remove_bpe: str | None) -> str:

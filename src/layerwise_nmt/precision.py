@@ -1,9 +1,10 @@
-"""Which precision a run computes in: `amp: auto` picks the fastest one the device runs natively.
+"""Which precision a run computes in: `amp: auto` picks the fastest one the device runs.
 
     CUDA with bf16 (Ampere and newer)   → bf16 autocast
     older CUDA (V100, P100, T4)         → fp16 autocast with the loss scaler (train.py)
     CPU with AVX512_BF16 or AMX, whose
-      PyTorch kernels run at AVX-512    → bf16 autocast
+      PyTorch kernels run at AVX-512    → measured: bf16 autocast where the work itself runs clearly faster in it,
+                                          else fp32 (precision_probe.py; training and decoding separately)
     any other CPU                       → fp32 ("none"): without native bf16, PyTorch emulates it, over an order
                                           of magnitude slower than fp32 (docs/benchmarks.md)
 
@@ -34,6 +35,7 @@ class Precision:
     requested: str  # what the config asked for (auto | none | bf16 | fp16)
     reason: str  # why, in words, for the log and training.json
     device: str  # the device's name ("NVIDIA H100 80GB HBM3", "cpu: AMD EPYC 9B14 (AVX512)")
+    measured: str = ""  # what the probe found, when it decided ("bf16 1.42x fp32"); "" otherwise
 
     def autocast(self, device: torch.device):
         """A fresh autocast context for this precision on `device` (a no-op for fp32)."""
@@ -45,11 +47,14 @@ class Precision:
         return f"{self.amp} (amp: {self.requested}; {self.reason}) on {self.device}"
 
     def to_dict(self) -> dict:
-        return {"amp": self.amp, "requested": self.requested, "reason": self.reason, "device": self.device}
+        return {"amp": self.amp, "requested": self.requested, "reason": self.reason, "device": self.device,
+                **({"measured": self.measured} if self.measured else {})}
 
 
-def resolve(requested: str, device: torch.device) -> Precision:
-    """The precision to compute in on `device` for the configured `amp` (see the module docstring)."""
+def resolve(requested: str, device: torch.device, workload=None) -> Precision:
+    """The precision to compute in on `device` for the configured `amp` (see the module docstring). `workload`: a
+    `precision_probe.Workload`, timed when the choice on a CPU needs a measurement; without one, such a CPU
+    computes in fp32."""
     if requested not in AMP_CHOICES:
         raise UserError(f"amp={requested!r}; expected one of {', '.join(AMP_CHOICES)}")
     name = device_name(device)
@@ -64,7 +69,10 @@ def resolve(requested: str, device: torch.device) -> Precision:
     if device.type == "cpu":
         capability = cpu_capability()
         if capability in ("AVX512", "AMX") and cpu_has_native_bf16():
-            return Precision("bf16", "auto", f"CPU with native bf16, PyTorch kernels at {capability}", name)
+            if workload is None:
+                return Precision("none", "auto", "CPU with native bf16, not measured for this work: fp32", name)
+            measured = workload.choose()
+            return Precision(measured.amp, "auto", measured.reason(), name, measured.summary())
         why = "no AVX512_BF16/AMX" if not cpu_has_native_bf16() else f"PyTorch kernels at {capability}"
         return Precision("none", "auto", f"CPU without native bf16 ({why}): bf16 would be emulated", name)
     return Precision("none", "auto", f"{device.type} device: fp32", name)
@@ -98,10 +106,11 @@ def cpu_has_native_bf16() -> bool:
     bf16, amx = (getattr(probe, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
     if bf16 is not None and amx is not None:
         return bool(bf16() or amx())
-    return bool(_cpuinfo_flags() & {"avx512_bf16", "amx_bf16"})
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
-def _cpuinfo_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """/proc/cpuinfo's flags (empty where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):

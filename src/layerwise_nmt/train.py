@@ -43,6 +43,7 @@ from .models import build
 from .models.transformer import count_parameters
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, fp32_matmuls, resolve
+from .precision_probe import Workload, autocast as probe_autocast, model_shape
 from .progress import Progress, Reporter, RunLog, reopen_run_logs
 from .train_config import TrainConfig
 
@@ -81,6 +82,7 @@ class Run:
     progress: Progress
     save_dir: Path
     rank: int
+    precision: Precision
     saved_time: float = field(default_factory=time.time)
     saved_update: int | None = None  # of the newest checkpoint_last.pt this process wrote
     dictionaries: dict = field(default_factory=dict)  # checkpoint.dictionaries: translate checks them
@@ -136,11 +138,9 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    precision = resolve(cfg.amp, device)
-    if rank == 0:
-        log.info("precision: %s", precision)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
-    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device, precision)
+    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device)
+    precision = run.precision
     progress, autocast = run.progress, lambda: precision.autocast(device)
     net = torch.nn.parallel.DistributedDataParallel(run.model) if world_size > 1 else run.model
     run.model.train()
@@ -216,11 +216,10 @@ def rank_batches(data: ParallelData, order: list[np.ndarray], per_update: int, m
     return [batch.pin_memory() for batch in collated] if device.type == "cuda" else collated
 
 
-def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device,
-           precision: Precision) -> Run:
+def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device) -> Run:
     """The model to train, on vocabularies {source language: …, target language: …}: resumed from
     checkpoint_last.pt when it was made with these settings, else warm-started (`init_from`) or freshly
-    initialised."""
+    initialised; and the precision it trains in (`amp: auto` on a CPU: timed on this model's updates)."""
     rank, world_size = world()
     save_dir.mkdir(parents=True, exist_ok=True)
     src_vocab, tgt_vocab = vocabs.values()
@@ -243,8 +242,11 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
     check_merging(model, cfg)
+    precision = resolve(cfg.amp, device, training_workload(model, cfg, device))
+    if rank == 0:
+        log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
-    run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank,
+    run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank, precision,
               dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
               languages=dict(zip(("src", "tgt"), vocabs)))
     if state is not None:
@@ -256,6 +258,28 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
                  run.progress.update, run.progress.next_batch)
     return run
+
+
+def training_workload(model: torch.nn.Module, cfg: TrainConfig, device) -> Workload:
+    """One forward and backward of `model` on a batch of the run's size (max_tokens, at most 1,024 target tokens:
+    the matmuls' inner dimensions are the model's), for `amp: auto`'s probe; random tokens, fixed. The RNG streams
+    are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly as an
+    unprobed one."""
+    config, length = model.config, min(24, model.config.max_positions - 1)
+    rows = max(1, min(cfg.max_tokens or 1024, 1024) // length)
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, config.src_vocab, (rows, length), generator=generator).to(device)
+    prev = torch.randint(4, config.tgt_vocab, (rows, length), generator=generator).to(device)
+    target = prev.roll(-1, dims=1)
+
+    def step(amp: str) -> None:
+        with torch.random.fork_rng(devices=[]), probe_autocast(amp):
+            output = model(src, prev, full=True)
+            loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return Workload("train", model_shape(model, rows=rows, length=length), step)
 
 
 def check_merging(model: torch.nn.Module, cfg: TrainConfig) -> None:

@@ -229,7 +229,8 @@ def precision_lines(spec: dict) -> list[str]:
             chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
             if chosen:
                 name = {"none": "fp32"}.get(chosen["amp"], chosen["amp"])
-                key = f"{name} (amp: {chosen['requested']}) on {chosen['device']}"
+                measured = f"; measured {chosen['measured']}" if chosen.get("measured") else ""
+                key = f"{name} (amp: {chosen['requested']}{measured}) on {chosen['device']}"
                 used.setdefault(key, []).append(row["label"])
     out = []
     if used:

@@ -1,0 +1,159 @@
+"""`amp: auto` on a CPU with native bf16, decided by timing the work itself rather than by the CPU's flags.
+
+Native bf16 instructions do not make bf16 faster: on a Xeon exposing AVX512_BF16 but not AMX, a small Transformer's
+update took 1.56x as long in bf16 autocast as in fp32 (the casts around every matmul cost more than the matmuls
+save), while AMX Xeons and Zen 4 EPYCs train 1.4-1.5x faster in bf16 (docs/benchmarks.md). So the first run of a
+workload on a machine times a few of its own steps (a training update's forward and backward at the model's shapes,
+or a few beam-search steps) in fp32 and in bf16, and picks bf16 only when it is at least `SPEEDUP` times faster.
+
+The answer is cached, keyed by everything it depends on (CPU model and flags, PyTorch's kernel level and oneDNN's
+ISA cap, PyTorch version, threads, the workload's kind and shapes), in `$LWNMT_CACHE_DIR` or
+`$XDG_CACHE_HOME/layerwise-nmt` (default ~/.cache/layerwise-nmt), under a file lock: every later run of the same
+workload on the same machine reuses the choice, so its results do not depend on a second measurement's noise, and
+runs started together measure once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .data.io import atomic_path
+from .precision import cpu_capability, cpu_flags, cpu_model
+
+log = logging.getLogger(__name__)
+
+SPEEDUP = 1.15  # bf16 must be this much faster than fp32 to be picked: below it, the noise of a 2-second probe
+CACHE_FILE = "precision-probe.json"
+ROUNDS, BUDGET_S = 5, 2.0  # timed rounds (each: one fp32 step and one bf16 step) at most; stop after the budget
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The probe's result: what to compute in and the two timings it was chosen from."""
+
+    amp: str  # none | bf16
+    fp32_s: float  # the fastest step in fp32
+    bf16_s: float
+    kind: str
+    measured_at: str  # when the probe ran (ISO date); a cached choice keeps it
+
+    @property
+    def speedup(self) -> float:
+        return self.fp32_s / self.bf16_s
+
+    def summary(self) -> str:  # "bf16 1.42x fp32", the tables' precision line
+        return f"bf16 {self.speedup:.2f}x fp32"
+
+    def reason(self) -> str:
+        picked = "bf16" if self.amp == "bf16" else "fp32"
+        return (f"measured: {self.summary()} ({self.kind} step {self.bf16_s:.3f} s vs {self.fp32_s:.3f} s, "
+                f"{measured_at_text(self.measured_at)}); {picked}, as bf16 "
+                f"{'is' if self.amp == 'bf16' else 'is not'} ≥ {SPEEDUP}x faster")
+
+
+def measured_at_text(when: str) -> str:
+    return f"probed {when[:10]}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A few seconds of representative work: `step(amp)` runs one step of it at amp "none" or "bf16", leaving the
+    model, the RNG streams and the gradients as they were."""
+
+    kind: str  # train | decode
+    shape: dict  # what its speed depends on besides the machine: model class, its config, tokens per step
+    step: Callable[[str], None]
+
+    def choose(self) -> Measured:
+        key = cache_key(self.kind, self.shape)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
+        directory = cache_dir()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock = open(directory / f"{CACHE_FILE}.lock", "a")
+        except OSError as err:  # a read-only home: measure every time rather than fail
+            log.warning("precision probe: cannot keep its result in %s (%s); measuring anew", directory, err)
+            return self.measure()
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # runs started together: one measures, the others wait and read
+            cached = read_cache(directory).get(digest)
+            if cached is not None:
+                return Measured(**{k: cached[k] for k in ("amp", "fp32_s", "bf16_s", "kind", "measured_at")})
+            measured = self.measure()
+            entries = read_cache(directory)
+            entries[digest] = {**measured.__dict__, "key": key}
+            with atomic_path(directory / CACHE_FILE) as tmp:
+                tmp.write_text(json.dumps(entries, indent=1, sort_keys=True, default=str) + "\n")
+            return measured
+
+    def measure(self) -> Measured:
+        """The fastest of up to `ROUNDS` steps per precision, alternated so that a change in load hits both,
+        after one untimed step each (first-call allocations, oneDNN's kernel selection)."""
+        for amp in ("none", "bf16"):
+            self.step(amp)
+        times: dict[str, list[float]] = {"none": [], "bf16": []}
+        started = time.perf_counter()
+        for round_ in range(ROUNDS):
+            for amp in (("none", "bf16") if round_ % 2 == 0 else ("bf16", "none")):
+                t0 = time.perf_counter()
+                self.step(amp)
+                times[amp].append(time.perf_counter() - t0)
+            if round_ >= 1 and time.perf_counter() - started > BUDGET_S:
+                break
+        fp32_s, bf16_s = min(times["none"]), min(times["bf16"])
+        amp = "bf16" if fp32_s >= SPEEDUP * bf16_s else "none"
+        measured = Measured(amp, fp32_s, bf16_s, self.kind, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        log.info("precision probe (%s, %d rounds): fp32 %.3f s, bf16 %.3f s per step → %s", self.kind,
+                 len(times["none"]), fp32_s, bf16_s, "bf16" if amp == "bf16" else "fp32")
+        return measured
+
+
+def cache_dir() -> Path:
+    if os.environ.get("LWNMT_CACHE_DIR"):
+        return Path(os.environ["LWNMT_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "layerwise-nmt"
+
+
+def cache_key(kind: str, shape: dict) -> dict:
+    """Everything the choice depends on: the same key on another day gets the same precision."""
+    return {"kind": kind, "shape": shape, "cpu": cpu_model(), "capability": cpu_capability(),
+            "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile",
+                                           "avx_vnni", "amx_fp16"}),
+            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def read_cache(directory: Path) -> dict:
+    path = directory / CACHE_FILE
+    try:
+        entries = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        log.warning("precision probe: %s unreadable (%s); measuring anew", path, err)
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def autocast(amp: str):
+    """CPU autocast for a probe step: bf16, or nothing for fp32."""
+    if amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def model_shape(model: torch.nn.Module, **sizes) -> dict:
+    """A model's part of the cache key: its class and its whole config (dimensions, layers, options)."""
+    return {"model": type(model).__name__, "config": repr(getattr(model, "config", None)), **sizes}
