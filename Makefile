@@ -13,7 +13,7 @@ export PATH := $(BIN):$(PATH)
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,slurm,tensorboard]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,slurm,tensorboard,ctranslate2]'
 	touch $@
 
 # One thread per training and decoding job: two small models training side by side get 1.17x the throughput of one

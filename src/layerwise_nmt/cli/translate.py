@@ -7,10 +7,12 @@ import logging
 from pathlib import Path
 
 from .. import UserError
+from ..ctranslate2_export import QUANTIZATIONS
 from . import common
 from .common import add_config_files, command
 
 log = logging.getLogger("layerwise_nmt")
+SERVE_HINT = 'wrote {}; serve it with ctranslate2.Translator (docs/usage.md, "Serving a baseline with CTranslate2")'
 
 
 def add_commands(sub) -> None:
@@ -18,8 +20,14 @@ def add_commands(sub) -> None:
     p = command(sub, "export", "a model directory that travels: weights, dictionaries, BPE codes, tokenizer, language "
                 "pair, decoding defaults and a manifest (lwnmt translate --model DIR)", cmd_export)
     p.add_argument("target", help="an experiment of the config (its trained model: averaged or final, --seed's run), "
-                   "or a model.pt (with --data, --src, --tgt, and --codes and --tokenize for raw text)")
+                   "or a model.pt (with --data, --src, --tgt, and --codes and --tokenize for raw text); with --format "
+                   "ctranslate2 also a model directory `lwnmt export` wrote")
     p.add_argument("--out", required=True, help="the directory to write (replaced whole)")
+    p.add_argument("--format", choices=("lwnmt", "ctranslate2"), default="lwnmt", help="lwnmt: a directory `lwnmt "
+                   "translate --model` serves; ctranslate2: a CTranslate2 model directory (the plain Transformer only; "
+                   "needs the ctranslate2 extra)")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, help="with --format ctranslate2: CTranslate2's weight "
+                   "type (default none: float32, as trained)")
     p.add_argument("--seed", type=int, help="with an experiment: which seed's run (default: its first)")
     add_config_files(p)
     p.add_argument("--spec", help="JSON (the workflow's export rule): what `export EXPERIMENT` reads from the config")
@@ -111,8 +119,13 @@ def cmd_translate(a) -> None:
 def cmd_export(a) -> None:
     import json
 
-    from .. import export
+    from .. import ctranslate2_export, export
 
+    if a.quantization and a.format != "ctranslate2":
+        raise UserError(f"--quantization {a.quantization}: only with --format ctranslate2")
+    if a.format == "ctranslate2" and Path(a.target).is_dir():
+        print(SERVE_HINT.format(ctranslate2_export.convert(a.target, a.out, a.quantization or "none")))
+        return
     if a.spec:
         spec = json.loads(a.spec)
     elif Path(a.target).is_file():
@@ -122,7 +135,11 @@ def cmd_export(a) -> None:
         raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")
     else:
         spec = export.trained_spec_for(common.load_config(a), a.target, a.seed, common.config_files(a))
-    out = export.write_spec(a.target if Path(a.target).is_file() else spec["model"], spec, a.out)
+    model = a.target if Path(a.target).is_file() else spec["model"]
+    if a.format == "ctranslate2":
+        print(SERVE_HINT.format(ctranslate2_export.write_spec(model, spec, a.out, a.quantization or "none")))
+        return
+    out = export.write_spec(model, spec, a.out)
     print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec['src']}")
 
 
