@@ -30,7 +30,8 @@ def add_commands(sub) -> None:
     p.add_argument("--save-dir", required=True, help="everything the run writes: checkpoints, metrics.csv, "
                    "training.json, tensorboard/")
     p.add_argument("--final", help="where to write the final model (the rule's output)")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = PyTorch default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads (0 = PyTorch default); fewer where cores are busy with other work")
     p.add_argument("--gpus", type=int, default=0,
                    help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
     p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
@@ -65,9 +66,8 @@ def train_spec(a) -> dict:
 
 
 def cmd_train(a) -> None:
-    import torch
-
     from ..gpu_lock import claim, run_ranks, under_torchrun
+    from ..threads import set_threads
     from ..train import Stopped, train
 
     ranks = a.ranks or a.gpus
@@ -75,8 +75,7 @@ def cmd_train(a) -> None:
         locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
         if ranks > 1:  # data-parallel: this process becomes torchrun's parent and waits for the ranks
             sys.exit(run_ranks(ranks, sys.argv[1:]))
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    set_threads(a.threads)
     try:
         train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
     except Stopped as stopped:

@@ -92,15 +92,13 @@ def cmd_translate(a) -> None:
     import json
     import tempfile
 
-    import torch
-
     from .. import translation
     from ..data.io import atomic_path
     from ..gpu_lock import claim
+    from ..threads import set_threads
 
     locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    set_threads(a.threads)
     options = translation.decoding_options(a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS},
                                            a.lenpen_from)
     request = translation.Request(**{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},
