@@ -9,9 +9,10 @@ each variant does exactly the same work), beam 5, batch 128, fp32, asking for ev
     busy       one other process spinning on one core for the whole decode (started before, stopped after)
 
 each for
-    torch      every core, OpenMP's default waiting (spinning): PyTorch's defaults, what the decode did before
-    lwnmt      what `lwnmt translate` does: waiting threads sleep (OMP_WAIT_POLICY=PASSIVE, set by the package)
-               and threads.set_threads() takes at most the cores that are free when the job starts
+    torch      torch.set_num_threads(every core): what the decode did before
+    lwnmt      threads.set_threads(), what `lwnmt translate` and `lwnmt train` do: at most the cores that are free
+               when the job starts
+    passive    every core, with waiting OpenMP threads sleeping (OMP_WAIT_POLICY=PASSIVE) instead of spinning
 
 The decode loop is timed inside the process (start-up excluded); the median of `--repeat` runs is reported with its
 range. Goal: lwnmt's busy decode within 2x of its quiet one.
@@ -35,10 +36,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 DECODE = """
 import sys, time
-if sys.argv[1] == "torch":
-    import torch  # before the package: PyTorch's own OpenMP settings (spinning waits)
-from layerwise_nmt import threads
 import torch
+from layerwise_nmt import threads
 from layerwise_nmt.beam_config import BeamConfig
 from layerwise_nmt.decode import beam_search
 from layerwise_nmt.models import build
@@ -63,8 +62,9 @@ ENV = {**{k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}, "PYTHO
 
 
 def decode(variant: str, sentences: int) -> tuple[float, int]:
+    env = {**ENV, "OMP_WAIT_POLICY": "PASSIVE"} if variant == "passive" else ENV
     out = subprocess.run([sys.executable, "-c", DECODE, variant, str(sentences)], capture_output=True, text=True,
-                         check=True, env=ENV).stdout.split()
+                         check=True, env=env).stdout.split()
     return float(out[0]), int(out[1])
 
 
@@ -94,7 +94,7 @@ def main() -> None:
     a = parser.parse_args()
     from layerwise_nmt.precision import cpu_model
 
-    rows = [measure(variant, load, a.sentences, a.repeat) for variant in ("torch", "lwnmt")
+    rows = [measure(variant, load, a.sentences, a.repeat) for variant in ("torch", "lwnmt", "passive")
             for load in ("quiet", "busy")]
     quiet = {row["variant"]: row["median_s"] for row in rows if row["load"] == "quiet"}
     print(f"{cpu_model()}, {os.cpu_count()} cores; {a.sentences} sentences, beam 5, fp32; median of {a.repeat}")

@@ -1,4 +1,4 @@
-"""A CPU job computes with no more threads than the cores free to it, and its waiting threads sleep."""
+"""A CPU job computes with no more threads than the cores free to it."""
 
 import os
 import subprocess
@@ -43,13 +43,3 @@ def test_a_core_kept_busy_by_another_process_is_not_counted_free():
     finally:
         spinner.kill()
         spinner.wait()
-
-
-def test_waiting_openmp_threads_sleep_unless_the_user_said_otherwise():
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    read = "import layerwise_nmt, os; print(os.environ['OMP_WAIT_POLICY'])"
-    out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "PASSIVE"
-    out = subprocess.run([sys.executable, "-c", read], env={**env, "OMP_WAIT_POLICY": "ACTIVE"}, capture_output=True,
-                         text=True, check=True)
-    assert out.stdout.strip() == "ACTIVE"

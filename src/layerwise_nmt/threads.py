@@ -2,12 +2,13 @@
 
 PyTorch's CPU kernels split each operation over their threads and wait at its end for the slowest one. A thread
 that shares its core with another busy process runs only when the scheduler gives it a turn, so every operation
-waits for that turn; and OpenMP's waiting threads spin by default, taking the very core the late thread needs
-(two such processes side by side slow each other down tenfold and more). Two remedies, measured by
-benchmarks/busy_core.py (docs/benchmarks.md): waiting threads sleep (`OMP_WAIT_POLICY=PASSIVE`, set in the
-package's `__init__` before torch is imported, unless the user set it), and a job asks for its threads
-(`--threads`, or every core it may run on) and gets at most the cores of its CPU set that were mostly idle over a
-short sample of /proc/stat; the log says when it got fewer.
+waits for that turn, and OpenMP's waiting threads spin meanwhile on the cores the late thread could use. So a job
+asks for its threads (`--threads`, or PyTorch's default) and gets at most the cores of its CPU set that were mostly
+idle over a short sample of /proc/stat when it started; the log says when it got fewer.
+
+benchmarks/busy_core.py measures it (docs/benchmarks.md). Making waiting threads sleep instead
+(`OMP_WAIT_POLICY=PASSIVE`) also helps where the load arrives after a job started, but costs a quiet 2-thread
+decode about 20% and a 2-thread training update about 8%, so it is left to the user's environment.
 """
 
 from __future__ import annotations
