@@ -3,8 +3,9 @@
 PyTorch's CPU kernels split each operation over their threads and wait at its end for the slowest one. A thread
 that shares its core with another busy process runs only when the scheduler gives it a turn, so every operation
 waits for that turn, and OpenMP's waiting threads spin meanwhile on the cores the late thread could use. So a job
-asks for its threads (`--threads`, or PyTorch's default) and gets at most the cores of its CPU set that were mostly
-idle over a short sample of /proc/stat when it started; the log says when it got fewer.
+asks for its threads (`--threads`, or PyTorch's default) and gets no more than the cores of its CPU set that other
+processes leave free, read from /proc/stat across its own start-up (PyTorch's import; at least 0.1 s) with its own
+CPU time taken out; the log says when it got fewer.
 
 benchmarks/busy_core.py measures it (docs/benchmarks.md). Making waiting threads sleep instead
 (`OMP_WAIT_POLICY=PASSIVE`) also helps where the load arrives after a job started, but costs a quiet 2-thread
@@ -14,14 +15,15 @@ decode about 20% and a 2-thread training update about 8%, so it is left to the u
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SAMPLE_S = 0.1  # ten clock ticks per core: enough to see a busy process, nothing beside a job's start-up
-IDLE = 0.5  # a core idle at least this share of the sample counts as free
+SAMPLE_S = 0.1  # the shortest sample: ten clock ticks per core, enough to see a busy process
 
 
 def allowed_cores() -> set[int]:
@@ -32,20 +34,41 @@ def allowed_cores() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
-def idle_shares(cores: set[int], sample_s: float = SAMPLE_S) -> dict[int, float] | None:
-    """Each core's idle share over `sample_s`, from /proc/stat; None where it cannot be read."""
-    first = _cpu_times()
-    if first is None:
+@dataclass(frozen=True)
+class Sample:
+    """The cores' time counters (/proc/stat, clock ticks) and this process's own CPU seconds at one moment."""
+
+    at: float
+    cores: dict[int, list[int]]
+    own: float
+
+
+def sample() -> Sample | None:
+    """Now's counters; None where /proc/stat cannot be read."""
+    cores = _cpu_times()
+    if cores is None:
         return None
-    time.sleep(sample_s)
-    second = _cpu_times() or {}
-    shares = {}
-    for core in cores:
-        if core in first and core in second:
-            total = sum(second[core]) - sum(first[core])
-            idle = (second[core][3] + second[core][4]) - (first[core][3] + first[core][4])  # idle + iowait
-            shares[core] = idle / total if total > 0 else 1.0
-    return shares or None
+    own = os.times()
+    return Sample(time.monotonic(), cores, own.user + own.system)
+
+
+def busy_elsewhere(since: Sample, cores: set[int]) -> float | None:
+    """How many of `cores` other processes kept busy since `since` (at least `SAMPLE_S` ago: waits for the rest),
+    this process's own CPU time taken out, so that its own start-up in the meantime does not count."""
+    time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - since.at)))
+    now = sample()
+    common = [c for c in cores if now and c in since.cores and c in now.cores]
+    if not common:
+        return None
+    busy = total = 0
+    for core in common:
+        delta = [b - a for a, b in zip(since.cores[core], now.cores[core])]
+        total += sum(delta)
+        busy += sum(delta) - delta[3] - delta[4]  # all but idle and iowait
+    if total <= 0:
+        return 0.0
+    seconds = now.at - since.at
+    return max(0.0, busy / total * len(common) - (now.own - since.own) / seconds)
 
 
 def _cpu_times() -> dict[int, list[int]] | None:
@@ -61,28 +84,32 @@ def _cpu_times() -> dict[int, list[int]] | None:
     return times
 
 
-def usable_threads(requested: int, sample_s: float = SAMPLE_S) -> int:
-    """`requested` threads, but no more than the cores this process may use that are free now (at least one)."""
+def usable_threads(requested: int, since: Sample | None = None) -> int:
+    """`requested` threads, but no more than the cores this process may use that other processes leave free
+    (measured from `since`, or over the next `SAMPLE_S`); at least one."""
     if requested <= 1:
         return 1
     cores = allowed_cores()
-    shares = idle_shares(cores, sample_s)
-    if shares is None:
+    since = since or sample()
+    elsewhere = busy_elsewhere(since, cores) if since else None
+    if elsewhere is None:
         return requested
-    free = sum(share >= IDLE for share in shares.values())
+    free = len(cores) - math.floor(elsewhere + 0.5)  # a core busy more than half the time is taken
     if free >= requested:
         return requested
     chosen = max(1, free)
-    log.info("threads: %d, not %d: %d of the %d cores this job may use are busy with other work (a thread "
-             "sharing a busy core would stall every operation)", chosen, requested, len(shares) - free, len(shares))
+    log.info("threads: %d, not %d: other processes keep %.1f of the %d cores this job may use busy (a thread "
+             "sharing a busy core would stall every operation)", chosen, requested, elsewhere, len(cores))
     return chosen
 
 
 def set_threads(requested: int | None = None) -> int:
     """Sets PyTorch's CPU threads to `usable_threads` of `requested` (default: PyTorch's own default, one per
-    physical core or OMP_NUM_THREADS); returns them."""
+    physical core or OMP_NUM_THREADS); returns them. The load is sampled across PyTorch's import (a second or so,
+    when it is not imported yet), which costs nothing extra."""
+    start = sample()
     import torch
 
-    threads = usable_threads(requested or torch.get_num_threads())
+    threads = usable_threads(requested or torch.get_num_threads(), start)
     torch.set_num_threads(threads)
     return threads

@@ -114,7 +114,8 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     config = cfg.load(ROOT / "config.yaml")
     print(f"building stand-ins in {directory / 'standins'} from {mirror}", flush=True)
     manifest = standins.build(config, mirror, directory / "standins")
-    env = dict(os.environ, LWNMT_DATA_MIRROR=str(mirror))
+    # the toy models' precision probes are kept with the rehearsal, not in the user's cache
+    env = dict(os.environ, LWNMT_DATA_MIRROR=str(mirror), LWNMT_CACHE_DIR=str(directory / "cache"))
     rehearsal_args = ["--config", f"rehearsal={directory / 'standins'}"]
     server = warm.start(directory, env)  # its imports overlap the dry runs
     try:
