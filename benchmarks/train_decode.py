@@ -20,6 +20,9 @@ Decoding, fairseq-generate vs lwnmt translate on trained models, each decoding t
                by fairseq), its 300 test sources, beam 5, batch 64, imported with `lwnmt import-fairseq`
 whole-process wall time of each command (start-up and model loading included), each tool's own decoding rate, and
 how many hypotheses agree.
+CTranslate2 (the engine users deploy with), the decoding anchor beside fairseq-generate: the demo model converted with
+`lwnmt export --format ctranslate2`, fp32 at 1 and 2 threads and int8, whole process and loop alone, agreement
+(log-probabilities, identical hypotheses, BLEU); in its own venv (benchmarks/ctranslate2_decode.py).
 
 --isa avx2 re-runs itself with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 (an
 emulated AVX2-only CPU: amp auto picks fp32 there, so only fp32 is measured) for fairseq and for us alike.
@@ -45,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from ctranslate2_decode import ctranslate2_part, report as report_ctranslate2
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / "data-mirror").resolve()  # or a link here
@@ -407,16 +412,7 @@ def demo_case(cache: Path) -> DecodeCase:
     renamed into a checkpoint of fairseq-train's own, are the same model for fairseq-generate. Multi30k test2016 (1,000
     sentences), the demo's beam settings. Trained once (~8 min on 2 cores) and kept in `cache`."""
     data = ensure_demo_data()
-    baseline = yaml.safe_load((ROOT / "config/demo.yaml").read_text())["experiments"]["demo.transformer"]
-    settings = {**FIXTURE_DECODE, "max_len_a": 1.2, "max_len_b": 10, **baseline["decode"]}  # ours' defaults
-    model = cache / "model.pt"
-    if not model.exists():
-        print(f"training the demo-sized model for decoding into {cache} (~8 min) ...", flush=True)
-        spec = {"model": "transformer", "arch": {**MODELS["demo"]["ours"], "init": "fairseq", "sinusoid": "fairseq"},
-                "train": {**baseline["train"], "amp": "none"}}
-        sh([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
-            str(data / "bin-joint"), "--src", "de", "--tgt", "en", "--save-dir", str(cache / "checkpoints"),
-            "--final", str(model), "--threads", str(THREADS)])
+    model, settings = demo_model(cache)
     fairseq_data = cache / "fairseq-bin"
     if not (fairseq_data / "valid.de-en.en.bin").exists():  # train, valid: for fairseq-train's checkpoint
         joint = str(data / "vocab/dict.joint.txt")
@@ -429,6 +425,22 @@ def demo_case(cache: Path) -> DecodeCase:
     return DecodeCase("config/demo.yaml's baseline (256/1024/4, 3+3, all embeddings shared), 1,000 updates on "
                       "Multi30k with fairseq's init and positions; test2016", exported, fairseq_data, model,
                       data / "bin-joint", data / "bpe/test.de-en.de", settings)
+
+
+def demo_model(cache: Path) -> tuple[Path, dict]:
+    """demo_case's model.pt, trained once into `cache`, and the demo's decoding settings."""
+    data = ensure_demo_data()
+    baseline = yaml.safe_load((ROOT / "config/demo.yaml").read_text())["experiments"]["demo.transformer"]
+    settings = {**FIXTURE_DECODE, "max_len_a": 1.2, "max_len_b": 10, **baseline["decode"]}  # ours' defaults
+    model = cache / "model.pt"
+    if not model.exists():
+        print(f"training the demo-sized model for decoding into {cache} (~8 min) ...", flush=True)
+        spec = {"model": "transformer", "arch": {**MODELS["demo"]["ours"], "init": "fairseq", "sinusoid": "fairseq"},
+                "train": {**baseline["train"], "amp": "none"}}
+        sh([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
+            str(data / "bin-joint"), "--src", "de", "--tgt", "en", "--save-dir", str(cache / "checkpoints"),
+            "--final", str(model), "--threads", str(THREADS)])
+    return model, settings
 
 
 def ensure_demo_data() -> Path:
@@ -619,9 +631,10 @@ def main() -> None:
     parser.add_argument("--isa", choices=("native", "avx2"), default="native",
                         help="avx2: emulate an AVX2-only CPU (fp32 only, as amp auto would choose)")
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/train_decode.json"))
-    parser.add_argument("--parts", default="train,decode,gemm,profile",
+    parser.add_argument("--parts", default="train,decode,gemm,profile,ctranslate2",
                         help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
-                        "fp32), profile (where an update's time goes; needs gemm); others are kept")
+                        "fp32), profile (where an update's time goes; needs gemm), ctranslate2 (the demo baseline "
+                        "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py); others are kept")
     args = parser.parse_args()
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})  # before torch loads
@@ -640,7 +653,8 @@ def main() -> None:
                                                                                                time.gmtime())}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        prepare(work, needs_fairseq)
+        if parts & {"train", "gemm", "profile", "decode"}:
+            prepare(work, needs_fairseq)
         if "train" in parts:
             run["peak_flops_per_s"] = peak = measured_peak()
             run.setdefault("train", {}).update({name: train_part(work, name, args.updates, args.warmup, peak,
@@ -664,6 +678,11 @@ def main() -> None:
                 run.setdefault("decode", {})[name] = part
             run["decode_settings"] = {"threads": THREADS, "repeats": args.decode_repeats,
                                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        if "ctranslate2" in parts:
+            model, settings = demo_model(Path(args.cache))
+            data = ensure_demo_data()
+            run["ctranslate2"] = ctranslate2_part(model, data / "bin-joint", data / "bpe/test.de-en.de",
+                                                  data / "bpe/test.de-en.en", settings, work, args.decode_repeats)
     run["machine"]["load_average_at_end"] = os.getloadavg()
     report(machine_label(info), run)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -685,6 +704,8 @@ def report(label: str, run: dict) -> None:
               f"(GEMMs {part['fp32']['gemm_share']:.0%}), bf16 {part['bf16']['cpu_seconds_per_update']:.3f} "
               f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
               f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x")
+    if "ctranslate2" in run:
+        report_ctranslate2(run["ctranslate2"])
     for name, part in run.get("decode", {}).items():
         print(f"\ndecoding {name}, beam 5\n{'system':<28} {'whole-process s':>15} {'vs fairseq':>10} "
               f"{'own sent/s':>10} {'same hyps':>9}")
