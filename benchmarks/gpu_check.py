@@ -89,11 +89,10 @@ RESUME_TOLERANCE = 1e-4
 
 def precisions(device: torch.device) -> list[str]:
     """The precisions to check on `device`: what `amp: auto` can pick there, and fp32 (plus TF32 on CUDA)."""
-    from layerwise_nmt.precision import resolve
+    from layerwise_nmt.precision import cpu_may_pick_bf16
 
     if device.type != "cuda":
-        auto = {"none": "fp32"}.get(resolve("auto", device).amp, resolve("auto", device).amp)
-        return sorted({auto, "fp32"}, key=list(PRECISIONS).index)
+        return ["bf16", "fp32"] if cpu_may_pick_bf16() else ["fp32"]
     return ["bf16", "fp16", "tf32", "fp32"] if torch.cuda.is_bf16_supported() else ["fp16", "tf32", "fp32"]
 
 
@@ -118,7 +117,7 @@ def trainer_precision(label: str, device: torch.device):
         yield
         return
     real = training.resolve
-    training.resolve = lambda amp, dev: precision_of(label, dev)[0]
+    training.resolve = lambda amp, dev, workload=None: precision_of(label, dev)[0]
     try:
         yield
     finally:

@@ -68,7 +68,7 @@ def resolve(requested: str, device: torch.device, workload=None) -> Precision:
         return Precision("fp16", "auto", "CUDA device without bf16: fp16 with loss scaling", name)
     if device.type == "cpu":
         capability = cpu_capability()
-        if capability in ("AVX512", "AMX") and cpu_has_native_bf16():
+        if cpu_may_pick_bf16():
             if workload is None:
                 return Precision("none", "auto", "CPU with native bf16, not measured for this work: fp32", name)
             measured = workload.choose()
@@ -98,6 +98,11 @@ def cpu_capability() -> str:
     """The instruction set PyTorch's CPU kernels run at (AVX2, AVX512, ...); honours ATEN_CPU_CAPABILITY."""
     getter = getattr(torch.backends.cpu, "get_cpu_capability", None)
     return getter() if getter else "DEFAULT"
+
+
+def cpu_may_pick_bf16() -> bool:
+    """Whether `amp: auto` measures bf16 on this CPU (and may pick it): native bf16, PyTorch kernels at AVX-512."""
+    return cpu_capability() in ("AVX512", "AMX") and cpu_has_native_bf16()
 
 
 def cpu_has_native_bf16() -> bool:

@@ -216,10 +216,12 @@ def rank_batches(data: ParallelData, order: list[np.ndarray], per_update: int, m
     return [batch.pin_memory() for batch in collated] if device.type == "cuda" else collated
 
 
-def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device) -> Run:
+def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device,
+           precision: Precision | None = None) -> Run:
     """The model to train, on vocabularies {source language: …, target language: …}: resumed from
     checkpoint_last.pt when it was made with these settings, else warm-started (`init_from`) or freshly
-    initialised; and the precision it trains in (`amp: auto` on a CPU: timed on this model's updates)."""
+    initialised; and the precision it trains in: `precision` where the caller decided it, else cfg.amp's
+    (`amp: auto` on a CPU: timed on this model's updates)."""
     rank, world_size = world()
     save_dir.mkdir(parents=True, exist_ok=True)
     src_vocab, tgt_vocab = vocabs.values()
@@ -242,7 +244,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
     check_merging(model, cfg)
-    precision = resolve(cfg.amp, device, training_workload(model, cfg, device))
+    precision = precision or resolve(cfg.amp, device, training_workload(model, cfg, device))
     if rank == 0:
         log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
