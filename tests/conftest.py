@@ -12,6 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # measured outside the suite, and none writes into the user's cache.
 os.environ["LWNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="lwnmt-test-cache-")
 
+# Under pytest-xdist (`make test`: one worker per core) each worker computes on one thread: two workers' PyTorch
+# threads on the same cores would wait for each other at every operation. The commands the tests start choose their
+# own threads from the cores that are free (threads.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 # The data mirror is the folder LWNMT_DATA_MIRROR names (`make test` passes it on); tests that read it skip without it.
 MIRROR = Path(os.environ["LWNMT_DATA_MIRROR"]).resolve() if os.environ.get("LWNMT_DATA_MIRROR") else None
 IWSLT_FAIRSEQ = MIRROR / "iwslt14-de-en" / "iwslt14.tokenized.de-en" if MIRROR else None

@@ -16,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / ".venv-driver"
+pytestmark = pytest.mark.xdist_group("driver-venv")  # one worker makes the venv and uses it
 
 
 def pinned_snakemake() -> str:
