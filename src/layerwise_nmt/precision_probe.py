@@ -15,7 +15,6 @@ runs started together measure once.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -59,12 +58,8 @@ class Measured:
     def reason(self) -> str:
         picked = "bf16" if self.amp == "bf16" else "fp32"
         return (f"measured: {self.summary()} ({self.kind} step {self.bf16_s:.3f} s vs {self.fp32_s:.3f} s, "
-                f"{measured_at_text(self.measured_at)}); {picked}, as bf16 "
+                f"probed {self.measured_at[:10]}); {picked}, as bf16 "
                 f"{'is' if self.amp == 'bf16' else 'is not'} ≥ {SPEEDUP}x faster")
-
-
-def measured_at_text(when: str) -> str:
-    return f"probed {when[:10]}"
 
 
 @dataclass(frozen=True)
@@ -148,10 +143,8 @@ def read_cache(directory: Path) -> dict:
 
 
 def autocast(amp: str):
-    """CPU autocast for a probe step: bf16, or nothing for fp32."""
-    if amp == "none":
-        return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    """CPU autocast for a probe step: bf16, or off for fp32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp == "bf16")
 
 
 def model_shape(model: torch.nn.Module, **sizes) -> dict:
