@@ -23,10 +23,10 @@ demo: $(VENV)/.installed
 	snakemake --cores all --configfile config/demo.yaml --set-threads train=1 translate=1
 
 # On every core (pytest-xdist): each worker's PyTorch computes on one thread (tests/conftest.py), so that workers
-# never wait on each other's cores; tests that share a resource run in one worker (xdist_group). The 20 slowest
-# tests are listed at the end: where the suite's time goes.
+# never wait on each other's cores; tests that share a resource (the Snakemake-only venv) take a file lock. The 20
+# slowest tests are listed at the end: where the suite's time goes.
 test: $(VENV)/.installed
-	python -m pytest -q -m "not slurm" -n auto --dist loadgroup --durations=20
+	python -m pytest -q -m "not slurm" -n auto --durations=20
 
 # The workflow through a real one-node SLURM cluster started here (root, Debian: apt installs slurm, munge,
 # MariaDB); the daemons this target started are stopped afterwards, by PID, whatever the outcome (a failed start too).

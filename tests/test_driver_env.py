@@ -5,6 +5,7 @@ The jobs themselves get PyTorch from envs/*.yaml (or the project's own venv)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -16,7 +17,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / ".venv-driver"
-pytestmark = pytest.mark.xdist_group("driver-venv")  # one worker makes the venv and uses it
 
 
 def pinned_snakemake() -> str:
@@ -26,28 +26,38 @@ def pinned_snakemake() -> str:
 
 @pytest.fixture(scope="session")
 def driver() -> Path:
-    """A venv with `pip install -c constraints.txt snakemake` and nothing else, made once per set of pins."""
+    """A venv with `pip install -c constraints.txt snakemake` and nothing else, made once per set of pins.
+
+    Under `make test` several workers may ask for it at once: the first makes it under a lock beside the venv while
+    the others wait, then find the stamp (two `venv --clear` at once leave a pip with half its files)."""
     stamp = DRIVER / ".pins"
     pins = hashlib.sha256((ROOT / "constraints.txt").read_bytes()).hexdigest()
-    if not (stamp.is_file() and stamp.read_text() == pins):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(DRIVER)], check=True)
-        result = subprocess.run([str(DRIVER / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                                 "-c", str(ROOT / "constraints.txt"), pinned_snakemake()],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            reason = f"could not install {pinned_snakemake()} from the package index: {result.stderr[-500:]}"
-            if os.environ.get("CI"):
-                pytest.fail(reason)
-            pytest.skip(reason)
-        stamp.write_text(pins)
+    with open(ROOT / ".venv-driver.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.is_file() and stamp.read_text() == pins):
+            make_driver(stamp, pins)
     return DRIVER
+
+
+def make_driver(stamp: Path, pins: str) -> None:
+    """`python -m venv --clear`, then pip installs the pinned Snakemake; the stamp is written last."""
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(DRIVER)], check=True)
+    result = subprocess.run([str(DRIVER / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                             "-c", str(ROOT / "constraints.txt"), pinned_snakemake()],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        reason = f"could not install {pinned_snakemake()} from the package index: {result.stderr[-500:]}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    stamp.write_text(pins)
 
 
 def run(driver: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{driver / 'bin'}{os.pathsep}/usr/bin:/bin"  # no other Python before the driver's
     return subprocess.run([str(driver / "bin" / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-                           "--cores", "2", *args], env=env, capture_output=True, text=True, timeout=600)
+                       "--cores", "2", *args], env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_the_driver_env_holds_neither_torch_nor_numpy(driver):
@@ -57,7 +67,7 @@ def test_the_driver_env_holds_neither_torch_nor_numpy(driver):
 
 
 @pytest.mark.parametrize("configfile", [[], ["--configfile", str(ROOT / "config" / "demo.yaml")]],
-                         ids=["full", "demo"])
+                     ids=["full", "demo"])
 def test_dry_run_and_lint_with_snakemake_alone(driver, tmp_path, configfile):
     dry = run(driver, tmp_path, "-n", "--quiet", "rules", *configfile)
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-3000:]
