@@ -58,6 +58,27 @@ def test_auto_on_a_bf16_cpu_follows_the_probe_and_says_its_numbers(monkeypatch, 
     assert ("fp32, as bf16 is not" in chosen.reason) == (expected == "none")
 
 
+def timed_step(seconds: dict[str, list[float]], calls: list):
+    """A probe step whose n-th call at `amp` takes seconds[amp][n] (the first call is the untimed warm-up)."""
+    def step(amp):
+        calls.append(amp)
+        time.sleep(seconds[amp][calls.count(amp) - 1])
+    return step
+
+
+@pytest.mark.parametrize("fp32_s, bf16_s, timed_rounds", [
+    ([0.02, 0.020, 0.021], [0.04, 0.030, 0.031], 2),  # bf16 slower in every step: a clear cut after 2 rounds
+    ([0.03, 0.030, 0.031], [0.04, 0.020, 0.021], 2),  # bf16 1.5x faster in every step: likewise
+    ([0.02, 0.020, 0.030, 0.02, 0.02, 0.02], [0.03, 0.025, 0.018, 0.02, 0.02, 0.02], 5),  # the steps overlap
+])
+def test_the_probe_stops_early_only_on_a_clear_cut(monkeypatch, tmp_path, fp32_s, bf16_s, timed_rounds):
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    calls = []
+    measured = Workload("train", {"model": "m"}, timed_step({"none": fp32_s, "bf16": bf16_s}, calls)).measure()
+    assert calls.count("none") == calls.count("bf16") == 1 + timed_rounds
+    assert measured.fp32_s >= min(fp32_s[1:]) and measured.bf16_s >= min(bf16_s[1:])
+
+
 def test_the_probe_runs_once_per_machine_and_workload_and_its_choice_is_reused(monkeypatch, tmp_path):
     monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(precision, "cpu_capability", lambda: "AMX")

@@ -94,8 +94,9 @@ class Workload:
             return measured
 
     def measure(self) -> Measured:
-        """The fastest of up to `ROUNDS` steps per precision, alternated so that a change in load hits both,
-        after one untimed step each (first-call allocations, oneDNN's kernel selection)."""
+        """The fastest of 2 to `ROUNDS` steps per precision, alternated so that a change in load hits both, after
+        one untimed step each (first-call allocations, oneDNN's kernel selection); fewer where the choice is a
+        clear cut."""
         for amp in ("none", "bf16"):
             self.step(amp)
         times: dict[str, list[float]] = {"none": [], "bf16": []}
@@ -105,7 +106,7 @@ class Workload:
                 t0 = time.perf_counter()
                 self.step(amp)
                 times[amp].append(time.perf_counter() - t0)
-            if round_ >= 1 and time.perf_counter() - started > BUDGET_S:
+            if round_ >= 1 and (clear_cut(times) or time.perf_counter() - started > BUDGET_S):
                 break
         fp32_s, bf16_s = min(times["none"]), min(times["bf16"])
         amp = "bf16" if fp32_s >= SPEEDUP * bf16_s else "none"
@@ -113,6 +114,14 @@ class Workload:
         log.info("precision probe (%s, %d rounds): fp32 %.3f s, bf16 %.3f s per step → %s", self.kind,
                  len(times["none"]), fp32_s, bf16_s, "bf16" if amp == "bf16" else "fp32")
         return measured
+
+
+def clear_cut(times: dict[str, list[float]]) -> bool:
+    """Whether the steps so far leave no doubt: every bf16 step slower than every fp32 step, or every one faster by
+    the margin. Then more rounds would only confirm the choice (a tiny model's probe stops after 2 rounds rather than
+    running into its budget); where the two precisions' steps overlap, the probe goes on."""
+    fp32, bf16 = times["none"], times["bf16"]
+    return max(fp32) < min(bf16) or min(fp32) >= SPEEDUP * max(bf16)
 
 
 def cache_dir() -> Path:

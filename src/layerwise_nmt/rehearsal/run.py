@@ -122,9 +122,11 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
         full, full_as_is, planned = plan(directory, manifest, rehearsal_args, env)
         log_path = directory / "snakemake.log"
         print(f"running the rehearsal ({sum(planned.values())} jobs); log: {log_path}", flush=True)
-        command = RUN + ["-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
-                               "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1",
-                               "apply_bpe=1", *rehearsal_args, *extra]
+        # the user's targets first: after an option that takes several values (--config, --set-threads) argparse
+        # would read them as its values
+        command = RUN + [*extra, "-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
+                         "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1", "apply_bpe=1",
+                         *rehearsal_args]
         returncode = run_logged(command, log_path, warm.wait_ready(server).job_env(env))
     finally:
         print(server.stop(), flush=True)
