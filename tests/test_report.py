@@ -23,13 +23,13 @@ def test_table_cells_from_fixture_scores(tmp_path):
         {"label": "ours", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": scores},
          "note": "pre-norm, as tensor2tensor"},
         {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
-        {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked", "reason": "dataset pending (issue #10)"},
+        {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked", "reason": "dataset pending (no public source)"},
     ]}
     table = write(spec, str(tmp_path / "T1"))
     ours, quoted, blocked = table.to_dict("records")
     assert ours["ours"] == "35.00 ± 1.00 (n=3)" and ours["delta"] == "-0.07" and ours["paper"] == "35.07"
     assert quoted["ours"] == NOT_RUN and quoted["status"] == "quoted from Ranzato et al." and quoted["paper"] == "21.83"
-    assert blocked["ours"] == NOT_RUN and "issue #10" in blocked["status"]
+    assert blocked["ours"] == NOT_RUN and "no public source" in blocked["status"]
     md = (tmp_path / "T1.md").read_text()
     assert "| ours | 35.07 | 35.00 ± 1.00 (n=3) | -0.07 | ours |" in md and "Scale: fixture" in md
     assert md.rstrip().endswith("- ours: pre-norm, as tensor2tensor")  # the row's protocol in the table's notes
@@ -311,7 +311,7 @@ def test_summary_lists_every_row_of_every_table_per_metric(tmp_path):
 
 
 def test_budget_columns_and_the_p_values_direction_explain_the_table(tmp_path):
-    """Issue #42: beside each row, what it was trained on (updates, sentence pairs, target tokens, the last valid
+    """Beside each row, what it was trained on (updates, sentence pairs, target tokens, the last valid
     loss) and the p-value with the way the difference goes, so that a table of unequal budgets explains itself."""
     rows = []
     for name, bleu, updates, loss in (("base", 30.0, 1000, 3.21), ("lwc", 28.0, 1300, 3.50)):
