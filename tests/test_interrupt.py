@@ -41,7 +41,8 @@ def prepared(tmp_path_factory, mirror) -> Path:
 def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, prepared, sigint_ignored):
     """foreground: Snakemake gets the Ctrl-C too, as in a terminal. sigint-ignored: a Snakemake started where
     SIGINT is ignored (a non-interactive shell's background job) sees only its training stop, and must not retry
-    it (it says "Trying to restart job", but starts none)."""
+    it (it says "Trying to restart job", but starts none). In the foreground Snakemake may say so too: on a loaded
+    machine the training's exit can reach its scheduler before its own Ctrl-C does. Either way no retry starts."""
     shutil.copytree(prepared, tmp_path / "results")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                LWNMT_DATA_MIRROR=str(mirror))
@@ -65,7 +66,6 @@ def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, p
             proc.wait()
 
     assert proc.returncode != 0, out[-3000:]
-    assert "Trying to restart job" not in out or sigint_ignored, out[-3000:]
     stopped = re.findall(r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
                          r"rerun the same command to resume$", out, flags=re.M)
     assert len(stopped) == 1, out[-3000:]  # one line for the one training

@@ -3,6 +3,7 @@ a misspelled model or key is named at DAG time with a did-you-mean and the file 
 and a text file given as model.pt is one line."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -122,12 +123,32 @@ def test_ctrl_c_checkpoints_like_sigterm_and_exits_with_one_line(toy_data, tmp_p
     assert sum("saved checkpoint_last.pt" in line for line in err.splitlines()) == 1
 
 
+def wait_until_reading_stdin(proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until `proc` blocks reading its standard input (its imports done), from /proc/PID/syscall: the system call
+    it waits in and that call's first argument, the file descriptor. A fixed sleep is not enough: on a loaded
+    machine the imports outlast it, and a Ctrl-C during `import torch` can be lost."""
+    read = {"x86_64": 0, "aarch64": 63}.get(os.uname().machine)  # read(2)'s number
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            fields = Path(f"/proc/{proc.pid}/syscall").read_text().split()
+        except OSError:
+            fields = None
+        if read is None or fields is None:  # no way to see it here: the imports' usual time, generously
+            time.sleep(10)
+            return
+        if fields[:2] == [str(read), "0x0"]:
+            return
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1]
+
+
 def test_ctrl_c_outside_training_is_one_line_not_a_traceback(tmp_path):
     """`lwnmt translate` waiting for its input on stdin, interrupted."""
     proc = subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "translate", "--model", "m.pt", "--data",
                              str(tmp_path), "--src", "de", "--tgt", "en"], stdin=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # imported and reading
+    wait_until_reading_stdin(proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "Traceback" not in err, err
