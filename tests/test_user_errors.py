@@ -123,6 +123,21 @@ def test_ctrl_c_checkpoints_like_sigterm_and_exits_with_one_line(toy_data, tmp_p
     assert sum("saved checkpoint_last.pt" in line for line in err.splitlines()) == 1
 
 
+def as_in_a_terminal() -> None:
+    """A child's SIGINT as a terminal gives it: delivered and not ignored, whatever the test worker's own state."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def signal_dispositions(pid: int) -> str:
+    """The blocked, ignored and caught signal masks of a process (for a failure's message)."""
+    try:
+        return " ".join(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith(("SigBlk", "SigIgn", "SigCgt", "ShdPnd", "SigPnd")))
+    except OSError:
+        return ""
+
+
 def wait_until_reading_stdin(proc: subprocess.Popen, timeout: float = 120) -> None:
     """Until `proc` blocks reading its standard input (its imports done), from /proc/PID/syscall: the system call
     it waits in and that call's first argument, the file descriptor. A fixed sleep is not enough: on a loaded
@@ -147,11 +162,12 @@ def test_ctrl_c_outside_training_is_one_line_not_a_traceback(tmp_path):
     """`lwnmt translate` waiting for its input on stdin, interrupted."""
     proc = subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "translate", "--model", "m.pt", "--data",
                              str(tmp_path), "--src", "de", "--tgt", "en"], stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
     wait_until_reading_stdin(proc)
+    dispositions = signal_dispositions(proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert proc.returncode == 130 and "Traceback" not in err, f"{err}\n{dispositions}"
     assert err.strip().splitlines()[-1] == "lwnmt translate: interrupted (Ctrl-C)"
 
 
