@@ -85,7 +85,7 @@ def test_the_patterns_catch_the_words_they_list(line):
 
 
 @pytest.mark.parametrize("line", [
-    '@pytest.fixture(scope="' + "ses" + 'sion")', "s = requests.Session()", "shared layers", "the shared stack",
+    _w('")noisses"=epocs(erutxif.tsetyp@'), _w("()noisseS.stseuqer = s"), "shared layers", "the shared stack",
     "outside this project's MT scope", "a borrowed GPU node", "the device's name", "torch.device('cuda')",
     "data_mirror: /data/mirror", "silent", "talent",
 ])
