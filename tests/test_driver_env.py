@@ -57,7 +57,7 @@ def run(driver: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{driver / 'bin'}{os.pathsep}/usr/bin:/bin"  # no other Python before the driver's
     return subprocess.run([str(driver / "bin" / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-                       "--cores", "2", *args], env=env, capture_output=True, text=True, timeout=600)
+                           "--cores", "2", *args], env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_the_driver_env_holds_neither_torch_nor_numpy(driver):
@@ -67,7 +67,7 @@ def test_the_driver_env_holds_neither_torch_nor_numpy(driver):
 
 
 @pytest.mark.parametrize("configfile", [[], ["--configfile", str(ROOT / "config" / "demo.yaml")]],
-                     ids=["full", "demo"])
+                         ids=["full", "demo"])
 def test_dry_run_and_lint_with_snakemake_alone(driver, tmp_path, configfile):
     dry = run(driver, tmp_path, "-n", "--quiet", "rules", *configfile)
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-3000:]
