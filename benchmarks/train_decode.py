@@ -266,7 +266,7 @@ def ours_updates(work: Path, model: dict, amp: str, count: int):
         stats = accumulate(net, [batch], cfg, cpu, lambda: precision.autocast(cpu))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        yield stats["ntokens"]
+        yield float(stats["ntokens"])  # accumulate's sums are tensors: a rate of them would be one too
 
 
 def ours_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> float:
@@ -617,7 +617,27 @@ def fairseq_rate(result: subprocess.CompletedProcess) -> float:
     return float(match.group(1))
 
 
-def main() -> None:
+def plain(value):
+    """A measurement as JSON holds it: tensors and numpy scalars or arrays as numbers or lists, paths as text."""
+    if hasattr(value, "tolist"):  # torch.Tensor, numpy scalars and arrays
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} in the benchmark's results: not JSON ({value!r})")
+
+
+def record(out: Path, result: dict) -> None:
+    """Write every CPU's measurements to `out`, whichever parts this run measured; serialised before the file is
+    touched, so that a value JSON cannot hold leaves the earlier file whole."""
+    text = json.dumps(result, indent=2, default=plain) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(f"written {out}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
@@ -635,7 +655,7 @@ def main() -> None:
                         help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
                         "fp32), profile (where an update's time goes; needs gemm), ctranslate2 (the demo baseline "
                         "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py); others are kept")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})  # before torch loads
     parts, models = set(args.parts.split(",")), args.models.split(",")
@@ -684,10 +704,8 @@ def main() -> None:
             run["ctranslate2"] = ctranslate2_part(model, data / "bin-joint", data / "bpe/test.de-en.de",
                                                   data / "bpe/test.de-en.en", settings, work, args.decode_repeats)
     run["machine"]["load_average_at_end"] = os.getloadavg()
+    record(out, result)  # before the report: a table that fails to print must not lose what was measured
     report(machine_label(info), run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {out}")
 
 
 def report(label: str, run: dict) -> None:

@@ -1,0 +1,68 @@
+"""benchmarks/train_decode.py keeps what it measured: its JSON is written whichever parts ran, from the numbers its
+measuring functions return (tensors and numpy scalars among them), on a tiny training run of the toy data."""
+
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # train_decode imports its sibling ctranslate2_decode
+spec = importlib.util.spec_from_file_location("train_decode", ROOT / "benchmarks" / "train_decode.py")
+train_decode = sys.modules["train_decode"] = importlib.util.module_from_spec(spec)  # its dataclass looks it up
+spec.loader.exec_module(train_decode)
+
+TINY = {"title": "a toy Transformer (32/64/4, 1+1)", "max_tokens": 200,
+        "ours": {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1, "tie": "all",
+                 "dropout": 0.1}}
+
+
+@pytest.fixture
+def work(toy_data, tmp_path):
+    """The layout `prepare` makes (ours/vocab, ours/bin-joint), on the toy data."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "ours" / "vocab").symlink_to(toy_data.parent / "vocab")
+    (tmp_path / "ours" / "bin-joint").symlink_to(toy_data)
+    return tmp_path
+
+
+def test_a_train_part_is_written_to_json_and_reported(work, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    # fairseq's own venv is not here: its rate stands in as a numpy scalar, as numbers read from logs may be
+    monkeypatch.setattr(train_decode, "fairseq_train", lambda *a, **k: np.float32(1000.0))
+    monkeypatch.setattr(train_decode, "THREADS", 1)  # it sets its threads for the process: one, as the suite's
+    peak = {"fp32": np.float64(1e10), "bf16": np.float64(2e10), "method": "a number for the test"}
+    part = train_decode.train_part(work, "tiny", updates=2, warmup=1, peak=peak, precisions=["fp32"])
+    run = {"machine": {"cpu": "test CPU", "load_average_at_start": (0.5, 0.4, 0.3), "cores": np.int64(2)},
+           "peak_flops_per_s": peak, "train": {"tiny": part}}
+    out = tmp_path / "results" / "train_decode.json"
+    out.parent.mkdir()
+    out.write_text(json.dumps({"runs": {"another CPU": {"train": {}}}}))
+    train_decode.record(out, {"runs": {**json.loads(out.read_text())["runs"], "test CPU": run}})
+
+    written = json.loads(out.read_text())
+    assert set(written["runs"]) == {"another CPU", "test CPU"}  # the other CPUs' entries stay
+    tiny = written["runs"]["test CPU"]["train"]["tiny"]
+    rates = tiny["target_tokens_per_s"]
+    assert rates["fairseq 0.12.2 (fp32)"] == 1000.0 and isinstance(rates["lwnmt (fp32)"], float)
+    assert rates["lwnmt (fp32)"] > 0
+    assert tiny["vs_fairseq_fp32"]["lwnmt (fp32)"] == pytest.approx(rates["lwnmt (fp32)"] / 1000.0)
+    assert tiny["parameters"] == part["parameters"] > 0
+    assert written["runs"]["test CPU"]["machine"]["cores"] == 2
+    train_decode.report("test CPU", run)
+    assert "lwnmt (fp32)" in capsys.readouterr().out
+
+
+def test_a_value_json_cannot_hold_leaves_the_earlier_file_whole(tmp_path):
+    out = tmp_path / "train_decode.json"
+    out.write_text('{"runs": {"kept": {}}}\n')
+    with pytest.raises(TypeError, match="object in the benchmark's results"):
+        train_decode.record(out, {"runs": {"kept": {}, "new": {"rate": object()}}})
+    assert json.loads(out.read_text()) == {"runs": {"kept": {}}}
+    train_decode.record(out, {"runs": {"new": {"rate": torch.tensor(2.5), "shape": np.array([1, 2]),
+                                               "count": np.int64(3)}}})
+    assert json.loads(out.read_text()) == {"runs": {"new": {"rate": 2.5, "shape": [1, 2], "count": 3}}}
