@@ -8,7 +8,7 @@ BIN    := $(abspath $(VENV)/bin)
 export LWNMT_DATA_MIRROR
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect node-rehearsal clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -81,6 +81,24 @@ study-shard:
 
 study-collect: $(VENV)/.installed
 	bash scripts/study_gpu.sh collect $(DIR)
+
+# The small study near convergence on a CPU (config/study_cpu.yaml; README, "Near convergence"): one seed's runs
+# (SEED=1 also trains the baseline at twice the budget), two trainings at a time with one thread each, then their
+# small text files copied into docs/study/cpu/ and that page and the README's table rewritten from every seed there.
+# Seeds may run on different machines at different times; commit docs/study/cpu/ after each.
+STUDY_CPU := --config config.yaml --config config/study_cpu.yaml --table study_cpu/T1
+study-cpu: $(VENV)/.installed
+	$(if $(SEED),,$(error study-cpu: set SEED, e.g. make study-cpu SEED=1))
+	targets=$$(python -m layerwise_nmt evidence targets $(STUDY_CPU) --seed $(SEED)) && \
+		snakemake --cores all --configfile config/study_cpu.yaml --set-threads train=1 translate=1 $$targets
+	python -m layerwise_nmt evidence copy $(STUDY_CPU) --seed $(SEED) --out docs/study/cpu
+	$(MAKE) study-cpu-collect
+
+study-cpu-collect: $(VENV)/.installed
+	python -m layerwise_nmt evidence collect $(STUDY_CPU) --out docs/study/cpu \
+		--ref results/multi30k_deen/data/text/test.de-en.en \
+		--run-command "make study-cpu SEED=<k>" --collect-command "make study-cpu-collect"
+	python -m layerwise_nmt docs
 
 # The GPU node's environment rebuilt here (a Python 3.12 venv with only the image's packages at the image's
 # versions, scripts/node-image-versions.txt: torch 2.11, ~5 GB; REHEARSAL_PYTHON=host for python3 + torch 2.13),

@@ -1,6 +1,6 @@
 """`lwnmt docs`: the blocks of README.md and docs/*.md that the code can write, rewritten from it so that they
-cannot drift: the GPU-hour plan (`lwnmt plan`), parameter counts beside the papers' (`lwnmt params`), and which
-figures of config.yaml use each figure kind. A block sits between
+cannot drift: the GPU-hour plan (`lwnmt plan`), parameter counts beside the papers' (`lwnmt params`), which
+figures of config.yaml use each figure kind, and a committed study's table (`lwnmt evidence collect`'s summary.json). A block sits between
 
     <!-- generated: KIND [key=value ...] -->
     ...
@@ -78,7 +78,15 @@ def figure_kinds_block(config: dict) -> str:
                      for kind, names in used.items()) + "\n"
 
 
-GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block}
+def evidence_block(config: dict, dir: str) -> str:
+    """A committed study's table and what it says of each claim, from its summary.json (`lwnmt evidence collect`)."""
+    from .report.evidence import readme_block
+
+    return readme_block(cfg.ROOT / dir, dir)
+
+
+GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block,
+              "evidence": evidence_block}
 
 
 def render_block(spec: str, config: dict, where: str) -> str:

@@ -139,6 +139,21 @@ def t_test(baseline: list[float], system: list[float]) -> float | None:
     return float(ttest_ind(system, baseline, equal_var=False).pvalue)
 
 
+def t_test_paired(baseline: list[float], system: list[float]) -> float | None:
+    """Two-sided paired t-test p-value over per-seed scores, seed k against seed k (None with fewer than two pairs,
+    or when every pair differs by the same amount: no variance to test)."""
+    if len(baseline) < 2 or len(baseline) != len(system):
+        return None
+    import warnings
+
+    from scipy.stats import ttest_rel
+
+    with warnings.catch_warnings():  # equal differences: scipy warns, then returns nan, which is our None
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(ttest_rel(system, baseline).pvalue)
+    return None if p != p else p
+
+
 def reference_streams(path: str, n: int, stacked: bool = False, hyp_path: str = "the hypotheses") -> list[list[str]]:
     """The references in one file: its N lines (one reference), or with `stacked` K × N lines holding K references
     one after the other (the workflow's multi-reference NIST sets). Stacking is never guessed from the line count:

@@ -1,11 +1,11 @@
-"""The report commands: table, summary, figure, readme and docs."""
+"""The report commands: table, summary, figure, readme, docs and evidence."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .. import UserError
-from .common import command
+from .common import add_config_files, command, load_config
 
 
 def add_commands(sub) -> None:
@@ -30,6 +30,21 @@ def add_commands(sub) -> None:
     p = command(sub, "docs", "rewrite the generated blocks of README.md and docs/*.md (plan, parameter counts, "
                 "figure kinds) from config.yaml", cmd_docs)
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 naming every stale block")
+
+    p = command(sub, "evidence", "a table's runs as small text in the repository (report/evidence.py): `targets` "
+                "(what Snakemake makes for one seed), `copy` (one seed's finished runs into --out), `collect` "
+                "(--out's README.md, summary.json and curves.png from the files there)", cmd_evidence)
+    p.add_argument("action", choices=["targets", "copy", "collect"])
+    add_config_files(p)
+    p.add_argument("--table", required=True, help="paper/table, e.g. study_cpu/T1")
+    p.add_argument("--seed", type=int, help="targets, copy: the seed")
+    p.add_argument("--out", help="copy, collect: the evidence folder, e.g. docs/study/cpu")
+    p.add_argument("--results", default=".", help="copy: the folder Snakemake ran in (default: here)")
+    p.add_argument("--ref", help="collect: the tokenized test references, for the paired bootstrap")
+    p.add_argument("--run-command", default="lwnmt evidence copy --seed <k>",
+                   help="collect: the command the page names for running a missing seed")
+    p.add_argument("--collect-command", default="lwnmt evidence collect",
+                   help="collect: the command the page names for rewriting it")
 
 
 def cmd_table(a) -> None:
@@ -74,3 +89,21 @@ def cmd_docs(a) -> None:
         raise UserError(f"stale generated blocks: {'; '.join(stale)}; run `lwnmt docs` (or `make docs`)")
     print(f"{len(stale)} generated block(s) {'stale' if a.check else 'rewritten'}"
           + (f": {'; '.join(stale)}" if stale else ""))
+
+
+def cmd_evidence(a) -> None:
+    from ..report import evidence
+
+    config = load_config(a)
+    if a.action in ("targets", "copy") and a.seed is None:
+        raise UserError(f"evidence {a.action}: --seed is required")
+    if a.action in ("copy", "collect") and not a.out:
+        raise UserError(f"evidence {a.action}: --out is required")
+    if a.action == "targets":
+        print("\n".join(evidence.targets(config, a.table, a.seed)))
+    elif a.action == "copy":
+        for folder in evidence.copy(config, a.table, a.seed, a.out, a.results):
+            print(f"copied {folder}")
+    else:
+        summary = evidence.summarise(config, a.table, a.out, a.ref)
+        print(f"wrote {evidence.write(summary, a.out, a.collect_command, a.run_command)}")

@@ -1,0 +1,153 @@
+"""report/evidence.py on synthetic runs of config/study_cpu.yaml's table: what one seed's targets are, what is copied
+into the repository (text only), and the page written from those files alone: mean ± sd with n, each comparison's
+bootstrap and verdict, the validation loss's fall over the last quarter, the runs not done yet."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from layerwise_nmt import UserError
+from layerwise_nmt.grid import load
+from layerwise_nmt.report import evidence
+
+TABLE = "study_cpu/T1"
+TASK = "multi30k_deen"
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load(ROOT / "config.yaml", ROOT / "config" / "study_cpu.yaml")
+
+
+REFS = [f"a small dog number {i} runs across the green field ." for i in range(60)]
+
+
+def degrade(lines, every):
+    """Every `every`-th sentence loses its second half: a worse system by a margin the bootstrap can see."""
+    return [" ".join(s.split()[:3]) if i % every == 0 else s for i, s in enumerate(lines)]
+
+
+def fake_run(results, name, seed, hyps, curve, bleu, minutes=10.0):
+    run = results / "results" / TASK / name / f"seed{seed}"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "test.txt").write_text("\n".join(hyps) + "\n")
+    (run / "test.score.json").write_text(json.dumps({"bleu": bleu, "chrf": bleu + 20}))
+    (run / "checkpoints" / "training.json").write_text(json.dumps(
+        {"updates": curve[-1][0], "target_tokens": 600_000, "minutes": minutes,
+         "precision": {"amp": "bf16", "device": "cpu: Test CPU"}}))
+    with open(run / "checkpoints" / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["epoch", "update", "valid_loss"])
+        w.writeheader()
+        w.writerows({"epoch": 1, "update": u, "valid_loss": loss} for u, loss in curve)
+    (run / "train.benchmark.tsv").write_text("s\th:m:s\n720.5\t0:12:00\n")
+    (run / "checkpoints" / "checkpoint_last.pt").write_bytes(b"not text")
+    return run
+
+
+CURVE = [(1000, 5.0), (2000, 4.5), (3000, 4.2), (3250, 4.1), (4000, 4.0)]
+CONTINUE = [(500, 3.98), (1000, 3.96), (1500, 3.95), (2000, 3.94)]
+
+
+def fake_seed(results, seed, lwc_every=2, gca_every=20, gca_hyps=None):
+    fake_run(results, "study_cpu.transformer", seed, degrade(REFS, 4), CURVE, 40.0 + seed)
+    fake_run(results, "study_cpu.lwc", seed, degrade(REFS, lwc_every), CURVE, 30.0 + seed)
+    fake_run(results, "study_cpu.mlrf_dec_sa", seed, degrade(REFS, 4), CURVE, 40.0 + seed)
+    fake_run(results, "study_cpu.transformer_longer", seed, degrade(REFS, 4), CONTINUE, 41.0 + seed)
+    fake_run(results, "study_cpu.gca_full", seed, gca_hyps or degrade(REFS, gca_every), CONTINUE, 45.0 + seed)
+    fake_run(results, "study_cpu.dou_deep", seed, degrade(REFS, 4), CONTINUE, 41.0 + seed)
+    if seed == 1:
+        fake_run(results, "study_cpu.transformer_2x", seed, degrade(REFS, 4), CURVE, 41.5)
+
+
+def test_one_seed_is_six_runs_and_seed_one_also_the_budget_check(config):
+    one = evidence.targets(config, TABLE, 1)
+    assert len(one) == 7 and f"results/{TASK}/study_cpu.transformer_2x/seed1/test.score.json" in one
+    two = evidence.targets(config, TABLE, 2)
+    assert len(two) == 6 and all("/seed2/" in t for t in two)
+    with pytest.raises(UserError, match="seed 4: no run of table study_cpu/T1 uses it"):
+        evidence.targets(config, TABLE, 4)
+
+
+def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path):
+    results, out = tmp_path / "run", tmp_path / "docs"
+    fake_seed(results, 1)
+    copied = evidence.copy(config, TABLE, 1, out, results)
+    assert len(copied) == 7
+    files = {p.name for p in (out / "study_cpu.lwc" / "seed1").iterdir()}
+    assert files == {"test.score.json", "test.txt", "training.json", "metrics.csv", "train.benchmark.tsv", "run.json"}
+    assert not list(out.rglob("*.pt"))
+    about = json.loads((out / "study_cpu.lwc" / "seed1" / "run.json").read_text())
+    assert about["seed"] == 1 and about["cpu"]
+
+    (results / "results" / TASK / "study_cpu.gca_full" / "seed1" / "test.txt").unlink()
+    with pytest.raises(UserError, match=r"study_cpu.gca_full/seed1: test.txt missing"):
+        evidence.copy(config, TABLE, 1, tmp_path / "again", results)
+    assert not (tmp_path / "again" / "study_cpu.gca_full").exists()
+
+
+def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path):
+    results, out = tmp_path / "run", tmp_path / "docs"
+    for seed in (1, 2):
+        fake_seed(results, seed)
+        evidence.copy(config, TABLE, seed, out, results)
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(REFS) + "\n")
+    summary = evidence.summarise(config, TABLE, out, ref)
+    rows = {r["experiment"]: r for r in summary["rows"]}
+
+    base = rows["study_cpu.transformer"]
+    assert base["n"] == 2 and base["mean"] == pytest.approx(41.5) and base["sd"] == pytest.approx(0.7071, abs=1e-3)
+    assert base["planned_seeds"] == [1, 2, 3]
+    # (4.1 - 4.0) / 4.1: the validation at 3/4 of 4,000 updates is the one at 3,250 (none at exactly 3,000 + 1/4)
+    assert base["last_quarter_fall_pct"] == pytest.approx(100 * (4.2 - 4.0) / 4.2)
+
+    lwc = rows["study_cpu.lwc"]["compare"]
+    assert lwc["control"] == "study_cpu.transformer" and lwc["delta"] == pytest.approx(-10.0)
+    assert lwc["claim"] == "not held" and len(lwc["bootstrap_p"]) == 2
+    gca = rows["study_cpu.gca_full"]["compare"]
+    assert gca["control"] == "study_cpu.transformer_longer" and gca["delta"] == pytest.approx(4.0)
+    assert all(p < 0.05 for p in gca["bootstrap_p"]) and gca["claim"] == "held"
+    dou = rows["study_cpu.dou_deep"]["compare"]
+    assert dou["delta"] == pytest.approx(0.0) and dou["claim"] == "not held"
+    twice = rows["study_cpu.transformer_2x"]
+    assert twice["n"] == 1 and twice["compare"]["seeds"] == [1] and twice["compare"]["same_model"]
+
+    page = evidence.write(summary, out, "make study-cpu-collect", "make study-cpu SEED=<k>").read_text()
+    assert "| Transformer baseline (3+3, d=256) | 41.50 ± 0.71 (n=2) |" in page
+    assert "Not run yet: 6 run(s), seed(s) 3 (`make study-cpu SEED=<k>`" in page
+    assert "— (the same model trained longer)" in page and "| held |" in page and "| not held |" in page
+    assert (out / "curves.png").stat().st_size > 10_000
+    assert "cpu: Test CPU" not in page or "Test CPU" in page  # the CPU column is filled from run.json or training
+    assert json.loads((out / "summary.json").read_text())["table"] == TABLE
+
+    block = evidence.readme_block(out)
+    assert "-10.00 BLEU against `study_cpu.transformer` over 2 seed(s): worse on every seed" in block
+    assert "+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed" in block
+
+
+def test_an_inconclusive_gain_and_a_missing_reference(config, tmp_path):
+    results, out = tmp_path / "run", tmp_path / "docs"
+    slightly_better = degrade(REFS, 4)
+    slightly_better[4] = REFS[4]  # one sentence of 60 better than its control's: a gain the bootstrap cannot trust
+    fake_seed(results, 1, gca_hyps=slightly_better)
+    evidence.copy(config, TABLE, 1, out, results)
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(REFS) + "\n")
+    gca = {r["experiment"]: r for r in evidence.summarise(config, TABLE, out, ref)["rows"]}["study_cpu.gca_full"]
+    assert gca["compare"]["claim"] == "inconclusive" and gca["compare"]["t_test_p"] is None
+    with pytest.raises(UserError, match="nowhere.txt: no such reference file"):
+        evidence.summarise(config, TABLE, out, tmp_path / "nowhere.txt")
+
+
+def test_the_cli_lists_one_seeds_targets_for_snakemake():
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "evidence", "targets", "--config",
+                             str(ROOT / "config.yaml"), "--config", str(ROOT / "config" / "study_cpu.yaml"),
+                             "--table", TABLE, "--seed", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
+                                     ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer",
+                                      "dou_deep")]
