@@ -284,3 +284,56 @@ def test_one_setup_resolves_each_kind_of_request(trained, model_dir, tmp_path, m
         translation.prepare(translation.Request(model=str(tmp_path / "gone")), {}, tmp_path)
     assert translation.REQUEST_ARGUMENTS == tuple(f for f in translation.Request.__dataclass_fields__
                                                   if f not in ("config", "config_files"))
+
+
+# Input the model cannot read: said per line, on stderr, never in the translations
+
+
+def warnings_of(err: str) -> list[str]:
+    return [line.split(": ", 1)[1] for line in err.splitlines() if " WARNING layerwise_nmt.translation: " in line]
+
+
+def test_a_line_mostly_unknown_to_the_model_or_losing_characters_is_named(trained, tmp_path):
+    """Emoji vanished in silence (<unk>), and Chinese given to the De→En model came back as a fluent sentence of
+    something else: each such line gets one warning naming it and what the model could not read."""
+    from layerwise_nmt.export import write
+
+    dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
+    model_dir = write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None,
+                      {"tokenizer": "moses", "remove_non_printing": True}, {"beam": 2}, {})
+    source = tmp_path / "raw.de"
+    source.write_text("w1 w2 w3\nw1 😀 w2 & w3\n我 喜欢 猫 w1\nw1\u200b w2\x07 w3\n\u200b\nw4 w5\n", encoding="utf-8")
+    code, out, err = lwnmt("translate", source, "--model", model_dir)
+    assert code == 0 and len(out.split("\n")[:-1]) == 6, err
+    warned = warnings_of(err)
+    assert len(warned) == 4, err  # one per line that loses something, none for the others
+    emoji, chinese, removed, blank = warned
+    assert emoji.startswith(f"{source}:2: ") and "😀 (U+1F600 GRINNING FACE)" in emoji
+    assert "& (U+0026 AMPERSAND)" in emoji and "&amp;" not in emoji  # what the user wrote, not Moses' escape
+    assert "unknown to the model's dictionary" in emoji and "w1" not in emoji
+    # Moses splits every Han character (a Chinese model's tokenizer is jieba)
+    assert chinese.startswith(f"{source}:3: 4 of 5 source tokens (80%) are unknown to the model's dictionary")
+    assert chinese.endswith("so its translation cannot be of this line: 我, 喜, 欢, 猫")
+    assert removed == (f"{source}:4: U+200B ZERO WIDTH SPACE, U+0007 (a control character) removed by "
+                       "normalisation or tokenization")
+    assert blank == f"{source}:5: U+200B ZERO WIDTH SPACE removed by normalisation or tokenization"
+
+
+def test_a_bped_input_mostly_unknown_is_named(trained):
+    code, out, err = lwnmt("translate", "-", *decode_args(trained), stdin=b"w1 w2\nx9@@ y8 w1\n")
+    assert code == 0 and len(out.splitlines()) == 2, err
+    assert warnings_of(err) == ["stdin:2: 2 of 3 source tokens (67%) are unknown to the model's dictionary "
+                                f"({trained['data'] / 'dict.de.txt'}), so its translation cannot be of this line: "
+                                "x9@@, y8"]
+
+
+def test_characters_replaced_or_recased_are_not_counted_as_removed():
+    from layerwise_nmt.data.tokenize import TokenizeOptions
+    from layerwise_nmt.translation import removed_characters
+
+    options = TokenizeOptions("ro", lowercase=True, normalize_punctuation=True, romanian=True)
+    raw = "Şi «Ţara» ÎN „Europa“ & [x] |\x1b a"
+    tokenized = options.build()(raw)
+    assert "ţ" not in tokenized and "«" not in tokenized and "&amp;" in tokenized  # replaced, lowercased, escaped
+    assert removed_characters(raw, tokenized, escaped=True) == ["\x1b"]
+    assert removed_characters("a b", "a b", escaped=True) == []

@@ -8,16 +8,24 @@ source and the decoding settings, from one of three requests:
     --model FILE --data    a BPE'd source, decoded as it is, with the data directory's dictionaries
 
 Raw text is tokenized and BPE'd here (decode.prepare_raw) into a file under the caller's temporary directory;
-`translate` then loads the model and runs the beam search (decode.translate).
+`translate` then loads the model and runs the beam search (decode.translate). A line the model cannot read — its
+tokens mostly unknown to the model's dictionary, or characters lost on the way (unknown tokens become <unk>;
+normalisation and tokenization may remove characters) — gets one warning naming it (`input_warnings`): a fluent
+translation would otherwise hide it.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import sys
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from pathlib import Path
+from typing import Iterable
 
 from . import UserError
 from .beam_config import BeamConfig
@@ -25,6 +33,8 @@ from .beam_config import BeamConfig
 log = logging.getLogger(__name__)
 FAIRSEQ_OPTIONS = ("beam", "lenpen", "max_len_a", "max_len_b", "min_len", "batch_size", "amp")  # flags over --options
 REQUEST_ARGUMENTS = ("input", "model", "data", "src", "tgt", "detokenize", "experiment", "seed")  # = Request's own
+MOSTLY_UNKNOWN = 0.5  # a line with more of its tokens unknown than this is not what the model translates
+LISTED = 10  # unknown tokens or removed characters a warning lists before "and N more"
 
 
 @dataclass
@@ -47,8 +57,9 @@ class Request:
 @dataclass
 class Job:
     """What decoding needs: the model file, the directory of its dictionaries, the languages, the BPE'd source
-    file and its name for messages, the detokenizer's language (None: none), the decoding options, and the
-    experiment's settings the model must match (None: no such check)."""
+    file and its name for messages, the detokenizer's language (None: none), the decoding options, the
+    experiment's settings the model must match (None: no such check), and for raw text the characters of each
+    line that normalisation and tokenization removed (None: a BPE'd source, decoded as given)."""
 
     model: str
     data: str
@@ -59,6 +70,7 @@ class Job:
     detok: str | None
     options: dict
     experiment: dict | None = None
+    removed: list[list[str]] | None = None
 
 
 def decoding_options(options: str, flags: dict, lenpen_from: str | None = None) -> dict:
@@ -128,8 +140,8 @@ def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
     if not Path(setup["model"]).exists():
         raise not_trained(setup["model"], request.config_files)
     source = raw_source(request, tmp, setup["src"], setup["tokenize"], setup["codes"])
-    return Job(setup["model"], setup["data"], setup["src"], setup["tgt"], source[0], source[1], setup["tgt"],
-               {**setup["decode"], **options}, setup.get("experiment"))
+    return Job(setup["model"], setup["data"], setup["src"], setup["tgt"], source[0], source[1],
+               setup["tgt"], {**setup["decode"], **options}, setup.get("experiment"), source[2])
 
 
 def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
@@ -141,18 +153,79 @@ def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
     manifest = read(request.model, request.src, request.tgt)
     source = raw_source(request, tmp, manifest["src"], manifest["tokenize"], manifest["paths"].get("bpe_codes"))
     return Job(manifest["paths"]["model"], manifest["dir"], manifest["src"], manifest["tgt"], source[0], source[1],
-               manifest["tgt"], {**manifest["decode"], **options})
+               manifest["tgt"], {**manifest["decode"], **options}, removed=source[2])
 
 
-def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict, codes: str | None) -> tuple[str, str]:
-    """The raw input tokenized and BPE'd into tmp/input.bpe: (that file, the input's name for messages)."""
+def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict,
+               codes: str | None) -> tuple[str, str, list[list[str]]]:
+    """The raw input tokenized and BPE'd into tmp/input.bpe: (that file, the input's name for messages, each line's
+    characters that normalisation and tokenization removed)."""
+    from .data import bpe
     from .data.io import write_lines
+    from .data.tokenize import TokenizeOptions
     from .decode import prepare_raw
 
     lines, label = source_lines(request)
+    options = TokenizeOptions(lang, **tokenize)
+    tokenized = prepare_raw(lines, lang, tokenize, None)
+    escaped = options.escape and options.tokenizer != "none"
+    removed = [removed_characters(line, out, escaped) for line, out in zip(lines, tokenized)]
     source = tmp / "input.bpe"
-    write_lines(source, prepare_raw(lines, lang, tokenize, codes))
-    return str(source), label
+    write_lines(source, bpe.apply(codes, tokenized) if codes else tokenized)
+    return str(source), label, removed
+
+
+def removed_characters(raw: str, tokenized: str, escaped: bool) -> list[str]:
+    """The characters of `raw` that its normalised, tokenized form lost outright, each once, in order: a character
+    replaced by another (punctuation normalised, diacritics removed) or changed in case is not lost; Moses'
+    escapes (&amp; …) stand for what they escape."""
+    seen = html.unescape(tokenized) if escaped else tokenized
+    before = [c for c in raw.casefold() if not c.isspace()]
+    after = [c for c in seen.casefold() if not c.isspace()]
+    if not Counter(before) - Counter(after):
+        return []
+    lost = [c for tag, i, j, _, _ in SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+            if tag == "delete" for c in before[i:j]]
+    return list(dict.fromkeys(lost))
+
+
+def input_warnings(lines: Iterable[str], vocab, label: str, removed: list[list[str]] | None = None) -> list[str]:
+    """One line per source line the model cannot fully read: the share of its tokens unknown to the source
+    dictionary (<unk> to the model) when they are most of it, else which tokens are unknown; and the characters
+    that normalisation and tokenization removed (`removed`, per line, for raw text)."""
+    warnings = []
+    for number, line in enumerate(lines, start=1):
+        tokens = line.split()
+        unknown = list(dict.fromkeys(t for t in tokens if t not in vocab.index))
+        lost = removed[number - 1] if removed is not None else []
+        if not unknown and not lost:
+            continue
+        shown = [html.unescape(t) if removed is not None else t for t in unknown]
+        where = f"the model's dictionary ({vocab.path})" if vocab.path else "the model's dictionary"
+        count = sum(t not in vocab.index for t in tokens)
+        parts = []
+        if tokens and count / len(tokens) > MOSTLY_UNKNOWN:
+            parts.append(f"{count} of {len(tokens)} source tokens ({count / len(tokens):.0%}) are unknown to "
+                         f"{where}, so its translation cannot be of this line: {listing(shown)}")
+        elif unknown:
+            parts.append(f"dropped from its translation: {listing(shown)}, unknown to {where}")
+        if lost:
+            parts.append(f"{listing(lost, named=True)} removed by normalisation or tokenization")
+        warnings.append(f"{label}:{number}: " + "; ".join(parts))
+    return warnings
+
+
+def listing(items: list[str], named: bool = False) -> str:
+    """Tokens or characters as a warning lists them: a symbol (not a letter or digit) or an invisible character
+    with its code point and name (named=True: every one), the first LISTED only."""
+    def described(text: str) -> str:
+        if len(text) != 1 or not (named or unicodedata.category(text)[0] not in "LN"):
+            return text
+        code = f"U+{ord(text):04X} {unicodedata.name(text, '(a control character)')}"
+        return f"{text} ({code})" if text.isprintable() else code
+
+    more = f", and {len(items) - LISTED} more" if len(items) > LISTED else ""
+    return ", ".join(described(item) for item in items[:LISTED]) + more
 
 
 def translate(job: Job, out_prefix: str | None, nbest: int = 0) -> tuple[dict, BeamConfig]:
@@ -165,7 +238,11 @@ def translate(job: Job, out_prefix: str | None, nbest: int = 0) -> tuple[dict, B
     cfg = BeamConfig.from_dict(job.options)
     if nbest > cfg.beam:
         raise UserError(f"--nbest {nbest} with beam {cfg.beam}; expected at most the beam's hypotheses")
+    from .data.io import read_lines
+
     src_vocab, tgt_vocab = load_pair(job.data, job.src, job.tgt)
+    for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed):
+        log.warning("%s", warning)
     model = load_model(job.model, src_vocab, tgt_vocab, job.src, job.tgt, job.experiment)
     stats = decode(model, job.source, src_vocab, tgt_vocab, cfg, out_prefix, detok_lang=job.detok, nbest=nbest,
                    label=job.label)
