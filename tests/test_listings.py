@@ -1,6 +1,6 @@
-"""config.yaml's member paths checked against the releases' real listings (tests/fixtures/release_listings.yaml,
-names only, each with its public source), independently of the config: a wrong path fails here and in the
-rehearsal, whose stand-in archives are packed with the listed names."""
+"""config.yaml's member paths checked against the releases' real listings (layerwise_nmt/rehearsal/
+release_listings.yaml, names only, each with its public source), independently of the config: a wrong path fails
+here and in the rehearsal, whose stand-in archives are packed with the listed names."""
 
 import copy
 import re

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import UserError
 from . import grid as cfg
+from .checkout import required
 
 BLOCK = re.compile(r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",
                    re.S)
@@ -31,7 +32,7 @@ def documents() -> list[Path]:
 def in_checkout():
     """Relative paths of the config (warm-start files, results/) resolve in the checkout, not where docs is run."""
     here = os.getcwd()
-    os.chdir(cfg.ROOT)
+    os.chdir(required())
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from . import UserError
+from .checkout import source_tree
 
 log = logging.getLogger(__name__)
 MANIFEST = "lwnmt.json"
@@ -41,8 +42,11 @@ def sha256(path: Path) -> str:
 
 
 def commit() -> str | None:
-    """The checkout's commit, with "-dirty" when tracked files differ from it; None outside a git checkout."""
-    root = Path(__file__).resolve().parents[2]
+    """The checkout's commit, with "-dirty" when tracked files differ from it; None outside a git checkout, and for
+    an installed package (whose site-packages may lie in some other repository)."""
+    root = source_tree()
+    if root is None:
+        return None
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root, capture_output=True).returncode != 0

@@ -17,9 +17,10 @@ neither torch nor numpy, so that `snakemake -n` runs in an environment that hold
     stage_checks every experiment's stage settings through the classes that will read them
 """
 
+from ..checkout import ROOT
 from .experiments import STAGES, experiment, model_dir_spec, trained_model
 from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_dir
-from .load import ROOT, SCHEMA, deep_update, get, load, located, read, resolve_extends, schema_error, validate
+from .load import SCHEMA, deep_update, get, load, located, read, resolve_extends, schema_error, validate
 from .papers import Row, measure_of, metrics_of, rows, split_of, tables
 from .reports import figure_spec, paper_part, report_caption, table_spec
 from .rules import RuleInputs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 import yaml
@@ -17,8 +17,9 @@ from .experiments import experiment
 from .local_corpus import expand_local
 from .papers import rows
 
-ROOT = Path(__file__).resolve().parents[3]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# Package data, so that an installed package validates too; the workflow validates with this same file
+# (workflow/rules/common.smk).
+SCHEMA = files(__package__) / "config.schema.yaml"
 
 
 def load(*paths: str | os.PathLike) -> dict:
@@ -92,8 +93,7 @@ def validate(config: dict) -> None:
     """Schema check plus the cross-references a schema cannot express; errors name the offending key."""
     import jsonschema  # here, not at the top: reading a config (gpu_check on a GPU machine without it) needs none
 
-    with open(SCHEMA, encoding="utf-8") as f:
-        schema = yaml.safe_load(f)
+    schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise schema_error(error)

@@ -21,9 +21,9 @@ import yaml
 
 from .. import UserError
 from .. import grid as cfg
+from ..checkout import ROOT, required
 from . import standins, warm
 
-ROOT = Path(__file__).resolve().parents[3]
 # The stages that make a table row; their job counts must equal the full config's. Data jobs differ by design:
 # the stand-ins come from a mirror (no fetch), and NIST's extra sets are prepared from the stand-in directory.
 ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "inspect",
@@ -110,6 +110,7 @@ def fidelity(directory: Path, config: dict) -> list[dict]:
 
 def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int:
     started = time.time()
+    required()  # the workflow it runs is the checkout's
     directory = directory.resolve()
     config = cfg.load(ROOT / "config.yaml")
     print(f"building stand-ins in {directory / 'standins'} from {mirror}", flush=True)

@@ -6,7 +6,7 @@ For each file the tasks of the config read, in this order:
 - otherwise it is written here in the release's format (plain, TED `train.tags`, IWSLT XML, WMT SGML where the
   release has .sgm, NIST SGML with 4 references) and packed the way the release packs it: single-file .gz, archives
   inside archives (IWSLT's per-pair .tgz inside the campaign .tgz, giga-fren's .gz inside a .tar), and .tgz/.tar/.zip
-  archives holding every member of the release's real listing (tests/fixtures/release_listings.yaml), not the
+  archives holding every member of the release's real listing (release_listings.yaml, beside this file), not the
   config's paths: a `path:` the real release does not have fails here as it would on the real archive. A wildcard
   path's text is spread over the real files it matches (CWMT's Book1…Book20_cn.txt), the last of them without a
   final newline, as some real files end; members no task reads hold one placeholder line.
@@ -29,6 +29,7 @@ import re
 import tarfile
 import zipfile
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 import yaml
@@ -36,7 +37,7 @@ import yaml
 from .. import UserError
 from .. import grid as cfg
 
-LISTINGS = cfg.ROOT / "tests" / "fixtures" / "release_listings.yaml"
+LISTINGS = files(__package__) / "release_listings.yaml"  # package data: an installed package rehearses too
 PLACEHOLDER = b"stand-in: a member of the real release that no task reads\n"
 TRAIN_LINES = 320  # per training split, shared among its parts (≥ 2 updates of update_freq 128 sentences)
 EVAL_LINES = 12  # per evaluation split, shared among its parts
@@ -201,8 +202,8 @@ def render(fmt: str, lines: list[str], lang: str, side: int, set_id: str) -> str
     raise UserError(f"no stand-in writer for format {fmt!r}")
 
 
-def load_listings(path: Path = LISTINGS) -> dict[str, dict]:
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+def load_listings() -> dict[str, dict]:
+    return yaml.safe_load(LISTINGS.read_text(encoding="utf-8"))
 
 
 def listing_key(spec: dict, archive: str) -> str:
@@ -274,7 +275,7 @@ def pack(archive: str, members: dict[str | None, bytes]) -> bytes:
 
 def build(config: dict, mirror: Path, out: Path, listings: dict | None = None) -> Manifest:
     """Write the stand-in mirror (and user directories) under `out`; `config` is the full config, `listings` the
-    releases' real member names (default: tests/fixtures/release_listings.yaml)."""
+    releases' real member names (default: LISTINGS)."""
     listings = load_listings() if listings is None else listings
     mirror = mirror.resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..checkout import ROOT
 from ..forkserver import ENV
 from ..workflow_env import job_path
 
-SOURCES = Path(__file__).resolve().parents[2]  # the src/ that holds the package, as common.smk finds it
+# the checkout's src/, which common.smk puts first on the jobs' PYTHONPATH (an installed package's server would
+# import another copy than its jobs, and decline them all)
+SOURCES = ROOT / "src"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 TMP_VARIABLES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
