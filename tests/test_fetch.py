@@ -100,7 +100,7 @@ def test_a_mirror_with_the_wrong_file_is_skipped_and_every_failure_named(url, tm
                        manual="ask the organisers for it")
     message = str(err.value)
     assert f"expected {SHA.value} (from TFDS url_checksums)" in message and "HTTP 404" in message
-    assert message.endswith("ask the organisers for it")
+    assert message.endswith(f"ask the organisers for it and put it at {tmp_path / 'dl' / 'again.tgz'}")
     assert sorted(p.name for p in out.parent.iterdir()) == ["corpus.tgz"]  # nothing of the failed one
 
 
@@ -151,11 +151,31 @@ def test_an_archive_several_datasets_name_is_downloaded_once(monkeypatch):
     assert datasets == ["wmt14-en-de", "wmt14-en-fr"] and cfg.urls_of(entry) == ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"]
 
 
-def test_snakemake_plans_one_fetch_for_a_shared_archive(tmp_path):
+def test_the_extract_jobs_of_a_shared_archive_download_it_into_one_place(tmp_path):
+    """Each extract job downloads its archive into the cache when it is not there (the download is locked: the
+    second job waits for the first and uses its file), so a shared archive is fetched once."""
     targets = ["results/raw/wmt14-en-de/europarl-v7.de-en.en", "results/raw/wmt14-en-fr/europarl-v7.fr-en.fr"]
-    result = snakemake(tmp_path, *targets, "-n", "--quiet", "rules")
-    counts = job_counts(result.stdout)
-    assert (counts["fetch"], counts["extract"]) == (1, 2)
+    result = snakemake(tmp_path, *targets, "-n", "-p")
+    commands = [line for line in result.stdout.splitlines() if "layerwise_nmt extract" in line]
+    downloads = {line.split("layerwise_nmt extract ")[1].split()[0] for line in commands}
+    assert len(commands) == 2 and len(downloads) == 1 and downloads.pop().startswith("results/downloads/")
+    assert all('--make-input \'["fetch", "results/downloads/' in line for line in commands)
+    assert job_counts(snakemake(tmp_path, *targets, "-n", "--quiet", "rules").stdout)["extract"] == 2
+
+
+def test_where_a_raw_file_came_from_is_not_what_snakemake_compares(tmp_path, mirror):
+    """A raw file extracted from the data mirror stays done without it (its archive was never downloaded) and with
+    it again; a new checksum in the config redoes it, from its URL when there is no mirror."""
+    target, ci = "results/raw/multi30k/train.de", str(ROOT / "config/ci.yaml")
+    snakemake(tmp_path, target, "--configfile", ci, mirror=mirror)
+    for where in (None, mirror):
+        result = snakemake(tmp_path, target, "-n", "--configfile", ci, mirror=where)
+        assert "Nothing to be done" in result.stdout, result.stdout[-2000:]
+    release = tmp_path / "new-release.yaml"
+    release.write_text(f"datasets:\n  multi30k:\n    archives:\n      train.de.gz: {{sha256: '{'0' * 64}'}}\n")
+    planned = snakemake(tmp_path, target, "-n", "-p", "--configfile", ci, str(release)).stdout
+    command = next(line for line in planned.splitlines() if "layerwise_nmt extract" in line)
+    assert '"fetch", "results/downloads/' in command and f'"--sha256", "{"0" * 64}"' in command
 
 
 def cwmt_zip(path: Path, files: dict[str, bytes]) -> Path:

@@ -1,5 +1,6 @@
-# fetch → extract: raw files from the official URL (then known mirrors) or a local mirror, always checksummed.
-# Downloads are keyed by URL (results/downloads/<key>/<name>): an archive several datasets name is fetched once.
+# Raw files from the data mirror, or from the download cache (results/downloads/<key>/<name>, keyed by URL: an
+# archive several datasets name is fetched once), downloading into it from the official URL (then known mirrors)
+# when it is not there; always checksummed. `fetch` alone fills the cache (e.g. on a login node).
 
 
 rule fetch:
@@ -17,7 +18,7 @@ rule fetch:
 
 rule extract:
     input:
-        lambda w: get_source(w).path,
+        own_file,  # the user's own file (user_path, local:); a release file's origin is decided when the job runs
     output:
         "results/raw/{dataset}/{file}",
     log:
@@ -25,6 +26,11 @@ rule extract:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        args=lambda w: extract_args(w),
+        # what the file is: a new checksum redoes it and what was made from it
+        identity=raw_identity,
+        # where it comes from in this run (the data mirror, the download cache, its URL): derived from the output,
+        # so Snakemake does not compare it between runs; a finished run stays finished with or without the mirror
+        source=lambda w, output: extract_source(w),
+        args=lambda w, output: extract_args(w),
     shell:
-        "python -m layerwise_nmt extract {input:q} {output:q} {params.args} 2> {log:q}"
+        "python -m layerwise_nmt extract {params.source:q} {output:q} {params.args} 2> {log:q}"

@@ -40,6 +40,8 @@ def add_commands(sub) -> None:
     p.add_argument("--where", default="its official URL", help="where to get a good copy (for errors)")
     p.add_argument("--text", action="store_true", help="the file is UTF-8 text, one sentence per line (a corpus of "
                    "the user's own): every line checked, an invalid one named as file:line")
+    p.add_argument("--make-input", metavar="JSON", help="when INPUT is not there: the lwnmt command that makes it "
+                   "first, as a JSON list of arguments (a download into the cache, an outer archive's extraction)")
     add_checksums(p)
 
     p = command(sub, "tokenize", "read segments of a raw file, normalise and tokenize them", cmd_tokenize)
@@ -118,6 +120,13 @@ def cmd_extract(a) -> None:
     from ..data.checksums import checksum_from
     from ..data.extract import copy_verified, extract_member
 
+    if a.make_input and not os.path.exists(a.input):
+        import json
+
+        from . import build_parser
+
+        first = build_parser().parse_args(json.loads(a.make_input))
+        first.func(first)
     archive_checksum = checksum_from(a.archive_sha256, a.archive_git_blob, a.archive_md5, a.archive_checksum_source)
     if archive_checksum is not None:  # an archive taken from a mirror is checked before use
         archive_checksum.verify(a.input, a.input, a.where)

@@ -61,7 +61,7 @@ def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum |
     confirmation step. The final name appears only after the checksum has passed, or for a file no reference pins,
     after its size and hash matched the first download's (`<file>.sha256`). A file that failed leaves nothing behind
     but the resumable bytes of a dropped connection. When every URL fails, one line names each failure, then what to
-    do by hand (`manual`) and where the file is expected (`expected_at`: its place in the data mirror).
+    do by hand (`manual`) and where to put the file (`expected_at`, else `out` itself).
     """
     urls = [urls] if isinstance(urls, str) else list(urls)
     out = Path(out)
@@ -93,7 +93,7 @@ def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum |
                 part.unlink()
                 _forget_origin(part)
     by_hand = manual or f"download it by hand from {urls[0] if urls else 'its publisher'}"
-    where = f" and put it at {expected_at}" if expected_at else ""
+    where = f" and put it at {expected_at or out}"
     raise UserError(f"{out.name}: no source gave the file ({'; '.join(failures) or 'no URL configured'}); "
                     f"{by_hand}{where}")
 

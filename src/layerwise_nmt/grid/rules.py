@@ -15,7 +15,7 @@ from .experiments import experiment, model_dir_spec
 from .layout import bin_dir, data_path, experiment_dir, raw_path
 from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
-from .sources import checksum_of, download_spec, file_source, mirror_location, urls_of
+from .sources import checksum_of, download_spec, file_identity, file_source, urls_of, user_file
 from .status import experiment_status, rows_by_experiment
 from .tasks import SPLITS, find_part, pair, part_name, segmented, tokenize_options
 
@@ -77,30 +77,61 @@ class RuleInputs:
     def get_source(self, wildcards):
         return file_source(self.config, wildcards.dataset, wildcards.file)
 
+    def own_file(self, wildcards):
+        """The extract job's input: the user's own file (user_path, local:), else nothing (see raw_identity)."""
+        return user_file(self.config, wildcards.dataset, wildcards.file)
+
+    def raw_identity(self, wildcards):
+        """What Snakemake compares to decide whether a raw file is redone: what the file is (its checksums and
+        place in an archive), never where this run would get it from (data mirror, download cache or URL): the same
+        checksummed file from any of them is the same input."""
+        return json.dumps(file_identity(self.config, wildcards.dataset, wildcards.file), sort_keys=True)
+
     def fetch_args(self, wildcards):
-        """The fetch command's options: every URL in order, checksum and its source, what to do by hand, and where
-        the data mirror would hold the file."""
-        datasets, entry = download_spec(self.config, wildcards.key, wildcards.archive)
-        mirrored = " and ".join(mirror_location(self.config, dataset, wildcards.archive) for dataset in datasets)
-        args = [f"--url {shlex.quote(url)}" for url in urls_of(entry)]
-        args.append(checksum_flag(checksum_of(entry)))
-        for option, value in (("--checksum-source", entry.get("checksum_source")), ("--manual", entry.get("manual")),
-                              ("--expected-at", mirrored)):
+        """The fetch command's options: every URL in order, checksum and its source, what to do by hand."""
+        return shlex.join(self.fetch_argv(wildcards.key, wildcards.archive)[2:])
+
+    def fetch_argv(self, key, name):
+        """`lwnmt fetch` of results/downloads/<key>/<name>, as arguments."""
+        _, entry = download_spec(self.config, key, name)
+        args = ["fetch", f"results/downloads/{key}/{name}"]
+        for url in urls_of(entry):
+            args += ["--url", url]
+        args += checksum_argv(checksum_of(entry))
+        for option, value in (("--checksum-source", entry.get("checksum_source")), ("--manual", entry.get("manual"))):
             if value:
-                args.append(f"{option} {shlex.quote(value)}")
-        return " ".join(a for a in args if a)
+                args += [option, value]
+        return args
+
+    def extract_source(self, wildcards):
+        """Where the extract job reads the raw file from in this run (a data mirror's file, the download cache, an
+        outer archive's raw file, the user's file); a param derived from the job's output, which Snakemake does not
+        compare between runs."""
+        return self.extract_argv(wildcards.dataset, wildcards.file)[1]
 
     def extract_args(self, wildcards):
-        source = self.get_source(wildcards)
-        args = ["--archive" if source.is_archive else "", "--text" if source.text else "",
-                checksum_flag(source.checksum), checksum_flag(source.archive_checksum, prefix="archive-"),
-                f"--where {shlex.quote(source.where)}"]
+        return shlex.join(self.extract_argv(wildcards.dataset, wildcards.file)[3:])
+
+    def extract_argv(self, dataset, name):
+        """`lwnmt extract SOURCE results/raw/<dataset>/<name> ...`, as arguments. A source the job does not find
+        (a download not yet in the cache, an outer archive not yet extracted) comes with --make-input: the command
+        that makes it first, itself an extract with its own --make-input where it needs one."""
+        source = file_source(self.config, dataset, name)
+        args = ["extract", source.path, raw_path(dataset, name)]
+        args += ["--archive"] * source.is_archive + ["--text"] * source.text
+        args += checksum_argv(source.checksum) + checksum_argv(source.archive_checksum, prefix="archive-")
+        args += ["--where", source.where]
         for option, value in (("--member", source.member), ("--pair-member", source.pair_member),
                               ("--checksum-source", source.checksum_source),
                               ("--archive-checksum-source", source.archive_checksum_source)):
             if value:
-                args.append(f"{option} {shlex.quote(value)}")
-        return " ".join(a for a in args if a)
+                args += [option, value]
+        if source.path.startswith("results/downloads/"):
+            key, file = source.path.split("/")[2:4]
+            args += ["--make-input", json.dumps(self.fetch_argv(key, file))]
+        elif source.path.startswith("results/raw/"):
+            args += ["--make-input", json.dumps(self.extract_argv(dataset, source.path.split("/", 3)[3]))]
+        return args
 
     # --- preprocessing (preprocess.smk) ---------------------------------------------------------------
 
@@ -304,5 +335,5 @@ class RuleInputs:
         return {"model": job["model"], **{k: job["options"][k] for k in ("hypothesis",) if k in job["options"]}}
 
 
-def checksum_flag(checksum: tuple[str, str] | None, prefix: str = "") -> str:
-    return f"--{prefix}{checksum[0].replace('_', '-')} {checksum[1]}" if checksum else ""
+def checksum_argv(checksum: tuple[str, str] | None, prefix: str = "") -> list[str]:
+    return [f"--{prefix}{checksum[0].replace('_', '-')}", checksum[1]] if checksum else []

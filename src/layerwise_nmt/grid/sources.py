@@ -101,6 +101,36 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     return FileSource(download_path(entry, name), None, False, where=where, **own)
 
 
+def user_file(config: dict, dataset: str, name: str) -> list[str]:
+    """The user's own file a raw file is copied from (`user_path`, `local:`), else nothing: a release file's origin
+    (the data mirror, the download cache, its URL) is decided when its job runs, so that a finished run does not
+    depend on where the file came from."""
+    return [file_source(config, dataset, name).path] if "user_path" in config["datasets"][dataset] else []
+
+
+def file_identity(config: dict, dataset: str, name: str) -> dict:
+    """What a raw file is, wherever it comes from: its checksum, the member it is of an archive and that archive's
+    identity (an archive inside an archive: the outer one's). The URLs only where no checksum pins the content,
+    since then they are all that names it. A data mirror's copy is one way to get the file, not part of it."""
+    spec = config["datasets"][dataset]
+    entry = spec["files"][name]
+    identity = {"checksum": checksum_of(entry), "member": entry.get("path"), "pair_member": pair_member(spec, name),
+                "text": "local" in spec}
+    archive_name = entry.get("archive")
+    if "user_path" in spec:
+        return identity
+    if archive_name in spec.get("files", {}):
+        identity["archive"] = {archive_name: file_identity(config, dataset, archive_name)}
+    elif archive_name:
+        archive = spec.get("archives", {}).get(archive_name, {})
+        identity["archive"] = {archive_name: {"checksum": checksum_of(archive)}}
+        if not checksum_of(archive) and not checksum_of(entry):
+            identity["archive"][archive_name]["urls"] = urls_of(archive)
+    elif not checksum_of(entry):
+        identity["urls"] = urls_of(entry)
+    return identity
+
+
 def mirrored(path: Path) -> bool:
     """Whether the data mirror holds this file; something else at its place (a directory) is an error, not a
     silent fall-back to the download."""
