@@ -31,6 +31,50 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(tensor, b["model"][key]), key
 
 
+# `lwnmt train` on a clock that advances one minute per update (a demo-sized model on a slow CPU, in milliseconds),
+# SIGKILLed by itself after update 117 of a 240-update epoch, once its writes are on disk.
+ONE_MINUTE_PER_UPDATE = """
+import os, signal, sys, time
+from layerwise_nmt import train as training
+from layerwise_nmt.cli import main
+
+class Clock:
+    offset = 0.0
+    def time(self):
+        return time.time() + self.offset
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+clock, save_on_schedule = Clock(), training._save_on_schedule
+def one_minute_later(run):
+    clock.offset += 60.0
+    save_on_schedule(run)
+    if run.progress.update == 117:
+        run.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+training.time, training._save_on_schedule = clock, one_minute_later
+main(sys.argv[1:])
+"""
+
+
+def test_with_the_default_settings_a_kill_mid_epoch_loses_at_most_five_minutes(toy_data, tmp_path):
+    """A demo run's epoch is ~470 updates, minutes on a CPU: with only epoch-end checkpoints a kill lost up to
+    all of it. checkpoint_last.pt is refreshed every save_interval_minutes, by default 5, whatever the run's size."""
+    spec = toy_spec(max_tokens=None, max_sentences=1, max_update=100000)  # no save setting: the defaults
+    run = tmp_path / "killed"
+    killed = subprocess.run([sys.executable, "-c", ONE_MINUTE_PER_UPDATE, *train_command(spec, toy_data, run)[3:]],
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    kept = load(run / LAST)["progress"]
+    assert kept["epoch"] == 1 and 0 < kept["next_batch"] < 240  # mid-epoch: only the clock writes those
+    assert 117 - kept["update"] <= 5  # updates of a minute each since the last refresh
+
+    total = {**spec, "train": {**spec["train"], "max_update": 120}}
+    resumed = subprocess.run(train_command(total, toy_data, run), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resumed from {run / LAST}: epoch 1, update {kept['update']}" in resumed.stderr
+
+
 def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_path):
     minutes = 0.005  # 0.3 s; one-sentence batches make an epoch 240 updates long, so the kill lands mid-epoch
     spec = toy_spec(max_tokens=None, max_sentences=1, max_update=100000, save_interval_minutes=minutes,

@@ -52,8 +52,11 @@ class TrainConfig(Settings):
     restart_epochs: int = setting(0, ge=0)
     save_interval_updates: int = setting(0, ge=0)  # 0 = only at epoch ends
     # also refresh checkpoint_last.pt (the resume point, not an averaging candidate) after this many minutes, so
-    # that a hard kill (node failure, OOM, SIGKILL after SLURM's grace period) loses at most this; 0 = off
-    save_interval_minutes: float = setting(30.0, ge=0)
+    # that a hard kill (kill -9, node failure, OOM, SIGKILL after SLURM's grace period) loses at most this; 0 = off.
+    # 5, not an epoch's worth: a demo epoch (~470 updates) takes minutes on a CPU, a full-scale one hours. The
+    # writer thread writes it from a CPU copy, so training waits only for the copy; and as a default, not a config
+    # value, it changes no run's Snakemake params: finished runs stay finished.
+    save_interval_minutes: float = setting(5.0, ge=0)
     keep_interval_updates: int = setting(10, ge=0)
     keep_last_epochs: int = setting(10, ge=0)
     # auto | none | bf16 | fp16: auto = bf16 on GPUs, and on CPUs with native bf16 where a probe of the model finds
