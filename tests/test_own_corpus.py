@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, snakemake
-from layerwise_nmt import UserError, grid
+from layerwise_nmt import UserError, checkpoint, grid
 from layerwise_nmt.data.prepare import assemble
 
 PAIR = ("xx", "yy")  # a language pair no task of the grid uses, and one the Moses tokenizer has no rules for
@@ -182,14 +182,20 @@ def test_empty_lines_dropped_and_counted_or_refused(tmp_path, caplog):
     assert not (tmp_path / "stats2.json").exists()
 
 
-def test_the_four_methods_on_a_corpus_of_ones_own(tmp_path):
-    """Through the real rules at a tiny size: files → data → six trainings → decoding → scores → table, figure."""
+def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
+    """Through the real rules at a tiny size: files → data → seven trainings (the baseline, the four papers'
+    methods, the example's own method from examples/layer_mix/, the control) → decoding → scores → one table, the
+    figure."""
+    example = yaml.safe_load((ROOT / "examples" / "layer_mix" / "overlay.yaml").read_text())
+    example["models"]["layer_mix"]["user_dir"] = str(ROOT / "examples" / "layer_mix")
     path = overlay(tmp_path, corpus(tmp_path / "corp"),
                    arch={"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2},
                    lwc_layers=3, decode={"beam": 2, "batch_size": 64},
                    train={"max_tokens": 500, "warmup_updates": 5, "total_num_update": 30, "max_update": 30,
                           "log_interval": 10},
+                   own_methods=example["compare"]["mix"]["own_methods"],
                    **{"continue": {"warmup_updates": 2, "total_num_update": 10, "max_update": 10}})
+    edit(path, lambda s: s.update(models=example["models"]))
     snakemake(tmp_path / "run", "tables", "--configfile", str(path))
     results = tmp_path / "run" / "results"
     with open(results / "tables" / "mine" / "T1.csv", newline="") as f:
@@ -198,13 +204,17 @@ def test_the_four_methods_on_a_corpus_of_ones_own(tmp_path):
         "Transformer baseline", "LWC, He et al. 2018 (shared layers over [source; target])",
         "MLRF Dec-SA, Wang et al. 2018 (4 hops)", "GCA full model, Liu et al. 2020 (from the baseline)",
         "Dou et al. 2018 + Deep Representations (from the baseline)",
+        "Learned layer mix, ELMo's scalar mix per decoder layer (ours)",
         "Baseline trained on as long (the warm-started rows' control)"]
     for column in ("ours bleu", "ours chrf", "p vs bleu", "updates", "sentences seen", "target tokens"):
         assert all(row[column] for row in table), column
-    assert [row["updates"] for row in table] == ["30", "30", "30", "10", "10", "10"]
+    assert [row["updates"] for row in table] == ["30", "30", "30", "10", "10", "30", "10"]
     assert {row["status"] for row in table} == {"ours"}
     assert "worse than mine.transformer_longer" in table[3]["p vs bleu"] or "better" in table[3]["p vs bleu"]
+    assert "than mine.transformer)" in table[5]["p vs bleu"]
     assert (results / "figures" / "mine" / "buckets.png").is_file()
+    trained = checkpoint.load(results / "my_xxyy" / "mine.layer_mix" / "seed1" / "model.pt")
+    assert (trained["model_name"], trained["model_class"]) == ("layer_mix", "layer_mix:LayerMixTransformer")
     logs = results / "logs" / "my_xxyy"
     assert "no rules for language 'xx'" in (logs / "tokenize" / "train.xx.log").read_text()
     stats = json.loads((results / "my_xxyy" / "data" / "text" / "stats.xx-yy.json").read_text())

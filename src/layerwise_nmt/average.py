@@ -26,7 +26,9 @@ def average(paths: list[Path], out: str | Path) -> None:
             total[key] = total[key] + value if key in total and tensor.is_floating_point() else value.clone()
         newest = state
     averaged = {k: (v / len(paths)).to(dtypes[k]) if dtypes[k].is_floating_point else v for k, v in total.items()}
-    save(Path(out), {"model": averaged, "model_name": newest["model_name"], "model_config": newest["model_config"],
+    recorded = {k: newest[k] for k in ("model_class",) if k in newest}  # a model from outside the package: its class
+    save(Path(out), {"model": averaged, "model_name": newest["model_name"], **recorded,
+                     "model_config": newest["model_config"],
                      "averaged_from": [p.name for p in paths], "progress": newest.get("progress"),
                      "dictionaries": newest.get("dictionaries"), "languages": newest.get("languages")})
     log.info("averaged %d checkpoints (%s) → %s", len(paths), ", ".join(p.name for p in paths), out)

@@ -142,15 +142,28 @@ def parameter_count(model: str, settings: dict) -> int | None:
     return model_sizes.parameter_count(model, settings)
 
 
-def experiment_cost(config: dict, name: str) -> Cost:
+def experiment_cost(config: dict, name: str, build: bool = False) -> Cost:
+    """One experiment's cost. A model of the config's own has no closed form: with `build` (`lwnmt plan`) it is
+    counted as built on the meta device, importing its module; without (`snakemake -n`: no torch, no user code)
+    its cost is unknown."""
     e = cfg.experiment(config, name)
     tokens, bound, why = trained_tokens(config, e)
     sizes = task_vocab(config, e)
     params, note = None, why
+    own = (config.get("models") or {}).get(e["model"])
     if sizes is None:
         note = f"tasks/{e['task']}/estimate has no vocab"
+    elif own is not None and not build:
+        note = f"model {e['model']!r} is counted where it is built (lwnmt plan)"
     else:
-        params = parameter_count(e["model"], {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]})
+        arch = {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]}
+        if own is not None:
+            from .models import UserModel, count_built
+
+            params = count_built(e["model"], arch, UserModel.from_config(config, e["model"]),
+                                 f"config key experiments/{name}/arch")
+        else:
+            params = parameter_count(e["model"], arch)
         note = note if params is not None else f"model {e['model']!r} not implemented"
     return Cost(name, params, tokens, len(e["seeds"]), bound, note, e["train"])
 
@@ -161,7 +174,7 @@ def plan(config: dict) -> list[dict]:
     for paper, table in cfg.tables(config):
         spec = config["papers"][paper]["tables"][table]
         names = list(dict.fromkeys(row["experiment"] for row in spec["rows"] if "experiment" in row))
-        costs = [experiment_cost(config, n) for n in names]
+        costs = [experiment_cost(config, n, build=True) for n in names]
         blocked = [n for n in names if not cfg.experiment_status(config, n).runnable]
         out.append({"paper": paper, "table": table, "rows": len(spec["rows"]), "experiments": names,
                     "blocked": blocked, "costs": costs})

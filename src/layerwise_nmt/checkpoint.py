@@ -272,7 +272,8 @@ RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_
 def resume_key(spec: dict) -> dict:
     """What must match for a checkpoint to be resumed: model, architecture, training (budget aside), warm start."""
     train = {k: v for k, v in spec.get("train", {}).items() if k not in RESUMABLE_CHANGES}
-    return {"model": spec["model"], "arch": spec.get("arch", {}), "train": train, "init_from": spec.get("init_from")}
+    key = {"model": spec["model"], "arch": spec.get("arch", {}), "train": train, "init_from": spec.get("init_from")}
+    return key | ({"model_class": spec["user_model"]["class"]} if spec.get("user_model") else {})
 
 
 def set_aside(save_dir: Path) -> Path:

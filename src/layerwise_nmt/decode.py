@@ -31,6 +31,7 @@ from .beam_config import BeamConfig, pick_lenpen  # noqa: F401  (pick_lenpen: re
 from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
+from .models.user import UserCode, UserModel
 from .precision import fp32_matmuls, resolve
 from .precision_probe import Workload, autocast as probe_autocast, model_shape
 
@@ -252,11 +253,14 @@ def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) 
 
 
 def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab: Dictionary | None = None,
-               src: str | None = None, tgt: str | None = None, experiment: dict | None = None):
+               src: str | None = None, tgt: str | None = None, experiment: dict | None = None,
+               user_code: UserCode | None = None):
     """A model from a checkpoint (any of ours: final, averaged, exported, or a training checkpoint), checked against
     what it will be used with: the dictionaries (those it was trained with), the languages (those an exported or
     recently trained model records) and, with `experiment` ({name, model, arch}), the experiment's current
-    settings, so that an edited config never decodes with a stale model in silence."""
+    settings, so that an edited config never decodes with a stale model in silence. A model from outside the
+    package is imported only from code its user named: `user_code` (--user-dir, --user-module) or the experiment's
+    `models:` entry."""
     from .checkpoint import check_dictionaries, load
     from .export import check_against, check_languages
     from .models import build
@@ -266,9 +270,13 @@ def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab:
         check_dictionaries(state, path, src_vocab, tgt_vocab)
     if src is not None:
         check_languages(state, path, src, tgt)
+    if experiment is not None and experiment.get("user_model"):
+        user = UserModel.from_entry(experiment["model"], experiment["user_model"])  # named by the config
+    else:
+        user = (user_code or UserCode()).model_of(state, path)
     if experiment is not None:
-        check_against(state, path, experiment["model"], experiment["arch"], experiment["name"])
-    model = build(state["model_name"], state["model_config"])
+        check_against(state, path, experiment["model"], experiment["arch"], experiment["name"], user)
+    model = build(state["model_name"], state["model_config"], user)
     model.load_state_dict(state["model"])
     return model.eval()
 

@@ -30,7 +30,8 @@ FORMAT = "lwnmt-model-dir/1"
 MANIFEST_KEYS = ("src", "tgt", "files", "tokenize", "decode", "sha256")  # what translating with it reads
 CODES = "bpecodes"  # fairseq's name (`--bpe subword_nmt --bpe-codes bpecodes`)
 # what the exported model.pt keeps of a final model or an averaged one: no optimizer, no RNG, no paths
-KEPT = ("model", "model_name", "model_config", "dictionaries", "progress", "final_from", "averaged_from")
+KEPT = ("model", "model_name", "model_class", "model_config", "dictionaries", "progress", "final_from",
+        "averaged_from")
 
 
 def sha256(path: Path) -> str:
@@ -55,18 +56,22 @@ def commit() -> str | None:
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
-def check_against(state: dict, path: str | Path, model: str, arch: dict, name: str) -> None:
+def check_against(state: dict, path: str | Path, model: str, arch: dict, name: str, user=None) -> None:
     """A UserError when the model in `path` was not trained with experiment `name`'s current settings (its model or
-    any arch setting: layers, d_model, ...), so that an edited config never decodes with a stale model in silence."""
-    from .models import MODELS, model_class
+    any arch setting: layers, d_model, ...), so that an edited config never decodes with a stale model in silence.
+    `user`: the experiment's model from outside the package (a models.UserModel), whose class is imported."""
+    from .models import model_class, settings_of
 
     if state.get("model_name") != model:
         raise UserError(f"{path}: a {state.get('model_name')!r} model, but experiment {name} has model: {model}; "
                         f"retrain it (the config changed since)")
+    if user is not None and state.get("model_class") != user.target:
+        raise UserError(f"{path}: built from {state.get('model_class') or 'a built-in model'}, but experiment "
+                        f"{name}'s model {model} is {user.target}; retrain it (the config changed since)")
     trained = state.get("model_config", {})
     sizes = {k: trained[k] for k in ("src_vocab", "tgt_vocab") if k in trained}
-    model_class(model)  # a UserError for a model name no longer known
-    wanted = MODELS[model].config_class.from_dict({**arch, **sizes}).to_dict()
+    model_class(model, user)  # a UserError for a model name no longer known
+    wanted = settings_of(model, {**arch, **sizes}, user).to_dict()
     differ = [k for k in wanted if k in trained and trained[k] != wanted[k]]
     if differ:
         listed = ", ".join(f"{k}={trained[k]!r} (config: {wanted[k]!r})" for k in differ[:4])
@@ -102,6 +107,9 @@ def write(model: str | Path, out: str | Path, src: str, tgt: str, src_dict: str 
         "detokenize": {"kind": "moses", "lang": tgt},
         "lowercase": bool(tokenize.get("lowercase")),  # trained on lowercased text: the translations are lowercase
         "decode": decode, "model": state.get("model_name"), "model_config": state.get("model_config"),
+        # a model from outside the package: its class, and the module loading it needs (named by the user)
+        **({"model_class": state["model_class"], "needs_module": state["model_class"].split(":")[0]}
+           if state.get("model_class") else {}),
         "updates": state.get("progress", {}).get("update"), "commit": commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **about,
         "sha256": {name: sha256(tmp / name) for name in sorted(set(files.values()))},
@@ -190,10 +198,14 @@ def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
     it stopped) read now, and the model checked against the experiment's settings first."""
     from .checkpoint import load
 
+    from .models import UserModel
+
     about, decode = dict(spec.get("about", {})), dict(spec["decode"])
     settings = about.get("settings")
     if settings:
-        check_against(load(model), model, settings["model"], settings["arch"], about["experiment"])
+        own = spec.get("user_model")  # the config names its code: importing it is the user's choice
+        user = UserModel.from_entry(settings["model"], own) if own else None
+        check_against(load(model), model, settings["model"], settings["arch"], about["experiment"], user)
     if spec.get("tuned_lenpen"):
         decode["lenpen"] = json.loads(Path(spec["tuned_lenpen"]).read_text())["lenpen"]
     if spec.get("training") and Path(spec["training"]).is_file():

@@ -39,8 +39,9 @@ from .data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order
 from .data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, barrier, init_distributed, per_rank_update_freq, world
 from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
-from .models import build
+from .models import UserModel, build
 from .models.transformer import count_parameters
+from .models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, fp32_matmuls, resolve
 from .precision_probe import Workload, autocast as probe_autocast, model_shape
@@ -97,7 +98,7 @@ class Run:
         if self.rank != 0:
             return
         self.writer.wait()  # the write before first: files in order, one copy of the state held at a time
-        weights = {"model": self.model.state_dict(), "model_name": self.spec["model"],
+        weights = {"model": self.model.state_dict(), "model_name": self.spec["model"], **recorded(self.spec),
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
                    "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
                    "dictionaries": self.dictionaries, "languages": self.languages}
@@ -226,7 +227,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     save_dir.mkdir(parents=True, exist_ok=True)
     src_vocab, tgt_vocab = vocabs.values()
     arch = {**spec.get("arch", {}), "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
-    model = build(spec["model"], arch).to(device)
+    model = build(spec["model"], arch, UserModel.from_spec(spec)).to(device)
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     state, resumed_from = checkpoint.load_resumable(save_dir)
@@ -388,7 +389,8 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
             log.warning("final_model=best, but no epoch improved on the validation set: %s gets the last weights",
                         final)
         log.info("%s: the weights of %s", final, chosen)
-        checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], "final_from": chosen,
+        checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], **recorded(run.spec),
+                                      "final_from": chosen,
                                       "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
                                       "dictionaries": run.dictionaries, "languages": run.languages})
         reporter.summary(progress, precision.to_dict())

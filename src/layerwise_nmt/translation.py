@@ -228,9 +228,10 @@ def listing(items: list[str], named: bool = False) -> str:
     return ", ".join(described(item) for item in items[:LISTED]) + more
 
 
-def translate(job: Job, out_prefix: str | None, nbest: int = 0) -> tuple[dict, BeamConfig]:
+def translate(job: Job, out_prefix: str | None, nbest: int = 0, user_code=None) -> tuple[dict, BeamConfig]:
     """Decode `job`: the translations to PREFIX.* or stdout (decode.translate); returns the decoding's statistics
-    (with the model's parameter count) and the settings it decoded with."""
+    (with the model's parameter count) and the settings it decoded with. `user_code` (a models.UserCode): the code
+    the user named (--user-dir, --user-module) for a model from outside the package."""
     from .data.vocab import load_pair
     from .decode import load_model, translate as decode
     from .models.transformer import count_parameters
@@ -243,7 +244,7 @@ def translate(job: Job, out_prefix: str | None, nbest: int = 0) -> tuple[dict, B
     src_vocab, tgt_vocab = load_pair(job.data, job.src, job.tgt)
     for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed):
         log.warning("%s", warning)
-    model = load_model(job.model, src_vocab, tgt_vocab, job.src, job.tgt, job.experiment)
+    model = load_model(job.model, src_vocab, tgt_vocab, job.src, job.tgt, job.experiment, user_code)
     stats = decode(model, job.source, src_vocab, tgt_vocab, cfg, out_prefix, detok_lang=job.detok, nbest=nbest,
                    label=job.label)
     stats["params"] = count_parameters(model)

@@ -23,7 +23,9 @@ rule translate:
         tgt=lambda w: experiment_of(w)["tgt"],
         options=decoding_options,
         prefix=decoded_prefix,
-        tuned=lambda w: f"--lenpen-from {tuned_lenpen(w)}" if tunes_lenpen(w) and not hasattr(w, "lenpen") else "",
+        # --lenpen-from (except while tuning it), and --user-dir or --user-module for a model of the config's own;
+        # still called `tuned`: the shell line is part of what Snakemake compares before it reruns a decoding
+        tuned=translate_flags,
     shell:
         "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
         " --tgt {params.tgt} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"

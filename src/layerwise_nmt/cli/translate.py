@@ -76,7 +76,21 @@ def add_translate(sub) -> None:
     p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
     p.add_argument("--gpu-locks", default="results/.gpu-locks")
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
+    add_user_code_flags(p)
     add_fairseq_generate_flags(p)
+
+
+def add_user_code_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-dir", metavar="FOLDER", help="a model from outside the package: the folder holding "
+                        "its module (put first on the import path); a model file never imports code on its own")
+    parser.add_argument("--user-module", metavar="MODULE", help="a model from outside the package: its module, "
+                        "importable as installed (instead of --user-dir)")
+
+
+def user_code(a):
+    from ..models.user import UserCode
+
+    return UserCode(a.user_dir, (a.user_module,) if a.user_module else ())
 
 
 def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
@@ -106,7 +120,7 @@ def cmd_translate(a) -> None:
                                   config_files=common.config_files(a))
     with tempfile.TemporaryDirectory() as tmp:
         job = translation.prepare(request, options, Path(tmp))
-        stats, cfg = translation.translate(job, a.out_prefix, a.nbest)
+        stats, cfg = translation.translate(job, a.out_prefix, a.nbest, user_code(a))
     log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
              stats["sentences_per_second"])
     if a.out_prefix:

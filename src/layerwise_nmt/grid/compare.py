@@ -7,15 +7,18 @@ experiments and a paper (so every later step reads it like the demo's table):
 
 gives experiments mine.transformer, mine.lwc, mine.mlrf_dec_sa, mine.gca_full, mine.dou_deep and
 mine.transformer_longer (the warm-started rows' control), table mine/T1 and figure mine/buckets, and makes them the
-targets (those the overlay leaves at `all`). Presets follow config/demo.yaml (the demo's 3+3 layers, d=256, 1,000
-updates), config/study.yaml (transformer_iwslt_de_en, trained to convergence) and fairseq's transformer-base recipe
-(Vaswani et al. 2017)."""
+targets (those the overlay leaves at `all`). `own_methods: {rezero: {model: rezero, label: …}}` adds the user's own
+rows (a model of `models:`, or a built-in one with other settings) as mine.rezero, after the papers'. Presets follow
+config/demo.yaml (the demo's 3+3 layers, d=256, 1,000 updates), config/study.yaml (transformer_iwslt_de_en, trained
+to convergence) and fairseq's transformer-base recipe (Vaswani et al. 2017)."""
 
 from __future__ import annotations
 
 import copy
+import difflib
 
 from .. import UserError
+from .own_models import known_models
 
 _CONVERGED = {"max_epoch": 100, "max_update": 0, "patience": 10, "amp": "auto", "log_interval": 100}
 PRESETS: dict[str, dict] = {
@@ -77,7 +80,7 @@ def expand_comparisons(config: dict) -> None:
         if spec.get("task") not in config.get("tasks", {}):
             raise UserError(f"config key compare/{name}/task: unknown task {spec.get('task')!r}; expected one of "
                             f"the tasks (an overlay's own, e.g. on a `local:` dataset)")
-        experiments, rows = _experiments(name, spec)
+        experiments, rows = _experiments(name, spec, known_models(config))
         config.setdefault("experiments", {}).update(experiments)
         config.setdefault("papers", {})[name] = _paper(config, name, spec, rows)
         targets["tasks"].append(spec["task"])
@@ -90,9 +93,10 @@ def expand_comparisons(config: dict) -> None:
                 wanted[kind] = list(dict.fromkeys(names))
 
 
-def _experiments(name: str, spec: dict) -> tuple[dict, list[dict]]:
+def _experiments(name: str, spec: dict, models: list[str]) -> tuple[dict, list[dict]]:
     """The comparison's experiments (every settings dict its own: an overlay merged into one must not edit all)
-    and its table rows, the baseline first and the warm-started rows' control last."""
+    and its table rows: the baseline first, the papers' methods, the user's own (`own_methods`, of `models`), and
+    the warm-started rows' control last."""
     preset = PRESETS[spec["preset"]]
     arch = {**preset["arch"], **spec.get("arch", {})}
     train = {**preset["train"], **spec.get("train", {})}
@@ -120,7 +124,22 @@ def _experiments(name: str, spec: dict) -> tuple[dict, list[dict]]:
         budget = {**(continued if warm else train), **preset.get(f"{method}_train", {})}
         out[f"{name}.{suffix}"] = run(f"{label}: {preset['what']}.", model, own, budget, warm)
         rows.append({"label": label, "experiment": f"{name}.{suffix}", "compare_to": control if warm else base})
-    if any(m in WARM_STARTED for m in methods):
+    owned = spec.get("own_methods") or {}
+    for method, own in owned.items():
+        key, experiment = f"config key compare/{name}/own_methods/{method}", f"{name}.{method}"
+        if experiment in out or experiment == control:
+            raise UserError(f"{key}: its experiment {experiment} would be one of the papers' rows; pick another name")
+        if own["model"] not in models:
+            close = difflib.get_close_matches(own["model"], models, n=1)
+            raise UserError(f"{key}/model: unknown model {own['model']!r}; "
+                            f"{f'did you mean {close[0]!r}?' if close else 'known: ' + ', '.join(models)} (your own "
+                            f"are declared under models:)")
+        warm = own.get("warm_start", False)
+        budget = {**(continued if warm else train), **own.get("train", {})}
+        out[experiment] = run(f"{own['label']}: {preset['what']}.", own["model"], {**arch, **own.get("arch", {})},
+                              budget, warm)
+        rows.append({"label": own["label"], "experiment": experiment, "compare_to": control if warm else base})
+    if any(m in WARM_STARTED for m in methods) or any(own.get("warm_start") for own in owned.values()):
         out[control] = run("The warm-started rows' control: the baseline trained on as long as they are.",
                            "transformer", arch, continued, warm=True)
         rows.append({"label": "Baseline trained on as long (the warm-started rows' control)", "experiment": control})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import UserError
 from .layout import bin_dir, data_path, experiment_dir, save_dir
+from .own_models import user_model
 from .tasks import pair, tokenize_options
 
 STAGES = ("arch", "train", "decode", "score")
@@ -27,7 +28,8 @@ def experiment(config: dict, name: str) -> dict:
 def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     """What translating raw text with an experiment's trained model needs: the model the workflow decodes (averaged
     or final), its binarized data directory, languages, the task's tokenization of the source (as for its test set),
-    BPE codes (None for word-level tasks), decoding settings, and what the model must match (its name, arch)."""
+    BPE codes (None for word-level tasks), decoding settings, and what the model must match (its name, arch; the
+    class of a model of the config's own, which loading it may import)."""
     if name not in config["experiments"]:
         raise UserError(f"--experiment {name!r}: not an experiment of the config")
     e = experiment(config, name)
@@ -38,7 +40,8 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
             "data": bin_dir(e["task"], e["vocab"]), "src": e["src"], "tgt": e["tgt"],
             "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
             "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None, "decode": e["decode"],
-            "experiment": {"name": name, "model": e["model"], "arch": e["arch"], "seed": seed}}
+            "experiment": {"name": name, "model": e["model"], "arch": e["arch"], "seed": seed,
+                           **({"user_model": user} if (user := user_model(config, e["model"])) else {})}}
 
 
 def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
@@ -55,4 +58,5 @@ def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
             "codes": setup["codes"], "tokenize": setup["tokenize"], "decode": decode,
             "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
             "training": f"{save_dir(run)}/training.json",
-            "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e}}
+            "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e},
+            **({"user_model": setup["experiment"]["user_model"]} if "user_model" in setup["experiment"] else {})}

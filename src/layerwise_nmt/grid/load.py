@@ -15,7 +15,8 @@ from .. import UserError
 from .compare import expand_comparisons
 from .experiments import experiment
 from .local_corpus import expand_local
-from .papers import rows
+from .own_models import check_models
+from .papers import append_rows, rows
 
 # Package data, so that an installed package validates too; the workflow validates with this same file
 # (workflow/rules/common.smk).
@@ -97,6 +98,8 @@ def validate(config: dict) -> None:
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise schema_error(error)
+    check_models(config)
+    append_rows(config)
     expand_local(config)  # a corpus in the user's files, and comparisons by name: ordinary entries from here on
     expand_comparisons(config)
     resolve_extends(config.get("experiments", {}))

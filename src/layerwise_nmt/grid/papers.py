@@ -38,6 +38,16 @@ def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tu
     return [tuple(w.split("/", 1)) for w in wanted]
 
 
+def append_rows(config: dict) -> None:
+    """Each table's and figure's `append_rows` (rows an overlay adds, by names of its own) placed after its `rows`;
+    in place, and the same however often it runs."""
+    for paper in (config.get("papers") or {}).values():
+        for kind in ("tables", "figures"):
+            for spec in (paper.get(kind) or {}).values():
+                added = spec.pop("append_rows", None) or {}
+                spec["rows"] = list(spec.get("rows", [])) + list(added.values())
+
+
 @dataclass(frozen=True)
 class Row:
     """One row of a paper's table or figure, where the config declares it."""

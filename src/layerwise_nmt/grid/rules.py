@@ -13,6 +13,7 @@ from .. import UserError
 from . import layout
 from .experiments import experiment, model_dir_spec
 from .layout import bin_dir, data_path, experiment_dir, raw_path
+from .own_models import user_code_flags, user_model
 from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
 from .sources import checksum_of, download_spec, file_identity, file_source, urls_of, user_file
@@ -238,6 +239,8 @@ class RuleInputs:
     def train_spec(self, wildcards):
         e = self.experiment_of(wildcards)
         spec = {"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}}
+        user = user_model(self.config, e["model"])  # a model of the config's own: the job imports its class
+        spec |= {"user_model": user} if user else {}
         return json.dumps(spec | ({"init_from": self.warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
 
     def export_spec(self, wildcards):
@@ -300,6 +303,15 @@ class RuleInputs:
         if hasattr(wildcards, "lenpen"):
             options["lenpen"] = float(wildcards.lenpen)
         return json.dumps(options)
+
+    def translate_flags(self, wildcards):
+        """The translate job's further flags: the tuned length penalty's file (except while tuning it), and the
+        code of a model of the config's own (--user-dir or --user-module), which loading a model file never
+        imports unless named."""
+        flags = user_code_flags(self.config, self.experiment_of(wildcards)["model"])
+        if self.tunes_lenpen(wildcards) and not hasattr(wildcards, "lenpen"):
+            flags = ["--lenpen-from", self.tuned_lenpen(wildcards)] + flags
+        return shlex.join(flags)
 
     def decoding_inputs(self, wildcards, tuned=True):
         e = self.experiment_of(wildcards)

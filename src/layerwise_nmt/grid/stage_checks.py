@@ -20,8 +20,10 @@ AVERAGE_KEYS = {"num", "by"}
 
 
 def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
-    """An unknown `model:` is a config error, with the registered names closest to it: otherwise `snakemake -n`
-    silently drops the experiment's jobs (and those warm-started from it)."""
+    """An unknown `model:` is a config error, with the registered names closest to it (the built-in ones and the
+    config's own `models:`): otherwise `snakemake -n` silently drops the experiment's jobs (and those warm-started
+    from it)."""
+    known = {**known, **(config.get("models") or {})}
     if model in known:
         return
     own = "model" in config["experiments"][name]  # else inherited through `extends`
@@ -78,7 +80,8 @@ def _check_experiments(config: dict) -> None:
                   ("score", ScoreConfig, e["score"])]
         check_model_name(config, name, e["model"], MODELS)
         vocab = {"src_vocab": 64, "tgt_vocab": 64}  # the real sizes come from the data; any equal pair will do
-        stages.insert(0, ("arch", MODELS[e["model"]].config_class, {**e["arch"], **vocab}))
+        if e["model"] in MODELS:  # a model of the config's own: its settings class is in its module, read where
+            stages.insert(0, ("arch", MODELS[e["model"]].config_class, {**e["arch"], **vocab}))  # it is built
         for stage, settings, values in stages:
             try:
                 settings.from_dict(values)

@@ -1,4 +1,5 @@
-"""Models by config name (the table: configs.MODELS): `build` makes one and initialises it as its config says.
+"""Models by config name (the table: configs.MODELS; a model of the config's own `models:` section: user.py): `build`
+makes one and initialises it as its config says.
 
 Torch-free until a model is built: a model's module is imported by the first `build` or `model_class` that names it.
 """
@@ -7,18 +8,52 @@ from __future__ import annotations
 
 from .. import UserError
 from .configs import MODELS
+from .user import UserModel
 
 
-def model_class(name: str) -> type:
+def model_class(name: str, user: UserModel | None = None) -> type:
+    if user is not None:
+        return user.load()
     if name not in MODELS:
         raise UserError(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS)) or 'none yet'}")
     return MODELS[name].model_class()
 
 
-def build(name: str, settings: dict):
-    """The model `name` with its config built from `settings` (unknown keys are an error naming them), its weights
-    drawn by its config's `init` scheme (`Model.initialise`)."""
-    cls = model_class(name)
-    model = cls(MODELS[name].config_class.from_dict(settings))
+def config_class(name: str, user: UserModel | None = None) -> type:
+    """The settings class of model `name` (a user model's `config_class`: imports its module)."""
+    return model_class(name, user).config_class if user is not None else MODELS[name].config_class
+
+
+def settings_of(name: str, settings: dict, user: UserModel | None = None, where: str | None = None):
+    """`settings` through the model's settings class; a user model's errors say where the settings come from
+    (`where`, e.g. the config key; else the model): its class is not ours."""
+    cls = config_class(name, user)
+    try:
+        return cls.from_dict(settings)
+    except UserError as err:
+        if user is None:
+            raise
+        place = f"{where}: {err} (model {name}, {user.target})" if where else f"{user.where}: {err}"
+        raise UserError(place) from None
+
+
+def build(name: str, settings: dict, user: UserModel | None = None):
+    """The model `name` (`user`: a model from outside the package) with its config built from `settings` (unknown
+    keys are an error naming them), its weights drawn by its config's `init` scheme (`Model.initialise`)."""
+    cls = model_class(name, user)
+    model = cls(settings_of(name, settings, user))
     model.initialise()
     return model
+
+
+def count_built(name: str, settings: dict, user: UserModel | None = None, where: str | None = None) -> int:
+    """The parameter count of the model as built, on the meta device: counted, never allocated (for a model with
+    no closed form in model_sizes.py)."""
+    import torch
+
+    from .transformer import count_parameters
+
+    cls = model_class(name, user)
+    config = settings_of(name, settings, user, where)
+    with torch.device("meta"):
+        return count_parameters(cls(config))
