@@ -1,19 +1,21 @@
 # Two commands on a fresh machine:  `make demo` (set up + run the CPU-sized workflow) and `make test`.
 PYTHON ?= python3
 VENV   := .venv
-BIN    := $(abspath $(VENV)/bin)
 
 # A local data mirror (air-gapped clusters, CI) is read when LWNMT_DATA_MIRROR names one, from the environment or
 # `make demo LWNMT_DATA_MIRROR=/path`; otherwise the rules download from the official URLs.
 export LWNMT_DATA_MIRROR
-export PATH := $(BIN):$(PATH)
+# The venv's programs first. Make splits words on spaces, so the checkout's own path (a folder named "my lab") is
+# never a word of a recipe: recipes reach the venv relatively ($(VENV)/bin/...) or through PATH.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,slurm,tensorboard,ctranslate2]'
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		-e '.[test,slurm,tensorboard,ctranslate2]'
 	touch $@
 
 # One thread per training and decoding job: two small models training side by side get 1.17x the throughput of one

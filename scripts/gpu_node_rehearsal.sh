@@ -153,7 +153,7 @@ node_bin() {  # the node's tools: this machine's, less make, git and any python;
         case ${tool##*/} in make | gmake | git | python | python[0-9]*) continue ;; esac
         [ -e "$WORK/bin/${tool##*/}" ] || ln -s "$tool" "$WORK/bin/${tool##*/}"
     done
-    printf '#!/bin/sh\nexec %s "$@"\n' "$IMAGE/bin/python3" > "$WORK/bin/python3" && chmod +x "$WORK/bin/python3"
+    printf '#!/bin/sh\nexec '"'%s'"' "$@"\n' "$IMAGE/bin/python3" > "$WORK/bin/python3" && chmod +x "$WORK/bin/python3"
 }
 
 on_node() {  # on_node OUT COMMAND...: in the copy, with the node's tools only and nothing of ours

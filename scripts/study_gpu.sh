@@ -88,8 +88,9 @@ shard_size() { case $1 in small) echo small ;; seed[123]|lwc-mlrf) echo iwslt ;;
 size_configs() {  # the overlays of a model size (prep: the data only), after config.yaml
     echo "$ROOT/config/study.yaml"
     if [ "$1" = small ]; then echo "$ROOT/config/study_small.yaml"; fi
-    for f in $EXTRA; do echo "$f"; done
+    extra_configs
 }
+extra_configs() { [ -z "$EXTRA" ] || printf '%s\n' "$EXTRA"; }  # EXTRA: one path a line (a path may hold spaces)
 shard_targets() {  # Snakemake targets: each run's test score (tables and figures are built at collect)
     local runs
     case $1 in
@@ -103,9 +104,10 @@ shard_targets() {  # Snakemake targets: each run's test score (tables and figure
 shard_jobs() { case $1 in small) echo 9 ;; lwc-mlrf) echo 6 ;; *) echo 3 ;; esac; }
 
 snake() {  # snakemake TARGETS... OPTIONS... in a model size's folder; the config files go last (a list option)
-    local size=$1; shift
+    local size=$1 configs; shift
+    mapfile -t configs < <(size_configs "$size")
     python3 -m snakemake -s "$ROOT/Snakefile" -d "$STUDY/$size" "$@" \
-        --configfile "$ROOT/config.yaml" $(size_configs "$size")
+        --configfile "$ROOT/config.yaml" "${configs[@]}"
 }
 
 prepare() {
@@ -146,7 +148,7 @@ setup_env() {
     mkdir -p "$SITE/bin"
     export PATH="$SITE/bin:$PATH"
     # the rules call `python -m layerwise_nmt`: it must be this python3, whatever else `python` names on the node
-    printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > "$SITE/bin/python" && chmod +x "$SITE/bin/python"
+    printf '#!/bin/sh\nexec '"'%s'"' "$@"\n' "$(command -v python3)" > "$SITE/bin/python" && chmod +x "$SITE/bin/python"
     for module in torch yaml snakemake sacremoses subword_nmt jsonschema sacrebleu; do
         if ! err=$(python3 -c "import $module" 2>&1); then  # the error itself, not only its module
             echo "study: python3 cannot import $module (carry .whl: make study-prepare)"
@@ -179,10 +181,14 @@ environment() {
     python3 -m pip freeze 2>&1 | grep -v '^WARNING' || true
 }
 
+in_bash() {  # in_bash FUNCTION: a `bash -c` script calling it with ROOT and SITE (quoted: a path may hold spaces)
+    printf '%s\nROOT=%q SITE=%q\n%s\n' "$(declare -f "$1")" "$ROOT" "$SITE" "$1"
+}
+
 begin() {  # begin LOG: everything said goes to $OUT/LOG too; the environment to env.txt
     mkdir -p "$OUT"
     exec > >(tee -a "$OUT/$1") 2>&1
-    bounded environment "$ENV_S" bash -c "$(declare -f environment); ROOT=$ROOT; environment" > "$OUT/env.txt" 2>&1 || true
+    bounded environment "$ENV_S" bash -c "$(in_bash environment)" > "$OUT/env.txt" 2>&1 || true
     sed -n "1,/^pip freeze/p" "$OUT/env.txt"
     tools
 }
@@ -201,27 +207,28 @@ watch_results() { while :; do results_now; sleep 5; done; }
 
 # Command 1: checks, probe, the small study. Everything it makes is in $OUT as soon as it exists.
 run() {
-    local status=0 imports=0 jobs seconds watcher sized
+    local status=0 imports=0 jobs seconds watcher sized extra
     begin run.log
     echo "budget:"; budget || true
-    bounded wheels "$INSTALL_S" bash -c "$(declare -f setup_env); ROOT=$ROOT SITE=$SITE; setup_env" || imports=1
+    bounded wheels "$INSTALL_S" bash -c "$(in_bash setup_env)" || imports=1
     env_paths
     unpack_data small
     bounded families "$FAMILIES_S" python3 "$ROOT/benchmarks/study_probe.py" checks --json "$OUT/gpu.json" \
         ${GPU_CHECK_ARGS:-} || status=$?
     [ $imports = 0 ] || { echo "run: the study needs the imports above (make study-prepare, carry .whl)"; return 1; }
-    export -f snake size_configs; export STUDY ROOT EXTRA
+    export -f snake size_configs extra_configs; export STUDY ROOT EXTRA
     dry_run || return 1
+    mapfile -t extra < <(extra_configs)
     sized=$(bounded probe "$PROBE_S" python3 "$ROOT/benchmarks/study_probe.py" probe \
         "$STUDY/small/results/$TASK/data/bin-joint" --json "$OUT/gpu.json" --study-seconds "$STUDY_S" \
-        --overlays "$ROOT/config/study_small.yaml" $EXTRA ${PROBE_ARGS:-}) || true
+        --overlays "$ROOT/config/study_small.yaml" "${extra[@]}" ${PROBE_ARGS:-}) || true
     echo "$sized"
     jobs=$(echo "$sized" | sed -n 's/^jobs \([0-9]*\) seconds_per_run \([0-9]*\)$/\1/p')
     seconds=$(echo "$sized" | sed -n 's/^jobs \([0-9]*\) seconds_per_run \([0-9]*\)$/\2/p')
     jobs=${STUDY_JOBS:-${jobs:-9}}; seconds=${seconds:-$(( (STUDY_S - 2 * 45) / 2 ))}  # no probe: its guess
     echo "run: $jobs trainings at once, each at most $seconds s"
     per_run_budget "$seconds" > "$STUDY/small/budget.yaml"
-    EXTRA="$EXTRA $STUDY/small/budget.yaml"
+    EXTRA=$(extra_configs; echo "$STUDY/small/budget.yaml")
     watch_results & watcher=$!
     trap "kill $watcher 2>/dev/null; results_now; echo \"run: exit at \$(date -u +%T)\"" EXIT
     study small "$jobs" "$STUDY_S" || status=$?
@@ -253,7 +260,7 @@ study() {  # study SHARD JOBS SECONDS: its trainings, JOBS at once, the whole of
     snake "$size" --unlock >/dev/null 2>&1 || true
     # gpus_per_job 0: the small models share the one GPU, no job holds its lock; a training stopped by the budget
     # checkpoints on SIGTERM (its logs and metrics come back; its model cannot)
-    export -f snake size_configs; export STUDY ROOT EXTRA
+    export -f snake size_configs extra_configs; export STUDY ROOT EXTRA
     bounded "study $name" "$seconds" bash -c 'snake "$@"' snake "$size" $(shard_targets "$name") \
         --cores all --rerun-incomplete --keep-going --config gpus_per_job=0 --set-threads train=1 \
         --resources "train_slots=$jobs" --set-resources train:train_slots=1 || status=$?
@@ -266,7 +273,7 @@ study() {  # study SHARD JOBS SECONDS: its trainings, JOBS at once, the whole of
 check() {
     local status=0
     begin check.log
-    bounded wheels "$INSTALL_S" bash -c "$(declare -f setup_env); ROOT=$ROOT SITE=$SITE; setup_env" || true
+    bounded wheels "$INSTALL_S" bash -c "$(in_bash setup_env)" || true
     env_paths
     bounded gpu-check "$GPUCHECK_S" python3 "$ROOT/benchmarks/gpu_check.py" --json "$OUT/gpu-full.json" \
         ${GPU_CHECK_ARGS:-} || status=$?
@@ -297,7 +304,7 @@ pack() {
 }
 
 collect() {
-    local dir archive name size gpu
+    local dir archive name size gpu extra
     for dir in "$@"; do
         for archive in "$dir"/shard-*.tar.gz; do
             [ -f "$archive" ] || continue
@@ -311,7 +318,8 @@ collect() {
             if [ -f "$gpu" ]; then cp "$gpu" "$ROOT/benchmarks/results/gpu.json"; fi
         done
     done
-    python scripts/study_status.py --study "$STUDY" --docs "${STUDY_DOCS:-$ROOT/docs/study}" --extra $EXTRA
+    mapfile -t extra < <(extra_configs)
+    python scripts/study_status.py --study "$STUDY" --docs "${STUDY_DOCS:-$ROOT/docs/study}" --extra "${extra[@]}"
 }
 
 case "${1:-}" in
