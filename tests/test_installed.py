@@ -29,8 +29,9 @@ def installed(tmp_path_factory) -> Path:
     shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(root / "dist"),
-                    str(source)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
+                    "--no-build-isolation", "--no-index", "-w", str(root / "dist"), str(source)], check=True,
+                   capture_output=True)
     [wheel] = (root / "dist").glob("*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
