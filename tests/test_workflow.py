@@ -369,14 +369,14 @@ def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
     for entry_name, entry in config["datasets"]["nist-zh-en"]["files"].items():
         (tmp_path / "ldc" / entry.get("path", entry_name)).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "ldc" / entry.get("path", entry_name)).touch()
-    out = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config.yaml"), str(overlay)).stdout
+    out = snakemake(tmp_path, "-n", "-p", "--configfile", str(ROOT / "config.yaml"), str(overlay)).stdout
     for name, task in config["tasks"].items():
         kind = task.get("vocab", {}).get("kind", "joint")
         for split in task["splits"]:
             path = f"results/{name}/data/bin-{kind}/{split}.{task['src']}-{task['tgt']}.{task['tgt']}.tokens.npy"
             assert path in out, f"{name}: no job binarizes {split}"
     giga = config["datasets"]["wmt14-en-fr"]["archives"]["training-giga-fren.tar"]
-    assert cfg.download_path(giga, "training-giga-fren.tar") in out  # results/downloads/<key of its URL>/
+    assert cfg.download_path(giga, "training-giga-fren.tar") in out  # where its extract jobs download it
     assert "results/raw/wmt14-en-fr/giga-fren.release2.fixed.en.gz" in out  # an archive inside an archive
     for split in ("mt04", "mt05", "mt06", "mt08"):
         assert f"results/nist_zhen/mlrf.t3.dec_sa4/seed1/{split}.score.json" in out
