@@ -74,7 +74,7 @@ def test_rule_inputs_for_training_decoding_and_warm_starts(demo):
 def test_rule_inputs_refuse_a_run_on_the_wrong_task(demo):
     with pytest.raises(UserError, match="runs on task multi30k_deen, not iwslt14_deen"):
         RuleInputs(demo).experiment_of(run(task="iwslt14_deen"))
-    with pytest.raises(UserError, match="no experiment named 'demo.nope'"):
+    with pytest.raises(UserError, match="no experiment 'demo.nope' in the config; did you mean 'demo.transformer'"):
         RuleInputs(demo).experiment_of(run(experiment="demo.nope"))
 
 

@@ -183,3 +183,51 @@ def test_a_text_file_given_as_the_model_is_one_line(tmp_path, text):
         from layerwise_nmt.checkpoint import load
 
         load(model)
+
+
+# 8. a config error is one line, naming the file (and line, column), whichever way it arrives
+
+
+def snakemake_error(result) -> str:
+    """A failed `snakemake -n`'s one line on stderr (beside Snakemake's note of the profile it read): no traceback,
+    no WorkflowError header, no Snakefile frame."""
+    everything = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in everything and "Exception" not in everything, everything
+    assert "common.smk" not in everything and "WorkflowError" not in everything, everything
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("Using workflow specific")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0].removeprefix("error: ")
+
+
+def test_a_yaml_syntax_error_in_an_overlay_names_file_line_and_column(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("targets:\n  tasks: [multi30k_deen]\n  tables: [demo/T1\nexperiments: {}\n")
+    line = snakemake_error(snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad),
+                                     check=False))
+    assert line.startswith(f"config file {bad}, line 4, column 12: not valid YAML: expected ',' or ']'"), line
+    assert line.endswith("(while parsing a flow sequence at line 3, column 11)")  # where the list began
+    assert one_line(lwnmt("status", "--config", "config.yaml", "--config", bad)) == f"lwnmt status: error: {line}"
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"experiments": {"demo.lwcc": {"train": {"lr": 0.001}}}},
+     "config key experiments/demo.lwcc: no experiment 'demo.lwcc' to change; did you mean 'demo.lwc'?"),
+    ({"papers": {"demo": {"figures": {"buckts": {"caption": "mine"}}}}},
+     "config key papers/demo/figures/buckts: no figure demo/buckts to change; did you mean 'buckets'?"),
+    ({"targets": {"tables": ["demo/T2"]}},
+     "config key targets/tables: unknown table 'demo/T2'; did you mean 'demo/T1'"),
+])
+def test_a_misspelt_name_in_an_overlay_is_one_line_with_the_closest_names(tmp_path, data, expected):
+    typo = overlay(tmp_path, data)  # was: "is not valid under any of the given schemas", or a traceback
+    line = snakemake_error(snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(typo),
+                                     check=False))
+    assert line.startswith(f"{typo}: {expected}"), line
+    status = lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", typo)
+    assert one_line(status) == f"lwnmt status: error: {line}"
+
+
+def test_a_target_naming_no_experiment_is_one_line_with_the_closest_names(tmp_path):
+    target = "results/multi30k_deen/demo.lwcc/seed1/test.score.json"
+    result = snakemake(tmp_path, target, "-n", "--configfile", str(ROOT / "config/demo.yaml"), check=False)
+    assert snakemake_error(result) == ("results/multi30k_deen/demo.lwcc/…: no experiment 'demo.lwcc' in the config; "
+                                       "did you mean 'demo.lwc'?")  # was: ~12 lines of InputFunctionException

@@ -29,23 +29,34 @@ from layerwise_nmt.grid.rules import LENPEN_TUNING_SPLIT
 
 from snakemake.utils import validate
 
+
+def stop(err):
+    """A config error as the one line it is, on stderr: no WorkflowError header, traceback or Snakefile frame."""
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(1)
+
+
+OVERLAYS = [str(f) for f in workflow.overwrite_configfiles]  # --configfile, after the Snakefile's config.yaml
+CONFIG_FILES = [str(f) for f in workflow.configfiles if str(f) not in OVERLAYS] + OVERLAYS
 try:
+    # each file on its own first: an overlay's misspelt experiment, table or figure named with the closest ones
+    from layerwise_nmt.grid.names import check_files, check_targets
+
+    check_files(CONFIG_FILES, cfg.read)
     if config.get("rehearsal") and not isinstance(config["rehearsal"], dict):  # `--config rehearsal=<stand-ins>`
         from layerwise_nmt import rehearsal
 
         rehearsal.apply(config, config["rehearsal"])
     # One-line errors naming the key, plus the cross-references a schema cannot check (task → dataset, ...).
     cfg.validate(config)
+    check_targets(config)
     if workflow.is_main_process:  # every stage's settings through the classes that will read them (a typo here
         from layerwise_nmt.grid.stage_checks import check_experiments  # would otherwise fail a job hours in)
 
         check_experiments(config, cache=Path(".snakemake/lwnmt-checked-configs.json"))
     TARGET_TASKS = cfg.runnable_tasks(config)
 except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
-    overlays = [str(f) for f in workflow.overwrite_configfiles]
-    raise WorkflowError(
-        str(cfg.located(err, [str(f) for f in workflow.configfiles if str(f) not in overlays] + overlays))
-    )
+    stop(cfg.located(err, CONFIG_FILES))
 validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
@@ -90,14 +101,15 @@ wildcard_constraints:
 
 
 def _from_grid(method):
-    """A grid question as a rule's input or params function: a config error stops Snakemake in one line."""
+    """A grid question as a rule's input or params function: a config error (a target naming an experiment the
+    config does not have, ...) stops Snakemake in one line, not an InputFunctionException and its traceback."""
 
     @functools.wraps(method)  # Snakemake reads the signature to pass only what the function takes
     def call(*args, **kwargs):
         try:
             return method(*args, **kwargs)
         except UserError as err:
-            raise WorkflowError(str(err))
+            stop(err)
 
     return call
 

@@ -48,7 +48,9 @@ def read(path: str | os.PathLike) -> dict:
         raise UserError(f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
                         f"pass --config path/to/config.yaml)")
     except yaml.YAMLError as err:
-        raise UserError(f"config file {path}: not valid YAML ({' '.join(str(err).split())})")
+        from .names import yaml_error
+
+        raise yaml_error(f"config file {path}", err) from None
     if not isinstance(data, dict):
         raise UserError(f"config file {path}: a {type(data).__name__}; expected a mapping of keys (datasets:, "
                         f"tasks:, experiments:, ...)")

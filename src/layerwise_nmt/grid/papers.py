@@ -33,8 +33,10 @@ def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tu
         return declared
     missing = [w for w in wanted if tuple(w.split("/", 1)) not in declared]
     if missing:
-        raise UserError(f"config key targets/{kind}: unknown {kind[:-1]}(s) {', '.join(missing)}; "
-                        f"expected <paper>/<{kind[:-1]}>")
+        from .names import did_you_mean
+
+        raise UserError(f"config key targets/{kind}: unknown {kind[:-1]} {missing[0]!r}"
+                        f"{did_you_mean(missing[0], ['/'.join(d) for d in declared], kind)} (<paper>/<{kind[:-1]}>)")
     return [tuple(w.split("/", 1)) for w in wanted]
 
 

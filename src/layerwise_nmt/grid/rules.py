@@ -13,6 +13,7 @@ from .. import UserError
 from . import layout
 from .experiments import experiment, model_dir_spec
 from .layout import bin_dir, data_path, experiment_dir, raw_path
+from .names import did_you_mean
 from .own_models import user_code_flags, user_model
 from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
@@ -34,13 +35,20 @@ class RuleInputs:
         self._chain_tflop: dict[str, float] = {}
 
     def task_of(self, wildcards):
+        if wildcards.task not in self.config["tasks"]:
+            raise UserError(f"results/{wildcards.task}/…: no task {wildcards.task!r} in the config"
+                            f"{did_you_mean(wildcards.task, self.config['tasks'], 'tasks')}")
         return self.config["tasks"][wildcards.task]
 
     def experiment_of(self, wildcards):
         """The resolved experiment behind results/{task}/{experiment}/seed{seed}/…, checked against the
         path."""
-        if wildcards.experiment not in self.config.get("experiments", {}):
-            raise UserError(f"no experiment named {wildcards.experiment!r} in the config")
+        experiments = self.config.get("experiments", {})
+        if wildcards.experiment not in experiments:
+            self.task_of(wildcards)
+            on_task = [n for n, e in experiments.items() if e["task"] == wildcards.task]
+            raise UserError(f"results/{wildcards.task}/{wildcards.experiment}/…: no experiment "
+                            f"{wildcards.experiment!r} in the config{did_you_mean(wildcards.experiment, on_task, 'experiments')}")
         spec = experiment(self.config, wildcards.experiment)
         if spec["task"] != wildcards.task:
             raise UserError(f"experiment {wildcards.experiment} runs on task {spec['task']}, not {wildcards.task}")
