@@ -219,7 +219,7 @@ def test_status_names_the_archives_with_no_working_automatic_source(tmp_path, mo
     zhen = cfg.task_status(config, "wmt17_zhen")
     assert zhen.runnable and zhen.state == "manual"  # was "ok": its CWMT archives have no working source
     assert "casia2015.zip, casict2011.zip" in zhen.reason and "CWMT FTP host unreachable" in zhen.reason
-    assert "put them in <data_mirror or $LWNMT_DATA_MIRROR>/wmt17-zh-en/" in zhen.reason
+    assert "put them at results/downloads/" in zhen.reason and "/casia2015.zip, results/downloads/" in zhen.reason
     roen = cfg.task_status(config, "iwslt14_roen")
     assert roen.state == "manual" and "2014-01-test.tgz" in roen.reason and "wit3.fbk.eu/2014-01-b" in roen.reason
     assert cfg.task_status(config, "wmt14_ende").state == "download"

@@ -71,14 +71,16 @@ if workflow.is_main_process:
         f"budget check: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart "
         f"cannot work as configured (`lwnmt plan` lists every budget)"
     )
-    statuses = cfg.all_statuses(config)
+    from layerwise_nmt.grid.status import targeted_statuses
+
+    statuses = targeted_statuses(config)  # what this run's targets need, not the full grid's every row
     blocked = [s for s in statuses if not s.runnable and s.state == "blocked"]
     if blocked:
         logger.info(
             f"{len(blocked)} tasks/experiments/table rows cannot run yet (e.g. {blocked[0].name}: "
             f"{blocked[0].reason}); `lwnmt status` lists them all."
         )
-    manual = [s for s in statuses if s.state == "manual"]  # in the DAG: their fetch jobs fail saying what to do
+    manual = [s for s in statuses if s.state == "manual"]  # in the DAG: their extract jobs fail saying what to do
     if manual:
         logger.info(
             f"{len(manual)} tasks/experiments/table rows need a manual download first (e.g. {manual[0].name}: "

@@ -37,8 +37,11 @@ def add_commands(sub) -> None:
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
 
-    p = command(sub, "status", "which tasks, experiments and table rows can run, and why not", cmd_status)
+    p = command(sub, "status", "which tasks, experiments and table rows the config's targets need can run, and why "
+                "not", cmd_status)
     add_config_files(p)
+    p.add_argument("--all", action="store_true", help="every task, experiment and table row of the config, not "
+                   "only what its `targets:` need")
 
 
 def cmd_params(a) -> None:
@@ -100,20 +103,23 @@ def cmd_rehearse(a) -> None:
 
 def cmd_status(a) -> None:
     from .. import grid as cfg
-    from ..grid.status import summary
+    from ..grid.status import summary, targeted, targeted_statuses
 
     config = common.load_config(a)
-    rows = cfg.all_statuses(config)
+    rows = cfg.all_statuses(config) if a.all else targeted_statuses(config)
     columns = terminal_columns()
+    print(wrap("every task, experiment and table row of the config" if a.all else "what the config's targets need "
+               "(--all: every task, experiment and table row)", columns, indent=2))
     for kind in ("task", "experiment", "row"):
         selected = [s for s in rows if s.kind == kind]
         # a name wider than a third of the line puts its reason below it, not off the screen
-        width = min(max(len(s.name) for s in selected), columns // 3 if columns else 10**6)
+        width = min(max((len(s.name) for s in selected), default=0), columns // 3 if columns else 10**6)
         print()
         print(wrap(f"{kind}s: {summary(selected)}", columns, indent=2))
         for s in selected:
             print(status_line(s, width, columns))
-    print_budgets_and_unpinned(config, columns)
+    tasks = list(config["tasks"]) if a.all else targeted(config)[0]
+    print_budgets_and_unpinned(config, columns, datasets={config["tasks"][t]["dataset"] for t in tasks})
 
 
 def terminal_columns() -> int | None:
@@ -150,8 +156,9 @@ def status_line(s, width: int, columns: int | None) -> str:
     return wrap(head.rstrip(), columns, 13) + "\n" + wrap(" " * 13 + reason, columns, 13)
 
 
-def print_budgets_and_unpinned(config: dict, columns: int | None = None) -> None:
-    """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins."""
+def print_budgets_and_unpinned(config: dict, columns: int | None = None, datasets: set[str] | None = None) -> None:
+    """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins (of
+    `datasets` only, where given)."""
     from ..grid import unpinned_downloads
     from ..budgets import budget_warnings
 
@@ -161,7 +168,7 @@ def print_budgets_and_unpinned(config: dict, columns: int | None = None) -> None
                f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)", columns, 2))
     for line in flagged:
         print(wrap(f"  flagged {line}", columns, 10))
-    unpinned = unpinned_downloads(config)
+    unpinned = [u for u in unpinned_downloads(config) if datasets is None or set(u[0]) & datasets]
     print()
     print(wrap(f"unpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length "
                f"and against the size and sha256 of their first copy, recorded beside it in <file>.sha256)",

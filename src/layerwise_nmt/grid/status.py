@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .papers import rows
-from .sources import file_source, mirror_location, urls_of
+from .sources import file_source, urls_of
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,12 @@ def task_status(config: dict, name: str) -> Status:
             return Status("task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks "
                           f"{', '.join(missing)}")
     by_hand, automatic = fetch_needs(config, task["dataset"])
-    if by_hand:  # still runnable: its fetch job fails with the instructions, and a user may mirror the files
+    if by_hand:  # still runnable: its extract job fails with the instructions
+        # where the user puts the file: in the download cache of their own results/, never the data mirror (a
+        # shared, read-only copy for many users, which is not theirs to write into)
         return Status("task", name, True, "no working automatic source for " + "; ".join(
-            f"{', '.join(files)} ({why}; put {'it' if len(files) == 1 else 'them'} in "
-            f"{mirror_location(config, task['dataset'], '')})" for why, files in by_hand.items()), fetch="manual")
+            f"{', '.join(Path(p).name for p in paths)} ({why}; put {'it' if len(paths) == 1 else 'them'} at "
+            f"{', '.join(paths)})" for why, paths in by_hand.items()), fetch="manual")
     if automatic:
         return Status("task", name, True, f"downloads {', '.join(automatic)} (not in the data mirror)",
                       fetch="download")
@@ -60,8 +62,8 @@ def task_status(config: dict, name: str) -> Status:
 
 
 def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[str]]:
-    """The downloads a dataset's files need (those not in the data mirror): ({why a person must fetch them: names},
-    [names fetched automatically])."""
+    """The downloads a dataset's files need (those not in the data mirror): ({why a person must fetch them: their
+    places in the download cache}, [names fetched automatically])."""
     spec = config["datasets"][dataset]
     by_hand, automatic = {}, []
     for name in spec.get("files", {}) if "user_path" not in spec else ():
@@ -74,8 +76,8 @@ def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[
             if Path(path).is_file():  # fetched by hand into its download folder: at hand
                 continue
             why = "; ".join(filter(None, [entry.get("reported_broken"), entry.get("manual")]))
-            if file not in by_hand.setdefault(why, []):
-                by_hand[why].append(file)
+            if path not in by_hand.setdefault(why, []):
+                by_hand[why].append(path)
         elif file not in automatic:
             automatic.append(file)
     return by_hand, automatic
@@ -104,9 +106,9 @@ def experiment_status(config: dict, name: str) -> Status:
     return Status("experiment", name, True, "ready")
 
 
-def row_statuses(config: dict) -> list[Status]:
+def row_statuses(config: dict, targeted: bool = False) -> list[Status]:
     out = []
-    for row in rows(config, ("tables",)):
+    for row in rows(config, ("tables",), targeted=targeted):
         if "experiment" in row.spec:
             s = experiment_status(config, row.spec["experiment"])
             out.append(Status("row", row.label, s.runnable, s.reason, fetch=s.fetch, waits_for=s.waits_for))
@@ -132,6 +134,30 @@ def all_statuses(config: dict) -> list[Status]:
         + [experiment_status(config, e) for e in config.get("experiments", {})]
         + row_statuses(config)
     )
+
+
+def targeted(config: dict) -> tuple[list[str], list[str]]:
+    """(tasks, experiments) a run of the config's `targets:` needs: the targeted tasks, the experiments of the
+    targeted tables' and figures' rows with the runs they warm-start from, and those experiments' tasks."""
+    experiments = config.get("experiments", {})
+    needed, todo = set(), list(rows_by_experiment(config))
+    while todo:
+        name = todo.pop()
+        if name in experiments and name not in needed:
+            needed.add(name)
+            if isinstance(experiments[name].get("warm_start"), str):
+                todo.append(experiments[name]["warm_start"])
+    wanted = config.get("targets", {}).get("tasks", "all")
+    tasks = set(config["tasks"]) if wanted == "all" else set(wanted)
+    tasks |= {experiments[name]["task"] for name in needed}
+    return [t for t in config["tasks"] if t in tasks], [e for e in experiments if e in needed]
+
+
+def targeted_statuses(config: dict) -> list[Status]:
+    """all_statuses for what the config's `targets:` need (an overlay's own tables, not the full grid's)."""
+    tasks, experiments = targeted(config)
+    return ([task_status(config, t) for t in tasks] + [experiment_status(config, e) for e in experiments]
+            + row_statuses(config, targeted=True))
 
 
 def summary(statuses: list[Status]) -> str:
