@@ -256,3 +256,31 @@ def test_status_lists_the_files_no_checksum_pins(capsys):
                            "SETIMES2.en-ro.txt.zip", "corpus.bt.en-ro.en.gz", "corpus.bt.en-ro.ro.gz"}
     assert "(iwslt14-ro-en, iwslt14-es-en): none published" in listed["2014-01.tgz"]
     assert "not newstest2012" in listed["newstest2012.en"]  # why no reference pins it
+
+
+def test_an_extract_whose_source_is_missing_makes_it_first(tmp_path, monkeypatch):
+    """The chain an extract job runs when neither the data mirror nor the download cache holds its file: download
+    the campaign archive into the cache, extract the pair's archive from it, extract the file from that."""
+    import json
+    import tarfile
+
+    from conftest import make_tgz
+
+    inner = make_tgz(tmp_path / "ro-en.tgz", {"ro-en/train.ro": b"a\nb\n"})
+    outer = tmp_path / "2014-01.tgz"
+    with tarfile.open(outer, "w:gz") as tar:
+        tar.add(inner, "2014-01/ro-en.tgz")
+    monkeypatch.chdir(tmp_path)
+    fetch_first = ["fetch", "results/downloads/k/2014-01.tgz", "--url", outer.as_uri()]
+    outer_first = ["extract", "results/downloads/k/2014-01.tgz", "results/raw/d/ro-en.tgz", "--archive", "--member",
+                   "2014-01/ro-en.tgz", "--where", "here", "--make-input", json.dumps(fetch_first)]
+    command = ["extract", "results/raw/d/ro-en.tgz", "results/raw/d/train.ro", "--archive", "--member",
+               "ro-en/train.ro", "--where", "here", "--make-input", json.dumps(outer_first)]
+    run = subprocess.run([sys.executable, "-m", "layerwise_nmt", *command], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "results/raw/d/train.ro").read_bytes() == b"a\nb\n"
+    assert (tmp_path / "results/downloads/k/2014-01.tgz").read_bytes() == outer.read_bytes()
+    outer.unlink()  # its URL gone: a second run finds the download and the pair's archive in place
+    (tmp_path / "results/raw/d/train.ro").unlink()
+    again = subprocess.run([sys.executable, "-m", "layerwise_nmt", *command], capture_output=True, text=True)
+    assert again.returncode == 0 and (tmp_path / "results/raw/d/train.ro").read_bytes() == b"a\nb\n", again.stderr
