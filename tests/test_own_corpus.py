@@ -71,7 +71,9 @@ def test_the_example_overlay_expands_to_the_comparison():
 
 
 def test_expansion(tmp_path):
-    config = load(overlay(tmp_path, corpus(tmp_path / "corp"), preset="iwslt", methods=["gca"]))
+    path = overlay(tmp_path, corpus(tmp_path / "corp", (("train", 300), ("dev", 40), ("test", 40), ("news", 20))),
+                   preset="iwslt", methods=["gca"])
+    config = load(edit(path, lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"})))
     assert config["datasets"]["my-corpus"]["files"]["train.xx"] == {"path": "train.xx.gz"}
     task = config["tasks"]["my_xxyy"]
     assert task["splits"]["valid"]["parts"] == ["valid.{lang}"] and task["estimate"]["train_pairs"] == 300
@@ -79,9 +81,16 @@ def test_expansion(tmp_path):
         "mine.gca_full", "mine.transformer", "mine.transformer_longer"]
     gca = config["experiments"]["mine.gca_full"]
     assert gca["warm_start"] == "mine.transformer" and gca["arch"]["preset"] == "iwslt"
-    assert config["papers"]["mine"]["tables"]["T1"]["metric"] == ["bleu", "chrf"]
+    table = config["papers"]["mine"]["tables"]["T1"]
+    assert table["metric"] == ["bleu", "chrf", "news_bleu", "news_chrf"] and table["verdict"] is True
+    assert task["splits"]["news"] == {"parts": ["news.{lang}"], "format": "plain"}
+    assert config["datasets"]["my-corpus"]["files"]["news.yy"] == {"path": "news.yy"}
+    assert "test sets test, news: tokenized BLEU and chrF (sacrebleu), cased;" in table["caption"]
     assert grid.runnable_tasks(config) == ["my_xxyy"]
     assert grid.load(ROOT / "config.yaml", tmp_path / "mine.yaml") == config  # the same however often it runs
+    lowercased = load(edit(path, lambda s: s["tasks"]["my_xxyy"].update(lowercase=True)))["papers"]["mine"]
+    assert "chrF (sacrebleu), lowercased (the task lowercases its text" in lowercased["tables"]["T1"]["caption"]
+    assert "(lowercased (the task" in lowercased["figures"]["buckets"]["caption"]
 
 
 def test_status_says_what_is_missing_and_plan_prices_it(tmp_path, capsys):
@@ -188,7 +197,8 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
     figure."""
     example = yaml.safe_load((ROOT / "examples" / "layer_mix" / "overlay.yaml").read_text())
     example["models"]["layer_mix"]["user_dir"] = str(ROOT / "examples" / "layer_mix")
-    path = overlay(tmp_path, corpus(tmp_path / "corp"),
+    sizes = (("train", 300), ("dev", 40), ("test", 40), ("news", 30))  # news: a second test set, named
+    path = overlay(tmp_path, corpus(tmp_path / "corp", sizes),
                    arch={"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2},
                    lwc_layers=3, decode={"beam": 2, "batch_size": 64},
                    train={"max_tokens": 500, "warmup_updates": 5, "total_num_update": 30, "max_update": 30,
@@ -196,6 +206,7 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
                    own_methods=example["compare"]["mix"]["own_methods"],
                    **{"continue": {"warmup_updates": 2, "total_num_update": 10, "max_update": 10}})
     edit(path, lambda s: s.update(models=example["models"]))
+    edit(path, lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"}))
     snakemake(tmp_path / "run", "tables", "--configfile", str(path))
     results = tmp_path / "run" / "results"
     with open(results / "tables" / "mine" / "T1.csv", newline="") as f:
@@ -206,12 +217,26 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
         "Dou et al. 2018 + Deep Representations (from the baseline)",
         "Learned layer mix, ELMo's scalar mix per decoder layer (ours)",
         "Baseline trained on as long (the warm-started rows' control)"]
-    for column in ("ours bleu", "ours chrf", "p vs bleu", "updates", "sentences seen", "target tokens"):
-        assert all(row[column] for row in table), column
+    for column in ("ours bleu", "ours chrf", "ours news_bleu", "ours news_chrf", "updates", "sentences seen",
+                   "target tokens"):
+        assert all(row[column] != "—" for row in table), column
+    for column in ("p vs bleu", "p vs chrf", "p vs news_bleu", "p vs news_chrf"):  # each method's own p-values
+        assert all(row[column] != "—" for row in table[1:6]), column
     assert [row["updates"] for row in table] == ["30", "30", "30", "10", "10", "30", "10"]
     assert {row["status"] for row in table} == {"ours"}
-    assert "worse than mine.transformer_longer" in table[3]["p vs bleu"] or "better" in table[3]["p vs bleu"]
-    assert "than mine.transformer)" in table[5]["p vs bleu"]
+    assert table[3]["p vs bleu"].endswith(" mine.transformer_longer)")  # a warm start: against its control
+    assert table[5]["p vs bleu"].endswith(" mine.transformer)") and table[5]["p vs chrf"].endswith(" mine.transformer)")
+    for row in table[1:6]:  # each method: who won, on every metric, against its own control, by the same test
+        control = "mine.transformer_longer" if "(from the baseline)" in row["row"] else "mine.transformer"
+        assert row["verdict"].startswith(f"vs {control}, paired bootstrap resampling (Koehn 2004), first seeds at "
+                                         f"p < 0.05: BLEU "), row["verdict"]
+        assert [part.split(" (")[0].split(" ", 1)[0] for part in row["verdict"].split(": ", 1)[1].split("; ")] == [
+            "BLEU", "chrF", "news", "news"]
+    assert table[0]["verdict"] == table[6]["verdict"] == "—"
+    md = (results / "tables" / "mine" / "T1.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| row"))
+    assert "paper" not in header and "delta" not in header and "| verdict |" in header
+    assert "test sets test, news: tokenized BLEU and chrF (sacrebleu), cased;" in md
     assert (results / "figures" / "mine" / "buckets.png").is_file()
     trained = checkpoint.load(results / "my_xxyy" / "mine.layer_mix" / "seed1" / "model.pt")
     assert (trained["model_name"], trained["model_class"]) == ("layer_mix", "layer_mix:LayerMixTransformer")

@@ -147,6 +147,10 @@ def test_params_and_plan_count_it_as_built(tmp_path, capsys):
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("mix T1"))
     assert line.split()[2:4] == ["7", "7"] and "not estimable" not in line, line
+    header = next(line for line in out.splitlines() if line.startswith("table "))
+    assert header.split()[:6] == ["table", "rows", "runs", "GPU-hours", "CPU-hours", "precision"]
+    gpu, cpu = map(float, line.split()[4:6])  # the demo preset: minutes on a GPU, under an hour on 2 cores
+    assert 0 < gpu < 0.01 and 0.1 < cpu < 2
 
 
 def test_rows_beside_the_papers(tmp_path):

@@ -335,3 +335,46 @@ def test_budget_columns_and_the_p_values_direction_explain_the_table(tmp_path):
     md = (tmp_path / "T1.md").read_text()
     assert "| updates | sentences seen | target tokens | valid loss (end) |" in md and "worse than demo" in md
     assert "p vs = that test's p-value and which way the difference goes" in md
+
+
+def test_a_table_of_ones_own_data_says_who_won(tmp_path):
+    """A comparison on the user's data (`verdict: true`, no printed numbers): per row against its control, on BLEU
+    and on chrF each with its own p-value, better / worse / no significant difference; no empty paper columns."""
+    ref = tmp_path / "ref.en"
+    ref.write_text("\n".join(f"the cat number {i} sat on the mat today" for i in range(40)) + "\n")
+    good = [f"the cat number {i} sat on the mat today" for i in range(40)]
+    bad = [f"a dog {i} ran" for i in range(40)]
+
+    def scores(name, bleu, chrf, lines):
+        record = _scores(tmp_path, name, [bleu], lines, ref)
+        path = record["test"][0]
+        Path(path).write_text(json.dumps({**json.loads(Path(path).read_text()), "chrf": chrf}))
+        return record
+
+    base, strong = scores("base", 5.0, 20.0, bad), scores("strong", 95.0, 97.0, good)
+    same = scores("same", 5.0, 20.0, bad)
+    spec = {"paper": "mine", "table": "T1", "metric": ["bleu", "chrf"], "verdict": True,
+            "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"}, "rows": [
+                {"label": "baseline", "state": "ok", "scores": base},
+                {"label": "mine", "state": "ok", "scores": strong, "baseline_scores": base,
+                 "compare_to": "x.transformer"},
+                {"label": "unchanged", "state": "ok", "scores": same, "baseline_scores": base,
+                 "compare_to": "x.transformer"},
+                {"label": "worse", "state": "ok", "scores": base, "baseline_scores": strong,
+                 "compare_to": "x.mine"},
+                {"label": "blocked", "state": "blocked", "reason": "no data"}]}
+    table = write(spec, str(tmp_path / "T1")).set_index("row")
+    test = "paired bootstrap resampling (Koehn 2004), first seeds at p < 0.05"
+    assert table.loc["mine", "verdict"] == (f"vs x.transformer, {test}: BLEU better "
+                                            f"(p = {table.loc['mine', 'p bleu']:.3g}); chrF better "
+                                            f"(p = {table.loc['mine', 'p chrf']:.3g})")
+    assert table.loc["mine", "p chrf"] < 0.05 and table.loc["mine", "ours chrf"] == "97.00 * (n=1)"
+    assert table.loc["unchanged", "verdict"].endswith("BLEU no difference (the same score); chrF no difference (the "
+                                                      "same score)")
+    assert table.loc["unchanged", "p vs bleu"].endswith("(equal to x.transformer)")
+    assert "BLEU worse" in table.loc["worse", "verdict"] and "chrF worse" in table.loc["worse", "verdict"]
+    assert table.loc["baseline", "verdict"] == NOT_RUN and table.loc["blocked", "verdict"] == NOT_RUN
+    assert table.loc["worse", "p vs chrf"].endswith("(worse than x.mine)")
+    header = next(line for line in (tmp_path / "T1.md").read_text().splitlines() if line.startswith("| row"))
+    assert header == ("| row | ours bleu | p vs bleu | ours chrf | p vs chrf | verdict | status |")
+    assert "paper = printed" not in (tmp_path / "T1.md").read_text()

@@ -24,6 +24,11 @@ from . import grid as cfg
 from . import model_sizes
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
+# A CPU's sustained rate in this file's counting (6 · N · source + target tokens): the demo's model (7.58M parameters)
+# trained at 2,257 target tokens/s in fp32 on a 2-core AMD EPYC Zen 4 (docs/benchmarks.md), the source side about as
+# long as the target: 6 × 7.58e6 × 2 × 2,257 ≈ 205 GFLOP/s. fp32: what `amp: auto` picks on most CPUs.
+CPU_TFLOPS = 0.205
+CPU_SIZED_HOURS = 48  # a table a 2-core CPU trains within two days gets a CPU-hours estimate beside its GPU-hours
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,10 @@ class Cost:
             return None
         return self.seeds * 6 * self.params * self.tokens / (tflops * 1e12) / 3600
 
+    def cpu_hours(self) -> float | None:
+        """Hours on a 2-core CPU at the demo's measured fp32 training rate (CPU_TFLOPS)."""
+        return self.gpu_hours(CPU_TFLOPS)
+
 
 def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
     estimate = config["tasks"][e["task"]].get("estimate", {})
@@ -181,16 +190,30 @@ def plan(config: dict) -> list[dict]:
     return out
 
 
+def cpu_sized(record: dict) -> float | None:
+    """A table's CPU-hours (2 cores, fp32) when a CPU trains it within CPU_SIZED_HOURS, else None."""
+    hours = [c.cpu_hours() for c in record["costs"]]
+    total = sum(h for h in hours if h is not None)
+    return total if hours and None not in hours and total <= CPU_SIZED_HOURS else None
+
+
 def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
+    cpu = any(cpu_sized(r) is not None for r in records)  # the column only where some table is CPU-sized
     lines = [f"GPU-hours to train every experiment of each table (seeds included) on {pricing.describe()}; each row "
              f"priced in the precision it trains in there (amp: auto = bf16, or fp16 without bf16; amp: none = "
-             f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner.", "",
-             f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  {'precision':<10} notes"]
+             f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner."
+             + (f" CPU-hours: on 2 cores at the demo's measured fp32 training rate ({CPU_TFLOPS * 1e3:.0f} GFLOP/s: "
+                f"2,257 target tokens/s on an AMD EPYC Zen 4, docs/benchmarks.md), for tables a CPU trains within "
+                f"{CPU_SIZED_HOURS} hours; decoding and data preparation not counted." if cpu else ""), "",
+             f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  " + (f"{'CPU-hours':>9}  " if cpu else "")
+             + f"{'precision':<10} notes"]
     seen: dict[str, Cost] = {}
     for r in records:
         hours = [c.hours(pricing) for c in r["costs"]]
         known = [h for h in hours if h is not None]
         bound = "≤" if any(c.upper_bound for c in r["costs"]) else " "
+        on_cpu = cpu_sized(r)
+        cpu_column = (f"{bound}{hours_text(on_cpu):>8}  " if on_cpu is not None else f"{'—':>9}  ") if cpu else ""
         precisions = "+".join(sorted({c.precision(pricing) for c in r["costs"]})) or "—"
         notes = []
         if r["blocked"]:
@@ -200,7 +223,7 @@ def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
             notes.append(f"{len(unknown)} not estimable ({unknown[0].note})")
         total = f"{bound}{hours_text(sum(known))}" if known else "—"
         lines.append(f"{r['paper'] + ' ' + r['table']:<10} {r['rows']:>4} {len(r['costs']):>4} {total:>10}  "
-                     f"{precisions:<10} {'; '.join(notes)}".rstrip())
+                     f"{cpu_column}{precisions:<10} {'; '.join(notes)}".rstrip())
         seen.update({c.experiment: c for c in r["costs"]})
     overall = sum(h for c in seen.values() if (h := c.hours(pricing)) is not None)
     lines += ["", f"all tables: {len(seen)} distinct experiments, {hours_text(overall)} GPU-hours "
@@ -223,6 +246,8 @@ def render_budgets(config: dict) -> str:
 
 
 def hours_text(hours: float) -> str:
+    if hours < 0.1:  # a CPU-sized table's few GPU-minutes: two significant digits, never 0.0
+        return f"{hours:.2g}"
     return f"{hours:,.1f}" if hours < 10 else f"{hours:,.0f}"
 
 
@@ -236,7 +261,8 @@ def rows(records: list[dict], pricing: Pricing, config: dict) -> list[dict]:
                         "tokens": c.tokens, "seeds": c.seeds, "upper_bound": c.upper_bound,
                         "gpu": GPUS[pricing.gpu].name, "precision": c.precision(pricing),
                         "sustained_tflops": pricing.rate(c.precision(pricing)),
-                        "gpu_hours": c.hours(pricing), "updates": b.updates, "epochs": b.epochs,
+                        "gpu_hours": c.hours(pricing), "cpu_hours": c.cpu_hours(), "updates": b.updates,
+                        "epochs": b.epochs,
                         "problems": "; ".join(b.problems), "note": c.note})
     return out
 

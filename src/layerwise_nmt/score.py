@@ -97,28 +97,40 @@ def bucket_bleu(hyps: list[str], refs: list[list[str]], sources: list[str], cfg:
     return out
 
 
+def measured(cfg: ScoreConfig, measure: str):
+    """(sacrebleu metric, the text it reads) of a score.json measure: BLEU on compound-split text where the score
+    splits compounds, chrF on the text as it is (as `score_file` computes them)."""
+    if measure == "chrf":
+        return CHRF(lowercase=cfg.lowercase), (lambda lines: lines)
+    return metric(cfg), (lambda lines: prepare(lines, cfg))
+
+
 def paired_bootstrap(baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig,
-                     samples: int = 1000) -> dict:
-    """sacrebleu's paired bootstrap resampling (Koehn 2004): p-value of `system` vs `baseline`."""
+                     samples: int = 1000, measure: str = "bleu") -> dict:
+    """sacrebleu's paired bootstrap resampling (Koehn 2004): p-value of `system` vs `baseline` in BLEU (or chrF)."""
     from sacrebleu.significance import PairedTest
 
-    test = PairedTest([("baseline", prepare(baseline, cfg)), ("system", prepare(system, cfg))],
-                      {"BLEU": metric(cfg)}, [prepare(r, cfg) for r in refs], test_type="bs", n_samples=samples)
+    scorer, text = measured(cfg, measure)
+    test = PairedTest([("baseline", text(baseline)), ("system", text(system))], {measure: scorer},
+                      [text(r) for r in refs], test_type="bs", n_samples=samples)
     _, results = test()
-    system_result = results["BLEU"][1]
+    system_result = next(column for name, column in results.items() if name != "System")[1]  # BLEU or chrF2
     return {"p_value": system_result.p_value, "mean": system_result.mean, "ci": system_result.ci,
             "samples": samples}
 
 
-def sign_test(baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
-    """Collins et al. 2005's sign test, as Dou et al. use it: per sentence, does the system's sentence BLEU beat the
-    baseline's? Ties are dropped; the two-sided binomial p-value of the wins among the rest."""
+def sign_test(baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig,
+              measure: str = "bleu") -> dict:
+    """Collins et al. 2005's sign test, as Dou et al. use it: per sentence, does the system's sentence BLEU (or
+    chrF) beat the baseline's? Ties are dropped; the two-sided binomial p-value of the wins among the rest."""
     from scipy.stats import binomtest
 
-    m = BLEU(tokenize=cfg.tokenize, lowercase=cfg.lowercase, force=True, effective_order=True)
+    m, text = measured(cfg, measure)
+    if measure == "bleu":
+        m = BLEU(tokenize=cfg.tokenize, lowercase=cfg.lowercase, force=True, effective_order=True)
     wins = losses = 0
-    for i, (b, s) in enumerate(zip(prepare(baseline, cfg), prepare(system, cfg))):
-        ref = [prepare([r[i]], cfg)[0] for r in refs]
+    for i, (b, s) in enumerate(zip(text(baseline), text(system))):
+        ref = [text([r[i]])[0] for r in refs]
         delta = m.sentence_score(s, ref).score - m.sentence_score(b, ref).score
         wins, losses = wins + (delta > 0), losses + (delta < 0)
     p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0

@@ -151,21 +151,41 @@ def _paper(config: dict, name: str, spec: dict, rows: list[dict]) -> dict:
     preset = PRESETS[spec["preset"]]
     seeds = spec.get("seeds", [1])
     where = f"{task['src']}→{task['tgt']} ({spec['task']})"
+    tests = [s for s in task.get("splits", {}) if s not in ("train", "valid")]  # test, then the named ones
+    sets = "test set" if tests == ["test"] else f"test sets {', '.join(tests)}"
+    methods = "the four methods" + (" and yours" if spec.get("own_methods") else "")
+    first = " on the first seed" if len(seeds) > 1 else ""
     return {
-        "title": spec.get("title", f"The four methods on {where}"),
+        "title": spec.get("title", f"{methods[0].upper()}{methods[1:]} on {where}"),
         "tables": {"T1": {
-            "caption": f"{where} test set: tokenized BLEU and chrF (sacrebleu); * = better than the row's control "
-                       f"at p < 0.05 (paired bootstrap{' on the first seed' if len(seeds) > 1 else ''}).",
+            "caption": f"{where}, {sets}: {bleu_kind(spec)} and chrF (sacrebleu), {casing(task, spec)}; * = better "
+                       f"than the row's control at p < 0.05 (paired bootstrap{first}, on BLEU and on chrF alike).",
             "scale": f"{spec['preset']}: {preset['what']}; {len(seeds)} seed(s).",
-            "metric": ["bleu", "chrf"],
+            "metric": [f"{prefix}{m}" for prefix in [""] + [f"{s}_" for s in tests[1:]] for m in ("bleu", "chrf")],
             "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"},
+            "verdict": True,
             "budget": True,
             "rows": rows,
         }},
         "figures": {"buckets": {
             "kind": "length_buckets",
-            "caption": f"BLEU by source length on {where}: the baseline and each method, with each one's gain over "
-                       f"the baseline on the second axis.",
+            "caption": f"BLEU by source length on {where} ({casing(task, spec)}): the baseline and each method, with "
+                       f"each one's gain over the row its table compares it with (the warm-started rows: their "
+                       f"control, trained as long) on the second axis.",
             "rows": [{"label": r["label"], "experiment": r["experiment"]} for r in rows],
         }},
     }
+
+
+def bleu_kind(spec: dict) -> str:
+    tokenize = (spec.get("score") or {}).get("tokenize", "none")
+    return "tokenized BLEU" if tokenize == "none" else f"detokenized BLEU ({tokenize})"
+
+
+def casing(task: dict, spec: dict) -> str:
+    """Whether the scores are cased: the task trains on lowercased text, or the score ignores case, or neither."""
+    if task.get("lowercase"):
+        return "lowercased (the task lowercases its text: the models never see case)"
+    if (spec.get("score") or {}).get("lowercase"):
+        return "case-insensitive (cased models, scored lowercased)"
+    return "cased"

@@ -7,8 +7,10 @@ train/valid/test splits of a task on it, when the task does not spell them out.
         local: {dir: ~/corpora/fi-et, train: "train.{lang}.gz", valid: "dev.{lang}", test: "test.{lang}"}
 
 A split's files are a name with `{lang}` (the task's language codes fill it in), or one name per language
-(`{fi: corpus.fi, et: corpus.et}`). The raw copies are results/raw/<dataset>/<split>.<lang>, hashed on first use:
-a file that changes afterwards is refused (data/extract.py)."""
+(`{fi: corpus.fi, et: corpus.et}`). Further test sets go under `tests:` by name (`tests: {news: "news.{lang}"}`):
+each becomes an evaluation split of that name, scored like the test set. The raw copies are
+results/raw/<dataset>/<split>.<lang>, hashed on first use: a file that changes afterwards is refused
+(data/extract.py)."""
 
 from __future__ import annotations
 
@@ -40,18 +42,21 @@ def expand_local(config: dict) -> None:
         if task.get("dataset") not in local:
             continue
         spec = datasets[task["dataset"]]
-        for split in SPLITS:
-            for lang, file in split_files(spec["local"], split, task, task["dataset"], task_name).items():
+        named = named_test_sets(spec["local"])
+        for split in SPLITS + tuple(named):
+            source = {"dir": spec["local"]["dir"], **named} if split in named else spec["local"]
+            for lang, file in split_files(source, split, task, task["dataset"], task_name,
+                                          "tests" if split in named else "").items():
                 spec["files"][f"{split}.{lang}"] = {"path": file}
         for lang in (task["src"], task["tgt"]):
             if lang == "zh" and "tokenizer" not in task.get("tokenize", {}):  # as the WMT17 Zh-En task does it
                 task.setdefault("tokenize", {}).setdefault("zh", {}).setdefault("tokenizer", "jieba")
         splits = task.setdefault("splits", {})
-        for split in SPLITS:
+        for split in SPLITS + tuple(named):
             default = {"parts": [f"{split}.{{lang}}"], "format": "plain"}
             if split == "train":
                 default["clean"] = {"ratio": 9.0, "min_len": 1, "max_len": 250}
-            else:
+            elif split in SPLITS:  # a named test set is assembled apart from train (assemble_eval): not checked
                 default["overlap_with_train"] = "warn"  # the dataset's own test data: nothing checked it
             splits[split] = {**default, **splits.get(split, {})}
         if "estimate" not in task:
@@ -60,9 +65,16 @@ def expand_local(config: dict) -> None:
                 task["estimate"] = found
 
 
-def split_files(local: dict, split: str, task: dict, dataset: str, task_name: str) -> dict[str, str]:
-    """{language: file name under the directory} of one split, checked against the task's languages."""
-    entry, key = local.get(split), f"datasets/{dataset}/local/{split}"
+def named_test_sets(local: dict) -> dict:
+    """The further test sets of a `local:` entry, by name (`tests:`)."""
+    return dict(local.get("tests") or {})
+
+
+def split_files(local: dict, split: str, task: dict, dataset: str, task_name: str,
+                group: str = "") -> dict[str, str]:
+    """{language: file name under the directory} of one split, checked against the task's languages; `group`: the
+    key the split is under (tests), for messages."""
+    entry, key = local.get(split), f"datasets/{dataset}/local/{f'{group}/' if group else ''}{split}"
     langs = (task["src"], task["tgt"])
     if entry is None:
         raise UserError(f"config key {key}: missing; expected the {split} file of each language, e.g. "

@@ -57,7 +57,8 @@ def table_spec(config, paper, table):
         rows.append(out)
     return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
             "metric": metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
-            "significance": spec.get("significance"), "mean_of": derived, "budget": spec.get("budget", False),
+            "significance": spec.get("significance"), "verdict": spec.get("verdict", False),
+            "mean_of": derived, "budget": spec.get("budget", False),
             "precision": config["papers"][paper].get("precision", "")}
 
 

@@ -28,29 +28,36 @@ def build(spec: dict) -> pd.DataFrame:
     metrics = metrics_of(spec)
     with_params = any("params_m" in row.get("paper", {}) for row in spec["rows"])
     test = spec.get("significance")
+    every = bool(test and spec.get("verdict"))  # the papers test BLEU; a verdict table tests every metric
     records = []
     for row in spec["rows"]:
         scores = load_scores(row.get("scores", {}))
         baseline = load_scores(row.get("baseline_scores", {}))
         record = {"row": row["label"]}
         ran = row["state"] in RAN and any(scores.values())
+        tested: dict[str, tuple[float | None, str]] = {}  # metric → (p, better | worse | equal)
         for metric in metrics:
             suffix = f" {metric}" if len(metrics) > 1 else ""
             split, measure = split_of(metric), measure_of(metric)
             if metric in spec.get("mean_of", {}):  # e.g. MLRF's NIST "Ave.": per seed, the mean of MT04/05/08
                 scores[split] = mean_scores([scores.get(split_of(m), []) for m in spec["mean_of"][metric]])
             cell = cells(row.get("paper", {}).get(metric), [value(s, measure) for s in scores.get(split, [])], ran)
-            if test and measure == "bleu":
+            if test and (measure == "bleu" or every):
                 cell["p vs"] = NOT_RUN
-            if test and ran and baseline.get(split) and measure == "bleu":  # the papers' tests are on BLEU
-                cell["p"] = p_value(test["test"], baseline[split], scores[split])
-                better = cell["ours_mean"] > seeds_summary([b["bleu"] for b in baseline[split]])["mean"]
-                if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and better:
+            if test and (measure == "bleu" or every) and ran and baseline.get(split):
+                cell["p"] = p_value(test["test"], baseline[split], scores[split], measure)
+                theirs = seeds_summary([value(b, measure) for b in baseline[split]])["mean"]
+                way = "better" if cell["ours_mean"] > theirs else "worse" if cell["ours_mean"] < theirs else "equal"
+                if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and way == "better":
                     cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
                 # the p-value says how sure, not which way: the direction beside it (a two-sided test)
+                than = "to" if way == "equal" else "than"
                 cell["p vs"] = NOT_RUN if cell["p"] is None else \
-                    f"{cell['p']:.3g} ({'better' if better else 'worse'} than {row.get('compare_to', 'its baseline')})"
+                    f"{cell['p']:.3g} ({way} {than} {row.get('compare_to', 'its baseline')})"
+                tested[metric] = (cell["p"], way)
             record.update({f"{k}{suffix}": v for k, v in cell.items()})
+        if every:
+            record["verdict"] = verdict(row, tested, test) if ran else NOT_RUN
         record["status"] = ("ours" + cut_short(row.get("runs", []))) if ran else row.get("reason", "not run yet")
         if spec.get("budget"):
             record.update(budget(row.get("runs", []) if ran else []))
@@ -127,16 +134,42 @@ def load_scores(paths: dict) -> dict[str, list[dict]]:
     return {split: [json.loads(Path(p).read_text()) for p in files] for split, files in paths.items()}
 
 
-def p_value(test: str, baseline: list[dict], system: list[dict]) -> float | None:
-    """The table's declared test of `system` against `baseline` (score.json records of each seed)."""
+def verdict(row: dict, tested: dict[str, tuple[float | None, str]], test: dict) -> str:
+    """A row's verdict against the row it is compared with, per metric: better / worse at p < the table's p, else
+    no significant difference, with the test and each p-value; — for a row compared with none."""
+    if not row.get("compare_to"):
+        return NOT_RUN
+    level = test.get("p", 0.01)
+    parts = []
+    for metric, (p, way) in tested.items():
+        if p is None:
+            parts.append(f"{metric_name(metric)} not tested (the test needs more seeds)")
+        elif way == "equal":  # sacrebleu's bootstrap gives identical scores its smallest p: no difference to test
+            parts.append(f"{metric_name(metric)} no difference (the same score)")
+        else:
+            word = way if p < level else "no significant difference"
+            parts.append(f"{metric_name(metric)} {word} (p = {p:.3g})")
+    return f"vs {row['compare_to']}, {TESTS[test['test']]} at p < {level:g}: {'; '.join(parts)}"
+
+
+def metric_name(metric: str) -> str:
+    """bleu → BLEU, chrf → chrF, news_bleu → news BLEU."""
+    measure = measure_of(metric)
+    name = {"bleu": "BLEU", "chrf": "chrF"}[measure]
+    return name if metric == measure else f"{split_of(metric)} {name}"
+
+
+def p_value(test: str, baseline: list[dict], system: list[dict], measure: str = "bleu") -> float | None:
+    """The table's declared test of `system` against `baseline` (score.json records of each seed), on BLEU or
+    chrF."""
     if test == "t_test":
-        return t_test([b["bleu"] for b in baseline], [s["bleu"] for s in system])
+        return t_test([value(b, measure) for b in baseline], [value(s, measure) for s in system])
     hyps, base = list(read_lines(system[0]["hyp"])), list(read_lines(baseline[0]["hyp"]))
     refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps), system[0].get("stacked_refs", False))]
     cfg = ScoreConfig.from_dict(system[0]["options"])
     if test == "sign_test":
-        return sign_test(base, hyps, refs, cfg)["p_value"]
-    return paired_bootstrap(base, hyps, refs, cfg)["p_value"]
+        return sign_test(base, hyps, refs, cfg, measure)["p_value"]
+    return paired_bootstrap(base, hyps, refs, cfg, measure=measure)["p_value"]
 
 
 def run_speeds(row: dict) -> tuple[float | None, float | None]:
@@ -182,7 +215,8 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     table = build(spec)
     with atomic_path(f"{out_prefix}.csv") as tmp:
         table.to_csv(tmp, index=False)
-    shown = table[[c for c in table.columns if c == "row" or c.split(" ")[0] in ("paper", "ours", "delta")
+    kept = ("paper", "ours", "delta") if printed(spec) else ("ours",)  # a table of the user's own data: no paper
+    shown = table[[c for c in table.columns if c == "row" or c.split(" ")[0] in kept or c == "verdict"
                    or c.startswith(("params (", "train speed (", "decode speed (", "p vs")) or c in BUDGET]
                   + ["status"]]
     lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
@@ -243,14 +277,25 @@ def precision_lines(spec: dict) -> list[str]:
     return [""] + out if out else []
 
 
+def printed(spec: dict) -> bool:
+    """Whether any row has a number the paper printed (a comparison on the user's own data has none: its table
+    shows no paper and Δ columns, which would be empty)."""
+    return any(row.get("paper") for row in spec["rows"])
+
+
 def legend(spec: dict) -> str:
-    text = (f"Metric: {', '.join(metrics_of(spec))}; paper = printed in the paper (never ours); "
-            f"ours = mean ± sd over seeds; {NOT_RUN} = not run, with the reason in status.")
+    paper = "paper = printed in the paper (never ours); " if printed(spec) else ""
+    text = (f"Metric: {', '.join(metrics_of(spec))}; {paper}ours = mean ± sd over seeds; {NOT_RUN} = not run, with "
+            f"the reason in status.")
     test = spec.get("significance")
     if test:
         text += (f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
-                 f" ({TESTS[test['test']]}), as the paper marks it; p vs = that test's p-value and which way the "
-                 f"difference goes (better or worse).")
+                 f" ({TESTS[test['test']]}){', as the paper marks it' if printed(spec) else ''}; p vs = that test's "
+                 f"p-value and which way the difference goes (better or worse).")
+        if spec.get("verdict"):
+            text += (f" verdict = each metric against the row it is compared with, by the same test: better or worse "
+                     f"at p < {test.get('p', 0.01)}, else no significant difference ({NOT_RUN}: a row compared with "
+                     f"none).")
     if spec.get("budget"):
         text += (" Budget per row (mean over seeds): updates, sentence pairs and target tokens trained on, and the "
                  "validation loss (bits per token) at the end — rows trained for different budgets are not a "
