@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from conftest import ROOT, TINY, assert_autoregressive, snakemake, tiny_batch, toy_spec
+from test_driver_env import driver, run as run_driver  # noqa: F401  (driver: the Snakemake-only venv, a fixture)
 from layerwise_nmt import UserError, checkpoint
 from layerwise_nmt import grid as cfg
 from layerwise_nmt.grid.stage_checks import check_experiments
@@ -291,3 +292,26 @@ def test_a_settings_key_the_class_does_not_know(tmp_path, capsys):
         build(spec["model"], {**spec["arch"], "src_vocab": 10, "tgt_vocab": 10}, UserModel.from_spec(spec))
     assert str(err.value) == ("model layer_mix (layer_mix:LayerMixTransformer): unknown model setting(s) "
                               "per_layayer; did you mean per_layer?")
+
+
+def test_two_ranks_in_bf16_train_it(trained, tmp_path):
+    """`lwnmt train --ranks 2` (torchrun, two gloo ranks) with amp: bf16: each rank imports the class the spec names."""
+    spec = {**trained["spec"], "train": {**trained["spec"]["train"], "max_update": 2, "amp": "bf16"}}
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
+                             str(trained["data"]), "--src", "de", "--tgt", "en", "--save-dir", str(tmp_path / "run"),
+                             "--final", str(tmp_path / "model.pt"), "--threads", "1", "--ranks", "2"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "data-parallel: 2 ranks (gloo)" in result.stderr and "precision: bf16" in result.stderr
+    assert checkpoint.load(tmp_path / "model.pt")["model_class"] == LAYER_MIX.target
+
+
+def test_snakemake_alone_reads_it(driver, tmp_path):
+    """In an environment holding only Snakemake (tests/test_driver_env.py's), the DAG builds and the linter passes
+    with the example's model in the config: nothing at DAG time imports torch or the module."""
+    overlay = example_overlay(tmp_path)
+    dry = run_driver(driver, tmp_path / "run", "-n", "--quiet", "rules", "--configfile", str(overlay))
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-3000:]
+    assert "train" in dry.stdout and "translate" in dry.stdout
+    lint = run_driver(driver, tmp_path / "run", "--lint", "--configfile", str(overlay))
+    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout[-3000:]
