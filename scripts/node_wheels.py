@@ -1,8 +1,8 @@
 """The wheels a GPU node without internet needs to run the workflow, and only those: the closure of what we use
-there (snakemake, sacremoses, subword-nmt, jsonschema) at the versions constraints.txt pins, minus the packages its
-image already has (scripts/node-image-packages.txt, or your node's own list), each as a wheel for its Python: a
-binary wheel for that Python and platform where PyPI has one, else a wheel built here from the sdist (pure-Python
-packages such as connection_pool publish only an sdist, which `pip download --only-binary` refuses).
+there (snakemake, sacremoses, subword-nmt, jsonschema, tensorboardX) at the versions constraints.txt pins, minus the
+packages its image already has (scripts/node-image-packages.txt, or your node's own list), each as a wheel for its
+Python: a binary wheel for that Python and platform where PyPI has one, else a wheel built here from the sdist
+(pure-Python packages such as connection_pool publish only an sdist, which `pip download --only-binary` refuses).
 
     python scripts/node_wheels.py OUT_DIR [--python-version 3.12] [--image-packages FILE]
 
@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("snakemake", "sacremoses", "subword-nmt", "jsonschema")
+TOP = ("snakemake", "sacremoses", "subword-nmt", "jsonschema", "tensorboardX")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 

@@ -206,3 +206,81 @@ def test_a_sweep_is_titled_by_what_it_sweeps_and_its_series(tmp_path):
     fig, _, _ = draw(spec)
     assert fig.axes[0].get_title() == "BLEU by n_hop: baseline vs Dec-SA\nIWSLT14 De→En · up to 100 epochs each"
     assert_no_legend_hides_data(fig)
+
+
+def test_each_rows_gain_is_over_the_row_it_is_compared_with(tmp_path):
+    """A warm-started row's gain is over its control (trained as long), not over the baseline that trained less:
+    the demo's figure drew GCA's gain over the 1,000-update baseline, mostly the 300 extra updates."""
+    spec = {"paper": "demo", "figure": "buckets", "kind": "length_buckets", "rows": [
+        {"label": "baseline", "experiment": "base", "trained": TRAINED,
+         "scores": [bucket_scores(tmp_path, "b", [30, 25, 20, 15])]},
+        {"label": "GCA", "experiment": "gca", "compare_to": "longer", "trained": TRAINED,
+         "scores": [bucket_scores(tmp_path, "g", [33, 29, 25, 21])]},
+        {"label": "control", "experiment": "longer", "trained": TRAINED,
+         "scores": [bucket_scores(tmp_path, "c", [32, 27, 23, 18])]}]}
+    fig, drawn, _ = draw(spec)
+    gains = {line.get_label(): list(line.get_ydata()) for axis in fig.axes for line in axis.get_lines()
+             if line.get_label().startswith("gain")}
+    assert gains == {"gain of GCA over control": [1, 2, 2, 3], "gain of control over baseline": [2, 2, 3, 3]}
+    gca = drawn[drawn["row"] == "GCA"]
+    assert list(gca["gain"]) == [1, 2, 2, 3] and set(gca["gain_over"]) == {"control"}
+    assert drawn[drawn["row"] == "baseline"]["gain"].isna().all()
+
+
+def test_the_attention_figures_title_clears_its_panels_titles(tmp_path):
+    rows = []
+    for k, (label, module) in enumerate((("baseline: decoder layer 1 → source", "decoder.layers.0.cross_attn"),
+                                         ("LWC: layer 1, mixed attention", "layers.0.attn"),
+                                         ("MLRF Dec-SA: layer attention per hop", "decoder_fusion"))):
+        inspection = tmp_path / f"{k}.json"
+        inspection.write_text(json.dumps({"grid": [[0.2, 0.3, 0.5], [0.1, 0.6, 0.3]], "ys": ["a", "b"],
+                                          "xs": ["x", "y", "z"], "x_label": "source", "split": None,
+                                          "y_label": "target", "module": module}))
+        rows.append({"label": label, "experiment": f"demo.{k}", "trained": TRAINED, "inspection": str(inspection)})
+    spec = {"paper": "demo", "figure": "attention", "kind": "attention", "rows": rows}
+    fig, _, _ = draw(spec)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    heading = fig._suptitle.get_window_extent(renderer)
+    titles = [axis.title.get_window_extent(renderer) for axis in fig.axes if axis.get_title()]
+    assert len(titles) == 3
+    for box in titles:
+        assert not heading.overlaps(box), f"the figure's title {heading} overlaps a panel's title {box}"
+        assert box.y1 <= heading.y0  # below it, not beside it
+    assert heading.y1 <= fig.bbox.y1  # and the heading itself stays on the figure
+
+
+def test_validation_curves_draw_each_runs_metric_from_its_metrics_csv(tmp_path):
+    paths = {}
+    for name, loss, bleu in (("base", [5.0, 4.6, 4.2], [10.0, 14.0, 17.5]), ("fused", [5.2, 4.5, 4.0], [""] * 3)):
+        paths[name] = tmp_path / name / "metrics.csv"
+        paths[name].parent.mkdir()
+        # the second run resumed at update 400: its row is there twice, the later one wins
+        pd.DataFrame({"epoch": [1, 1, 1, 2], "partial": [True, True, True, False], "update": [200, 400, 400, 600],
+                      "valid_loss": [loss[0], 9.9, loss[1], loss[2]], "valid_accuracy": [0.3, 0.35, 0.4, 0.5],
+                      "valid_bleu": [bleu[0], 1.0, bleu[1], bleu[2]] if bleu[0] != "" else [""] * 4}).to_csv(
+            paths[name], index=False)
+    rows = [{"label": "baseline", "experiment": "demo.transformer", "trained": TRAINED, "metrics": str(paths["base"])},
+            {"label": "MLRF Dec-SA", "experiment": "demo.mlrf_dec_sa", "trained": TRAINED,
+             "metrics": str(paths["fused"])},
+            {"label": "LWC", "experiment": "demo.lwc", "state": "blocked", "reason": "not run yet"}]
+    spec = {"paper": "demo", "figure": "curves", "kind": "validation_curves", "metric": "loss", "rows": rows}
+    fig, drawn, missing = draw(spec)
+    assert missing == ["LWC: not run yet"]
+    assert fig.axes[0].get_title().startswith("Validation loss while training: baseline vs MLRF Dec-SA vs LWC")
+    assert fig.axes[0].get_ylabel() == "validation loss (bits per target token)"
+    lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
+    assert lines == {"baseline": [5.0, 4.6, 4.2], "MLRF Dec-SA": [5.2, 4.5, 4.0]}
+    assert list(drawn.query("row == 'baseline'")["update"]) == [200, 400, 600]
+    assert_no_legend_hides_data(fig)
+
+    fig, drawn, missing = draw({**spec, "metric": "bleu", "rows": [dict(row) for row in rows]})
+    assert {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()} == {
+        "baseline": [10.0, 14.0, 17.5]}
+    assert missing == ["LWC: not run yet", "MLRF Dec-SA: its metrics.csv has no valid_bleu (train: {valid_bleu: "
+                                           "true} computes it)"]
+    assert set(drawn["metric"]) == {"valid_bleu"} and "Validation BLEU" in fig.axes[0].get_title()
+    fig, drawn, _ = draw({**spec, "metric": "accuracy", "rows": [dict(row) for row in rows]})
+    assert list(drawn.query("row == 'baseline'")["value"]) == [30.0, 40.0, 50.0]
+    write_figure({**spec, "rows": [dict(row) for row in rows]}, str(tmp_path / "curves"))
+    assert (tmp_path / "curves.png").stat().st_size > 10_000 and (tmp_path / "curves.csv").exists()

@@ -51,10 +51,10 @@ def test_shards_keep_a_baseline_with_the_rows_warm_started_from_it():
 
 def test_wheels_are_what_the_image_lacks_and_nothing_it_has(tmp_path):
     needed = node_wheels.closure()
-    assert {"snakemake", "sacremoses", "subword-nmt", "jsonschema", "connection-pool"} <= set(needed)
+    assert {"snakemake", "sacremoses", "subword-nmt", "jsonschema", "connection-pool", "tensorboardx"} <= set(needed)
     image = node_wheels.image_packages(ROOT / "scripts" / "node-image-packages.txt")
     assert {"torch", "numpy", "pyyaml", "pandas", "sacrebleu", "nvidia-ml-py"} <= image
-    assert not {"snakemake", "jsonschema", "sacremoses", "subword-nmt"} & image  # the image lacks these: carried
+    assert not {"snakemake", "jsonschema", "sacremoses", "subword-nmt", "tensorboardx"} & image  # carried
 
 
 def test_a_machine_without_the_wheels_says_what_is_missing(tmp_path):

@@ -310,7 +310,8 @@ def test_train_takes_fairseq_flags_over_the_spec():
 
 
 def test_tensorboard_event_files_hold_the_curves_of_metrics_csv(data, tmp_path):
-    """With the optional `tensorboard` package, the run's curves are also event files beside metrics.csv."""
+    """The run's curves are also event files beside metrics.csv (written by tensorboardX, a dependency; reading them
+    back needs the optional `tensorboard` package)."""
     import csv
 
     pytest.importorskip("tensorboard", reason="the optional dependency (make test installs it)")

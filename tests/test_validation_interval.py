@@ -53,3 +53,19 @@ def test_the_demo_baselines_training_gives_the_same_model_with_its_validations(t
         shas[every] = digest(tmp_path / f"{every}.pt", "model")
     assert len(pd.read_csv(tmp_path / "every1" / "metrics.csv")) > len(pd.read_csv(tmp_path / "every0" / "metrics.csv"))
     assert shas[0] == shas[1]
+
+
+def test_validation_bleu_at_every_validation_leaves_the_model_bit_for_bit(toy_data, tmp_path):
+    """`valid_bleu: true` adds BLEU to every validation, within epochs too (the validation_curves figure's
+    `metric: bleu`), and changes neither the weights nor what a checkpoint resumes with."""
+    from layerwise_nmt import checkpoint
+
+    for bleu in (False, True):
+        train(spec(max_update=8, validate_interval_updates=3, valid_bleu=bleu), str(toy_data), "de", "en",
+              str(tmp_path / f"bleu{bleu}"), final=str(tmp_path / f"model{bleu}.pt"))
+    rows = pd.read_csv(tmp_path / "bleuTrue" / "metrics.csv")
+    assert len(rows) >= 3 and (~rows["partial"]).any() and rows["partial"].any()
+    assert pd.to_numeric(rows["valid_bleu"], errors="coerce").notna().all()  # every row, mid-epoch ones too
+    assert pd.read_csv(tmp_path / "bleuFalse" / "metrics.csv")["valid_bleu"].isna().all()
+    assert digest(tmp_path / "modelFalse.pt", "model") == digest(tmp_path / "modelTrue.pt", "model")
+    assert checkpoint.resume_key(spec(max_update=8, valid_bleu=True)) == checkpoint.resume_key(spec(max_update=8))

@@ -263,10 +263,11 @@ def set_rng_state(state: dict) -> None:
 
 
 # Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself;
-# micro_batch_tokens: how an update's sentences are split into passes, not which ones (float rounding aside).
+# micro_batch_tokens: how an update's sentences are split into passes, not which ones (float rounding aside);
+# valid_bleu: what validation measures, not the weights.
 RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
                      "keep_interval_updates", "save_interval_updates", "save_interval_minutes", "final_model",
-                     "max_nonfinite_updates", "micro_batch_tokens", "validate_interval_updates")
+                     "max_nonfinite_updates", "micro_batch_tokens", "validate_interval_updates", "valid_bleu")
 
 
 def resume_key(spec: dict) -> dict:

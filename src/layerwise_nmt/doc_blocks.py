@@ -75,7 +75,7 @@ def figure_kinds_block(config: dict) -> str:
     used: dict[str, list[str]] = {kind: [] for kind in KINDS}
     for paper, figure in cfg.tables(config, "figures", targeted=False):
         used[config["papers"][paper]["figures"][figure]["kind"]].append(f"{paper} {figure}")
-    return "\n".join(f"- `{kind}`: {', '.join(names) if names else 'no figure of config.yaml (the demo has one)'}"
+    return "\n".join(f"- `{kind}`: {', '.join(names) if names else 'no figure of config.yaml'}"
                      for kind, names in used.items()) + "\n"
 
 

@@ -29,8 +29,9 @@ ENV = "LWNMT_FORKSERVER"
 # Set by the job's shell (or, WORKFLOW_PID, per Snakemake run, read only when a training stops), never read by an
 # import in the server; a difference in any other variable makes the server decline.
 PER_JOB = frozenset({"PWD", "OLDPWD", "SHLVL", "_", ENV, WORKFLOW_PID})
-# Imported by torch only when first used, in every training job (torch.optim's first step: ~1.4 s).
-LAZY = ("torch._dynamo", "torch.utils.tensorboard")
+# Imported only when first used, in every training job: torch._dynamo by torch.optim's first step (~1.4 s),
+# tensorboardX by the run's Reporter.
+LAZY = ("torch._dynamo", "tensorboardX")
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGTSTP")
 MAX_REQUEST = 1 << 24
 
@@ -122,7 +123,7 @@ def preload() -> None:
     for name in LAZY:
         try:
             importlib.import_module(name)
-        except ImportError:  # tensorboard is optional
+        except ImportError:  # the job that needs it says so itself
             pass
 
 

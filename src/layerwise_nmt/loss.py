@@ -85,14 +85,15 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
         ntokens += batch.ntokens
     loss, nll, correct = totals.tolist()
     result = {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
-    if cfg.early_stop_metric == "bleu":
+    if cfg.valid_bleu or cfg.early_stop_metric == "bleu":
         result["bleu"] = valid_bleu(inner, data, cfg, device, autocast)
     inner.train()
     return result
 
 
 def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
-    """Tokenized BLEU of beam search on the validation set, BPE removed on both sides (sacrebleu)."""
+    """BLEU of beam search on the validation set over its subword units (token ids, BPE not removed; sacrebleu):
+    enough to rank epochs and follow a run, not comparable with test BLEU."""
     from .decode import BeamConfig, beam_search
     from .score import ScoreConfig, bleu
 

@@ -30,6 +30,10 @@ class Progress:
     next_batch: int = 0  # position in the epoch's batch order: a resume continues here
     elapsed: float = 0.0  # training seconds, across resumes
     epoch_stats: list[float] = field(default_factory=lambda: [0.0] * 4)  # Σ loss, Σ nll, correct, target tokens
+    # the same sums and the updates counted, since the last log line and since the last metrics.csv row: each
+    # reports the mean of its own updates (fairseq's train_inner), not a running mean that restarts every epoch
+    interval_stats: list[float] = field(default_factory=lambda: [0.0] * 5)
+    row_stats: list[float] = field(default_factory=lambda: [0.0] * 5)
     restarted: bool = False  # RestartAdam's second stage began
     restart_epoch: int = 0
     best_valid: float = -math.inf  # higher is better: −loss or BLEU
@@ -57,9 +61,10 @@ class Progress:
         self.update += 1
         self.elapsed = elapsed
         self.nonfinite_in_a_row = 0
-        self.epoch_stats = [a + b for a, b in zip(self.epoch_stats,
-                                                  (result["loss"], result["nll"], result["correct"],
-                                                   result["ntokens"]))]
+        sums = (result["loss"], result["nll"], result["correct"], result["ntokens"], 1)
+        self.epoch_stats = [a + b for a, b in zip(self.epoch_stats, sums)]
+        self.interval_stats = [a + b for a, b in zip(self.interval_stats, sums)]
+        self.row_stats = [a + b for a, b in zip(self.row_stats, sums)]
         self.target_tokens += float(result["ntokens"])
         self.sentences += int(result.get("nsentences", 0))
 
@@ -104,11 +109,21 @@ class Progress:
         return min(remaining) if remaining else None
 
 
+def means(stats: list[float]) -> dict:
+    """Per target token, from summed stats (Σ loss, Σ nll in nats, correct, tokens, …): loss and nll in bits,
+    perplexity, accuracy."""
+    loss, nll, correct, ntokens = stats[:4]
+    ntokens = max(ntokens, 1.0)
+    nll = nll / ntokens / math.log(2)
+    return {"loss": loss / ntokens / math.log(2), "nll": nll, "ppl": 2**nll, "accuracy": correct / ntokens}
+
+
 class Reporter:
-    """Tells how training goes: a log line every `log_interval` updates (loss, lr, gradient norm, tokens/s, ETA), a
-    metrics.csv row per epoch (and per `validate_interval_updates`), and both as TensorBoard event files to watch
-    runs live (`tensorboard --logdir results/`). TensorBoard only where the optional dependency is installed (pip
-    install 'layerwise-nmt[tensorboard]'); nothing at all on ranks other than 0 (`run_dir` None)."""
+    """Tells how training goes: a log line every `log_interval` updates (the mean loss, nll, perplexity and accuracy
+    of those updates, lr, gradient norm, tokens/s, ETA), a metrics.csv row per epoch (and per
+    `validate_interval_updates`; its train columns the mean of the updates since the row before), and both as
+    TensorBoard event files to watch runs live (`tensorboard --logdir results/`), written by tensorboardX, which
+    needs only numpy and protobuf; nothing at all on ranks other than 0 (`run_dir` None)."""
 
     def __init__(self, run_dir: Path | None, cfg):
         self.run_dir, self.cfg, self.writer = run_dir, cfg, None
@@ -116,49 +131,60 @@ class Reporter:
         if run_dir is None:
             return
         try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # torch raises ImportError when the tensorboard package is missing
+            from tensorboardX import SummaryWriter
+        except ImportError as err:  # a dependency: only a broken install lacks it, and then the log says so
+            log.warning("no TensorBoard event files: tensorboardX cannot be imported (%s); metrics.csv has the "
+                        "curves (pip install -c constraints.txt tensorboardX)", err)
             return
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), flush_secs=30)
         log.info("TensorBoard event files: %s", run_dir / "tensorboard")
 
     def update(self, progress: Progress, ntokens: float, lr: float, grad_norm: float, updates_per_epoch: int):
         self.tokens += ntokens
-        if self.run_dir is None or progress.update % self.cfg.log_interval:
+        if progress.update % self.cfg.log_interval:
+            return
+        interval, progress.interval_stats = progress.interval_stats, [0.0] * 5  # every rank: checkpointed state
+        if self.run_dir is None:
             return
         now = time.time()
         tps, self.tokens, self.since = self.tokens / max(now - self.since, 1e-9), 0.0, now
-        loss = progress.epoch_stats[0] / max(progress.epoch_stats[3], 1) / math.log(2)
+        mean = means(interval)
         eta = progress.eta_seconds(self.cfg, updates_per_epoch)
-        self._board(progress.update, "train", loss=loss, lr=lr, grad_norm=grad_norm, target_tokens_per_second=tps)
-        log.info("epoch %d update %d: loss %.3f, lr %.2e, gnorm %.3f, %.0f target tokens/s, %.1f min elapsed, ETA %s",
-                 progress.epoch, progress.update, loss, lr, grad_norm, tps, progress.elapsed / 60,
+        self._board(progress.update, "train", **mean, lr=lr, grad_norm=grad_norm, target_tokens_per_second=tps)
+        log.info("epoch %d update %d: loss %.3f, nll %.3f, ppl %.2f, acc %.3f, lr %.2e, gnorm %.3f, %.0f target "
+                 "tokens/s, %.1f min elapsed, ETA %s", progress.epoch, progress.update, mean["loss"], mean["nll"],
+                 mean["ppl"], mean["accuracy"], lr, grad_norm, tps, progress.elapsed / 60,
                  "?" if eta is None else f"{eta / 60:.1f} min")
 
     def epoch(self, progress: Progress, valid: dict, lr: float, partial: bool) -> None:
-        """Add the epoch's row to the history (every rank: it is part of the checkpointed state) and report it."""
-        loss, nll, correct, ntokens = progress.epoch_stats
-        ntokens = max(ntokens, 1.0)
+        """Add the row of the updates since the last one to the history (every rank: it is part of the checkpointed
+        state) and report it; an epoch's end also logs the epoch's mean training loss."""
+        since, progress.row_stats = progress.row_stats, [0.0] * 5
+        train = means(since)
         row = {"epoch": progress.epoch, "partial": partial, "update": progress.update,
-               "minutes": round(progress.elapsed / 60, 3), "lr": lr,
-               "train_loss": loss / ntokens / math.log(2), "train_nll": nll / ntokens / math.log(2),
-               "train_accuracy": correct / ntokens, "valid_loss": valid["loss"], "valid_nll": valid["nll"],
-               "valid_accuracy": valid["accuracy"], "valid_bleu": valid.get("bleu", ""),
-               "skipped_updates": progress.skipped_updates}
+               "minutes": round(progress.elapsed / 60, 3), "lr": lr, "train_loss": train["loss"],
+               "train_nll": train["nll"], "train_accuracy": train["accuracy"], "train_updates": int(since[4]),
+               "valid_loss": valid["loss"], "valid_nll": valid["nll"], "valid_accuracy": valid["accuracy"],
+               "valid_bleu": valid.get("bleu", ""), "skipped_updates": progress.skipped_updates}
         progress.history.append(row)
         if self.run_dir is None:
             return
         self._board(row["update"], "epoch", **{k: v for k, v in row.items() if k not in ("epoch", "partial", "update")})
         self.write_history(progress)
-        log.info("epoch %d%s: update %d, train loss %.3f, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f",
-                 row["epoch"], " (mid-epoch)" if partial else " done", row["update"], row["train_loss"],
-                 valid["loss"], valid["nll"], 2 ** valid["nll"], valid["accuracy"])
+        trained = (f"train loss {means(progress.epoch_stats)['loss']:.3f} (epoch mean)" if not partial else
+                   f"train loss {train['loss']:.3f} (its last {int(since[4])} updates)")
+        bleu = f", valid BLEU {valid['bleu']:.2f}" if "bleu" in valid else ""
+        log.info("epoch %d%s: update %d, %s, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f%s",
+                 row["epoch"], " (mid-epoch)" if partial else " done", row["update"], trained, valid["loss"],
+                 valid["nll"], 2 ** valid["nll"], valid["accuracy"], bleu)
 
     def write_history(self, progress: Progress) -> None:
         if self.run_dir is None or not progress.history:
             return
+        # a resumed older run's rows lack the newer columns: empty there
+        columns = list(dict.fromkeys(key for row in progress.history for key in row))
         with atomic_path(self.run_dir / "metrics.csv") as tmp, open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(progress.history[0]))
+            writer = csv.DictWriter(f, fieldnames=columns, restval="")
             writer.writeheader()
             writer.writerows(progress.history)
 

@@ -45,6 +45,11 @@ class TrainConfig(Settings):
     # checkpoint_best.pt), so that a run stopped by patience decodes the model it selected, not the one after it
     final_model: str = "last"
     valid_beam: int = setting(1, ge=1)  # beam size for validation BLEU
+    # validation BLEU at every validation (epoch ends and validate_interval_updates alike): beam search of the
+    # validation set with valid_beam, BLEU over subword units (to follow and compare runs, not comparable with test
+    # BLEU), a metrics.csv column (valid_bleu), a TensorBoard curve and the validation_curves figure's `metric: bleu`;
+    # slower validations, the same weights. early_stop_metric: bleu computes it too, and also selects by it
+    valid_bleu: bool = False
     restart_after_epochs: int = setting(0, ge=0)  # RestartAdam: 0 = off
     restart_lr: float = setting(5e-5, gt=0)
     restart_max_sentences: int | None = setting(None, ge=1)

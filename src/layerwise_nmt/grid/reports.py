@@ -71,19 +71,21 @@ def report_caption(config, paper, kind, name):
 
 
 def figure_spec(config, paper, figure):
-    """Rows resolved to run files (first seed): metrics.csv for curves, what `inspect` reads out of model.pt for
-    aggregation shares and attention maps, every seed's test.score.json for sweeps and length buckets."""
+    """Rows resolved to run files (first seed): metrics.csv for curves (accuracy, validation), what `inspect` reads
+    out of model.pt for aggregation shares and attention maps, every seed's test.score.json for sweeps and length
+    buckets (each row with the experiment its gain is drawn over, `gain_references`)."""
     spec = paper_part(config, paper, "figures", figure)
     rows = []
+    controls = gain_references(config, paper, figure, spec) if spec["kind"] == "length_buckets" else {}
     for index, row in enumerate(spec["rows"]):
-        out = dict(row)
+        out = dict(row) | ({"compare_to": controls[index]} if controls.get(index) else {})
         status = experiment_status(config, row["experiment"])
         out["state"], out["reason"] = status.state, status.reason
         if status.runnable:
             e = experiment(config, row["experiment"])
             runs = [experiment_dir(config, e["name"], s) for s in e["seeds"]]
             out["trained"] = trained_on(config, e)
-            if spec["kind"] == "accuracy_curves":
+            if spec["kind"] in ("accuracy_curves", "validation_curves"):
                 # metrics.csv is not an output of training (it must survive a failed job for resume): the model
                 # stands for it, unless the models stayed on the machine that trained them (study_gpu.sh collect)
                 out["metrics"] = f"{save_dir(runs[0])}/metrics.csv"
@@ -102,7 +104,33 @@ def figure_spec(config, paper, figure):
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)
     return {"paper": paper, "figure": figure, "kind": spec["kind"], "caption": spec.get("caption", ""),
-            "xlabel": spec.get("xlabel", ""), "rows": rows, "notice": get(config, "rehearsal/notice")}
+            "xlabel": spec.get("xlabel", ""), "metric": spec.get("metric", "loss"), "rows": rows,
+            "notice": get(config, "rehearsal/notice")}
+
+
+def gain_references(config, paper, figure, spec) -> dict[int, str]:
+    """Per figure row (by index), the experiment its gain is drawn over: the row's own `compare_to`, else the one
+    the paper's tables test it against; rows with neither are drawn against the first row. A row whose control
+    the figure lacks is an error: drawn over the first row instead, a warm start's gain would count its extra
+    updates as the method's."""
+    tested = {}
+    for name, table in config["papers"][paper].get("tables", {}).items():
+        for row in table.get("rows", []):
+            if row.get("experiment") and row.get("compare_to"):
+                tested.setdefault(row["experiment"], (row["compare_to"], f"table {name}"))
+    drawn = {row["experiment"] for row in spec["rows"]}
+    references = {}
+    for index, row in enumerate(spec["rows"]):
+        control, where = ((row["compare_to"], "its compare_to") if row.get("compare_to") else
+                          tested.get(row["experiment"], (None, "")))
+        if control is None or control == row["experiment"]:
+            continue
+        if control not in drawn:
+            raise UserError(f"figure {paper}/{figure}, row {row['label']!r}: compared with {control} in {where}, "
+                            f"which the figure lacks; add a row with experiment {control} (its gain would be "
+                            f"drawn over the first row instead)")
+        references[index] = control
+    return references
 
 
 def trained_on(config, e):

@@ -10,20 +10,24 @@ WHAT = {
     "length_buckets": "BLEU by source sentence length",
     "aggregation_shares": "Share of each input in the encoder's aggregation nodes",
     "attention": "Attention weights on one test sentence",
+    "validation_curves": "Validation {metric} while training",
 }
+METRIC_WORDS = {"loss": "loss", "accuracy": "token accuracy", "bleu": "BLEU"}
 WIDTH = 90  # characters a 7-inch figure's title holds at 10 pt
 SHOUTED = ("iwslt", "wmt", "nist")  # corpus names the papers write in capitals
 
 
 def title(spec: dict) -> str:
     """Two lines: "<what>: <row> vs <row>" and "<data> · <budget>"."""
-    what = WHAT.get(spec["kind"]) or f"BLEU by {spec.get('xlabel') or 'setting'}"
+    what = WHAT.get(spec["kind"], "").format(metric=METRIC_WORDS[spec.get("metric") or "loss"]) or \
+        f"BLEU by {spec.get('xlabel') or 'setting'}"
     if spec["kind"] == "attention" and spec["rows"]:
         what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', 0) + 1}"
     labels = [row["label"] for row in spec["rows"]]
     if spec["kind"] == "sweep":  # one curve per series (the swept model, its baseline)
         labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec["rows"]))
-    compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "length_buckets", "sweep") \
+    compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "validation_curves",
+                                                                      "length_buckets", "sweep") \
         else what if len(labels) != 1 else f"{what}: {labels[0]}"
     trained = [row for row in spec["rows"] if row.get("trained")]
     lines = [compared] + ([f"{data(trained)} · {budget(spec['rows'], trained)}"] if trained else [])

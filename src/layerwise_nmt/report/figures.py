@@ -3,11 +3,14 @@
 A figure spec (resolved by the workflow from config `papers.<paper>.figures.<name>`):
     {paper, figure, kind, caption, xlabel, rows: [{label, series, x, baseline, paper, metrics, scores, state}]}
 kinds:
-    accuracy_curves  train (dashed) and valid (solid) token accuracy per epoch end, one colour per row (MLRF F4)
+    accuracy_curves  train (dashed: the mean of the updates since the previous validation) and valid (solid) token
+                     accuracy at each validation, one colour per row (MLRF F4)
+    validation_curves  the validation loss, accuracy or BLEU (`metric`) at each validation, one line per row
     sweep            BLEU against x, one line per series; `baseline` rows are dashed horizontal lines (MLRF F3,
                      LWC T4)
-    length_buckets   BLEU by source-length bucket (score.buckets), bars per row, the gain over the first row on a
-                     second axis (GCA F3, Dou F4)
+    length_buckets   BLEU by source-length bucket (score.buckets), bars per row, on a second axis each row's gain
+                     over the row it is compared with (`compare_to`, from the paper's tables; else the first row)
+                     (GCA F3, Dou F4)
     aggregation_shares  Eq. 11's share of each input in each encoder aggregation node of a trained model (Dou F5)
     attention        one test sentence's attention maps in trained models (LWC F2-4, MLRF F5)
 The last two draw what `figure_readouts.py` read out of the models (rows' `inspection` JSON): reports never load models.
@@ -47,6 +50,31 @@ def accuracy_curves(spec: dict, ax) -> pd.DataFrame:
     return pd.concat(drawn) if drawn else pd.DataFrame(columns=["row", "epoch", "update"])
 
 
+VALIDATION = {"loss": ("valid_loss", 1, "validation loss (bits per target token)"),
+              "accuracy": ("valid_accuracy", 100, "validation token accuracy (%)"),
+              "bleu": ("valid_bleu", 1, "validation BLEU (subword units, beam valid_beam)")}
+
+
+def validation_curves(spec: dict, ax) -> pd.DataFrame:
+    """One line per row: the validation loss, accuracy or BLEU (spec `metric`) at every validation of its run
+    (metrics.csv; validate_interval_updates adds points within epochs), against the update."""
+    column, scale, label = VALIDATION[spec.get("metric") or "loss"]
+    drawn = []
+    for i, row in enumerate(r for r in spec["rows"] if r.get("metrics")):
+        history = pd.read_csv(row["metrics"]).drop_duplicates("update", keep="last").sort_values("update")
+        values = pd.to_numeric(history.get(column, pd.Series(dtype=float)), errors="coerce")
+        if values.isna().all():  # validation BLEU is computed only when the run was asked to (train.valid_bleu)
+            row["not_drawn"] = f"its metrics.csv has no {column} (train: {{valid_bleu: true}} computes it)"
+            continue
+        points = history.assign(value=values * scale)[["update", "value"]].dropna()
+        ax.plot(points["update"], points["value"], "-", marker="o", markersize=3, color=f"C{i}", label=row["label"])
+        drawn.append(points.assign(row=row["label"], metric=column))
+    ax.set_xlabel("update")
+    ax.set_ylabel(label)
+    return pd.concat(drawn)[["row", "metric", "update", "value"]] if drawn else \
+        pd.DataFrame(columns=["row", "metric", "update", "value"])
+
+
 def sweep(spec: dict, ax) -> pd.DataFrame:
     series: dict[str, list] = {}
     drawn = []
@@ -77,8 +105,9 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
 
 
 def length_buckets(spec: dict, ax) -> pd.DataFrame:
-    """BLEU per source-length bucket (mean over seeds), one bar group per bucket, and on a second axis each later
-    row's gain over the first (GCA Figure 3, Dou Figure 4)."""
+    """BLEU per source-length bucket (mean over seeds), one bar group per bucket, and on a second axis each row's
+    gain over the row it is compared with (its `compare_to`: a warm start's control trained as long; else the first
+    row) (GCA Figure 3, Dou Figure 4)."""
     rows = [row for row in spec["rows"] if row.get("scores")]
     drawn = []
     for row in rows:
@@ -88,7 +117,8 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
             summary = seeds_summary([seed[i]["bleu"] for seed in per_seed if seed[i]["bleu"] is not None])
             drawn.append({"row": row["label"], "bucket": bucket["bucket"], "sentences": bucket["sentences"],
                           "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]})
-    table = pd.DataFrame.from_records(drawn, columns=["row", "bucket", "sentences", "ours_mean", "ours_sd", "seeds"])
+    columns = ["row", "bucket", "sentences", "ours_mean", "ours_sd", "seeds", "gain", "gain_over"]
+    table = pd.DataFrame.from_records(drawn, columns=columns).astype({"gain_over": object})
     if table.empty:
         return table
     buckets = list(dict.fromkeys(table["bucket"]))
@@ -101,15 +131,30 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
                   [f"{b}\n({n})" for b, n in zip(buckets, table.groupby("bucket", sort=False)["sentences"].first())])
     ax.set_xlabel("source length in words (sentences)")
     ax.set_ylabel("BLEU")
-    if len(rows) > 1:
-        gain = ax.twinx()
-        first = table[table["row"] == rows[0]["label"]].set_index("bucket").reindex(buckets)["ours_mean"]
-        for i, row in enumerate(rows[1:], start=1):
-            other = table[table["row"] == row["label"]].set_index("bucket").reindex(buckets)["ours_mean"]
-            gain.plot([b + width * (len(rows) - 1) / 2 for b in range(len(buckets))], other - first, "-",
-                      marker="D", color="k" if len(rows) == 2 else f"C{i}", label=f"gain of {row['label']}")
-        gain.axhline(0, color="grey", linewidth=0.5)
-        gain.set_ylabel(f"BLEU gain over {rows[0]['label']}")
+    by_experiment = {row.get("experiment"): row for row in spec["rows"]}
+    # a row compared with one that did not run has no gain to draw (that row is named as not drawn)
+    pairs = [(i, row, by_experiment.get(row["compare_to"]) if row.get("compare_to") else rows[0])
+             for i, row in enumerate(rows)]
+    pairs = [(i, row, other) for i, row, other in pairs if other is not row and other in rows]
+    if not pairs:
+        return table
+
+    def bleu(row):
+        return table[table["row"] == row["label"]].set_index("bucket").reindex(buckets)["ours_mean"]
+
+    gain = ax.twinx()
+    for k, (i, row, other) in enumerate(pairs):  # in black and greys: a line the colour of a bar hides in it
+        difference = bleu(row) - bleu(other)
+        gain.plot([b + width * (len(rows) - 1) / 2 for b in range(len(buckets))], difference.to_numpy(),
+                  ("-", "--", ":")[k % 3], marker="Dos"[k % 3], color=str(min(0.6, 0.3 * k)),
+                  label=f"gain of {row['label']} over {other['label']}")
+        where = table["row"] == row["label"]
+        table.loc[where, "gain"] = table.loc[where, "bucket"].map(difference).to_numpy()
+        table.loc[where, "gain_over"] = other["label"]
+    gain.axhline(0, color="grey", linewidth=0.5)
+    references = {other["label"] for _, _, other in pairs}
+    gain.set_ylabel(f"BLEU gain over {references.pop()}" if len(references) == 1 else
+                    "BLEU gain over each row's comparison")
     return table
 
 
@@ -188,8 +233,8 @@ def _inspected(row: dict) -> dict:
     return json.loads(Path(row["inspection"]).read_text(encoding="utf-8"))
 
 
-KINDS = {"accuracy_curves": accuracy_curves, "sweep": sweep, "length_buckets": length_buckets,
-         "aggregation_shares": aggregation_shares, "attention": attention_maps}
+KINDS = {"accuracy_curves": accuracy_curves, "validation_curves": validation_curves, "sweep": sweep,
+         "length_buckets": length_buckets, "aggregation_shares": aggregation_shares, "attention": attention_maps}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
@@ -214,8 +259,9 @@ def draw(spec: dict):
     data = KINDS[spec["kind"]](spec, ax)
     missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
                if not (row.get("metrics") or row.get("scores") or row.get("inspection"))]
+    missing += [f"{row['label']}: {row['not_drawn']}" for row in spec["rows"] if row.get("not_drawn")]
     if spec["kind"] == "attention":
-        fig.suptitle(title(spec), fontsize=10)
+        below_heading(fig, fig.suptitle(title(spec), fontsize=10))
     else:
         ax.set_title(title(spec), fontsize=10, pad=24 if spec["kind"] == "aggregation_shares" else 6)
     ax.grid(alpha=0.3)
@@ -227,6 +273,18 @@ def draw(spec: dict):
                  va="center")
         fig.text(0.01, 0.99, spec["notice"], fontsize=7, color="red", va="top")
     return fig, data, missing
+
+
+def below_heading(fig, heading, gap: float = 6.0) -> None:
+    """Lower the panels until the highest of their titles ends `gap` points under the figure's heading (the
+    suptitle, at a fixed height, knows nothing of the panels' two-line titles)."""
+    renderer = fig.canvas.get_renderer()
+    tops = [axis.title.get_window_extent(renderer).y1 for axis in fig.axes if axis.get_title()]
+    if not tops:
+        return
+    overlap = max(tops) + gap * fig.dpi / 72 - heading.get_window_extent(renderer).y0
+    if overlap > 0:
+        fig.subplots_adjust(top=fig.subplotpars.top - overlap / fig.bbox.height)
 
 
 def legend_below(fig, ax) -> float:
