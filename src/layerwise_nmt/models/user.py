@@ -2,14 +2,14 @@
 given in the config instead of a decorator):
 
     models:
-      rezero: {class: "rezero:ReZeroTransformer", user_dir: examples/rezero}
+      layer_mix: {class: "layer_mix:LayerMixTransformer", user_dir: examples/layer_mix}
     experiments:
-      demo.rezero: {extends: demo.transformer, model: rezero}
+      demo.layer_mix: {extends: demo.transformer, model: layer_mix}
 
 The class is imported only by the processes that build a model (training, export, translate, `lwnmt params` and
 `lwnmt plan`); the workflow's DAG reads the name and nothing more, so `snakemake -n` needs neither torch nor the
 user's module. A model file records the class it was built from (`model_class`); loading one imports that module only
-when the user names its code (--user-dir FOLDER or --user-module MODULE): a model file never runs code on its own say.
+when the user names its code (--user-dir FOLDER or --user-module MODULE), never on the file's word alone.
 
 The contract (docs/usage.md, "Your own method"): a subclass of `Model` (usually of `Seq2Seq`, the shared
 Transformer) with a `config_class`, its settings (a dataclass subclass of `ModelConfig`), a training forward
@@ -26,7 +26,6 @@ from pathlib import Path
 
 from .. import UserError
 
-TARGET = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"  # module.path:Class
 # what a model class must define beyond what Model gives every family, and what each part is for
 CONTRACT = (
     ("outputs", "the training forward: outputs(src, prev) -> ModelOutput(logits, auxiliary_loss)"),
@@ -48,10 +47,6 @@ class UserModel:
     target: str
     user_dir: str | None = None
     where: str = ""
-
-    @property
-    def module(self) -> str:
-        return self.target.split(":")[0]
 
     @classmethod
     def from_config(cls, config: dict, name: str) -> "UserModel | None":
