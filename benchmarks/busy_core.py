@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "src"))
 DECODE = """
 import sys, time
 import torch
-from layerwise_nmt import threads
+from layerwise_nmt.training import threads
 from layerwise_nmt.beam_config import BeamConfig
 from layerwise_nmt.decode import beam_search
 from layerwise_nmt.models import build
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/busy_core.json"))
     a = parser.parse_args()
-    from layerwise_nmt.precision import cpu_model
+    from layerwise_nmt.training.precision import cpu_model
 
     rows = [measure(variant, load, a.sentences, a.repeat) for variant in ("torch", "lwnmt", "passive")
             for load in ("quiet", "busy")]

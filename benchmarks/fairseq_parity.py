@@ -189,7 +189,7 @@ def valid_curve(checkpoints: list[Path], data: Path, importer=None) -> dict[int,
 
     from layerwise_nmt.data.batching import ParallelData
     from layerwise_nmt.decode import load_model
-    from layerwise_nmt.train import TrainConfig, evaluate
+    from layerwise_nmt.training.loop import TrainConfig, evaluate
 
     torch.set_num_threads(1)
     valid, cfg, curve = ParallelData(data, "valid", "de", "en"), TrainConfig.from_dict({"max_update": 1}), {}

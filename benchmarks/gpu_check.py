@@ -89,7 +89,7 @@ RESUME_TOLERANCE = 1e-4
 
 def precisions(device: torch.device) -> list[str]:
     """The precisions to check on `device`: what `amp: auto` can pick there, and fp32 (plus TF32 on CUDA)."""
-    from layerwise_nmt.precision import cpu_may_pick_bf16
+    from layerwise_nmt.training.precision import cpu_may_pick_bf16
 
     if device.type != "cuda":
         return ["bf16", "fp32"] if cpu_may_pick_bf16() else ["fp32"]
@@ -99,7 +99,7 @@ def precisions(device: torch.device) -> list[str]:
 def precision_of(label: str, device: torch.device):
     """(Precision, tf32) for a label. fp16 on the CPU (the rehearsal): the trainer's fp16 branch as `resolve` returns
     it on a GPU without bf16, with the CPU's fp16 autocast underneath."""
-    from layerwise_nmt.precision import Precision, device_name, resolve
+    from layerwise_nmt.training.precision import Precision, device_name, resolve
 
     amp, tf32 = PRECISIONS[label]
     if amp == "fp16" and device.type != "cuda":
@@ -111,7 +111,7 @@ def precision_of(label: str, device: torch.device):
 def trainer_precision(label: str, device: torch.device):
     """`train.train` resolves `amp` itself, and refuses fp16 on a CPU: for the CPU rehearsal of fp16, hand it the
     fp16 Precision (the same object a V100 gets)."""
-    from layerwise_nmt import train as training
+    from layerwise_nmt.training import loop as training
 
     if PRECISIONS[label][0] != "fp16" or device.type == "cuda":
         yield
@@ -162,8 +162,8 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     """The trainer's own updates on one repeated batch: every loss finite, the last ones below the first."""
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.precision import fp32_matmuls
-    from layerwise_nmt.train import TrainConfig, _start, _update
+    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
     spec = family_spec(family, label)
     torch.manual_seed(1)
@@ -187,7 +187,7 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
 
 def check_resume(family: str, label: str, device: torch.device, data: Path, work: Path) -> dict:
     """`train.train` 6 updates straight vs 3 updates, stop, resume to 6: the same weights."""
-    from layerwise_nmt.train import train
+    from layerwise_nmt.training.loop import train
 
     straight, stopped = work / f"resume-{family}-{label}-a", work / f"resume-{family}-{label}-b"
     with trainer_precision(label, device):
@@ -208,7 +208,7 @@ def check_beam(family: str, label: str, device: torch.device) -> dict:
     """Cached beam search returns the hypotheses of full recomputation, scores within the precision's rounding."""
     from layerwise_nmt.decode import BeamConfig, Recompute, beam_search
     from layerwise_nmt.models import build
-    from layerwise_nmt.precision import fp32_matmuls
+    from layerwise_nmt.training.precision import fp32_matmuls
 
     spec = family_spec(family, label)
     torch.manual_seed(2)
@@ -238,7 +238,7 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
 
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.models import build
-    from layerwise_nmt.train import TrainConfig, accumulate
+    from layerwise_nmt.training.loop import TrainConfig, accumulate
 
     backend = "nccl" if device.type == "cuda" else "gloo"
     # a group that cannot form must fail this check, not hang the command until the node's limit kills it
@@ -280,7 +280,7 @@ def _ddp_torchrun(ngpus: int, data: Path, work: Path) -> dict:
 def check_gpu_lock(work: Path) -> dict:
     """A child process claims one GPU through the lock files (CUDA still uninitialised afterwards: the claim asked
     the driver, not torch.cuda), then allocates and computes on it."""
-    code = ("import os, torch; from layerwise_nmt.gpu_lock import claim; held = claim(1, os.environ['LOCKS'], timeout=60);"
+    code = ("import os, torch; from layerwise_nmt.training.gpu_lock import claim; held = claim(1, os.environ['LOCKS'], timeout=60);"
             " fresh = not torch.cuda.is_initialized(); x = torch.ones(256, 256, device='cuda');"
             " torch.cuda.synchronize();"
             " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), fresh, float((x @ x)[0, 0]))")
@@ -432,8 +432,8 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.budgets import task_vocab
-    from layerwise_nmt.precision import fp32_matmuls
-    from layerwise_nmt.train import TrainConfig, _start, _update
+    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
     experiment, lengths, row_tokens = SPEED_ROWS[name]
     max_tokens = row_tokens or max_tokens
@@ -568,7 +568,7 @@ def run_probe(args, device: torch.device, work: Path, results: Results) -> dict:
 
 def report(device: torch.device, checks: dict, rows: list[dict], probe_result: dict | None = None) -> dict:
     """benchmarks/results/gpu.json: the device, each check, each speed row, and how MFU was computed."""
-    from layerwise_nmt.precision import device_name
+    from layerwise_nmt.training.precision import device_name
 
     name = device_name(device)
     key, peak = gpu_peak(name)

@@ -38,8 +38,8 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     """One trainer update (`train._start` / `train._update`) of a tiny model of this family: a finite loss."""
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.precision import fp32_matmuls
-    from layerwise_nmt.train import TrainConfig, _start, _update
+    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
     spec = gpu_check.family_spec(family, label)
     precision, tf32 = gpu_check.precision_of(label, device)

@@ -139,7 +139,7 @@ def machine() -> dict:
     """The CPU this run's figures belong to, as PyTorch sees it (ATEN_CPU_CAPABILITY lowers the kernel level)."""
     import torch
 
-    from layerwise_nmt.precision import cpu_flags, cpu_capability, cpu_has_native_bf16, cpu_model
+    from layerwise_nmt.training.precision import cpu_flags, cpu_capability, cpu_has_native_bf16, cpu_model
 
     emulated = {k: os.environ[k] for k in AVX2_ENV if k in os.environ}
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
@@ -253,8 +253,8 @@ def ours_updates(work: Path, model: dict, amp: str, count: int):
     Adam, as `lwnmt train`), yielding each one's target tokens when it is done."""
     import torch
 
-    from layerwise_nmt.precision import resolve
-    from layerwise_nmt.train import TrainConfig, accumulate
+    from layerwise_nmt.training.precision import resolve
+    from layerwise_nmt.training.loop import TrainConfig, accumulate
 
     net = ours_model(work, model)
     cfg = TrainConfig.from_dict({"max_update": 1, "amp": amp})
@@ -497,7 +497,7 @@ def export_to_fairseq(model: Path, fairseq_data: Path, cache: Path) -> None:
     carries fairseq's own configuration), then its weights are replaced by ours."""
     import torch
 
-    from layerwise_nmt.checkpoint import load
+    from layerwise_nmt.training.checkpoint import load
 
     template = cache / "fairseq-template"
     sh([str(FAIRSEQ_BIN / "fairseq-train"), str(fairseq_data), *MODELS["demo"]["fairseq"], "--optimizer", "adam",

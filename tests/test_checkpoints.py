@@ -15,9 +15,9 @@ import torch
 from conftest import toy_spec
 
 from layerwise_nmt import UserError
-from layerwise_nmt import train as training
-from layerwise_nmt.checkpoint import LAST, PREVIOUS, load
-from layerwise_nmt.train import train
+from layerwise_nmt.training import loop as training
+from layerwise_nmt.training.checkpoint import LAST, PREVIOUS, load
+from layerwise_nmt.training.loop import train
 
 
 def train_command(spec: dict, data: Path, save_dir: Path) -> list[str]:
@@ -35,7 +35,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
 # SIGKILLed by itself after update 117 of a 240-update epoch, once its writes are on disk.
 ONE_MINUTE_PER_UPDATE = """
 import os, signal, sys, time
-from layerwise_nmt import train as training
+from layerwise_nmt.training import loop as training
 from layerwise_nmt.cli import main
 
 class Clock:

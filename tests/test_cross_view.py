@@ -83,7 +83,7 @@ def test_parameter_counts():
 
 
 def test_continued_learning_copies_the_baseline(tmp_path):
-    from layerwise_nmt.checkpoint import warm_start
+    from layerwise_nmt.training.checkpoint import warm_start
 
     torch.manual_seed(3)
     baseline = build("transformer", SETTINGS)

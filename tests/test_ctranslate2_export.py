@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import TINY
-from layerwise_nmt import UserError, checkpoint, export
+from layerwise_nmt import UserError, export
+from layerwise_nmt.training import checkpoint
 from layerwise_nmt.ctranslate2_export import INSTALL_HINT, convert
 from layerwise_nmt.data.io import read_lines
 from layerwise_nmt.data.vocab import Dictionary

@@ -195,7 +195,7 @@ def test_odd_depth_tree_ends_with_a_two_input_node():
 def test_multi_layer_attention_warm_starts_from_the_baseline(tmp_path):
     """Dou et al. start every model from the trained baseline: an MLA layer's ATT_1 (queries and keys from H^{l-1},
     Eq. 8) takes the baseline layer's self-attention, everything else is copied; ATT_2 keeps its own init."""
-    from layerwise_nmt.checkpoint import warm_start
+    from layerwise_nmt.training.checkpoint import warm_start
 
     small = dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3)
     base = build("deep", small)

@@ -14,7 +14,7 @@ import yaml
 
 from conftest import ROOT, TOY_ARCH, toy_spec
 from layerwise_nmt.decode import prepare_raw
-from layerwise_nmt.train import train
+from layerwise_nmt.training.loop import train
 
 
 def lwnmt(*args, cwd, stdin: str | None = None):

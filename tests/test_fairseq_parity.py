@@ -110,7 +110,7 @@ def test_gca_continues_from_an_imported_fairseq_baseline(imported):
     """warm_start: {path: …} — GCA's continued learning (§3.3) from a baseline trained with fairseq."""
     from layerwise_nmt.data.vocab import Dictionary
     from layerwise_nmt.models import build
-    from layerwise_nmt.checkpoint import warm_start
+    from layerwise_nmt.training.checkpoint import warm_start
 
     base = load_model(imported["shared_post"])
     vocab = Dictionary.load(FIXTURE / "shared_post" / "dict.de.txt")

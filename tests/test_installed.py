@@ -14,7 +14,7 @@ import yaml
 
 from conftest import ROOT, TOY_ARCH, toy_spec
 from layerwise_nmt import cli
-from layerwise_nmt.train import train
+from layerwise_nmt.training.loop import train
 
 CONFIG = ["--config", str(ROOT / "config.yaml")]
 DEMO = [*CONFIG, "--config", str(ROOT / "config/demo.yaml")]

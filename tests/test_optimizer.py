@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from layerwise_nmt.train import TrainConfig, _adam
+from layerwise_nmt.training.loop import TrainConfig, _adam
 
 LR, BETAS, EPS, WD = 0.1, (0.9, 0.98), 1e-8, 0.1
 GRADS = [torch.tensor([0.5, -0.2, 0.05, 0.0], dtype=torch.float64),

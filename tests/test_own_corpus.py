@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, snakemake
-from layerwise_nmt import UserError, checkpoint, grid
+from layerwise_nmt import UserError, grid
+from layerwise_nmt.training import checkpoint
 from layerwise_nmt.data.prepare import assemble
 
 PAIR = ("xx", "yy")  # a language pair no task of the grid uses, and one the Moses tokenizer has no rules for

@@ -16,7 +16,8 @@ import yaml
 
 from conftest import ROOT, TINY, assert_autoregressive, snakemake, tiny_batch, toy_spec
 from test_driver_env import driver, run as run_driver  # noqa: F401  (driver: the Snakemake-only venv, a fixture)
-from layerwise_nmt import UserError, checkpoint
+from layerwise_nmt import UserError
+from layerwise_nmt.training import checkpoint
 from layerwise_nmt import grid as cfg
 from layerwise_nmt.grid.stage_checks import check_experiments
 from layerwise_nmt.models import UserModel, build, count_built
@@ -71,7 +72,7 @@ def trained(toy_data, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("own")
     spec = {**toy_spec(max_update=4, save_interval_updates=2), "model": "layer_mix",
             "user_model": {"class": LAYER_MIX.target, "user_dir": str(EXAMPLE)}}
-    from layerwise_nmt.train import train
+    from layerwise_nmt.training.loop import train
 
     train(spec, str(toy_data), "de", "en", str(root / "run"), str(root / "model.pt"))
     for lang in ("de", "en"):
@@ -80,8 +81,8 @@ def trained(toy_data, tmp_path_factory) -> dict:
 
 
 def test_training_resume_averaging_and_the_model_file(trained, caplog):
-    from layerwise_nmt.average import average
-    from layerwise_nmt.train import train
+    from layerwise_nmt.training.average import average
+    from layerwise_nmt.training.loop import train
 
     root, spec = trained["root"], trained["spec"]
     state = checkpoint.load(root / "model.pt")

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from conftest import ROOT
-from layerwise_nmt import UserError, precision, precision_probe
+from layerwise_nmt import UserError
+from layerwise_nmt.training import precision, precision_probe
 from layerwise_nmt import grid as cfg
 from layerwise_nmt.budgets import GPUS, Pricing, experiment_cost
-from layerwise_nmt.precision_probe import Workload
+from layerwise_nmt.training.precision_probe import Workload
 
 
 @pytest.mark.parametrize("capability, native", [
@@ -120,8 +121,8 @@ def test_real_probes_leave_the_model_and_the_rng_as_they_were():
     from conftest import tiny_model
     from layerwise_nmt.beam_config import BeamConfig
     from layerwise_nmt.decode import decoding_workload
-    from layerwise_nmt.train import training_workload
-    from layerwise_nmt.train_config import TrainConfig
+    from layerwise_nmt.training.loop import training_workload
+    from layerwise_nmt.training.config import TrainConfig
 
     model = tiny_model("transformer")
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -207,9 +208,9 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
     import logging
 
     from conftest import toy_spec
-    from layerwise_nmt.train import train
+    from layerwise_nmt.training.loop import train
 
-    with caplog.at_level(logging.INFO, logger="layerwise_nmt.train"):
+    with caplog.at_level(logging.INFO, logger="layerwise_nmt.training.loop"):
         train(toy_spec(max_update=2, amp=amp), str(toy_data), "de", "en", str(tmp_path / "run" / "checkpoints"),
               str(tmp_path / "model.pt"))
     used = json.loads(next(tmp_path.rglob("training.json")).read_text())["precision"]

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from conftest import toy_spec
-from layerwise_nmt import precision as precisions
-from layerwise_nmt import train as training
-from layerwise_nmt.checkpoint import LAST
+from layerwise_nmt.training import precision as precisions
+from layerwise_nmt.training import loop as training
+from layerwise_nmt.training.checkpoint import LAST
 from layerwise_nmt.data.batching import ParallelData, collate
 from layerwise_nmt.data.vocab import load_pair
-from layerwise_nmt.precision import Precision
-from layerwise_nmt.train import TrainConfig, _start, _update
+from layerwise_nmt.training.precision import Precision
+from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
 CPU = torch.device("cpu")
 

@@ -8,7 +8,7 @@ from layerwise_nmt.decode import BeamConfig
 from layerwise_nmt.models import MODELS
 from layerwise_nmt.score import ScoreConfig
 from layerwise_nmt.settings import SettingError
-from layerwise_nmt.train import TrainConfig
+from layerwise_nmt.training.loop import TrainConfig
 
 CLASSES = sorted({TrainConfig, BeamConfig, ScoreConfig, *(m.config_class for m in MODELS.values())},
                  key=lambda c: c.__name__)

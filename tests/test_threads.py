@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from layerwise_nmt import threads
+from layerwise_nmt.training import threads
 
 
 @pytest.mark.parametrize("cores, elsewhere, requested, expected", [

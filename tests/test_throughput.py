@@ -13,13 +13,13 @@ import torch
 from conftest import ROOT, toy_spec
 
 from layerwise_nmt import UserError
-from layerwise_nmt import train as training
-from layerwise_nmt.checkpoint import LAST, load, resume_key
+from layerwise_nmt.training import loop as training
+from layerwise_nmt.training.checkpoint import LAST, load, resume_key
 from layerwise_nmt.data.batching import ParallelData, Prefetcher, make_batches, merge_batches
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.models import build
-from layerwise_nmt.precision import Precision
-from layerwise_nmt.train import TrainConfig, _start, _update, accumulate, check_merging, rank_batches, train
+from layerwise_nmt.training.precision import Precision
+from layerwise_nmt.training.loop import TrainConfig, _start, _update, accumulate, check_merging, rank_batches, train
 
 CPU = torch.device("cpu")
 OURS = str(training.__file__).rsplit("/", 1)[0]
@@ -158,7 +158,7 @@ def test_checkpoints_are_written_off_the_training_thread_from_a_copy(toy_data, t
 
 
 def test_a_tied_matrix_is_copied_once(toy_data, tmp_path):
-    from layerwise_nmt.checkpoint import snapshot
+    from layerwise_nmt.training.checkpoint import snapshot
 
     state = start(toy_data, tmp_path / "run").model.state_dict()
     tied = [k for k in state if state[k].data_ptr() == state["output.weight"].data_ptr()]

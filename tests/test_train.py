@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from layerwise_nmt import UserError
-from layerwise_nmt.average import average
-from layerwise_nmt.checkpoint import last_checkpoints
+from layerwise_nmt.training.average import average
+from layerwise_nmt.training.checkpoint import last_checkpoints
 from layerwise_nmt.data.batching import ParallelData, collate, make_batches
-from layerwise_nmt.train import TrainConfig, accumulate, lr_at, train
+from layerwise_nmt.training.loop import TrainConfig, accumulate, lr_at, train
 
 from conftest import TOY_ARCH as ARCH
 from conftest import toy_spec as spec
@@ -157,7 +157,7 @@ def test_sentence_batches_and_length_filter():
 
 def test_warm_start_copies_every_tensor_and_leaves_new_ones_at_their_default(data, tmp_path):
     from layerwise_nmt.models import build
-    from layerwise_nmt.checkpoint import warm_start
+    from layerwise_nmt.training.checkpoint import warm_start
 
     train(spec(max_epoch=1), str(data), "de", "en", str(tmp_path / "base"), str(tmp_path / "base.pt"))
     trained = torch.load(tmp_path / "base.pt", weights_only=False)["model"]
@@ -215,11 +215,11 @@ def test_gpu_claims_are_exclusive_and_released_with_the_process(tmp_path, monkey
     """The local allocator: concurrent jobs get disjoint devices; a dead job's devices are free again; SLURM's
     allocation is left alone."""
     from layerwise_nmt import UserError
-    from layerwise_nmt.gpu_lock import claim
+    from layerwise_nmt.training.gpu_lock import claim
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    code = ("import os, sys, time; from layerwise_nmt.gpu_lock import claim; h = claim(int(sys.argv[1]), sys.argv[2]);"
+    code = ("import os, sys, time; from layerwise_nmt.training.gpu_lock import claim; h = claim(int(sys.argv[1]), sys.argv[2]);"
             " print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)")
     first = subprocess.Popen([sys.executable, "-c", code, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert first.stdout.readline().strip() == "0,1"

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from conftest import toy_spec
-from layerwise_nmt import checkpoint, cli
+from layerwise_nmt.training import checkpoint
+from layerwise_nmt import cli
 from layerwise_nmt import grid as config_module
 from layerwise_nmt.data.vocab import Dictionary
-from layerwise_nmt.train import train
+from layerwise_nmt.training.loop import train
 
 
 def lwnmt(*args, stdin: bytes | None = None, env: dict | None = None):
@@ -168,7 +169,7 @@ def test_the_program_ends_without_teardown_but_with_every_line_written(trained, 
 def test_a_trained_model_knows_its_direction(trained, tmp_path):
     """model.pt records the language pair it was trained on (and averaging keeps it): a joint dictionary would let
     `--src en --tgt de` translate de→en in silence."""
-    from layerwise_nmt.average import average
+    from layerwise_nmt.training.average import average
 
     assert checkpoint.load(trained["model"])["languages"] == {"src": "de", "tgt": "en"}
     run = trained["model"].parent / "run"
@@ -259,7 +260,8 @@ def test_the_decoding_settings_need_neither_torch_nor_numpy():
             "from layerwise_nmt.beam_config import BeamConfig\n"
             "assert BeamConfig.from_dict({'beam': 4, 'tune_lenpen': [0.6, 1]}).tune_lenpen == (0.6, 1.0)")
     assert "torch" not in imported_modules("-c", code)
-    from layerwise_nmt import beam_config, decode, precision
+    from layerwise_nmt import beam_config, decode
+    from layerwise_nmt.training import precision
 
     assert decode.BeamConfig is beam_config.BeamConfig and beam_config.AMP_CHOICES == precision.AMP_CHOICES
 

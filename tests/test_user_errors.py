@@ -180,7 +180,7 @@ def test_a_text_file_given_as_the_model_is_one_line(tmp_path, text):
     model.write_text(text)
     with pytest.raises(UserError, match=rf"{model}: not a readable checkpoint.*not a PyTorch file: it begins "
                                         rf"'{text[:5]}"):
-        from layerwise_nmt.checkpoint import load
+        from layerwise_nmt.training.checkpoint import load
 
         load(model)
 

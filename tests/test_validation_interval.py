@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from layerwise_nmt.train import train
+from layerwise_nmt.training.loop import train
 
 from conftest import toy_spec as spec
 
@@ -58,7 +58,7 @@ def test_the_demo_baselines_training_gives_the_same_model_with_its_validations(t
 def test_validation_bleu_at_every_validation_leaves_the_model_bit_for_bit(toy_data, tmp_path):
     """`valid_bleu: true` adds BLEU to every validation, within epochs too (the validation_curves figure's
     `metric: bleu`), and changes neither the weights nor what a checkpoint resumes with."""
-    from layerwise_nmt import checkpoint
+    from layerwise_nmt.training import checkpoint
 
     for bleu in (False, True):
         train(spec(max_update=8, validate_interval_updates=3, valid_bleu=bleu), str(toy_data), "de", "en",

@@ -32,8 +32,8 @@ from .data.batching import pad as pad_batch
 from .data.io import write_lines
 from .data.vocab import Dictionary
 from .models.user import UserCode, UserModel
-from .precision import fp32_matmuls, resolve
-from .precision_probe import Workload, autocast as probe_autocast, model_shape
+from .training.precision import fp32_matmuls, resolve
+from .training.precision_probe import Workload, autocast as probe_autocast, model_shape
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab:
     settings, so that an edited config never decodes with a stale model in silence. A model from outside the
     package is imported only from code its user named: `user_code` (--user-dir, --user-module) or the experiment's
     `models:` entry."""
-    from .checkpoint import check_dictionaries, load
+    from .training.checkpoint import check_dictionaries, load
     from .export import check_against, check_languages
     from .models import build
 

@@ -82,7 +82,7 @@ def check_against(state: dict, path: str | Path, model: str, arch: dict, name: s
 def write(model: str | Path, out: str | Path, src: str, tgt: str, src_dict: str | Path, tgt_dict: str | Path,
           codes: str | Path | None, tokenize: dict, decode: dict, about: dict) -> Path:
     """The model directory `out`, written whole or not at all (a temporary directory, renamed)."""
-    from .checkpoint import check_dictionaries, load, save
+    from .training.checkpoint import check_dictionaries, load, save
     from .data.vocab import Dictionary
 
     state = load(model)
@@ -196,7 +196,7 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
     """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision, updates, how
     it stopped) read now, and the model checked against the experiment's settings first."""
-    from .checkpoint import load
+    from .training.checkpoint import load
 
     from .models import UserModel
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from . import UserError
-from . import checkpoint
+from .training import checkpoint
 from .data.vocab import Dictionary
 from .models import build
 

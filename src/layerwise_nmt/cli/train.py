@@ -66,9 +66,9 @@ def train_spec(a) -> dict:
 
 
 def cmd_train(a) -> None:
-    from ..gpu_lock import claim, run_ranks, under_torchrun
-    from ..threads import set_threads
-    from ..train import Stopped, train
+    from ..training.gpu_lock import claim, run_ranks, under_torchrun
+    from ..training.threads import set_threads
+    from ..training.loop import Stopped, train
 
     ranks = a.ranks or a.gpus
     if not under_torchrun():
@@ -87,7 +87,7 @@ def _stopped(stopped) -> None:
     """Under the workflow, the stop's one line (logged to the job's log) goes to Snakemake's console too, once per
     job; a Ctrl-C also stops the Snakemake that runs the job, so that it starts no retry of what the user stopped
     (it stops by itself when it got the Ctrl-C too; not when it runs where SIGINT is ignored)."""
-    from ..distributed import world
+    from ..training.distributed import world
     from ..workflow_env import stop_the_workflow
 
     if world()[0] != 0:
@@ -98,7 +98,7 @@ def _stopped(stopped) -> None:
 
 
 def cmd_average(a) -> None:
-    from ..average import average
-    from ..checkpoint import last_checkpoints
+    from ..training.average import average
+    from ..training.checkpoint import last_checkpoints
 
     average(last_checkpoints(a.save_dir, a.num, a.by), a.out)

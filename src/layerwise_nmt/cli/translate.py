@@ -108,8 +108,8 @@ def cmd_translate(a) -> None:
 
     from .. import translation
     from ..data.io import atomic_path
-    from ..gpu_lock import claim
-    from ..threads import set_threads
+    from ..training.gpu_lock import claim
+    from ..training.threads import set_threads
 
     locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
     set_threads(a.threads)

@@ -72,7 +72,7 @@ def _check_experiments(config: dict) -> None:
     from ..beam_config import BeamConfig
     from ..models import MODELS
     from ..score_config import ScoreConfig
-    from ..train_config import TrainConfig
+    from ..training.config import TrainConfig
 
     for name in config.get("experiments", {}):
         e = experiment(config, name)

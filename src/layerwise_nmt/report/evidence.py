@@ -66,7 +66,7 @@ def targets(config: dict, table: str, seed: int) -> list[str]:
 
 
 def machine() -> dict:
-    from ..precision import cpu_model
+    from ..training.precision import cpu_model
 
     flags = ""
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import UserError
+from .. import UserError
 
 log = logging.getLogger(__name__)
 

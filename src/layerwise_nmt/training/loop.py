@@ -33,20 +33,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import UserError, checkpoint
+from .. import UserError
+from . import checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
-from .data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order, make_batches, merge_batches
-from .data.vocab import Dictionary, load_pair
+from ..data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order, make_batches, merge_batches
+from ..data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, barrier, init_distributed, per_rank_update_freq, world
 from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
-from .models import UserModel, build
-from .models.transformer import count_parameters
-from .models.user import recorded
+from ..models import UserModel, build
+from ..models.transformer import count_parameters
+from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, fp32_matmuls, resolve
 from .precision_probe import Workload, autocast as probe_autocast, model_shape
 from .progress import Progress, Reporter, RunLog, reopen_run_logs
-from .train_config import TrainConfig
+from .config import TrainConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .data.io import atomic_path
+from ..data.io import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import UserError
-from .beam_config import AMP_CHOICES
-from .settings import Settings, setting
+from .. import UserError
+from ..beam_config import AMP_CHOICES
+from ..settings import Settings, setting
 
 
 @dataclass

@@ -8,7 +8,7 @@ import math
 import torch
 
 from .precision import Precision
-from .train_config import TrainConfig
+from .config import TrainConfig
 
 
 def lr_at(update: int, cfg: TrainConfig, d_model: int, restarted: bool = False) -> float:

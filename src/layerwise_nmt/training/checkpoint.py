@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import UserError
-from .data.io import atomic_path
-from .data.vocab import Dictionary
+from .. import UserError
+from ..data.io import atomic_path
+from ..data.vocab import Dictionary
 
 log = logging.getLogger(__name__)
 LAST, PREVIOUS, BEST = "checkpoint_last.pt", "checkpoint_previous.pt", "checkpoint_best.pt"

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import UserError
+from .. import UserError
 
 log = logging.getLogger(__name__)
 

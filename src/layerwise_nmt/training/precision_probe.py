@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .data.io import atomic_path
+from ..data.io import atomic_path
 from .precision import cpu_capability, cpu_flags, cpu_model
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,10 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from . import UserError
-from .data.batching import ParallelData, collate, make_batches
+from .. import UserError
+from ..data.batching import ParallelData, collate, make_batches
 from .distributed import all_reduce_sum, world
-from .train_config import TrainConfig
+from .config import TrainConfig
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
@@ -94,8 +94,8 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
 def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
     """BLEU of beam search on the validation set over its subword units (token ids, BPE not removed; sacrebleu):
     enough to rank epochs and follow a run, not comparable with test BLEU."""
-    from .decode import BeamConfig, beam_search
-    from .score import ScoreConfig, bleu
+    from ..decode import BeamConfig, beam_search
+    from ..score import ScoreConfig, bleu
 
     beam = BeamConfig(beam=cfg.valid_beam)
     hyps, refs = [], []
