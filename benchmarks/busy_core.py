@@ -38,8 +38,8 @@ DECODE = """
 import sys, time
 import torch
 from layerwise_nmt.training import threads
-from layerwise_nmt.beam_config import BeamConfig
-from layerwise_nmt.decode import beam_search
+from layerwise_nmt.inference.config import BeamConfig
+from layerwise_nmt.inference.decode import beam_search
 from layerwise_nmt.models import build
 
 variant, sentences = sys.argv[1], int(sys.argv[2])

@@ -87,7 +87,7 @@ def our_log_probs(model: Path, data: Path, sources: Path, hypotheses: Path) -> l
 
     from layerwise_nmt.data.io import read_lines
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.decode import load_model
+    from layerwise_nmt.inference.decode import load_model
 
     src_vocab, tgt_vocab = load_pair(data, "de", "en")
     net = load_model(model, src_vocab, tgt_vocab).eval()

@@ -63,7 +63,7 @@ def inspect(run: Path) -> dict:
 
     from layerwise_nmt.data.batching import pad
     from layerwise_nmt.data.binarize import IndexedDataset
-    from layerwise_nmt.decode import load_model
+    from layerwise_nmt.inference.decode import load_model
 
     with open(run / "checkpoints" / "metrics.csv", newline="") as f:
         last = list(csv.DictReader(f))[-1]

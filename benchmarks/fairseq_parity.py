@@ -188,7 +188,7 @@ def valid_curve(checkpoints: list[Path], data: Path, importer=None) -> dict[int,
     import torch
 
     from layerwise_nmt.data.batching import ParallelData
-    from layerwise_nmt.decode import load_model
+    from layerwise_nmt.inference.decode import load_model
     from layerwise_nmt.training.loop import TrainConfig, evaluate
 
     torch.set_num_threads(1)
@@ -213,7 +213,7 @@ def test_bleu(model_path: Path, work: Path, out: Path) -> float:
 
 
 def parity_run(system: str, seed: int, work: Path, fairseq_bin: Path, updates: int, interval: int) -> dict:
-    from layerwise_nmt.fairseq_import import import_fairseq
+    from layerwise_nmt.inference.fairseq_import import import_fairseq
 
     run = work / "runs" / f"{system}-seed{seed}"
     if system == "fairseq":

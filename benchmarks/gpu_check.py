@@ -206,7 +206,7 @@ BEAM_TOLERANCE = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 2e-2, "fp16": 2e-2}  # rel
 
 def check_beam(family: str, label: str, device: torch.device) -> dict:
     """Cached beam search returns the hypotheses of full recomputation, scores within the precision's rounding."""
-    from layerwise_nmt.decode import BeamConfig, Recompute, beam_search
+    from layerwise_nmt.inference.decode import BeamConfig, Recompute, beam_search
     from layerwise_nmt.models import build
     from layerwise_nmt.training.precision import fp32_matmuls
 

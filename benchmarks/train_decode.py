@@ -459,7 +459,7 @@ def fairseq_weights(state: dict) -> dict:
     """Our model.pt's weights under fairseq TransformerModel's names: fairseq_import.linear_names read backwards
     (a stacked q/k/v split into its parts), plus the copies fairseq 0.12's encoder layers keep for torch's
     BetterTransformer fast path (which fairseq_cli turns off)."""
-    from layerwise_nmt.fairseq_import import linear_names
+    from layerwise_nmt.inference.fairseq_import import linear_names
 
     ours, config, out = state["model"], state["model_config"], {}
     for name, theirs in linear_names(config).items():
@@ -567,7 +567,7 @@ def decode_utilisation(case: DecodeCase, precisions: list[str], peak: dict) -> d
 
     from layerwise_nmt.data.io import read_lines
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.decode import BeamConfig, decode_lines, load_model
+    from layerwise_nmt.inference.decode import BeamConfig, decode_lines, load_model
 
     torch.set_num_threads(THREADS)
     src_vocab, tgt_vocab = load_pair(case.our_data, "de", "en")

@@ -140,7 +140,7 @@ def assert_cached_beam_equals_recompute(model, src) -> None:
     """Beam search with the model's incremental state returns the hypotheses and scores of full recomputation."""
     import math
 
-    from layerwise_nmt.decode import BeamConfig, Recompute, beam_search
+    from layerwise_nmt.inference.decode import BeamConfig, Recompute, beam_search
 
     for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
                 BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):

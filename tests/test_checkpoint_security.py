@@ -13,7 +13,7 @@ import torch
 from conftest import ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt.training import checkpoint
-from layerwise_nmt.fairseq_import import import_fairseq
+from layerwise_nmt.inference.fairseq_import import import_fairseq
 
 FAIRSEQ = ROOT / "tests" / "fixtures" / "fairseq"
 
@@ -73,7 +73,7 @@ def test_an_omegaconf_config_is_refused_naming_what_it_needs(tmp_path, monkeypat
 def test_the_fairseq_fixtures_and_our_checkpoints_still_load(toy_data, tmp_path):
     from conftest import toy_spec
     from layerwise_nmt.training.average import average
-    from layerwise_nmt.decode import load_model
+    from layerwise_nmt.inference.decode import load_model
     from layerwise_nmt.training.loop import train
 
     for name in ("shared_post", "separate_pre"):

@@ -15,13 +15,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import TINY
-from layerwise_nmt import UserError, export
+from layerwise_nmt import UserError
+from layerwise_nmt.inference import export
 from layerwise_nmt.training import checkpoint
-from layerwise_nmt.ctranslate2_export import INSTALL_HINT, convert
+from layerwise_nmt.inference.ctranslate2_export import INSTALL_HINT, convert
 from layerwise_nmt.data.io import read_lines
 from layerwise_nmt.data.vocab import Dictionary
-from layerwise_nmt.decode import BeamConfig, beam_search
-from layerwise_nmt.fairseq_import import import_fairseq
+from layerwise_nmt.inference.decode import BeamConfig, beam_search
+from layerwise_nmt.inference.fairseq_import import import_fairseq
 from layerwise_nmt.models import build
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fairseq"
@@ -86,7 +87,7 @@ def model_dir(model, src: Dictionary, tgt: Dictionary, where: Path, name: str = 
 def converted(tmp_path_factory):
     """name → (our model, source and target dictionaries, the CTranslate2 directory, a few sources as token lists)."""
     pytest.importorskip("ctranslate2", reason="the optional dependency (make test installs it)")
-    from layerwise_nmt.decode import load_model
+    from layerwise_nmt.inference.decode import load_model
 
     root, made = tmp_path_factory.mktemp("ct2"), {}
     for name, (settings, separate) in OURS.items():

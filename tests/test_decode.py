@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from conftest import assert_cached_beam_equals_recompute
-from layerwise_nmt.decode import BeamConfig, beam_search
+from layerwise_nmt.inference.decode import BeamConfig, beam_search
 from layerwise_nmt.models import build
 
 EOS, PAD = 2, 1
@@ -144,7 +144,7 @@ def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):
     import pytest
 
     from layerwise_nmt import UserError
-    from layerwise_nmt.decode import pick_lenpen
+    from layerwise_nmt.inference.decode import pick_lenpen
 
     assert pick_lenpen({0.6: 30.1, 1.0: 31.4, 1.6: 31.2}) == 1.0
     assert pick_lenpen({2.0: 31.4, 0.6: 30.0, 1.0: 31.4}) == 2.0  # tie: the grid's first
@@ -169,7 +169,7 @@ def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):
 def test_best_candidates_equal_topk_over_all_sums():
     """The block-maxima shortcut finds the same k best (score + log-probability) as topk over every sum, including
     a short last block, a single hypothesis (step 0) and rows where almost everything is -inf (the length limit)."""
-    from layerwise_nmt.decode import best_candidates
+    from layerwise_nmt.inference.decode import best_candidates
 
     torch.manual_seed(0)
     for hyps, vocab in [(1, 7883), (5, 7880), (5, 200), (3, 70)]:

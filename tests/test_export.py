@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, TOY_ARCH, toy_spec
-from layerwise_nmt.decode import prepare_raw
+from layerwise_nmt.inference.decode import prepare_raw
 from layerwise_nmt.training.loop import train
 
 

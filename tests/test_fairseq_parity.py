@@ -20,8 +20,8 @@ from layerwise_nmt.cli import main
 from layerwise_nmt.data.batching import pad as pad_batch
 from layerwise_nmt.data.io import read_lines
 from layerwise_nmt.data.vocab import load_pair
-from layerwise_nmt.decode import BeamConfig, beam_search, load_model
-from layerwise_nmt.fairseq_import import import_fairseq
+from layerwise_nmt.inference.decode import BeamConfig, beam_search, load_model
+from layerwise_nmt.inference.fairseq_import import import_fairseq
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fairseq"
 MANIFEST = json.loads((FIXTURE / "manifest.json").read_text())

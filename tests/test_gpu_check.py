@@ -136,13 +136,13 @@ def test_checks_fail_when_the_model_is_broken(tmp_path, monkeypatch):
     assert gpu_check.check_ddp(device, data, tmp_path) == {"ok": True, "how": "one-rank gloo group",
                                                            "max_grad_diff": 0.0}
     # a cache that drops the last step's token: the beam check must catch it
-    from layerwise_nmt.decode import Recompute
+    from layerwise_nmt.inference.decode import Recompute
 
     class Stale(Recompute):
         def step(self, last, state):
             return super().step(torch.full_like(last, 5), state)
 
-    monkeypatch.setattr("layerwise_nmt.decode.Recompute", Stale)
+    monkeypatch.setattr("layerwise_nmt.inference.decode.Recompute", Stale)
     assert not gpu_check.check_beam("transformer_post", "fp32", device)["ok"]
 
 

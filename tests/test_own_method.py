@@ -98,7 +98,7 @@ def test_training_resume_averaging_and_the_model_file(trained, caplog):
 
 
 def test_the_model_directory_names_the_code_it_needs_and_translate_imports_it_only_when_told(trained, tmp_path):
-    from layerwise_nmt import export
+    from layerwise_nmt.inference import export
 
     root = trained["root"]
     out = export.write(root / "model.pt", tmp_path / "dir", "de", "en", root / "dict.de.txt", root / "dict.en.txt",

@@ -119,8 +119,8 @@ def test_real_probes_leave_the_model_and_the_rng_as_they_were():
     """The training probe forks the RNG and drops its gradients; the decoding probe draws nothing: a probed run
     trains and decodes exactly as an unprobed one."""
     from conftest import tiny_model
-    from layerwise_nmt.beam_config import BeamConfig
-    from layerwise_nmt.decode import decoding_workload
+    from layerwise_nmt.inference.config import BeamConfig
+    from layerwise_nmt.inference.decode import decoding_workload
     from layerwise_nmt.training.loop import training_workload
     from layerwise_nmt.training.config import TrainConfig
 

@@ -125,7 +125,7 @@ def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):
     """`inspect` reads the shares out of the models into JSON; the figure draws from that JSON alone."""
     import torch
 
-    from layerwise_nmt.figure_readouts import write as inspect
+    from layerwise_nmt.inference.figure_readouts import write as inspect
     from layerwise_nmt.models import build
     from layerwise_nmt.report.figures import write as draw
 

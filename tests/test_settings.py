@@ -4,7 +4,7 @@ from dataclasses import fields
 
 import pytest
 
-from layerwise_nmt.decode import BeamConfig
+from layerwise_nmt.inference.decode import BeamConfig
 from layerwise_nmt.models import MODELS
 from layerwise_nmt.score import ScoreConfig
 from layerwise_nmt.settings import SettingError

@@ -186,7 +186,7 @@ def test_a_trained_model_knows_its_direction(trained, tmp_path):
 
 @pytest.fixture
 def model_dir(trained, tmp_path) -> Path:
-    from layerwise_nmt.export import write
+    from layerwise_nmt.inference.export import write
 
     dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
     return write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None, {"tokenizer": "moses"},
@@ -221,7 +221,7 @@ def test_a_manifest_without_a_key_names_the_key(model_dir):
 
 
 def test_a_text_file_as_the_model_directorys_model_is_one_line(model_dir):
-    from layerwise_nmt.export import sha256
+    from layerwise_nmt.inference.export import sha256
 
     (model_dir / "model.pt").write_text("error: disk full\n")
     manifest = json.loads((model_dir / "lwnmt.json").read_text())
@@ -257,10 +257,10 @@ def test_help_and_data_commands_import_no_torch(tmp_path):
 def test_the_decoding_settings_need_neither_torch_nor_numpy():
     """A workflow driver without torch checks the config's decoding settings with BeamConfig."""
     code = ("import sys; sys.modules['torch'] = sys.modules['numpy'] = None\n"
-            "from layerwise_nmt.beam_config import BeamConfig\n"
+            "from layerwise_nmt.inference.config import BeamConfig\n"
             "assert BeamConfig.from_dict({'beam': 4, 'tune_lenpen': [0.6, 1]}).tune_lenpen == (0.6, 1.0)")
     assert "torch" not in imported_modules("-c", code)
-    from layerwise_nmt import beam_config, decode
+    from layerwise_nmt.inference import config as beam_config, decode
     from layerwise_nmt.training import precision
 
     assert decode.BeamConfig is beam_config.BeamConfig and beam_config.AMP_CHOICES == precision.AMP_CHOICES
@@ -271,7 +271,7 @@ def test_one_setup_resolves_each_kind_of_request(trained, model_dir, tmp_path, m
     them), a BPE'd input is decoded as it is, and a directory that is not there is named before any input is read."""
     import io
 
-    from layerwise_nmt import translation
+    from layerwise_nmt.inference import translation
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"W1 w2\n")))
     job = translation.prepare(translation.Request(model=str(model_dir)), {"lenpen": 0.6}, tmp_path)
@@ -292,13 +292,13 @@ def test_one_setup_resolves_each_kind_of_request(trained, model_dir, tmp_path, m
 
 
 def warnings_of(err: str) -> list[str]:
-    return [line.split(": ", 1)[1] for line in err.splitlines() if " WARNING layerwise_nmt.translation: " in line]
+    return [line.split(": ", 1)[1] for line in err.splitlines() if " WARNING layerwise_nmt.inference.translation: " in line]
 
 
 def test_a_line_mostly_unknown_to_the_model_or_losing_characters_is_named(trained, tmp_path):
     """Emoji vanished in silence (<unk>), and Chinese given to the De→En model came back as a fluent sentence of
     something else: each such line gets one warning naming it and what the model could not read."""
-    from layerwise_nmt.export import write
+    from layerwise_nmt.inference.export import write
 
     dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
     model_dir = write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None,
@@ -331,7 +331,7 @@ def test_a_bped_input_mostly_unknown_is_named(trained):
 
 def test_characters_replaced_or_recased_are_not_counted_as_removed():
     from layerwise_nmt.data.tokenize import TokenizeOptions
-    from layerwise_nmt.translation import removed_characters
+    from layerwise_nmt.inference.translation import removed_characters
 
     options = TokenizeOptions("ro", lowercase=True, normalize_punctuation=True, romanian=True)
     raw = "Şi «Ţara» ÎN „Europa“ & [x] |\x1b a"

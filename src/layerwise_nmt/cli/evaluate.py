@@ -43,7 +43,7 @@ def cmd_pick_lenpen(a) -> None:
     import json
 
     from ..data.io import atomic_path
-    from ..beam_config import pick_lenpen
+    from ..inference.config import pick_lenpen
 
     if len(a.scores) != len(a.lenpen):
         raise UserError(f"{len(a.scores)} score files for {len(a.lenpen)} --lenpen values; expected one each")
@@ -77,6 +77,6 @@ def cmd_score(a) -> None:
 def cmd_inspect(a) -> None:
     import json
 
-    from ..figure_readouts import write
+    from ..inference.figure_readouts import write
 
     write(a.kind, a.model, json.loads(a.options), a.out)

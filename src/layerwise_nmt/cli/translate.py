@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from .. import UserError
-from ..ctranslate2_export import QUANTIZATIONS
+from ..inference.ctranslate2_export import QUANTIZATIONS
 from . import common
 from .common import add_config_files, command
 
@@ -106,7 +106,7 @@ def cmd_translate(a) -> None:
     import json
     import tempfile
 
-    from .. import translation
+    from ..inference import translation
     from ..data.io import atomic_path
     from ..training.gpu_lock import claim
     from ..training.threads import set_threads
@@ -131,7 +131,7 @@ def cmd_translate(a) -> None:
 def cmd_export(a) -> None:
     import json
 
-    from .. import ctranslate2_export, export
+    from ..inference import ctranslate2_export, export
 
     if a.quantization and a.format != "ctranslate2":
         raise UserError(f"--quantization {a.quantization}: only with --format ctranslate2")
@@ -156,7 +156,7 @@ def cmd_export(a) -> None:
 
 
 def cmd_import_fairseq(a) -> None:
-    from ..fairseq_import import import_fairseq
+    from ..inference.fairseq_import import import_fairseq
 
     target = import_fairseq(a.checkpoint, a.data, a.src, a.tgt, a.out)
     log.info("wrote %s; decode with: lwnmt translate INPUT --model %s --data %s --src %s --tgt %s --out-prefix OUT",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import UserError
-from ..beam_config import AMP_CHOICES
+from ..inference.config import AMP_CHOICES
 from ..settings import Settings, setting
 
 

@@ -94,7 +94,7 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
 def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
     """BLEU of beam search on the validation set over its subword units (token ids, BPE not removed; sacrebleu):
     enough to rank epochs and follow a run, not comparable with test BLEU."""
-    from ..decode import BeamConfig, beam_search
+    from ..inference.decode import BeamConfig, beam_search
     from ..score import ScoreConfig, bleu
 
     beam = BeamConfig(beam=cfg.valid_beam)

@@ -27,8 +27,8 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Iterable
 
-from . import UserError
-from .beam_config import BeamConfig
+from .. import UserError
+from .config import BeamConfig
 
 log = logging.getLogger(__name__)
 FAIRSEQ_OPTIONS = ("beam", "lenpen", "max_len_a", "max_len_b", "min_len", "batch_size", "amp")  # flags over --options
@@ -101,7 +101,7 @@ def prepare(request: Request, options: dict, tmp: Path) -> Job:
 
 def source_lines(request: Request) -> tuple[list[str], str]:
     """The input's lines and its name for messages: INPUT, or stdin for - or nothing."""
-    from .data.io import decode_lines, read_lines
+    from ..data.io import decode_lines, read_lines
 
     if request.input in (None, "-"):
         return list(decode_lines(sys.stdin.buffer, "stdin")), "stdin"
@@ -110,7 +110,7 @@ def source_lines(request: Request) -> tuple[list[str], str]:
 
 def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
     """`lwnmt translate [FILE|-] --model --data --src --tgt`: a BPE'd source, decoded as it is."""
-    from .data.io import write_lines
+    from ..data.io import write_lines
 
     missing = [f"--{key}" for key in ("model", "data", "src", "tgt") if not getattr(request, key)]
     if missing:
@@ -127,7 +127,7 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
 
 def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
     """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after)."""
-    from . import grid as cfg
+    from .. import grid as cfg
     from .export import not_trained
 
     setup = cfg.trained_model(request.config, request.experiment, request.seed)
@@ -160,9 +160,9 @@ def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict,
                codes: str | None) -> tuple[str, str, list[list[str]]]:
     """The raw input tokenized and BPE'd into tmp/input.bpe: (that file, the input's name for messages, each line's
     characters that normalisation and tokenization removed)."""
-    from .data import bpe
-    from .data.io import write_lines
-    from .data.tokenize import TokenizeOptions
+    from ..data import bpe
+    from ..data.io import write_lines
+    from ..data.tokenize import TokenizeOptions
     from .decode import prepare_raw
 
     lines, label = source_lines(request)
@@ -232,14 +232,14 @@ def translate(job: Job, out_prefix: str | None, nbest: int = 0, user_code=None) 
     """Decode `job`: the translations to PREFIX.* or stdout (decode.translate); returns the decoding's statistics
     (with the model's parameter count) and the settings it decoded with. `user_code` (a models.UserCode): the code
     the user named (--user-dir, --user-module) for a model from outside the package."""
-    from .data.vocab import load_pair
+    from ..data.vocab import load_pair
     from .decode import load_model, translate as decode
-    from .models.transformer import count_parameters
+    from ..models.transformer import count_parameters
 
     cfg = BeamConfig.from_dict(job.options)
     if nbest > cfg.beam:
         raise UserError(f"--nbest {nbest} with beam {cfg.beam}; expected at most the beam's hypotheses")
-    from .data.io import read_lines
+    from ..data.io import read_lines
 
     src_vocab, tgt_vocab = load_pair(job.data, job.src, job.tgt)
     for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from . import UserError
-from .training import checkpoint
-from .data.vocab import Dictionary
-from .models import build
+from .. import UserError
+from ..training import checkpoint
+from ..data.vocab import Dictionary
+from ..models import build
 
 ARCHS = ("transformer", "transformer_iwslt_de_en", "transformer_wmt_en_de", "transformer_wmt_en_de_big",
          "transformer_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_fr_big",

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import UserError, export
+from .. import UserError
+from . import export
 
 log = logging.getLogger(__name__)
 FORMAT = "lwnmt-ctranslate2-dir/1"  # not export.FORMAT: `lwnmt translate --model` refuses it by name
@@ -74,7 +75,7 @@ def convert(model_dir: str | Path, out: str | Path, quantization: str = "none") 
     manifest = export.read(model_dir)
     check_convertible(manifest.get("model"), manifest.get("model_config"), manifest["paths"]["model"])
     ctranslate2 = require_ctranslate2()
-    from .data.vocab import Dictionary
+    from ..data.vocab import Dictionary
     from .decode import load_model
 
     src_vocab, tgt_vocab = (Dictionary.load(manifest["paths"][key]) for key in ("src_dict", "tgt_dict"))
@@ -112,7 +113,7 @@ def translate_options(decode: dict) -> dict:
     finished hypothesis's log-probability by its length (with </s>) to the α, as fairseq's --lenpen does; GNMT's
     ((5 + len) / 6)^α has no counterpart there. The length limit a·|src| + b depends on each source, so it is left
     to the caller (docs/usage.md: max_decoding_length)."""
-    from .beam_config import BeamConfig
+    from .config import BeamConfig
 
     settings = BeamConfig.from_dict(decode)
     options = {"beam_size": settings.beam, "min_decoding_length": settings.min_len}

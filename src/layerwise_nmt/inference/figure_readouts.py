@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from . import UserError
-from .data.io import atomic_path, read_lines
-from .data.vocab import load_pair
+from .. import UserError
+from ..data.io import atomic_path, read_lines
+from ..data.vocab import load_pair
 from .decode import load_model
 
 

@@ -26,14 +26,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import UserError
-from .beam_config import BeamConfig, pick_lenpen  # noqa: F401  (pick_lenpen: re-exported)
-from .data.batching import pad as pad_batch
-from .data.io import write_lines
-from .data.vocab import Dictionary
-from .models.user import UserCode, UserModel
-from .training.precision import fp32_matmuls, resolve
-from .training.precision_probe import Workload, autocast as probe_autocast, model_shape
+from .. import UserError
+from .config import BeamConfig, pick_lenpen  # noqa: F401  (pick_lenpen: re-exported)
+from ..data.batching import pad as pad_batch
+from ..data.io import write_lines
+from ..data.vocab import Dictionary
+from ..models.user import UserCode, UserModel
+from ..training.precision import fp32_matmuls, resolve
+from ..training.precision_probe import Workload, autocast as probe_autocast, model_shape
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
     the last of these to stdout. nbest > 0: also fairseq-generate's S-/H-/D-/P- lines of the `nbest` best
     hypotheses, in <out_prefix>.nbest or instead of the plain lines on stdout. Either way one output line per
     input line: an empty or overlong source (named in a warning as `label`:line) gets an empty translation."""
-    from .data.io import read_lines
+    from ..data.io import read_lines
 
     sources = list(read_lines(src_path))
     results, stats = decode_lines(model, sources, src_vocab, tgt_vocab, cfg, label or src_path)
@@ -244,8 +244,8 @@ def fairseq_lines(sources: list[str], results: list[list[Hypothesis]], tgt_vocab
 
 def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) -> list[str]:
     """Raw source sentences → the model's input: the task's normalisation and tokenization, then its BPE."""
-    from .data import bpe
-    from .data.tokenize import TokenizeOptions
+    from ..data import bpe
+    from ..data.tokenize import TokenizeOptions
 
     process = TokenizeOptions(lang, **tokenize).build()
     tokenized = [process(line) for line in lines]
@@ -261,9 +261,9 @@ def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab:
     settings, so that an edited config never decodes with a stale model in silence. A model from outside the
     package is imported only from code its user named: `user_code` (--user-dir, --user-module) or the experiment's
     `models:` entry."""
-    from .training.checkpoint import check_dictionaries, load
+    from ..training.checkpoint import check_dictionaries, load
     from .export import check_against, check_languages
-    from .models import build
+    from ..models import build
 
     state = load(path)
     if src_vocab is not None:

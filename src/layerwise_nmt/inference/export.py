@@ -21,8 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import UserError
-from .checkout import source_tree
+from .. import UserError
+from ..checkout import source_tree
 
 log = logging.getLogger(__name__)
 MANIFEST = "lwnmt.json"
@@ -60,7 +60,7 @@ def check_against(state: dict, path: str | Path, model: str, arch: dict, name: s
     """A UserError when the model in `path` was not trained with experiment `name`'s current settings (its model or
     any arch setting: layers, d_model, ...), so that an edited config never decodes with a stale model in silence.
     `user`: the experiment's model from outside the package (a models.UserModel), whose class is imported."""
-    from .models import model_class, settings_of
+    from ..models import model_class, settings_of
 
     if state.get("model_name") != model:
         raise UserError(f"{path}: a {state.get('model_name')!r} model, but experiment {name} has model: {model}; "
@@ -82,8 +82,8 @@ def check_against(state: dict, path: str | Path, model: str, arch: dict, name: s
 def write(model: str | Path, out: str | Path, src: str, tgt: str, src_dict: str | Path, tgt_dict: str | Path,
           codes: str | Path | None, tokenize: dict, decode: dict, about: dict) -> Path:
     """The model directory `out`, written whole or not at all (a temporary directory, renamed)."""
-    from .training.checkpoint import check_dictionaries, load, save
-    from .data.vocab import Dictionary
+    from ..training.checkpoint import check_dictionaries, load, save
+    from ..data.vocab import Dictionary
 
     state = load(model)
     dictionaries = Dictionary.load(src_dict), Dictionary.load(tgt_dict)
@@ -164,7 +164,7 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
                   tokenize: dict, decode: dict) -> dict:
     """What exporting a model.pt needs, from its data directory (its dictionaries), languages, BPE codes (None: a
     word-level model), source tokenization and decoding defaults."""
-    from .data.vocab import load_pair
+    from ..data.vocab import load_pair
 
     missing = [flag for flag, value in (("--data", data), ("--src", src), ("--tgt", tgt)) if not value]
     if missing:
@@ -176,7 +176,7 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
 
 def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
     """grid.model_dir_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
-    from . import grid as cfg
+    from .. import grid as cfg
 
     spec = cfg.model_dir_spec(config, name, seed)
     if not Path(spec["model"]).exists():
@@ -196,9 +196,9 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
     """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision, updates, how
     it stopped) read now, and the model checked against the experiment's settings first."""
-    from .training.checkpoint import load
+    from ..training.checkpoint import load
 
-    from .models import UserModel
+    from ..models import UserModel
 
     about, decode = dict(spec.get("about", {})), dict(spec["decode"])
     settings = about.get("settings")
