@@ -115,8 +115,8 @@ def hypotheses(study: Path, size: str, experiment: str, seeds: list[int]) -> lis
 def compare(study: Path, size: str, config: dict, experiment: str, control: str, seeds: list[int]) -> dict:
     """Paired bootstrap over the seeds both rows have, their test sets concatenated (seed k against seed k)."""
     from layerwise_nmt import grid as cfg
-    from layerwise_nmt.score import paired_bootstrap
-    from layerwise_nmt.score_config import ScoreConfig
+    from layerwise_nmt.scoring.score import paired_bootstrap
+    from layerwise_nmt.scoring.config import ScoreConfig
 
     e = cfg.experiment(config, experiment)
     ref = study / size / "results" / TASK / "data" / "text" / f"test.{e['pair']}.{e['tgt']}"

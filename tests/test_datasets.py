@@ -20,7 +20,7 @@ from layerwise_nmt.data import io as data_io
 from layerwise_nmt.data.io import read_lines
 from layerwise_nmt.data.prepare import tokenize_file
 from layerwise_nmt.data.tokenize import TokenizeOptions, normalise_romanian, remove_romanian_diacritics
-from layerwise_nmt.score import ScoreConfig, compound_split, score_files
+from layerwise_nmt.scoring.score import ScoreConfig, compound_split, score_files
 
 
 def test_sgml_reader_equals_the_plain_release_up_to_doubled_spaces(mirror):

@@ -6,7 +6,8 @@ import pytest
 import sacrebleu
 
 from layerwise_nmt import UserError
-from layerwise_nmt.score import ScoreConfig, bleu, bucket_bleu, compound_split, paired_bootstrap, seeds_summary, t_test
+from layerwise_nmt.scoring.score import (ScoreConfig, bleu, bucket_bleu, compound_split, paired_bootstrap,
+    seeds_summary, t_test)
 
 HYP = ["the cat sat on the mat .", "a well-known fact", "Hello World"]
 REF = ["the cat sat on a mat .", "a well-known fact", "hello world"]
@@ -61,7 +62,7 @@ def test_significance_helpers():
 
 
 def test_score_files_give_sacrebleus_chrf_beside_bleu(tmp_path):
-    from layerwise_nmt.score import score_files
+    from layerwise_nmt.scoring.score import score_files
 
     (tmp_path / "hyp").write_text("\n".join(HYP) + "\n")
     (tmp_path / "ref").write_text("\n".join(REF) + "\n")
@@ -95,7 +96,7 @@ TOK = [f"A man rides horse number {i} ." for i in range(20)]
     ("none", DETOK, "looks detokenized"), ("13a", TOK, "looks tokenized"), ("none", TOK, None), ("13a", DETOK, None),
     ("none", DETOK[:5], None)])  # too few lines ending in a period to tell
 def test_score_warns_in_one_line_when_the_text_does_not_suit_the_metric(tmp_path, caplog, tokenize, hyps, warned):
-    from layerwise_nmt.score import score_files
+    from layerwise_nmt.scoring.score import score_files
 
     (tmp_path / "hyp").write_text("\n".join(hyps) + "\n")
     (tmp_path / "ref").write_text("\n".join(hyps) + "\n")
@@ -112,6 +113,6 @@ def test_the_scoring_settings_know_sacrebleus_tokenizers():
     """ScoreConfig checks `tokenize` without importing sacrebleu (a workflow driver may not have it)."""
     import sacrebleu
 
-    from layerwise_nmt.score_config import SACREBLEU_TOKENIZERS
+    from layerwise_nmt.scoring.config import SACREBLEU_TOKENIZERS
 
     assert SACREBLEU_TOKENIZERS == tuple(sacrebleu.BLEU.TOKENIZERS)

@@ -6,7 +6,7 @@ import pytest
 
 from layerwise_nmt.inference.decode import BeamConfig
 from layerwise_nmt.models import MODELS
-from layerwise_nmt.score import ScoreConfig
+from layerwise_nmt.scoring.score import ScoreConfig
 from layerwise_nmt.settings import SettingError
 from layerwise_nmt.training.loop import TrainConfig
 

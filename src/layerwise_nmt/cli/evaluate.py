@@ -60,7 +60,7 @@ def cmd_score(a) -> None:
     import json
 
     from ..data.io import atomic_path
-    from ..score import ScoreConfig, score_files
+    from ..scoring.score import ScoreConfig, score_files
 
     cfg = ScoreConfig.from_dict(json.loads(a.options))
     result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs, a.allow_bpe)

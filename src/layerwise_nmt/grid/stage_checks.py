@@ -71,7 +71,7 @@ def _write_passed(cache: Path, key: str) -> None:
 def _check_experiments(config: dict) -> None:
     from ..inference.config import BeamConfig
     from ..models import MODELS
-    from ..score_config import ScoreConfig
+    from ..scoring.config import ScoreConfig
     from ..training.config import TrainConfig
 
     for name in config.get("experiments", {}):

@@ -154,8 +154,8 @@ def hypotheses(out: Path, name: str, seed: int) -> list[str]:
 
 def compare(out: Path, config: dict, name: str, control: str, seeds: list[int], bleu: dict, theirs: dict,
             ref: Path | None) -> dict:
-    from ..score import paired_bootstrap, t_test_paired
-    from ..score_config import ScoreConfig
+    from ..scoring.score import paired_bootstrap, t_test_paired
+    from ..scoring.config import ScoreConfig
 
     deltas = [bleu[s] - theirs[s] for s in seeds]
     result = {"control": control, "seeds": seeds, "delta": statistics.fmean(deltas), "deltas": deltas}

@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..data.io import atomic_path  # noqa: E402
-from ..score import seeds_summary  # noqa: E402
+from ..scoring.score import seeds_summary  # noqa: E402
 from .figure_titles import title  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from ..grid import measure_of, metrics_of, save_dir, split_of
 from .. import UserError
 from ..data.io import atomic_path, read_lines
-from ..score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
+from ..scoring.score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
 from .html_table import page
 
 NOT_RUN = "—"

@@ -95,7 +95,7 @@ def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) ->
     """BLEU of beam search on the validation set over its subword units (token ids, BPE not removed; sacrebleu):
     enough to rank epochs and follow a run, not comparable with test BLEU."""
     from ..inference.decode import BeamConfig, beam_search
-    from ..score import ScoreConfig, bleu
+    from ..scoring.score import ScoreConfig, bleu
 
     beam = BeamConfig(beam=cfg.valid_beam)
     hyps, refs = [], []

@@ -18,9 +18,9 @@ import statistics
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from . import UserError
-from .data.io import read_lines
-from .score_config import ScoreConfig
+from .. import UserError
+from ..data.io import read_lines
+from .config import ScoreConfig
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 MIN_PERIOD_LINES = 10  # lines ending in a period needed before judging whether a file is tokenized

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import UserError
-from .settings import Settings, setting
+from .. import UserError
+from ..settings import Settings, setting
 
 # sacrebleu.BLEU.TOKENIZERS of the pinned sacrebleu (tests/test_score.py checks they agree)
 SACREBLEU_TOKENIZERS = ("none", "zh", "13a", "intl", "char", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200",
