@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from layerwise_nmt.forkserver import ENV
+from layerwise_nmt.rehearsal.forkserver import ENV
 from layerwise_nmt.rehearsal import warm
 
 
@@ -107,7 +107,7 @@ def test_each_served_job_draws_its_own_random_seeds(tmp_path):
     import numpy
     import torch
 
-    from layerwise_nmt.forkjob import fresh_state
+    from layerwise_nmt.rehearsal.forkjob import fresh_state
 
     draws = set()
     for _ in range(3):

@@ -1,7 +1,7 @@
 import os
 
 if os.environ.get("LWNMT_FORKSERVER"):  # the rehearsal's warm process (forkserver.py); returns if it declines
-    from .forkserver import delegate
+    from .rehearsal.forkserver import delegate
 
     delegate(os.environ["LWNMT_FORKSERVER"])
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..checkout import ROOT
-from ..forkserver import ENV
+from .forkserver import ENV
 from ..workflow_env import job_path
 
 # the checkout's src/, which common.smk puts first on the jobs' PYTHONPATH (an installed package's server would
@@ -75,7 +75,7 @@ def start(directory: Path, env: dict) -> Server:
     home = tempfile.mkdtemp(prefix="lwnmt-warm-")  # a short path: a Unix socket's is limited to ~100 bytes
     socket = os.path.join(home, "socket")
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.forkserver", socket], cwd=directory,
+        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket], cwd=directory,
                                    env={**server_env(env), ENV: socket}, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT)
     return Server(process, socket, log, home)

@@ -1,7 +1,7 @@
 """A warm process for many short `python -m layerwise_nmt` jobs (the rehearsal's ~1,700): each fresh job pays
 Python's start and the imports of torch, sacremoses, matplotlib … (1.5-3 s of CPU) for a second or two of work.
 
-`python -m layerwise_nmt.forkserver SOCKET` imports the package and its libraries once, then serves. When the
+`python -m layerwise_nmt.rehearsal.forkserver SOCKET` imports the package and its libraries once, then serves. When the
 environment variable LWNMT_FORKSERVER names its socket, `python -m layerwise_nmt` (__main__.py) connects before
 importing anything heavy and hands over its arguments, working directory, environment, umask, module path and
 standard streams (the file descriptors themselves); the server forks a child that becomes the job, and the client
@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .workflow_env import WORKFLOW_PID
+from ..workflow_env import WORKFLOW_PID
 
 ENV = "LWNMT_FORKSERVER"
 # Set by the job's shell (or, WORKFLOW_PID, per Snakemake run, read only when a training stops), never read by an
@@ -115,7 +115,7 @@ def preload() -> None:
 
     import layerwise_nmt
 
-    skip = ("layerwise_nmt.rehearsal", "layerwise_nmt.forkserver", "layerwise_nmt.__main__",
+    skip = ("layerwise_nmt.rehearsal", "layerwise_nmt.rehearsal.forkserver", "layerwise_nmt.__main__",
             "layerwise_nmt.cli.__main__")
     for module in pkgutil.walk_packages(layerwise_nmt.__path__, "layerwise_nmt."):
         if not module.name.startswith(skip):
@@ -316,7 +316,7 @@ def _receive(conn) -> tuple[dict, list[int]]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.exit("usage: python -m layerwise_nmt.forkserver SOCKET")
+        sys.exit("usage: python -m layerwise_nmt.rehearsal.forkserver SOCKET")
     serve(argv[0], os.getppid())
 
 
