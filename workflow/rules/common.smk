@@ -14,7 +14,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCES), os.envi
 # A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli)
 os.environ.update(LWNMT_ERRORS_ON_STDOUT="1")
 sys.path.insert(0, str(SOURCES))
-from layerwise_nmt.workflow_env import WORKFLOW_PID, job_path
+from layerwise_nmt.workflow.job_env import WORKFLOW_PID, job_path
 
 # Jobs run the Python that runs Snakemake (or their rule's conda env), whatever `python` is first on PATH
 os.environ.update(PATH=job_path(os.environ.get("PATH")))
@@ -60,7 +60,7 @@ except UserError as err:  # named in the file that set the key: config.yaml, or 
 validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
-    from layerwise_nmt.slurm import patch_status_query
+    from layerwise_nmt.workflow.slurm import patch_status_query
 
     patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/slurm.py)
 

@@ -88,7 +88,7 @@ def _stopped(stopped) -> None:
     job; a Ctrl-C also stops the Snakemake that runs the job, so that it starts no retry of what the user stopped
     (it stops by itself when it got the Ctrl-C too; not when it runs where SIGINT is ignored)."""
     from ..training.distributed import world
-    from ..workflow_env import stop_the_workflow
+    from ..workflow.job_env import stop_the_workflow
 
     if world()[0] != 0:
         return

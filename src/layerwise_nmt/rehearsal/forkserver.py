@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..workflow_env import WORKFLOW_PID
+from ..workflow.job_env import WORKFLOW_PID
 
 ENV = "LWNMT_FORKSERVER"
 # Set by the job's shell (or, WORKFLOW_PID, per Snakemake run, read only when a training stops), never read by an

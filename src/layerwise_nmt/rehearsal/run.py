@@ -30,7 +30,7 @@ ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpe
              "table", "figure")
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 # The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), ~1,700 jobs on few cores.
-RUN = [sys.executable, "-m", "layerwise_nmt.rehearsal.scheduler", "-s", str(ROOT / "Snakefile")]
+RUN = [sys.executable, "-m", "layerwise_nmt.workflow.scheduler", "-s", str(ROOT / "Snakefile")]
 
 
 def job_counts(output: str) -> Counter:

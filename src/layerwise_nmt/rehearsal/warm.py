@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..checkout import ROOT
 from .forkserver import ENV
-from ..workflow_env import job_path
+from ..workflow.job_env import job_path
 
 # the checkout's src/, which common.smk puts first on the jobs' PYTHONPATH (an installed package's server would
 # import another copy than its jobs, and decline them all)
