@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.parameter_table import parameter_rows
+from layerwise_nmt.models.parameter_table import parameter_rows
 from layerwise_nmt.budgets import experiment_cost, plan
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from layerwise_nmt import UserError, model_sizes
+from layerwise_nmt import UserError
+from layerwise_nmt.models import sizes as model_sizes
 from layerwise_nmt import grid as cfg
 from layerwise_nmt.models import MODELS, build, model_class
 from layerwise_nmt.models.transformer import count_parameters

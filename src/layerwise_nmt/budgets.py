@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import grid as cfg
-from . import model_sizes
+from .models import sizes as model_sizes
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
 # A CPU's sustained rate in this file's counting (6 · N · source + target tokens): the demo's model (7.58M parameters)
@@ -123,7 +123,7 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
         return vocab, vocab
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
-    from .parameter_table import vocab_sizes  # the prepared dictionaries: a task that states no vocabulary estimate
+    from .models.parameter_table import (vocab_sizes)  # the prepared dictionaries: a task that states no vocabulary estimate
 
     return vocab_sizes(e)
 

@@ -45,7 +45,7 @@ def add_commands(sub) -> None:
 
 
 def cmd_params(a) -> None:
-    from ..parameter_table import parameter_rows
+    from ..models.parameter_table import parameter_rows
 
     config = common.load_config(a)
     vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None

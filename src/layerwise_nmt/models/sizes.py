@@ -194,7 +194,7 @@ def count(model: str, config: Any) -> int | None:
 def parameter_count(model: str, settings: dict | Any) -> int | None:
     """The parameter count of `model` built from `settings`: a settings dict (checked and completed by the model's
     config class, which raises the UserError building would) or the config dataclass instance itself."""
-    from .models import MODELS  # the config table: torch-free
+    from . import MODELS  # the config table: torch-free
 
     if model not in MODELS or model not in FAMILIES:
         return None

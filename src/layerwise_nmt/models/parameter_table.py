@@ -4,11 +4,11 @@ a model of the config's own (`models:`) is built on the meta device and counted,
 
 from __future__ import annotations
 
-from . import UserError
-from . import grid as cfg
-from . import model_sizes
-from .data.vocab import load_pair
-from .models import MODELS, UserModel, count_built
+from .. import UserError
+from .. import grid as cfg
+from . import sizes as model_sizes
+from ..data.vocab import load_pair
+from . import MODELS, UserModel, count_built
 
 
 def vocab_sizes(e: dict) -> tuple[int, int] | None:
