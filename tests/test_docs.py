@@ -7,7 +7,7 @@ import yaml
 
 from conftest import ROOT
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.doc_blocks import BLOCK, GENERATORS, documents, update
+from layerwise_nmt.report.doc_blocks import BLOCK, GENERATORS, documents, update
 from layerwise_nmt.models.parameter_table import parameter_rows
 
 

@@ -82,7 +82,7 @@ def cmd_readme(a) -> None:
 
 
 def cmd_docs(a) -> None:
-    from ..doc_blocks import update
+    from ..report.doc_blocks import update
 
     stale = update(check=a.check)
     if a.check and stale:

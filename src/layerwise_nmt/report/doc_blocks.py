@@ -16,9 +16,9 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import UserError
-from . import grid as cfg
-from .checkout import required
+from .. import UserError
+from .. import grid as cfg
+from ..checkout import required
 
 BLOCK = re.compile(r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",
                    re.S)
@@ -40,7 +40,7 @@ def in_checkout():
 
 
 def plan_block(config: dict) -> str:
-    from .budgets import plan, render
+    from ..budgets import plan, render
 
     return f"```\n{render(plan(config))}\n```\n"  # the default pricing: A100, 33% of peak
 
@@ -48,7 +48,7 @@ def plan_block(config: dict) -> str:
 def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
     """One line per experiment of the paper's `tables` (comma-separated), counted at one joint vocabulary size,
     with the rows that run it and the paper's printed count; other readings the model can build in brackets."""
-    from .models.parameter_table import parameter_rows
+    from ..models.parameter_table import parameter_rows
 
     wanted = tables.split(",")
     names = list(dict.fromkeys(row.spec["experiment"] for row in cfg.rows(config, ("tables",))
@@ -70,7 +70,7 @@ def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
 
 def figure_kinds_block(config: dict) -> str:
     """Each figure kind the code draws, with the figures of config.yaml that use it."""
-    from .report.figures import KINDS
+    from .figures import KINDS
 
     used: dict[str, list[str]] = {kind: [] for kind in KINDS}
     for paper, figure in cfg.tables(config, "figures", targeted=False):
@@ -81,7 +81,7 @@ def figure_kinds_block(config: dict) -> str:
 
 def evidence_block(config: dict, dir: str) -> str:
     """A committed study's table and what it says of each claim, from its summary.json (`lwnmt evidence collect`)."""
-    from .report.evidence import readme_block
+    from .evidence import readme_block
 
     return readme_block(cfg.ROOT / dir, dir)
 
