@@ -408,7 +408,7 @@ def real_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, 
 
 def gpu_peak(device_name: str) -> tuple[str | None, float | None]:
     """(plan.GPUS key, dense bf16 TFLOP/s) of the GPU whose name this is; (None, None) for one not in the table."""
-    from layerwise_nmt.budgets import GPUS
+    from layerwise_nmt.grid.pricing import GPUS
 
     upper = device_name.upper()
     for key, gpu in GPUS.items():
@@ -431,7 +431,7 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     from layerwise_nmt import grid as cfg
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
-    from layerwise_nmt.budgets import task_vocab
+    from layerwise_nmt.grid.pricing import task_vocab
     from layerwise_nmt.training.precision import fp32_matmuls
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
 

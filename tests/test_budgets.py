@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT
 from layerwise_nmt import grid as cfg
 from layerwise_nmt.models.parameter_table import parameter_rows
-from layerwise_nmt.budgets import experiment_cost, plan
+from layerwise_nmt.grid.pricing import experiment_cost, plan
 
 
 def test_cost_is_six_n_d_over_the_assumed_throughput():
@@ -41,7 +41,7 @@ def test_parameter_counts_come_from_the_closed_form_without_building():
     dry run; tests/test_model_sizes.py checks every experiment and option)."""
     import torch
 
-    from layerwise_nmt import budgets
+    from layerwise_nmt.grid import pricing as budgets
     from layerwise_nmt.models import build
     from layerwise_nmt.models.transformer import count_parameters
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from layerwise_nmt import UserError, grid
-from layerwise_nmt.budgets import experiment_cost
+from layerwise_nmt.grid.pricing import experiment_cost
 from layerwise_nmt.grid import RuleInputs
 
 ROOT = Path(__file__).resolve().parents[1]

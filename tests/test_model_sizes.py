@@ -136,7 +136,7 @@ def test_a_random_sweep_of_each_familys_options(family):
 def test_counting_every_experiments_cost_imports_no_torch():
     """What `snakemake -n` does to price and check every training: plan's parameter counts come from the closed
     form, in a driver environment that may hold no torch or numpy."""
-    code = ("import sys; from layerwise_nmt import grid as cfg; from layerwise_nmt.budgets import budget_warnings, "
+    code = ("import sys; from layerwise_nmt import grid as cfg; from layerwise_nmt.grid.pricing import budget_warnings, "
             "experiment_cost; config = cfg.load('config.yaml'); "
             "costs = [experiment_cost(config, n) for n in config['experiments']]; budget_warnings(config); "
             "assert any(c.params for c in costs); "

@@ -14,7 +14,7 @@ from conftest import ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt.training import precision, precision_probe
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.budgets import GPUS, Pricing, experiment_cost
+from layerwise_nmt.grid.pricing import GPUS, Pricing, experiment_cost
 from layerwise_nmt.training.precision_probe import Workload
 
 

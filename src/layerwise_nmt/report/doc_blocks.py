@@ -40,7 +40,7 @@ def in_checkout():
 
 
 def plan_block(config: dict) -> str:
-    from ..budgets import plan, render
+    from ..grid.pricing import plan, render
 
     return f"```\n{render(plan(config))}\n```\n"  # the default pricing: A100, 33% of peak
 

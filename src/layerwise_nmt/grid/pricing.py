@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import grid as cfg
-from .models import sizes as model_sizes
+from .. import grid as cfg
+from ..models import sizes as model_sizes
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
 # A CPU's sustained rate in this file's counting (6 · N · source + target tokens): the demo's model (7.58M parameters)
@@ -123,7 +123,7 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
         return vocab, vocab
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
-    from .models.parameter_table import (vocab_sizes)  # the prepared dictionaries: a task that states no vocabulary estimate
+    from ..models.parameter_table import (vocab_sizes)  # the prepared dictionaries: a task that states no vocabulary estimate
 
     return vocab_sizes(e)
 
@@ -167,7 +167,7 @@ def experiment_cost(config: dict, name: str, build: bool = False) -> Cost:
     else:
         arch = {**e["arch"], "src_vocab": sizes[0], "tgt_vocab": sizes[1]}
         if own is not None:
-            from .models import UserModel, count_built
+            from ..models import UserModel, count_built
 
             params = count_built(e["model"], arch, UserModel.from_config(config, e["model"]),
                                  f"config key experiments/{name}/arch")
