@@ -41,11 +41,11 @@ def test_parameter_counts_come_from_the_closed_form_without_building():
     dry run; tests/test_model_sizes.py checks every experiment and option)."""
     import torch
 
-    from layerwise_nmt.grid import pricing as budgets
+    from layerwise_nmt.grid import pricing
     from layerwise_nmt.models import build
     from layerwise_nmt.models.transformer import count_parameters
 
     settings = {"preset": "base", "src_vocab": 1000, "tgt_vocab": 1000, "tie": "all", "layers": 4}
     with torch.device("meta"):
-        assert budgets.parameter_count("lwc", settings) == count_parameters(build("lwc", settings))
-    assert budgets.parameter_count("no_such_model", settings) is None
+        assert pricing.parameter_count("lwc", settings) == count_parameters(build("lwc", settings))
+    assert pricing.parameter_count("no_such_model", settings) is None

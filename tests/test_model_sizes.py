@@ -136,8 +136,8 @@ def test_a_random_sweep_of_each_familys_options(family):
 def test_counting_every_experiments_cost_imports_no_torch():
     """What `snakemake -n` does to price and check every training: plan's parameter counts come from the closed
     form, in a driver environment that may hold no torch or numpy."""
-    code = ("import sys; from layerwise_nmt import grid as cfg; from layerwise_nmt.grid.pricing import budget_warnings, "
-            "experiment_cost; config = cfg.load('config.yaml'); "
+    code = ("import sys; from layerwise_nmt import grid as cfg; from layerwise_nmt.grid.budget_checks import "
+            "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; config = cfg.load('config.yaml'); "
             "costs = [experiment_cost(config, n) for n in config['experiments']]; budget_warnings(config); "
             "assert any(c.params for c in costs); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")

@@ -126,7 +126,8 @@ def test_the_workflow_reads_it_with_neither_torch_nor_the_module(tmp_path):
     overlay = example_overlay(tmp_path)
     code = ("import json, sys; from types import SimpleNamespace as W; from layerwise_nmt import grid; "
             "from layerwise_nmt.grid.stage_checks import check_experiments; "
-            "from layerwise_nmt.grid.pricing import budget_warnings, experiment_cost; "
+            "from layerwise_nmt.grid.budget_checks import budget_warnings; "
+            "from layerwise_nmt.grid.pricing import experiment_cost; "
             f"c = grid.load('config.yaml', {str(overlay)!r}); check_experiments(c); grid.all_statuses(c); "
             "budget_warnings(c); [experiment_cost(c, n) for n in c['experiments']]; r = grid.RuleInputs(c); "
             "w = W(task='multi30k_deen', experiment='mix.layer_mix', seed='1'); "

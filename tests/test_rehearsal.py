@@ -16,7 +16,7 @@ import yaml
 
 from conftest import ROOT
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.grid.pricing import budget, budget_warnings
+from layerwise_nmt.grid.budget_checks import budget, budget_warnings
 from layerwise_nmt.rehearsal import apply
 from layerwise_nmt.rehearsal.overlay import shrink, squeeze
 from layerwise_nmt.rehearsal.run import ROW_RULES, SNAKEMAKE, dry_run, owner, parse_log

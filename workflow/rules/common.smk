@@ -24,7 +24,8 @@ GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
 from layerwise_nmt import grid as cfg
-from layerwise_nmt.grid.pricing import budget_warnings, experiment_cost
+from layerwise_nmt.grid.budget_checks import budget_warnings
+from layerwise_nmt.grid.pricing import experiment_cost
 from layerwise_nmt.grid.rules import LENPEN_TUNING_SPLIT
 
 from snakemake.utils import validate

@@ -69,7 +69,8 @@ def cmd_params(a) -> None:
 
 
 def cmd_plan(a) -> None:
-    from ..grid.pricing import GPUS, Pricing, plan, render, render_budgets, rows
+    from ..grid.budget_checks import render_budgets
+    from ..grid.pricing import GPUS, Pricing, plan, render, rows
 
     if a.gpu not in GPUS:
         raise UserError(f"--gpu {a.gpu}: unknown GPU; known: {', '.join(GPUS)}")
@@ -160,7 +161,7 @@ def print_budgets_and_unpinned(config: dict, columns: int | None = None, dataset
     """`lwnmt status`'s last two sections: flagged training budgets, and downloads no published checksum pins (of
     `datasets` only, where given)."""
     from ..grid import unpinned_downloads
-    from ..grid.pricing import budget_warnings
+    from ..grid.budget_checks import budget_warnings
 
     flagged = budget_warnings(config)
     print()

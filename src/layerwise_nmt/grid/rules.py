@@ -28,7 +28,7 @@ class RuleInputs:
     """The config's answers for one job's wildcards (task, experiment, seed, split, ...)."""
 
     def __init__(self, config: dict, cost: Callable[[dict, str], Any] | None = None):
-        """`cost(config, experiment)`: its parameter count and trained tokens (budgets.experiment_cost), for the
+        """`cost(config, experiment)`: its parameter count and trained tokens (pricing.experiment_cost), for the
         training priorities; handed in, since the budgets read the grid."""
         self.config = config
         self.cost = cost

@@ -19,7 +19,7 @@ import json
 import math
 
 from .. import grid as cfg
-from ..grid.pricing import budget
+from ..grid.budget_checks import budget
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
 
 TINY_ARCH = {"d_model": 16, "d_ff": 32, "heads": 2}
