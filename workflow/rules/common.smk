@@ -41,7 +41,7 @@ OVERLAYS = [str(f) for f in workflow.overwrite_configfiles]  # --configfile, aft
 CONFIG_FILES = [str(f) for f in workflow.configfiles if str(f) not in OVERLAYS] + OVERLAYS
 try:
     # each file on its own first: an overlay's misspelt experiment, table or figure named with the closest ones
-    from layerwise_nmt.grid.names import check_files, check_targets
+    from layerwise_nmt.grid.config_files import check_files, check_targets
 
     check_files(CONFIG_FILES, cfg.read)
     if config.get("rehearsal") and not isinstance(config["rehearsal"], dict):  # `--config rehearsal=<stand-ins>`

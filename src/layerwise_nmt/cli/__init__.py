@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.add_commands(sub)
+    # a command that runs another command line first (extract --make-input) parses it with this parser, handed to
+    # it here rather than imported back from this module
+    parser.set_defaults(parser=parser)
     return parser
 
 

@@ -53,7 +53,7 @@ def config_files(a) -> list[str]:
 def load_config(a) -> dict:
     """The --config files merged and checked as `snakemake -n` checks them (schema, references, stage settings)."""
     from .. import grid as cfg
-    from ..grid.names import check_files, check_targets
+    from ..grid.config_files import check_files, check_targets
     from ..grid.stage_checks import check_experiments
 
     files = config_files(a)

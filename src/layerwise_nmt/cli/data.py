@@ -123,9 +123,7 @@ def cmd_extract(a) -> None:
     if a.make_input and not os.path.exists(a.input):
         import json
 
-        from . import build_parser
-
-        first = build_parser().parse_args(json.loads(a.make_input))
+        first = a.parser.parse_args(json.loads(a.make_input))
         first.func(first)
     archive_checksum = checksum_from(a.archive_sha256, a.archive_git_blob, a.archive_md5, a.archive_checksum_source)
     if archive_checksum is not None:  # an archive taken from a mirror is checked before use

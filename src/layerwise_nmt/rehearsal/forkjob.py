@@ -11,8 +11,9 @@ import sys
 import threading
 
 
-def become(request: dict, fds: list[int], closing: tuple) -> None:
-    """Turn this freshly forked child into the client's job, run it, and exit (never returns)."""
+def become(request: dict, fds: list[int], closing: tuple, entry: str) -> None:
+    """Turn this freshly forked child into the client's job, run `entry` ("module:function"), and exit (never
+    returns)."""
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):  # SIGINT: as an interpreter still starting
         signal.signal(signum, signal.SIG_DFL)
@@ -34,7 +35,7 @@ def become(request: dict, fds: list[int], closing: tuple) -> None:
     sys.path[:] = request["path"]
     fresh_state()
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    os._exit(run())
+    os._exit(run(entry))
 
 
 def fresh_state() -> None:
@@ -51,13 +52,12 @@ def fresh_state() -> None:
         sys.modules["torch"].default_generator.seed()
 
 
-def run() -> int:
+def run(entry: str) -> int:
     """The command's exit code, its end handled as the interpreter handles it."""
     code = 0
     try:
-        # looked up by name, as `python -m layerwise_nmt` finds it: the rehearsal that starts this server is itself
-        # a command of the CLI, which the server's modules must not import back
-        command = importlib.import_module("layerwise_nmt.cli").run
+        module, _, function = entry.partition(":")
+        command = getattr(importlib.import_module(module), function)
         command()  # on success it ends the process itself (os._exit(0)) once its streams are flushed
     except SystemExit as exc:
         code = exit_code(exc)

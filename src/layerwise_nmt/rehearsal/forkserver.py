@@ -1,7 +1,9 @@
 """A warm process for many short `python -m layerwise_nmt` jobs (the rehearsal's ~1,700): each fresh job pays
 Python's start and the imports of torch, sacremoses, matplotlib … (1.5-3 s of CPU) for a second or two of work.
 
-`python -m layerwise_nmt.rehearsal.forkserver SOCKET` imports the package and its libraries once, then serves. When the
+`python -m layerwise_nmt.rehearsal.forkserver SOCKET MODULE:FUNCTION` imports the package and its libraries once,
+then serves, each job running MODULE:FUNCTION (the rehearsal names `layerwise_nmt.cli:run`, what `python -m
+layerwise_nmt` runs; the server itself names no command, so it imports nothing that starts it). When the
 environment variable LWNMT_FORKSERVER names its socket, `python -m layerwise_nmt` (__main__.py) connects before
 importing anything heavy and hands over its arguments, working directory, environment, umask, module path and
 standard streams (the file descriptors themselves); the server forks a child that becomes the job, and the client
@@ -144,8 +146,9 @@ def decline_reason(request: dict, base_env: dict) -> str | None:
     return None
 
 
-def serve(path: str, parent: int, log=sys.stderr) -> None:
-    """Accept jobs on the Unix socket `path` until the process `parent` ends (or SIGTERM)."""
+def serve(path: str, parent: int, entry: str, log=sys.stderr) -> None:
+    """Accept jobs on the Unix socket `path` until the process `parent` ends (or SIGTERM); each runs `entry`
+    ("module:function")."""
     import select
     import signal
     import socket
@@ -181,7 +184,7 @@ def serve(path: str, parent: int, log=sys.stderr) -> None:
             if listener in ready:
                 conn = listener.accept()[0]
                 closing = (listener, wake_r, wake_w, *(c for c, _ in jobs.values()))
-                pid = _start(conn, base_env, imported_env, closing, log)
+                pid = _start(conn, base_env, imported_env, closing, entry, log)
                 if pid is None:
                     declined += 1
                 else:
@@ -239,7 +242,7 @@ def _reap(jobs: dict) -> None:
         conn.close()
 
 
-def _start(conn, base_env: dict, imported_env: tuple, closing: tuple, log) -> int | None:
+def _start(conn, base_env: dict, imported_env: tuple, closing: tuple, entry: str, log) -> int | None:
     """Read one request and fork its job; the job's pid, or None when declined or unreadable."""
     try:
         request, fds = _receive(conn)
@@ -269,7 +272,7 @@ def _start(conn, base_env: dict, imported_env: tuple, closing: tuple, log) -> in
         try:
             from . import forkjob
 
-            forkjob.become(request, fds, (*closing, conn))
+            forkjob.become(request, fds, (*closing, conn), entry)
         finally:
             os._exit(70)  # never back into the server's loop
     for fd in fds:
@@ -315,9 +318,9 @@ def _receive(conn) -> tuple[dict, list[int]]:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.exit("usage: python -m layerwise_nmt.rehearsal.forkserver SOCKET")
-    serve(argv[0], os.getppid())
+    if len(argv) != 2 or ":" not in argv[1]:
+        sys.exit("usage: python -m layerwise_nmt.rehearsal.forkserver SOCKET MODULE:FUNCTION")
+    serve(argv[0], os.getppid(), argv[1])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The rehearsal's warm process (layerwise_nmt/forkserver.py): most of its ~1,700 jobs would otherwise spend more
+"""The rehearsal's warm process (forkserver.py): most of its ~1,700 jobs would otherwise spend more
 time starting Python and importing torch than working.
 
 The server is started with the environment each job will have, so that it can stand in for every job's start:
@@ -22,6 +22,9 @@ from pathlib import Path
 
 from ..checkout import ROOT
 from .forkserver import ENV
+
+# what each job runs: `python -m layerwise_nmt`'s command line (__main__.py)
+ENTRY = "layerwise_nmt.cli:run"
 from ..workflow.job_env import job_path
 
 # the checkout's src/, which common.smk puts first on the jobs' PYTHONPATH (an installed package's server would
@@ -75,9 +78,9 @@ def start(directory: Path, env: dict) -> Server:
     home = tempfile.mkdtemp(prefix="lwnmt-warm-")  # a short path: a Unix socket's is limited to ~100 bytes
     socket = os.path.join(home, "socket")
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket], cwd=directory,
-                                   env={**server_env(env), ENV: socket}, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket, ENTRY],
+                                   cwd=directory, env={**server_env(env), ENV: socket}, stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=subprocess.STDOUT)
     return Server(process, socket, log, home)
 
 
