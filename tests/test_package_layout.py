@@ -5,6 +5,7 @@ top, and the README's layout block names the package's folders as they are. A ne
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SOURCES = Path(__file__).resolve().parents[1] / "src"
@@ -99,3 +100,42 @@ def test_data_never_imports_the_grid():
 def test_no_module_is_over_the_size_a_reader_takes_in():
     sizes = {str(p.relative_to(SOURCES)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert {p: n for p, n in sizes.items() if n > MAX_LINES} == {}
+
+
+# the package's entry points and the settings every stage shares; everything else lives in a folder of its stage
+LOOSE_AT_THE_TOP = {"__init__", "__main__", "settings", "checkout"}
+
+
+def test_few_modules_are_loose_at_the_top():
+    loose = {p.stem for p in PACKAGE.glob("*.py")}
+    assert loose <= LOOSE_AT_THE_TOP, f"put {sorted(loose - LOOSE_AT_THE_TOP)} in the folder of its stage"
+
+
+def layout_block() -> str:
+    readme = (SOURCES.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    return block.split("src/layerwise_nmt/", 1)[1].split("\ntests/", 1)[0]
+
+
+def test_the_readme_layout_names_every_folder_and_module_of_the_package():
+    """Each folder and each module of the package is named in the README's layout block, under its folder, and the
+    block names no folder that does not exist."""
+    block = layout_block()
+    sections = {}
+    for line in block.splitlines()[1:]:
+        head = line[2:].split(" ", 1)[0] if line.startswith("  ") and not line.startswith("   ") else None
+        if head:
+            current = head
+            sections[current] = line
+        else:
+            sections[current] += " " + line
+    folders = {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    named = {k for k in sections if k.endswith("/")}
+    assert named == folders
+    for folder in folders:
+        modules = {p.stem for p in (PACKAGE / folder).glob("*.py")} - {"__init__", "__main__"}
+        text = re.sub(r"[,;:()+\[\]]", " ", sections[folder])
+        missing = {m for m in modules if m not in text.split() and f"{m}.py" not in text}
+        assert not missing, f"the README's layout block does not name {folder}{sorted(missing)}"
+    for module in {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}:
+        assert f"{module}.py" in block, f"the README's layout block does not name {module}.py"
