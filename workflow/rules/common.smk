@@ -18,7 +18,7 @@ from layerwise_nmt.workflow.job_env import WORKFLOW_PID, job_path
 
 # Jobs run the Python that runs Snakemake (or their rule's conda env), whatever `python` is first on PATH
 os.environ.update(PATH=job_path(os.environ.get("PATH")))
-if workflow.is_main_process:  # a training stopped by Ctrl-C stops the workflow through it (workflow_env.py)
+if workflow.is_main_process:  # a training stopped by Ctrl-C stops the workflow through it (workflow/job_env.py)
     os.environ.update({WORKFLOW_PID: str(os.getpid())})
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
@@ -63,7 +63,7 @@ validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema default
 if workflow.is_main_process:
     from layerwise_nmt.workflow.slurm import patch_status_query
 
-    patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/slurm.py)
+    patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/workflow/slurm.py)
 
     flagged = budget_warnings(config)  # estimated before anything runs: fix these before spending GPU-days
     for line in flagged:

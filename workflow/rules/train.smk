@@ -17,7 +17,7 @@ rule train:
         "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
     priority: train_priority
     # a preempted attempt (SIGTERM/SIGUSR1: checkpoint, exit 75) is retried and resumes; a Ctrl-C is not: the
-    # workflow stops with it (layerwise_nmt/workflow_env.py), and rerunning the command resumes
+    # workflow stops with it (layerwise_nmt/workflow/job_env.py), and rerunning the command resumes
     retries: 2
     conda:
         "../../envs/train.yaml"
@@ -57,7 +57,7 @@ rule average:
         "python -m layerwise_nmt average {params.save_dir} --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
 
 
-# A model directory per trained run (lwnmt export; layerwise_nmt/export.py): what `lwnmt translate --model DIR`
+# A model directory per trained run (lwnmt export; layerwise_nmt/inference/export.py): what `lwnmt translate --model DIR`
 # needs to translate raw text on another machine, with a checksummed manifest.
 localrules:
     export,

@@ -2,7 +2,7 @@
 
     GPU-hours = seeds × 6 × N × (source + target tokens trained on) / sustained FLOP/s / 3600
 
-N is the model's exact parameter count (in closed form from its settings: model_sizes.py), with the vocabulary
+N is the model's exact parameter count (in closed form from its settings: models/sizes.py), with the vocabulary
 sizes of the task's `estimate` (or of its prepared dictionaries). Tokens trained on: updates × max_tokens ×
 update_freq for update-bounded runs (max_tokens counts target tokens; the source side adds about as many), or
 epochs × training pairs × subwords per sentence × 2 for epoch-bounded runs (an upper bound when early stopping
@@ -147,7 +147,7 @@ def trained_tokens(config: dict, e: dict) -> tuple[float | None, bool, str]:
 
 
 def parameter_count(model: str, settings: dict) -> int | None:
-    """The model's exact parameter count, in closed form from its settings (model_sizes.py): no torch, nothing
+    """The model's exact parameter count, in closed form from its settings (models/sizes.py): no torch, nothing
     built, so that `snakemake -n` prices every training (its priority) in a driver environment without torch."""
     return model_sizes.parameter_count(model, settings)
 

@@ -1,7 +1,7 @@
 """Every model's settings and the table of models: config name → (config class, where its model class lives).
 
 Torch-free, so that a workflow driver without torch checks an experiment's architecture (`MODELS[name].config_class`,
-grid/stage_checks.py) and counts its parameters (model_sizes.py); `registry.build` imports a model's module only when
+grid/stage_checks.py) and counts its parameters (sizes.py); `registry.build` imports a model's module only when
 it builds one. Each family's options are explained in its own module (coordination.py, cross_view.py, deep_repr.py,
 fusion.py, context_gate.py, dynamic_conv.py).
 """

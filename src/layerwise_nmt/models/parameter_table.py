@@ -1,5 +1,5 @@
 """Exact parameter counts of the experiments' models, beside the counts the papers print: in closed form from
-each model's settings (model_sizes.py, equal to the built model's count), so nothing is built and no torch needed;
+each model's settings (models/sizes.py, equal to the built model's count), so nothing is built and no torch needed;
 a model of the config's own (`models:`) is built on the meta device and counted, its memory never allocated."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def build(name: str, settings: dict, user: UserModel | None = None):
 
 def count_built(name: str, settings: dict, user: UserModel | None = None, where: str | None = None) -> int:
     """The parameter count of the model as built, on the meta device: counted, never allocated (for a model with
-    no closed form in model_sizes.py)."""
+    no closed form in sizes.py)."""
     import torch
 
     from .transformer import count_parameters

@@ -1,5 +1,5 @@
 """The training settings (a config's `train:` section), importable without torch: a workflow driver that has no
-torch checks a config's settings with this class. The trainer itself is train.py."""
+torch checks a config's settings with this class. The trainer itself is loop.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Which precision a run computes in: `amp: auto` picks the fastest one the device runs.
 
     CUDA with bf16 (Ampere and newer)   → bf16 autocast
-    older CUDA (V100, P100, T4)         → fp16 autocast with the loss scaler (train.py)
+    older CUDA (V100, P100, T4)         → fp16 autocast with the loss scaler (loop.py)
     CPU with AVX512_BF16 or AMX, whose
       PyTorch kernels run at AVX-512    → measured: bf16 autocast where the work itself runs clearly faster in it,
                                           else fp32 (precision_probe.py; training and decoding separately)
