@@ -44,14 +44,7 @@ use rule translate as translate_lenpen with:
 
 rule score:
     input:
-        hyp=lambda w: f"{decoded_prefix(w)}.{'txt' if tokenized_bleu(w) else 'detok'}",
-        decoding=lambda w: f"{decoded_prefix(w)}.json",
-        ref=lambda w: cfg.data_path(
-            w.task,
-            "text" if tokenized_bleu(w) else "ref",
-            f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['tgt']}",
-        ),
-        src=lambda w: cfg.data_path(w.task, "text", f"{w.split}.{experiment_of(w)['pair']}.{experiment_of(w)['src']}"),
+        unpack(score_inputs),
     output:
         "results/{task}/{experiment}/seed{seed}/{split}.score.json",
     log:

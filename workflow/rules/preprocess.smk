@@ -44,10 +44,9 @@ rule references:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        max_lines=lambda w: task_of(w)["splits"][w.split].get("max_lines"),
+        args=concat_args,
     shell:
-        "python -m layerwise_nmt concat {input:q} --out {output:q}"
-        " $([ '{params.max_lines}' = None ] || echo --max-lines {params.max_lines}) 2> {log:q}"
+        "python -m layerwise_nmt concat {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 rule assemble:

@@ -51,8 +51,8 @@ rule average:
         "../../envs/train.yaml"
     params:
         save_dir=lambda w: cfg.save_dir(run_dir(w)),
-        num=lambda w: experiment_of(w)["average"].get("num", 10),
-        by=lambda w: experiment_of(w)["average"].get("by", "epoch"),
+        num=lambda w: average_settings(w).num,
+        by=lambda w: average_settings(w).by,
     shell:
         "python -m layerwise_nmt average {params.save_dir} --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
 

@@ -35,7 +35,7 @@ def add_commands(sub) -> None:
     p.add_argument("--gpus", type=int, default=0,
                    help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
     p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
-    p.add_argument("--gpu-locks", default="results/.gpu-locks", help="lock files of the GPU allocator")
+    p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
 
     p = command(sub, "average", "average the last N checkpoints (fairseq average_checkpoints.py)", cmd_average)
     p.add_argument("save_dir")
@@ -66,13 +66,14 @@ def train_spec(a) -> dict:
 
 
 def cmd_train(a) -> None:
+    from ..grid.layout import GPU_LOCKS
     from ..training.gpu_lock import claim, run_ranks, under_torchrun
     from ..training.threads import set_threads
     from ..training.loop import Stopped, train
 
     ranks = a.ranks or a.gpus
     if not under_torchrun():
-        locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
+        locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
         if ranks > 1:  # data-parallel: this process becomes torchrun's parent and waits for the ranks
             sys.exit(run_ranks(ranks, sys.argv[1:]))
     set_threads(a.threads)

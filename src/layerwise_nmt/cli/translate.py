@@ -74,7 +74,7 @@ def add_translate(sub) -> None:
     p.add_argument("--detokenize", action="store_true")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
-    p.add_argument("--gpu-locks", default="results/.gpu-locks")
+    p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
     add_user_code_flags(p)
     add_fairseq_generate_flags(p)
@@ -108,10 +108,11 @@ def cmd_translate(a) -> None:
 
     from ..inference import translation
     from ..data.io import atomic_path
+    from ..grid.layout import GPU_LOCKS
     from ..training.gpu_lock import claim
     from ..training.threads import set_threads
 
-    locks = claim(a.gpus, a.gpu_locks)  # noqa: F841  (held until this process ends)
+    locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
     set_threads(a.threads)
     options = translation.decoding_options(a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS},
                                            a.lenpen_from)

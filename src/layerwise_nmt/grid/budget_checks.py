@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import grid as cfg
+from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
 @dataclass
 class Budget:
     """One experiment's training budget, estimated from its task's `estimate` before anything runs.
@@ -34,7 +35,7 @@ def _tokens_per_update(train: dict, subwords: float, restarted: bool = False) ->
         max_tokens, max_sentences = train.get("restart_max_tokens"), train.get("restart_max_sentences")
     per_batch = min(x for x in (max_tokens, (max_sentences or 0) * subwords or None) if x) if (
         max_tokens or max_sentences) else None
-    return per_batch * train.get("update_freq", 1) if per_batch else None
+    return per_batch * train.get("update_freq", TRAIN_DEFAULTS.update_freq) if per_batch else None
 
 
 def budget(config: dict, name: str) -> Budget:
@@ -79,11 +80,12 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
     train, average, out = e["train"], e["average"] or {}, []
     whole_epochs = math.floor(b.epochs + 1e-9)
     if b.updates_per_epoch < 1:
-        out.append(f"an epoch has fewer batches than update_freq {train.get('update_freq', 1)}: no update")
+        update_freq = train.get("update_freq", TRAIN_DEFAULTS.update_freq)
+        out.append(f"an epoch has fewer batches than update_freq {update_freq}: no update")
     if average:
-        num, by = average.get("num", 10), average.get("by", "epoch")
+        num, by = average.get("num", AVERAGE_DEFAULTS.num), average.get("by", AVERAGE_DEFAULTS.by)
         if by == "epoch":
-            keep = train.get("keep_last_epochs", 10)
+            keep = train.get("keep_last_epochs", TRAIN_DEFAULTS.keep_last_epochs)
             if whole_epochs == 0:
                 out.append(f"average by epoch, but the run ends after {b.epochs:.2g} epochs: no epoch checkpoint "
                            f"(average by update, with save_interval_updates)")
@@ -92,7 +94,8 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
             elif keep < num:
                 out.append(f"average of {num} epoch checkpoints, but keep_last_epochs keeps {keep}")
         else:
-            interval, keep = train.get("save_interval_updates") or 0, train.get("keep_interval_updates", 10)
+            interval = train.get("save_interval_updates") or 0
+            keep = train.get("keep_interval_updates", TRAIN_DEFAULTS.keep_interval_updates)
             saved = math.floor(b.updates / interval) if interval else int(b.ends_mid_epoch)
             if saved == 0:
                 out.append("average by update, but no update checkpoint is saved (set save_interval_updates)")
@@ -105,7 +108,7 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
         out.append(f"patience {train['patience']} epochs ≥ the run's ~{b.epochs:.3g} epochs: early stopping "
                    f"cannot act")
     warmup = train.get("warmup_updates") or 0
-    if train.get("lr_scheduler", "inverse_sqrt") != "fixed" and warmup >= b.updates:
+    if train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "fixed" and warmup >= b.updates:
         out.append(f"warm-up of {warmup:,} updates ≥ the run's ~{b.updates:,.0f} updates: the lr never peaks")
     restart_after = train.get("restart_after_epochs") or 0
     if restart_after and b.bounded_by == "max_update" and b.epochs <= restart_after:

@@ -6,6 +6,32 @@ from __future__ import annotations
 import os
 
 
+RESULTS = "results"
+DOWNLOADS = f"{RESULTS}/downloads"  # what neither the user's files nor the data mirror hold, fetched here
+SUMMARY = f"{RESULTS}/summary.md"
+GPU_LOCKS = f"{RESULTS}/.gpu-locks"
+
+
+def download_file(key: str, name: str) -> str:
+    return f"{DOWNLOADS}/{key}/{name}"
+
+
+def is_download(path: str) -> bool:
+    return path.startswith(f"{DOWNLOADS}/")
+
+
+def is_raw(path: str) -> bool:
+    return path.startswith(f"{RESULTS}/raw/")
+
+
+def table_files(paper: str, table: str) -> list[str]:
+    return [f"{RESULTS}/tables/{paper}/{table}.{ext}" for ext in ("md", "csv", "tex", "html")]
+
+
+def figure_files(paper: str, figure: str) -> list[str]:
+    return [f"{RESULTS}/figures/{paper}/{figure}.{ext}" for ext in ("png", "pdf", "csv")]
+
+
 def raw_path(dataset: str, name: str) -> str:
     return f"results/raw/{dataset}/{name}"
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .. import grid as cfg
 from ..models import sizes as model_sizes
+from ..training.config import TRAIN_DEFAULTS
 from .budget_checks import budget
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
@@ -44,12 +45,13 @@ class Gpu:
 
     def precision(self, train: dict) -> str:
         """What a row with these training settings computes in on this GPU (precision.resolve's rules)."""
-        amp = train.get("amp", "auto")
+        amp = train.get("amp", TRAIN_DEFAULTS.amp)
         if amp == "auto":
             amp = "bf16" if self.bf16 else "fp16"
         if amp in ("bf16", "fp16") and getattr(self, amp):
             return amp
-        return "tf32" if train.get("tf32", True) and self.tf32 else "fp32"  # bf16 without hardware: emulated
+        # bf16 without hardware: emulated
+        return "tf32" if train.get("tf32", TRAIN_DEFAULTS.tf32) and self.tf32 else "fp32"
 
     def sustained(self, precision: str, mfu: float) -> float:
         return getattr(self, precision) * mfu
@@ -124,7 +126,8 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
         return vocab, vocab
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
-    from ..models.parameter_table import (vocab_sizes)  # the prepared dictionaries: a task that states no vocabulary estimate
+    # the prepared dictionaries: a task that states no vocabulary estimate
+    from ..models.parameter_table import vocab_sizes
 
     return vocab_sizes(e)
 
@@ -133,7 +136,7 @@ def trained_tokens(config: dict, e: dict) -> tuple[float | None, bool, str]:
     """(source + target tokens of one run, whether that is an upper bound, why unknown)."""
     train = e["train"]
     if train.get("max_update"):
-        per_update = (train.get("max_tokens") or 0) * train.get("update_freq", 1)
+        per_update = (train.get("max_tokens") or 0) * train.get("update_freq", TRAIN_DEFAULTS.update_freq)
         if per_update:
             return 2.0 * train["max_update"] * per_update, False, ""
     epochs = (train.get("max_epoch") or 0) + (train.get("restart_epochs") or 0)

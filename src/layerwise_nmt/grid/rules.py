@@ -60,11 +60,9 @@ class RuleInputs:
     def table_targets(self):
         """Every targeted table and figure, and the summary of all tables; each depends on its runnable rows'
         score.json / model (see report.smk)."""
-        summary = ["results/summary.md"] if tables(self.config) else []
-        return summary + [f"results/tables/{paper}/{table}.{ext}" for paper, table in tables(self.config)
-                for ext in ("md", "csv", "tex", "html")] + [
-            f"results/figures/{paper}/{figure}.{ext}" for paper, figure in tables(self.config, "figures")
-            for ext in ("png", "pdf", "csv")]
+        summary = [layout.SUMMARY] if tables(self.config) else []
+        return (summary + [f for paper, table in tables(self.config) for f in layout.table_files(paper, table)]
+                + [f for paper, figure in tables(self.config, "figures") for f in layout.figure_files(paper, figure)])
 
     def task_data_targets(self, task_name):
         """Everything the default target needs for one task: binarized splits, dictionaries, data
@@ -103,7 +101,7 @@ class RuleInputs:
     def fetch_argv(self, key, name):
         """`lwnmt fetch` of results/downloads/<key>/<name>, as arguments."""
         _, entry = download_spec(self.config, key, name)
-        args = ["fetch", f"results/downloads/{key}/{name}"]
+        args = ["fetch", layout.download_file(key, name)]
         for url in urls_of(entry):
             args += ["--url", url]
         args += checksum_argv(checksum_of(entry))
@@ -135,10 +133,10 @@ class RuleInputs:
                               ("--archive-checksum-source", source.archive_checksum_source)):
             if value:
                 args += [option, value]
-        if source.path.startswith("results/downloads/"):
+        if layout.is_download(source.path):
             key, file = source.path.split("/")[2:4]
             args += ["--make-input", json.dumps(self.fetch_argv(key, file))]
-        elif source.path.startswith("results/raw/"):
+        elif layout.is_raw(source.path):
             args += ["--make-input", json.dumps(self.extract_argv(dataset, source.path.split("/", 3)[3]))]
         return args
 
@@ -154,6 +152,11 @@ class RuleInputs:
         name, split = self.get_part(wildcards)
         options = tokenize_options(self.task_of(wildcards), wildcards.lang, split)
         return f"--format {split.get('format', 'plain')} --options {json.dumps(options)!r}"
+
+    def concat_args(self, wildcards):
+        """`lwnmt concat`'s --max-lines, where the split keeps only its first lines."""
+        max_lines = self.task_of(wildcards)["splits"][wildcards.split].get("max_lines")
+        return f"--max-lines {int(max_lines)}" if max_lines is not None else ""
 
     def reference_parts(self, wildcards):
         """The normalised (untokenized) parts of an evaluation split: what detokenized BLEU compares against."""
@@ -251,6 +254,12 @@ class RuleInputs:
         spec |= {"user_model": user} if user else {}
         return json.dumps(spec | ({"init_from": self.warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
 
+    def average_settings(self, wildcards):
+        """The experiment's `average:` as `lwnmt average` reads it, its defaults those of AverageConfig."""
+        from ..training.config import AverageConfig
+
+        return AverageConfig.from_dict(self.experiment_of(wildcards)["average"] or {})
+
     def export_spec(self, wildcards):
         """What `lwnmt export` writes into a run's model directory (experiments.model_dir_spec), as JSON."""
         return json.dumps(model_dir_spec(self.config, self.experiment_of(wildcards)["name"], int(wildcards.seed)))
@@ -320,6 +329,15 @@ class RuleInputs:
         if self.tunes_lenpen(wildcards) and not hasattr(wildcards, "lenpen"):
             flags = ["--lenpen-from", self.tuned_lenpen(wildcards)] + flags
         return shlex.join(flags)
+
+    def score_inputs(self, wildcards):
+        """The hypotheses (tokenized BLEU: .txt against the tokenized text; otherwise the detokenized .detok against
+        the untokenized references), the decoding's record, the references and the source (length buckets)."""
+        e, tokenized = self.experiment_of(wildcards), self.tokenized_bleu(wildcards)
+        prefix, split = self.decoded_prefix(wildcards), f"{wildcards.split}.{e['pair']}"
+        return {"hyp": f"{prefix}.{'txt' if tokenized else 'detok'}", "decoding": f"{prefix}.json",
+                "ref": data_path(wildcards.task, "text" if tokenized else "ref", f"{split}.{e['tgt']}"),
+                "src": data_path(wildcards.task, "text", f"{split}.{e['src']}")}
 
     def decoding_inputs(self, wildcards, tuned=True):
         e = self.experiment_of(wildcards)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
-from .layout import raw_path
+from .layout import download_file, raw_path
 
 MIRROR_ENV = "LWNMT_DATA_MIRROR"
 
@@ -186,7 +186,7 @@ def mirror_location(config: dict, dataset: str, name: str) -> str:
 
 
 def download_path(entry: dict, name: str) -> str:
-    return f"results/downloads/{download_key(entry, name)}/{name}"
+    return download_file(download_key(entry, name), name)
 
 
 def unpinned_downloads(config: dict) -> list[tuple[list[str], str, str]]:

@@ -16,7 +16,6 @@ from ..data.io import atomic_path
 from ..settings import SettingError
 from .experiments import experiment
 
-AVERAGE_KEYS = {"num", "by"}
 
 
 def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
@@ -35,8 +34,7 @@ def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
 
 def check_experiments(config: dict, cache: Path | None = None) -> None:
     """Every experiment's stages through the settings classes that will read them. With `cache` (a file), a config
-    that passed once with the same package source is not checked again: the classes import torch, which is most of
-    a repeated `snakemake -n` otherwise."""
+    that passed once with the same package source is not checked again."""
     key = _passed_key(config)
     if cache is not None and key in _read_passed(cache):
         return
@@ -72,7 +70,7 @@ def _check_experiments(config: dict) -> None:
     from ..inference.config import BeamConfig
     from ..models import MODELS
     from ..scoring.config import ScoreConfig
-    from ..training.config import TrainConfig
+    from ..training.config import AverageConfig, TrainConfig
 
     for name in config.get("experiments", {}):
         e = experiment(config, name)
@@ -91,8 +89,8 @@ def _check_experiments(config: dict) -> None:
                 raise UserError(f"config key {where}/{err.key}: {err.value!r}; expected {err.expected}")
             except (UserError, TypeError, ValueError) as err:
                 raise UserError(f"config key experiments/{name}/{stage} (or defaults/{stage}): {err}")
-        average = e["average"] or {}
-        unknown = sorted(set(average) - AVERAGE_KEYS)
-        if unknown or average.get("by", "epoch") not in ("epoch", "update"):
-            raise UserError(f"config key experiments/{name}/average: {average}; expected num: N and by: epoch or "
-                            f"update")
+        if e["average"]:
+            try:
+                AverageConfig.from_dict(e["average"])
+            except UserError as err:
+                raise UserError(f"config key experiments/{name}/average: {err}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .layout import is_download
 from .papers import rows
 from .sources import file_source, urls_of
 
@@ -68,7 +69,7 @@ def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[
     by_hand, automatic = {}, []
     for name in spec.get("files", {}) if "user_path" not in spec else ():
         path = file_source(config, dataset, name).path
-        if not path.startswith("results/downloads/"):
+        if not is_download(path):
             continue
         file = path.rsplit("/", 1)[1]
         entry = spec.get("archives", {}).get(file) or spec["files"][file]

@@ -20,6 +20,7 @@ import math
 
 from .. import grid as cfg
 from ..grid.budget_checks import budget
+from ..training.config import AVERAGE_DEFAULTS
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
 
 TINY_ARCH = {"d_model": 16, "d_ff": 32, "heads": 2}
@@ -138,7 +139,7 @@ def shrink_experiment(real: dict, name: str, spec: dict, task: dict) -> dict:
     spec["train"] = {**spec.get("train", {}), **new}
     average = spec.get("average", real.get("defaults", {}).get("average"))
     if average:
-        spec["average"] = {**average, "num": squeeze_count(average.get("num", 10), down=True)}
+        spec["average"] = {**average, "num": squeeze_count(average.get("num", AVERAGE_DEFAULTS.num), down=True)}
     return {"real": {"epochs": b.epochs, "ends_mid_epoch": b.ends_mid_epoch, "updates": b.updates,
                      "bounded_by": b.bounded_by},
             "updates_per_epoch": per_epoch, "sentences_per_batch": sentences}

@@ -92,3 +92,23 @@ class TrainConfig(Settings):
             raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
         if not (self.max_update or self.max_epoch or self.max_minutes):
             raise UserError("set at least one of max_update, max_epoch, max_minutes")
+
+
+@dataclass
+class AverageConfig(Settings):
+    """A config's `average:` (null: decode the last model): the last `num` checkpoints, by epoch or by update, as
+    fairseq's average_checkpoints.py takes them."""
+
+    kind = "averaging setting"
+
+    num: int = setting(10, ge=1)
+    by: str = "epoch"  # epoch | update
+
+    def check(self) -> None:
+        if self.by not in ("epoch", "update"):
+            raise UserError(f"by={self.by!r}; expected epoch or update")
+
+
+# What a run does where its config is silent: read here by what estimates a run before it starts (budgets, the
+# rehearsal's shrinking, the workflow's averaging step), so that each default is spelt once.
+TRAIN_DEFAULTS, AVERAGE_DEFAULTS = TrainConfig(), AverageConfig()
