@@ -24,6 +24,22 @@ BLOCK = re.compile(r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*
                    re.S)
 
 
+def require_markers(path: str | Path, start: str, end: str, what: str = "generated-part") -> str:
+    """The document's text, or a one-line error naming it and the marker lines it lacks."""
+    text = Path(path).read_text(encoding="utf-8")
+    if start not in text or end not in text:
+        raise UserError(f"{path}: no {what} markers; expected a line {start!r} and a line {end!r}")
+    return text
+
+
+def replace_between(path: str | Path, start: str, end: str, body: str, what: str = "generated-part") -> None:
+    """The one way a document's generated part is rewritten: the text between the lines `start` and `end` becomes
+    `body` (markers kept); a document without both markers is named in a one-line error and left as it is."""
+    text = require_markers(path, start, end, what)
+    head, rest = text.split(start, 1)
+    Path(path).write_text(head + start + "\n" + body + end + rest.split(end, 1)[1], encoding="utf-8")
+
+
 def documents() -> list[Path]:
     return [cfg.ROOT / "README.md", *sorted((cfg.ROOT / "docs").glob("*.md"))]
 
