@@ -5,7 +5,7 @@ En-Fr has 36M pairs): each block is one `map_lines` call.
 
 The lines are cut into one contiguous shard per worker, balanced by characters (tokenizing cost grows with
 length); forked workers inherit the shards (no pickling of the input) and send back one list each. Per-line
-task queues cost more in inter-process traffic than they gain on 2 cores (benchmarks/preprocess.py).
+task queues cost more in inter-process traffic than they gain with few workers (benchmarks/preprocess.py).
 """
 
 from __future__ import annotations

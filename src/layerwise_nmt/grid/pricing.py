@@ -26,9 +26,9 @@ from ..training.config import TRAIN_DEFAULTS
 from .budget_checks import budget
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
-# A CPU's sustained rate in this file's counting (6 · N · source + target tokens): the demo's model (7.58M parameters)
-# trained at 2,257 target tokens/s in fp32 on a 2-core AMD EPYC Zen 4 (docs/benchmarks.md), the source side about as
-# long as the target: 6 × 7.58e6 × 2 × 2,257 ≈ 205 GFLOP/s. fp32: what `amp: auto` picks on most CPUs.
+# A 2-core CPU's sustained rate in this file's counting (6 · N · source + target tokens), from the demo model's
+# measured fp32 training rate (docs/benchmarks.md, "The CPU-hours estimate"); fp32: what `amp: auto` picks on most
+# CPUs.
 CPU_TFLOPS = 0.205
 CPU_SIZED_HOURS = 48  # a table a 2-core CPU trains within two days gets a CPU-hours estimate beside its GPU-hours
 

@@ -1,4 +1,4 @@
-"""A warm process for many short `python -m layerwise_nmt` jobs (the rehearsal's ~1,700): each fresh job pays
+"""A warm process for many short `python -m layerwise_nmt` jobs (the rehearsal's): each fresh job pays
 Python's start and the imports of torch, sacremoses, matplotlib … (1.5-3 s of CPU) for a second or two of work.
 
 `python -m layerwise_nmt.rehearsal.forkserver SOCKET MODULE:FUNCTION` imports the package and its libraries once,

@@ -29,7 +29,7 @@ from . import standins, warm
 ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "inspect",
              "table", "figure")
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
-# The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), ~1,700 jobs on few cores.
+# The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), many short jobs on few cores.
 RUN = [sys.executable, "-m", "layerwise_nmt.workflow.scheduler", "-s", str(ROOT / "Snakefile")]
 
 

@@ -1,4 +1,4 @@
-"""The rehearsal's warm process (forkserver.py): most of its ~1,700 jobs would otherwise spend more
+"""The rehearsal's warm process (forkserver.py): most of its jobs would otherwise spend more
 time starting Python and importing torch than working.
 
 The server is started with the environment each job will have, so that it can stand in for every job's start:

@@ -1,11 +1,11 @@
 """`python -m layerwise_nmt.workflow.scheduler ARGS`: `snakemake ARGS` for the rehearsal's run, with the job
 scheduler's re-evaluation timers coalesced.
 
-Snakemake's scheduler (9.x, scheduling/job_scheduler.py), after each pass that leaves ready jobs waiting (on two
-cores with ~1,700 jobs: nearly every pass), starts a timer for another pass once the job-rate window has gone by
+Snakemake's scheduler (9.x, scheduling/job_scheduler.py), after each pass that leaves ready jobs waiting (with many
+more jobs than cores: nearly every pass), starts a timer for another pass once the job-rate window has gone by
 (--max-jobs-per-timespan, 100 per 1 s by default). That pass starts a timer of its own, so every finished job adds a
 chain of timers that lives as long as jobs wait: late in the rehearsal hundreds of passes a second, each one
-resetting and sizing every ready job, on one of the machine's two cores. Here at most one timer is pending at a time:
+resetting and sizing every ready job, on one of the machine's cores. Here at most one timer is pending at a time:
 a pass still follows every request within the window, which is all the rate limit needs. The timers are daemons,
 as nothing is left to schedule once the main thread has finished. Where Snakemake's scheduler has no such method,
 it runs unchanged.

@@ -1,4 +1,4 @@
-"""A workaround for snakemake-executor-plugin-slurm (2.8.0, the newest release as of 2026-11): `sacct` prints the
+"""A workaround for snakemake-executor-plugin-slurm (2.8.0 and earlier): `sacct` prints the
 state of a job cancelled with a plain `scancel` as "CANCELLED by <uid>"; the plugin compares whole strings with
 its failure states ("CANCELLED", ...), finds none, takes the job for a running one and waits for it forever. The
 old cluster profile had the same bug (Snakemake-Profiles/slurm#22). Reduced to its first word, the state is one
