@@ -23,7 +23,7 @@ if workflow.is_main_process:  # a training stopped by Ctrl-C stops the workflow 
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.budget_checks import budget_warnings
 from layerwise_nmt.grid.pricing import experiment_cost
 from layerwise_nmt.grid.rules import LENPEN_TUNING_SPLIT
@@ -43,22 +43,22 @@ try:
     # each file on its own first: an overlay's misspelt experiment, table or figure named with the closest ones
     from layerwise_nmt.grid.config_files import check_files, check_targets
 
-    check_files(CONFIG_FILES, cfg.read)
+    check_files(CONFIG_FILES, grid.read)
     if config.get("rehearsal") and not isinstance(config["rehearsal"], dict):  # `--config rehearsal=<stand-ins>`
         from layerwise_nmt import rehearsal
 
         rehearsal.apply(config, config["rehearsal"])
     # One-line errors naming the key, plus the cross-references a schema cannot check (task → dataset, ...).
-    cfg.validate(config)
+    grid.validate(config)
     check_targets(config)
     if workflow.is_main_process:  # every stage's settings through the classes that will read them (a typo here
         from layerwise_nmt.grid.stage_checks import check_experiments  # would otherwise fail a job hours in)
 
         check_experiments(config, cache=Path(".snakemake/lwnmt-checked-configs.json"))
-    TARGET_TASKS = cfg.runnable_tasks(config)
+    TARGET_TASKS = grid.runnable_tasks(config)
 except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
-    stop(cfg.located(err, CONFIG_FILES))
-validate(config, cfg.SCHEMA)  # Snakemake's own pass fills in the schema defaults
+    stop(grid.located(err, CONFIG_FILES))
+validate(config, grid.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:
     from layerwise_nmt.workflow.slurm import patch_status_query
@@ -117,7 +117,7 @@ def _from_grid(method):
     return call
 
 
-_inputs = cfg.RuleInputs(config, cost=experiment_cost)
+_inputs = grid.RuleInputs(config, cost=experiment_cost)
 
 # targets
 table_targets = _from_grid(_inputs.table_targets)

@@ -129,7 +129,7 @@ rule vocab_joint:
 
 use rule vocab_joint as vocab_separate with:
     input:
-        lambda w: cfg.data_path(w.task, "bpe", f"train.{cfg.pair(task_of(w))}.{w.lang}"),
+        lambda w: grid.data_path(w.task, "bpe", f"train.{grid.pair(task_of(w))}.{w.lang}"),
     output:
         "results/{task}/data/vocab/dict.{lang}.txt",
     log:
@@ -139,7 +139,7 @@ use rule vocab_joint as vocab_separate with:
 rule binarize:
     input:
         text="results/{task}/data/bpe/{split}.{pair}.{lang}",
-        vocab=lambda w: cfg.data_path(w.task, "vocab", f"dict.{'joint' if w.vocab == 'joint' else w.lang}.txt"),
+        vocab=lambda w: grid.data_path(w.task, "vocab", f"dict.{'joint' if w.vocab == 'joint' else w.lang}.txt"),
     output:
         multiext("results/{task}/data/bin-{vocab}/{split}.{pair}.{lang}", ".tokens.npy", ".offsets.npy"),
     log:
@@ -153,7 +153,7 @@ rule binarize:
 
 rule check_reference:
     input:
-        lambda w: [cfg.data_path(w.task, path) for path in task_of(w)["reference"]],
+        lambda w: [grid.data_path(w.task, path) for path in task_of(w)["reference"]],
     output:
         "results/{task}/data/reference-check.json",
     log:

@@ -33,7 +33,7 @@ rule train:
         # experiment here would retrain every seed after a decode or score edit
         src=lambda w: experiment_of(w)["src"],
         tgt=lambda w: experiment_of(w)["tgt"],
-        save_dir=lambda w: cfg.save_dir(run_dir(w)),
+        save_dir=lambda w: grid.save_dir(run_dir(w)),
     shell:
         "python -m layerwise_nmt train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
         " --save-dir {params.save_dir} --final {output:q} --threads {threads} --gpus {resources.gpu}"
@@ -50,7 +50,7 @@ rule average:
     conda:
         "../../envs/train.yaml"
     params:
-        save_dir=lambda w: cfg.save_dir(run_dir(w)),
+        save_dir=lambda w: grid.save_dir(run_dir(w)),
         num=lambda w: average_settings(w).num,
         by=lambda w: average_settings(w).by,
     shell:

@@ -52,16 +52,16 @@ def config_files(a) -> list[str]:
 
 def load_config(a) -> dict:
     """The --config files merged and checked as `snakemake -n` checks them (schema, references, stage settings)."""
-    from .. import grid as cfg
+    from .. import grid
     from ..grid.config_files import check_files, check_targets
     from ..grid.stage_checks import check_experiments
 
     files = config_files(a)
-    check_files(files, cfg.read)  # an overlay's misspelt experiment, table or figure, before merging hides it
-    config = cfg.load(*files)
+    check_files(files, grid.read)  # an overlay's misspelt experiment, table or figure, before merging hides it
+    config = grid.load(*files)
     try:
         check_targets(config)
         check_experiments(config)
     except UserError as err:
-        raise cfg.located(err, files) from None
+        raise grid.located(err, files) from None
     return config

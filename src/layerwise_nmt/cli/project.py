@@ -103,11 +103,11 @@ def cmd_rehearse(a) -> None:
 
 
 def cmd_status(a) -> None:
-    from .. import grid as cfg
+    from .. import grid
     from ..grid.status import summary, targeted, targeted_statuses
 
     config = common.load_config(a)
-    rows = cfg.all_statuses(config) if a.all else targeted_statuses(config)
+    rows = grid.all_statuses(config) if a.all else targeted_statuses(config)
     columns = terminal_columns()
     print(wrap("every task, experiment and table row of the config" if a.all else "what the config's targets need "
                "(--all: every task, experiment and table row)", columns, indent=2))

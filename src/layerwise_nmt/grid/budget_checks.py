@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import grid as cfg
+from .. import grid
 from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
 @dataclass
 class Budget:
@@ -39,7 +39,7 @@ def _tokens_per_update(train: dict, subwords: float, restarted: bool = False) ->
 
 
 def budget(config: dict, name: str) -> Budget:
-    e = cfg.experiment(config, name)
+    e = grid.experiment(config, name)
     train = e["train"]
     estimate = config["tasks"][e["task"]].get("estimate", {})
     pairs, subwords = estimate.get("train_pairs"), estimate.get("subwords_per_sentence", 25)
@@ -118,14 +118,14 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
 
 def budgets(config: dict) -> list[Budget]:
     """Every experiment some targeted table or figure row runs, in config order."""
-    wanted = cfg.rows_by_experiment(config)
+    wanted = grid.rows_by_experiment(config)
     return [budget(config, name) for name in config.get("experiments", {}) if name in wanted]
 
 
 def budget_warnings(config: dict) -> list[str]:
     """One line per experiment whose averaging, early stopping, warm-up or restart cannot work as configured,
     naming the table rows it serves: what `snakemake -n` and `lwnmt status` print."""
-    rows = cfg.rows_by_experiment(config)
+    rows = grid.rows_by_experiment(config)
     return [f"{b.experiment} ({budget_text(b)}; rows: {'; '.join(rows[b.experiment])}): {'; '.join(b.problems)}"
             for b in budgets(config) if b.problems]
 

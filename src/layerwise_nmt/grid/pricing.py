@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import grid as cfg
+from .. import grid
 from ..models import sizes as model_sizes
 from ..training.config import TRAIN_DEFAULTS
 from .budget_checks import budget
@@ -159,7 +159,7 @@ def experiment_cost(config: dict, name: str, build: bool = False) -> Cost:
     """One experiment's cost. A model of the config's own has no closed form: with `build` (`lwnmt plan`) it is
     counted as built on the meta device, importing its module; without (`snakemake -n`: no torch, no user code)
     its cost is unknown."""
-    e = cfg.experiment(config, name)
+    e = grid.experiment(config, name)
     tokens, bound, why = trained_tokens(config, e)
     sizes = task_vocab(config, e)
     params, note = None, why
@@ -184,11 +184,11 @@ def experiment_cost(config: dict, name: str, build: bool = False) -> Cost:
 def plan(config: dict) -> list[dict]:
     """One record per targeted table: its rows, how many are ours to run, and their GPU-hours."""
     out = []
-    for paper, table in cfg.tables(config):
+    for paper, table in grid.tables(config):
         spec = config["papers"][paper]["tables"][table]
         names = list(dict.fromkeys(row["experiment"] for row in spec["rows"] if "experiment" in row))
         costs = [experiment_cost(config, n, build=True) for n in names]
-        blocked = [n for n in names if not cfg.experiment_status(config, n).runnable]
+        blocked = [n for n in names if not grid.experiment_status(config, n).runnable]
         out.append({"paper": paper, "table": table, "rows": len(spec["rows"]), "experiments": names,
                     "blocked": blocked, "costs": costs})
     return out

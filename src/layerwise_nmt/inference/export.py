@@ -176,9 +176,9 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
 
 def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
     """grid.model_dir_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
-    from .. import grid as cfg
+    from .. import grid
 
-    spec = cfg.model_dir_spec(config, name, seed)
+    spec = grid.model_dir_spec(config, name, seed)
     if not Path(spec["model"]).exists():
         raise not_trained(spec["model"], config_files)
     return spec

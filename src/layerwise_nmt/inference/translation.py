@@ -127,10 +127,10 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
 
 def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
     """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after)."""
-    from .. import grid as cfg
+    from .. import grid
     from .export import not_trained
 
-    setup = cfg.trained_model(request.config, request.experiment, request.seed)
+    setup = grid.trained_model(request.config, request.experiment, request.seed)
     for flag, asked in (("--src", request.src), ("--tgt", request.tgt)):
         if asked is not None and asked != setup[flag[2:]]:
             raise UserError(f"{flag} {asked}: experiment {request.experiment} translates "

@@ -5,7 +5,7 @@ a model of the config's own (`models:`) is built on the meta device and counted,
 from __future__ import annotations
 
 from .. import UserError
-from .. import grid as cfg
+from .. import grid
 from . import sizes as model_sizes
 from ..data.vocab import load_pair
 from . import MODELS, UserModel, count_built
@@ -14,7 +14,7 @@ from . import MODELS, UserModel, count_built
 def vocab_sizes(e: dict) -> tuple[int, int] | None:
     """From the task's prepared vocabularies, when they exist."""
     try:
-        src, tgt = load_pair(cfg.bin_dir(e["task"], e["vocab"]), e["src"], e["tgt"])
+        src, tgt = load_pair(grid.bin_dir(e["task"], e["vocab"]), e["src"], e["tgt"])
     except FileNotFoundError:
         return None
     return len(src), len(tgt)
@@ -37,7 +37,7 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
     for name in experiments:
         if name not in config.get("experiments", {}):
             raise UserError(f"unknown experiment {name!r}; `lwnmt params` with no name lists them all")
-        e = cfg.experiment(config, name)
+        e = grid.experiment(config, name)
         sizes = vocab or vocab_sizes(e)
         record = {"experiment": name, "model": e["model"], "params": None, "note": "", "other_readings": {},
                   "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—"}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 
-from .. import grid as cfg
+from .. import grid
 from ..grid.budget_checks import budget
 from ..training.config import AVERAGE_DEFAULTS
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
@@ -48,7 +48,7 @@ def squeeze_count(n: int, down: bool = False) -> int:
 def shrink(config: dict, manifest: Manifest) -> dict:
     """The rehearsal config from the full one (which is left untouched)."""
     real = json.loads(json.dumps(config))  # not deepcopy: it would keep YAML anchors' shared dicts shared
-    cfg.resolve_extends(real.get("experiments", {}))
+    grid.resolve_extends(real.get("experiments", {}))
     out = json.loads(json.dumps(real))
     out["data_mirror"] = None  # set by the caller to the stand-in mirror
     for dataset, path in manifest.user_paths.items():

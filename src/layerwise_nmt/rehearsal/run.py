@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from .. import UserError
-from .. import grid as cfg
+from .. import grid
 from ..checkout import ROOT, required
 from . import standins, warm
 
@@ -72,7 +72,7 @@ def parse_log(text: str) -> tuple[Counter, list[dict]]:
 
 def owner(path: str, config: dict) -> tuple[str, list[str]]:
     """The experiment (or task, for data jobs) a job output belongs to, and the table rows that need it."""
-    rows = cfg.rows_by_experiment(config)
+    rows = grid.rows_by_experiment(config)
     match = re.match(r"results/([^/]+)/([^/]+)/seed\d+/", path)
     if match and match.group(2) in config.get("experiments", {}):
         return match.group(2), rows.get(match.group(2), [])
@@ -92,8 +92,8 @@ def fidelity(directory: Path, config: dict) -> list[dict]:
     out = []
     for name, note in config["rehearsal"]["experiments"].items():
         real = note.get("real")
-        e = cfg.experiment(config, name)
-        metrics = directory / cfg.save_dir(cfg.experiment_dir(config, name, e["seeds"][0])) / "metrics.csv"
+        e = grid.experiment(config, name)
+        metrics = directory / grid.save_dir(grid.experiment_dir(config, name, e["seeds"][0])) / "metrics.csv"
         if real is None or not metrics.is_file():
             out.append({"experiment": name, "real": real, "rehearsal": None, "agree": None})
             continue
@@ -112,7 +112,7 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     started = time.time()
     required()  # the workflow it runs is the checkout's
     directory = directory.resolve()
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     print(f"building stand-ins in {directory / 'standins'} from {mirror}", flush=True)
     manifest = standins.build(config, mirror, directory / "standins")
     # the toy models' precision probes are kept with the rehearsal, not in the user's cache
@@ -134,7 +134,7 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     finished, failures = parse_log(log_path.read_text())
     left = dry_run(directory, *rehearsal_args, env=env)
 
-    rehearsal_config = cfg.load(ROOT / "config.yaml")
+    rehearsal_config = grid.load(ROOT / "config.yaml")
     from . import apply
 
     apply(rehearsal_config, directory / "standins")

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from .. import UserError
-from .. import grid as cfg
+from .. import grid
 
 LISTINGS = files(__package__) / "release_listings.yaml"  # package data: an installed package rehearses too
 PLACEHOLDER = b"stand-in: a member of the real release that no task reads\n"
@@ -212,7 +212,7 @@ def listing_key(spec: dict, archive: str) -> str:
     inner = spec.get("files", {}).get(archive)
     if inner is not None:
         return f"{listing_key(spec, inner['archive'])} :: {inner['path']}"
-    urls = cfg.urls_of(spec["archives"][archive])
+    urls = grid.urls_of(spec["archives"][archive])
     return urls[0] if urls else f"manual: {archive}"
 
 
@@ -287,7 +287,7 @@ def build(config: dict, mirror: Path, out: Path, listings: dict | None = None) -
     for need in needed_files(config):
         spec = config["datasets"][need.dataset]
         if "user_path" not in spec:
-            source = cfg.file_source(real, need.dataset, need.name)
+            source = grid.file_source(real, need.dataset, need.name)
             if Path(source.path).is_relative_to(mirror):
                 manifest.provenance.append(f"| {need.dataset} | {need.name} | real: {source.path} |")
                 continue

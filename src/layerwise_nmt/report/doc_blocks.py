@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import UserError
-from .. import grid as cfg
+from .. import grid
 from ..checkout import required
 
 BLOCK = re.compile(r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",
@@ -41,7 +41,7 @@ def replace_between(path: str | Path, start: str, end: str, body: str, what: str
 
 
 def documents() -> list[Path]:
-    return [cfg.ROOT / "README.md", *sorted((cfg.ROOT / "docs").glob("*.md"))]
+    return [grid.ROOT / "README.md", *sorted((grid.ROOT / "docs").glob("*.md"))]
 
 
 @contextmanager
@@ -67,7 +67,7 @@ def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
     from ..models.parameter_table import parameter_rows
 
     wanted = tables.split(",")
-    names = list(dict.fromkeys(row.spec["experiment"] for row in cfg.rows(config, ("tables",))
+    names = list(dict.fromkeys(row.spec["experiment"] for row in grid.rows(config, ("tables",))
                                if row.paper == paper and row.name in wanted and "experiment" in row.spec))
     by_experiment: dict[str, list[dict]] = {}
     for r in parameter_rows(config, names, (int(vocab), int(vocab))):
@@ -89,7 +89,7 @@ def figure_kinds_block(config: dict) -> str:
     from .figures import KINDS
 
     used: dict[str, list[str]] = {kind: [] for kind in KINDS}
-    for paper, figure in cfg.tables(config, "figures", targeted=False):
+    for paper, figure in grid.tables(config, "figures", targeted=False):
         used[config["papers"][paper]["figures"][figure]["kind"]].append(f"{paper} {figure}")
     return "\n".join(f"- `{kind}`: {', '.join(names) if names else 'no figure of config.yaml'}"
                      for kind, names in used.items()) + "\n"
@@ -99,7 +99,7 @@ def evidence_block(config: dict, dir: str) -> str:
     """A committed study's table and what it says of each claim, from its summary.json (`lwnmt evidence collect`)."""
     from .evidence import readme_block
 
-    return readme_block(cfg.ROOT / dir, dir)
+    return readme_block(grid.ROOT / dir, dir)
 
 
 GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block,
@@ -117,13 +117,13 @@ def render_block(spec: str, config: dict, where: str) -> str:
 def update(check: bool = False) -> list[str]:
     """Rewrite every generated block (check=True: only compare); returns the stale ones as "file: kind"."""
     with in_checkout():
-        config = cfg.load(cfg.ROOT / "config.yaml")
+        config = grid.load(grid.ROOT / "config.yaml")
         stale = []
         for path in documents():
             text = path.read_text(encoding="utf-8")
 
             def fill(match: re.Match) -> str:
-                where = f"{path.relative_to(cfg.ROOT)}: {match['spec']}"
+                where = f"{path.relative_to(grid.ROOT)}: {match['spec']}"
                 body = render_block(match["spec"], config, where)
                 if body != match["body"]:
                     stale.append(where)
