@@ -217,8 +217,8 @@ def test_an_overlay_adds_rows_without_restating_the_others(tmp_path):
      "search and checkpoints call (docs/usage.md, \"Your own method\")"),
     ("from layerwise_nmt.models.transformer import Seq2Seq\nclass Mine(Seq2Seq):\n    pass\n",
      "config key models/mine/class: class mine:Mine has no config_class: its settings, a @dataclass subclass of "
-     "layerwise_nmt.models.configs.ModelConfig (the config's arch keys) (docs/usage.md, \"Your own method\")"),
-    ("from layerwise_nmt.models.configs import ModelConfig\nfrom layerwise_nmt.models.transformer import Model\n"
+     "layerwise_nmt.models.config.ModelConfig (the config's arch keys) (docs/usage.md, \"Your own method\")"),
+    ("from layerwise_nmt.models.config import ModelConfig\nfrom layerwise_nmt.models.transformer import Model\n"
      "class Mine(Model):\n    config_class = ModelConfig\n    def outputs(self, src, prev): pass\n"
      "    def start(self, src): pass\n",
      "config key models/mine/class: class mine:Mine lacks step: beam search's next step: step(last, state) -> "

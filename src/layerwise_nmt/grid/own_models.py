@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from .. import UserError
-from ..models.configs import MODELS
+from ..models.config import MODELS
 
 
 def check_models(config: dict) -> None:

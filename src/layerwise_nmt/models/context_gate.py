@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .configs import ModelConfig
+from .config import ModelConfig
 from .transformer import DecoderLayer, Seq2Seq
 
 

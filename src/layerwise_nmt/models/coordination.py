@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .configs import CoordinationConfig
+from .config import CoordinationConfig
 from .layers import KV, Embedding, new_token_embedding
 from .transformer import EncoderLayer, Model, ModelOutput, final_norm, reorder_beams
 

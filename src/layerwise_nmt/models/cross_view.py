@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .configs import CrossViewConfig
+from .config import CrossViewConfig
 from .transformer import EncoderOutput, Seq2Seq
 
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .configs import DeepConfig
+from .config import DeepConfig
 from .layers import KV, MultiheadAttention, attention
 from .transformer import DecoderLayer, EncoderLayer, ModelOutput, Seq2Seq
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .configs import ModelConfig
+from .config import ModelConfig
 from .layers import FeedForward, Layer, MultiheadAttention
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .configs import FusionConfig
+from .config import FusionConfig
 from .transformer import EncoderOutput, Seq2Seq
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .configs import ModelConfig
+from .config import ModelConfig
 
 
 def sinusoidal_positions(n: int, d: int) -> Tensor:

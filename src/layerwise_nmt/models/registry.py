@@ -7,7 +7,7 @@ Torch-free until a model is built: a model's module is imported by the first `bu
 from __future__ import annotations
 
 from .. import UserError
-from .configs import MODELS
+from .config import MODELS
 from .user import UserModel
 
 

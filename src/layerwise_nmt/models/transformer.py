@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from .configs import FAIRSEQ_ARCHS, PRESETS, ModelConfig  # noqa: F401  (re-exported: their historical home)
+from .config import FAIRSEQ_ARCHS, PRESETS, ModelConfig  # noqa: F401  (re-exported: their historical home)
 from .dynamic_conv import ConvDecoderLayer, ConvEncoderLayer, LightDecoderLayer, LightEncoderLayer
 from .layers import (KV, Embedding, FeedForward, Layer, MultiheadAttention, fairseq_init, fan_in_init,
                      new_token_embedding, sinusoidal_positions)  # noqa: F401  (sinusoidal_positions: re-exported)

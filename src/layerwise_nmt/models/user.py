@@ -97,7 +97,7 @@ class UserModel:
 
 def contract_gap(cls) -> str | None:
     """What `cls` lacks of the model contract, in words; None when it keeps it."""
-    from .configs import ModelConfig
+    from .config import ModelConfig
     from .transformer import Model
 
     if not isinstance(cls, type) or not issubclass(cls, Model):
@@ -105,7 +105,7 @@ def contract_gap(cls) -> str | None:
                 "whose methods the trainer, beam search and checkpoints call")
     settings = getattr(cls, "config_class", None)
     if not (isinstance(settings, type) and issubclass(settings, ModelConfig) and dataclasses.is_dataclass(settings)):
-        return ("has no config_class: its settings, a @dataclass subclass of layerwise_nmt.models.configs.ModelConfig "
+        return ("has no config_class: its settings, a @dataclass subclass of layerwise_nmt.models.config.ModelConfig "
                 "(the config's arch keys)")
     for method, what in CONTRACT:
         overridden = getattr(cls, method) is not getattr(Model, method)
