@@ -1,6 +1,7 @@
 """The workflow as users run it: DAGs build, the CI-sized data run completes, config errors name the key."""
 
 import collections
+import fcntl
 import os
 import json
 import re
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -73,10 +75,29 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
         assert order[:3] == ["demo.transformer", "demo.mlrf_dec_sa", "demo.lwc"], order
 
 
-def test_ci_sized_run_data_to_table(tmp_path, mirror):
-    """The whole DAG on 400 real sentences: data, train (2 seeds), average, decode, score, table."""
-    snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), mirror=mirror)
-    data = tmp_path / "results/multi30k_ci/data"
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory, mirror) -> Path:
+    """The whole DAG on 400 real sentences (data, train with 2 seeds, average, decode, score, tables, figures), run
+    once for every test below: under a lock in the folder pytest's workers share, so that the run happens once
+    whichever worker asks first, and the others read its results."""
+    shared = tmp_path_factory.getbasetemp().parent
+    run = shared / "ci-sized-run"
+    with open(shared / "ci-sized-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (run / "done").exists():
+            shutil.rmtree(run, ignore_errors=True)
+            run.mkdir()
+            snakemake(run, "--configfile", str(ROOT / "config/ci.yaml"), mirror=mirror)
+            (run / "done").touch()
+    return run
+
+
+def ci_runs(run: Path) -> list[Path]:
+    return [run / f"results/multi30k_ci/ci.transformer/seed{s}" for s in (1, 2)]
+
+
+def test_ci_run_prepares_the_data(ci_run):
+    data = ci_run / "results/multi30k_ci/data"
     stats = yaml.safe_load((data / "text/stats.de-en.json").read_text())
     assert stats["train"]["read"] == 400 and stats["valid"]["kept"] == 100 and stats["test"]["kept"] == 100
     for lang in ("de", "en"):
@@ -89,10 +110,13 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
             assert dataset[i][-1] == vocab.eos
             assert vocab.decode(dataset[i]) == lines[i]
         assert dataset.tokens.dtype == np.uint16
-    assert (tmp_path / "results/logs/multi30k_ci/assemble.de-en.log").exists()
+    assert (ci_run / "results/logs/multi30k_ci/assemble.de-en.log").exists()
+    # tokenized parts are temporary: gone once assembled, the assembled text kept
+    assert not list((data / "tok").glob("*")) and (data / "text").is_dir()
 
-    runs = [tmp_path / f"results/multi30k_ci/ci.transformer/seed{s}" for s in (1, 2)]
-    for run in runs:
+
+def test_ci_run_trains_averages_decodes_and_scores_each_seed(ci_run):
+    for run in ci_runs(ci_run):
         score = json.loads((run / "test.score.json").read_text())
         assert 0.0 <= score["bleu"] <= 100.0 and score["signature"].startswith("nrefs:1|case:lc")
         assert [b["sentences"] for b in score["buckets"]] and sum(b["sentences"] for b in score["buckets"]) == 100
@@ -103,29 +127,39 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
         assert len(metrics) == 4 and "valid_accuracy" in metrics[0]
         assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == ["checkpoint2.pt",
                                                                                        "checkpoint3.pt"]
-    table = (tmp_path / "results/tables/ci/T1.md").read_text()
-    bleus = [json.loads((run / "test.score.json").read_text())["bleu"] for run in runs]
+
+
+def test_ci_run_tables_give_mean_sd_quoted_rows_and_why_a_row_did_not_run(ci_run):
+    table = (ci_run / "results/tables/ci/T1.md").read_text()
+    bleus = [json.loads((run / "test.score.json").read_text())["bleu"] for run in ci_runs(ci_run)]
     mean = sum(bleus) / 2
     assert f"{mean:.2f} ± " in table and "(n=2)" in table
     assert "| MIXER (quoted row) | — | — | — | 20.73 | — | — | quoted from Ranzato et al. 2016 |" in table
     assert "warm start from models/not-trained-yet.pt: no such file" in table
-    csv = pd.read_csv(tmp_path / "results/tables/ci/T1.csv").set_index("row")
+    csv = pd.read_csv(ci_run / "results/tables/ci/T1.csv").set_index("row")
     for label, experiment in (("LWC, 2 shared layers", "ci.lwc"), ("MLRF Both-FNN-SA", "ci.mlrf")):
-        run = tmp_path / f"results/multi30k_ci/{experiment}/seed1"
+        run = ci_run / f"results/multi30k_ci/{experiment}/seed1"
         for split in ("valid", "test"):  # each model trained, decoded both splits and was scored
             score = json.loads((run / f"{split}.score.json").read_text())
             assert score["split"] == split and score["decoding"]["params"] > 0
             assert csv.loc[label, f"ours_mean {split}_bleu"] == pytest.approx(score["bleu"])
-    mlrf = tmp_path / "results/multi30k_ci/ci.mlrf/seed1"  # decode.tune_lenpen: valid at each α, the best one used
+    assert "Transformer 1+1" in (ci_run / "results/tables/ci/T2.md").read_text()
+
+
+def test_ci_run_tunes_the_length_penalty_on_valid_and_decodes_with_the_best(ci_run):
+    mlrf = ci_run / "results/multi30k_ci/ci.mlrf/seed1"
     tuned = json.loads((mlrf / "tuned_lenpen.json").read_text())
     valid = {a: json.loads((mlrf / f"lenpen/valid.{a}.score.json").read_text())["bleu"] for a in ("0.5", "1", "2")}
     assert tuned["bleu_by_lenpen"] == valid and tuned["bleu"] == max(valid.values())
     assert valid[f"{tuned['lenpen']:g}"] == max(valid.values())
     for split in ("valid", "test"):
         assert json.loads((mlrf / f"{split}.json").read_text())["options"]["lenpen"] == tuned["lenpen"]
+
+
+def test_ci_run_figures_draw_curves_sweeps_and_attention_maps_that_sum_to_one(ci_run):
     for figure in ("curves", "sweep", "attention"):
-        assert (tmp_path / f"results/figures/ci/{figure}.png").stat().st_size > 1000
-    maps = pd.read_csv(tmp_path / "results/figures/ci/attention.csv")
+        assert (ci_run / f"results/figures/ci/{figure}.png").stat().st_size > 1000
+    maps = pd.read_csv(ci_run / "results/figures/ci/attention.csv")
     for label, group in maps.groupby("row"):  # every attention row sums to 1 (fusion: over layers, per hop)
         assert group.groupby("i")["weight"].sum().round(4).eq(1.0).all(), label
     lwc = maps[maps["row"] == "LWC: layer 1 mixed attention"]
@@ -133,9 +167,13 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     last = lwc[lwc["i"] == lwc["i"].max()]  # causal: the first target word sees no later target word
     first = lwc[lwc["i"] == 0]
     assert first[first["j"] > first["j"].max() - lwc["i"].max()]["weight"].sum() == 0 and len(last) == len(first)
-    # WMT16 En-Ro from the mirror's plain copies of the SGML sets: Romanian normalised before tokenizing, and
-    # detokenized BLEU compares the detokenized output with the normalised, untokenized references
-    enro = tmp_path / "results/wmt16_enro_ci"
+    assert len(pd.read_csv(ci_run / "results/figures/ci/curves.csv").query("row == 'MLRF'")) == 3  # 3 epochs
+
+
+def test_ci_run_scores_wmt_en_ro_detokenized_against_normalised_references(ci_run):
+    """WMT16 En-Ro from the mirror's plain copies of the SGML sets: Romanian normalised before tokenizing, and
+    detokenized BLEU compares the detokenized output with the normalised, untokenized references."""
+    enro = ci_run / "results/wmt16_enro_ci"
     refs = (enro / "data/ref/test.en-ro.ro").read_text(encoding="utf-8").splitlines()
     tokenized = (enro / "data/text/test.en-ro.ro").read_text(encoding="utf-8").splitlines()
     assert len(refs) == len(tokenized) == 50 and not set("șțăâîȘȚĂÂÎ") & set("".join(refs + tokenized))
@@ -144,52 +182,56 @@ def test_ci_sized_run_data_to_table(tmp_path, mirror):
     score = json.loads((enro / "ci.enro/seed1/test.score.json").read_text())
     assert score["hyp"].endswith("test.detok") and "tok:13a" in score["signature"]
     assert score["refs"] == ["results/wmt16_enro_ci/data/ref/test.en-ro.ro"]
-    assert "Transformer 1+1" in (tmp_path / "results/tables/ci/T2.md").read_text()
-    # tokenized parts are temporary: gone once assembled, the assembled text kept
-    assert not list((tmp_path / "results/multi30k_ci/data/tok").glob("*")) and (enro / "data/text").is_dir()
-    assert len(pd.read_csv(tmp_path / "results/figures/ci/curves.csv").query("row == 'MLRF'")) == 3  # 3 epochs
-    # raw text, translated with an experiment's trained model and its task's own preprocessing: the raw test
-    # sentences come out as the workflow's decoding of the test set, detokenized
-    raw = (tmp_path / "results/raw/multi30k/test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:5]
+
+
+def test_ci_run_model_translates_raw_text_as_the_workflow_decoded_it_there_and_elsewhere(ci_run, tmp_path):
+    """Raw text, translated with an experiment's trained model and its task's own preprocessing, comes out as the
+    workflow's decoding of the test set, detokenized; the same from the run's model directory, anywhere."""
+    raw = (ci_run / "results/raw/multi30k/test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:5]
     result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "-", "--experiment", "ci.transformer",
                              "--seed", "2", "--config", str(ROOT / "config.yaml"), "--config",
                              str(ROOT / "config/ci.yaml")], input="\n".join(raw) + "\n", capture_output=True,
-                            text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+                            text=True, cwd=ci_run, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
     detok = MosesDetokenizer(lang="en")
-    workflow = (runs[1] / "test.txt").read_text(encoding="utf-8").splitlines()[:5]
+    workflow = (ci_runs(ci_run)[1] / "test.txt").read_text(encoding="utf-8").splitlines()[:5]
     assert result.stdout.splitlines() == [detok.detokenize(line.split()) for line in workflow]
-    # the same from the run's model directory (the export rule's), anywhere, with nothing else
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    moved = shutil.copytree(runs[1] / "model_dir", elsewhere / "ci-de-en")
+    moved = shutil.copytree(ci_runs(ci_run)[1] / "model_dir", tmp_path / "ci-de-en")
     portable = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "--model", str(moved)],
-                              input="\n".join(raw) + "\n", capture_output=True, text=True, cwd=elsewhere, check=True)
+                              input="\n".join(raw) + "\n", capture_output=True, text=True, cwd=tmp_path, check=True)
     assert portable.stdout == result.stdout
-    # a second run has nothing to do, with the data mirror or without it: where a checksummed file came from is
-    # not what Snakemake compares (nothing is downloaded or retrained); a new checksum redoes that file, from its
-    # download, and everything made from it
+
+
+def test_ci_run_rerun_has_nothing_to_do_with_or_without_the_mirror_and_a_new_checksum_redoes_its_file(ci_run,
+                                                                                                      mirror, tmp_path):
+    """Where a checksummed file came from is not what Snakemake compares (nothing is downloaded or retrained); a new
+    checksum redoes that file, from its download, and everything made from it."""
     for where in (mirror, None):
-        assert "Nothing to be done" in snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
+        assert "Nothing to be done" in snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
                                                  mirror=where).stdout
     release = tmp_path / "new-release.yaml"
     release.write_text(yaml.safe_dump({"datasets": {"multi30k": {"archives": {"train.de.gz": {"sha256": "0" * 64}}}}}))
-    redo = snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(release), "-n", "-p").stdout
+    redo = snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(release), "-n", "-p").stdout
     assert jobs_planned(redo)["extract"] == 1 and jobs_planned(redo)["train"] == 4
     assert f'"fetch", "results/downloads/' in redo and f'"--sha256", "{"0" * 64}"' in redo
-    # decoding and scoring settings rerun only the jobs they change, never a training (a GPU-day each)
+
+
+def test_ci_run_decoding_and_scoring_settings_rerun_only_their_jobs(ci_run, mirror, tmp_path):
+    """Never a training (a GPU-day each) for a decoding or scoring change; a training change retrains."""
     overlay = tmp_path / "decode-score.yaml"
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {
         "decode": {"lenpen": 0.7}, "score": {"buckets": [5, 10]}, "seeds": [1, 2, 3]}}}))
-    planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
+    planned = jobs_planned(snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
                                      mirror=mirror).stdout)
     assert planned["train"] == 1  # seed 3's, and only it
     assert planned["translate"] == 2 * 3 + 2 + 2 + 1  # valid+test × 3 seeds; ci.lwc, ci.mlrf, ci.enro inherit it
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {"lr": 0.001}}}}))
-    planned = jobs_planned(snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
+    planned = jobs_planned(snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
                                      mirror=mirror).stdout)
     assert planned["train"] == 2 + 3  # a training change retrains both seeds and the 3 experiments extending it
-    # the Snakemake report: every table and figure, grouped by paper, with its caption
-    snakemake(tmp_path, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"),
+
+
+def test_ci_run_report_holds_every_table_and_figure_with_its_caption(ci_run, mirror, tmp_path):
+    snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"),
               mirror=mirror)
     with zipfile.ZipFile(tmp_path / "report.zip") as report:
         names = report.namelist()
