@@ -82,5 +82,5 @@ def test_a_typo_still_stops_the_dry_run_in_one_line(driver, tmp_path):
     result = run(driver, tmp_path, "-n", "--configfile", str(ROOT / "config" / "demo.yaml"), str(overlay))
     assert result.returncode != 0
     line = next(l for l in (result.stdout + result.stderr).splitlines() if "max_tokenz" in l)
-    assert line.startswith(f"{overlay}: config key experiments/demo.transformer/train"), line
+    assert line.startswith(f"error: {overlay}: config key experiments/demo.transformer/train"), line
     assert "did you mean max_tokens?" in line

@@ -163,7 +163,7 @@ def test_auto_on_cuda_follows_bf16_support(monkeypatch):
 def test_avx2_emulation_makes_auto_choose_fp32():
     """The real environment switch, in a fresh process: PyTorch's kernels at AVX2 → fp32 whatever the CPU has."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    out = subprocess.run([sys.executable, "-c", "import torch, json; from layerwise_nmt import precision; "
+    out = subprocess.run([sys.executable, "-c", "import torch, json; from layerwise_nmt.training import precision; "
                           "p = precision.resolve('auto', torch.device('cpu')); print(json.dumps(p.to_dict()))"],
                          env=env, capture_output=True, text=True, check=True).stdout
     chosen = json.loads(out)

@@ -25,7 +25,7 @@ from .papers import Row, measure_of, metrics_of, rows, split_of, tables
 from .reports import figure_spec, paper_part, report_caption, table_spec
 from .rules import RuleInputs
 from .sources import (MIRROR_ENV, FileSource, checksum_of, download_key, download_path, download_spec, downloads,
-                      file_source, mirror_dir, mirror_location, mirrored, pair_member, unpinned_downloads, urls_of,
+                      file_source, mirror_dir, mirrored, pair_member, unpinned_downloads, urls_of,
                       where_from)
 from .status import (Status, all_statuses, experiment_status, fetch_needs, row_statuses, rows_by_experiment,
                      runnable_tasks, task_status)

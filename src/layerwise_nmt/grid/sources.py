@@ -179,11 +179,6 @@ def download_spec(config: dict, key: str, name: str) -> tuple[list[str], dict]:
     return found
 
 
-def mirror_location(config: dict, dataset: str, name: str) -> str:
-    """Where the data mirror is expected to hold an archive (or single file) of a dataset."""
-    mirror = config.get("data_mirror") or os.environ.get(MIRROR_ENV) or f"<data_mirror or ${MIRROR_ENV}>"
-    return f"{mirror}/{config['datasets'][dataset].get('mirror', dataset)}/{name}"
-
 
 def download_path(entry: dict, name: str) -> str:
     return download_file(download_key(entry, name), name)
