@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from layerwise_nmt import UserError
-from layerwise_nmt.models.configs import ModelConfig
+from layerwise_nmt.models.config import ModelConfig
 from layerwise_nmt.models.transformer import EncoderOutput, Seq2Seq
 
 
