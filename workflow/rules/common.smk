@@ -121,6 +121,7 @@ _inputs = grid.RuleInputs(config, cost=experiment_cost)
 
 # targets
 table_targets = _from_grid(_inputs.table_targets)
+summary_inputs = _from_grid(_inputs.summary_inputs)
 task_data_targets = _from_grid(_inputs.task_data_targets)
 model_dir_targets = _from_grid(_inputs.model_dir_targets)
 # wildcards → the config

@@ -35,7 +35,7 @@ rule table:
 
 rule summary:
     input:
-        [f"results/tables/{paper}/{table}.csv" for paper, table in grid.tables(config)],
+        summary_inputs(),
     output:
         multiext("results/summary", ".md", ".csv"),
     log:

@@ -64,6 +64,10 @@ class RuleInputs:
         return (summary + [f for paper, table in tables(self.config) for f in layout.table_files(paper, table)]
                 + [f for paper, figure in tables(self.config, "figures") for f in layout.figure_files(paper, figure)])
 
+    def summary_inputs(self):
+        """Every table's CSV, which the summary of all tables reads."""
+        return [layout.table_files(paper, table)[1] for paper, table in tables(self.config)]
+
     def task_data_targets(self, task_name):
         """Everything the default target needs for one task: binarized splits, dictionaries, data
         statistics."""
