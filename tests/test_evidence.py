@@ -87,6 +87,8 @@ def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path):
     with pytest.raises(UserError, match=r"study_cpu.gca_full/seed1: test.txt missing"):
         evidence.copy(config, TABLE, 1, tmp_path / "again", results)
     assert not (tmp_path / "again" / "study_cpu.gca_full").exists()
+    partial = evidence.copy(config, TABLE, 1, tmp_path / "again", results, partial=True)
+    assert len(partial) == 6 and not (tmp_path / "again" / "study_cpu.gca_full").exists()
 
 
 def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path):

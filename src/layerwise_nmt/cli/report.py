@@ -40,6 +40,8 @@ def add_commands(sub) -> None:
     p.add_argument("--seed", type=int, help="targets, copy: the seed")
     p.add_argument("--out", help="copy, collect: the evidence folder, e.g. docs/study/cpu")
     p.add_argument("--results", default=".", help="copy: the folder Snakemake ran in (default: here)")
+    p.add_argument("--partial", action="store_true",
+                   help="copy: the seed's finished runs only (default: refuse while one is unfinished)")
     p.add_argument("--ref", help="collect: the tokenized test references, for the paired bootstrap")
     p.add_argument("--run-command", default="lwnmt evidence copy --seed <k>",
                    help="collect: the command the page names for running a missing seed")
@@ -102,7 +104,7 @@ def cmd_evidence(a) -> None:
     if a.action == "targets":
         print("\n".join(evidence.targets(config, a.table, a.seed)))
     elif a.action == "copy":
-        for folder in evidence.copy(config, a.table, a.seed, a.out, a.results):
+        for folder in evidence.copy(config, a.table, a.seed, a.out, a.results, a.partial):
             print(f"copied {folder}")
     else:
         summary = evidence.summarise(config, a.table, a.out, a.ref)

@@ -84,14 +84,18 @@ def commit_of(folder: Path) -> str | None:
     return result.stdout.strip() or None
 
 
-def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Path = ".") -> list[Path]:
+def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Path = ".",
+         partial: bool = False) -> list[Path]:
     """Copy one seed's finished runs from `results` (the folder Snakemake ran in) into `out`; a run with a missing
-    file is named in a one-line error and nothing of it is copied."""
+    file is named in a one-line error and nothing of it is copied, or, with `partial`, left out (the page then
+    lists it as not run yet) while the finished ones are copied."""
     out, results = Path(out), Path(results)
     copied = []
     for name, s in runs(config, table, seed):
         run = results / experiment_dir(config, name, s)
         missing = [src for src, dst in RUN_FILES.items() if dst in REQUIRED and not (run / src).exists()]
+        if missing and partial:
+            continue
         if missing:
             raise UserError(f"{run}: {', '.join(missing)} missing; finish the seed first (Snakemake's targets: "
                             f"`lwnmt evidence targets --table {table} --seed {seed}`)")
