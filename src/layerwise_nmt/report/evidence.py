@@ -371,15 +371,17 @@ def readme_block(folder: str | Path, shown: str | None = None) -> str:
 
 
 def plain_words(c: dict) -> str:
+    on = "its one seed" if len(c["seeds"]) == 1 else "every seed"
+    boot = c.get("bootstrap_p") or []
+    significant = bool(boot) and all(p < P_VALUE for p in boot)
     if c.get("same_model"):
-        boot = c.get("bootstrap_p") or [1.0]
-        significant = all(p < P_VALUE for p in boot)
         return (f"what training longer still buys ({'significant' if significant else 'not significant'} by the "
                 f"paired bootstrap)")
     if c["claim"] == "held":
-        return "better on every seed, significantly on each: the claim holds at this size"
+        return f"better on {on}, significantly: the claim holds at this size"
     if c["claim"] == "not held":
-        worse = all(d < 0 for d in c["deltas"])
-        return ("worse on every seed: the claim does not hold at this size" if worse
-                else "no better on average: the claim does not hold at this size")
+        if all(d < 0 for d in c["deltas"]) and significant:
+            return (f"worse on {on}, significantly (paired bootstrap, p < {P_VALUE}): the claim does not hold at this "
+                    "size")
+        return "no better on average, and not significantly different: the claim does not hold at this size"
     return "better on average but not significantly on every seed: inconclusive at this size"
