@@ -87,12 +87,15 @@ study-collect: $(VENV)/.installed
 # The small study near convergence on a CPU (config/study_cpu.yaml; README, "Near convergence"): one seed's runs
 # (SEED=1 also trains the baseline at twice the budget), two trainings at a time with one thread each, then their
 # small text files copied into docs/study/cpu/ and that page and the README's table rewritten from every seed there.
-# Seeds may run on different machines at different times; commit docs/study/cpu/ after each.
+# Seeds may run on different machines at different times; commit docs/study/cpu/ after each. The targets come first:
+# --set-threads reads every word after it as a rule's threads. Rerun after a kill (`snakemake --unlock` first): each
+# training resumes from its last checkpoint.
 STUDY_CPU := --config config.yaml --config config/study_cpu.yaml --table study_cpu/T1
 study-cpu: $(VENV)/.installed
 	$(if $(SEED),,$(error study-cpu: set SEED, e.g. make study-cpu SEED=1))
 	targets=$$(python -m layerwise_nmt evidence targets $(STUDY_CPU) --seed $(SEED)) && \
-		snakemake --cores all --configfile config/study_cpu.yaml --set-threads train=1 translate=1 $$targets
+		snakemake $$targets --cores all --rerun-incomplete --configfile config/study_cpu.yaml \
+			--set-threads train=1 translate=1
 	python -m layerwise_nmt evidence copy $(STUDY_CPU) --seed $(SEED) --out docs/study/cpu
 	$(MAKE) study-cpu-collect
 

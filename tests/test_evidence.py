@@ -4,8 +4,10 @@ bootstrap and verdict, the validation loss's fall over the last quarter, the run
 
 import csv
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +155,33 @@ def test_the_cli_lists_one_seeds_targets_for_snakemake():
     assert result.stdout.split() == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
                                      ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer",
                                       "dou_deep")]
+
+
+def test_make_study_cpu_gives_snakemake_its_targets_as_targets(tmp_path):
+    """`--set-threads` takes several values, so targets after it were read as thread settings and Snakemake stopped
+    before training. Run with a snakemake that parses its arguments with Snakemake's own parser and reports them."""
+    for name in ("config.yaml", "config", "Makefile"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    bin_dir = tmp_path / ".venv" / "bin"  # the Makefile puts the checkout's .venv/bin first on PATH
+    bin_dir.mkdir(parents=True)
+    (tmp_path / ".venv" / ".installed").touch()
+    seen = tmp_path / "snakemake-args.json"
+    fake = bin_dir / "snakemake"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+from snakemake.cli import get_argument_parser
+args = get_argument_parser().parse_args(sys.argv[1:])
+json.dump({{"targets": args.targets, "threads": {{k: int(str(v).split(", ")[1].rstrip(")")) for k, v in
+            args.set_threads.items()}}, "configfile": [str(f) for f in args.configfile]}}, open("{seen}", "w"))
+sys.exit(3)  # no training here: make stops before copying
+""")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {k: v for k, v in env.items() if not k.startswith("MAKE")}
+    result = subprocess.run(["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and seen.exists(), result.stdout + result.stderr
+    args = json.loads(seen.read_text())
+    assert args["targets"] == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
+                               ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")]
+    assert args["threads"] == {"train": 1, "translate": 1} and args["configfile"] == ["config/study_cpu.yaml"]
