@@ -84,7 +84,7 @@ def test_expansion(tmp_path):
     assert gca["warm_start"] == "mine.transformer" and gca["arch"]["preset"] == "iwslt"
     table = config["papers"]["mine"]["tables"]["T1"]
     assert table["metric"] == ["bleu", "chrf", "news_bleu", "news_chrf"] and table["verdict"] is True
-    assert task["splits"]["news"] == {"parts": ["news.{lang}"], "format": "plain"}
+    assert task["splits"]["news"] == {"parts": ["news.{lang}"], "format": "plain", "overlap_with_train": "warn"}
     assert config["datasets"]["my-corpus"]["files"]["news.yy"] == {"path": "news.yy"}
     assert "test sets test, news: tokenized BLEU and chrF (sacrebleu), cased;" in table["caption"]
     assert grid.runnable_tasks(config) == ["my_xxyy"]
@@ -245,6 +245,8 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
     assert "no rules for language 'xx'" in (logs / "tokenize" / "train.xx.log").read_text()
     stats = json.loads((results / "my_xxyy" / "data" / "text" / "stats.xx-yy.json").read_text())
     assert stats["train"]["kept"] == 300 and stats["test"]["in_train"] == 0
+    news = json.loads((results / "my_xxyy" / "data" / "text" / "stats.news.xx-yy.json").read_text())
+    assert news["news"]["in_train"] == 0
 
 
 def test_sides_that_come_tokenized_or_segmented_skip_those_steps(tmp_path):
@@ -286,3 +288,34 @@ def test_unequal_copies_name_the_users_files(tmp_path):
     assert str(err.value) == (f"{raw / 'train.xx'} has 3 segments but {raw / 'train.yy'} has 2; parallel files must "
                               f"have equal counts (copies of {tmp_path / 'mine' / 'train.xx'} and "
                               f"{tmp_path / 'mine' / 'train.yy.gz'})")
+
+
+def test_a_named_test_set_assembled_apart_from_train_counts_its_overlap_with_it(tmp_path):
+    """A named test set is assembled after train, by its own job (`lwnmt assemble` with only that split): its
+    overlap is counted against the training text in the same folder (it raised KeyError: 'train')."""
+    files = {"tr.xx": "a\nb\n", "tr.yy": "A\nB\n", "va.xx": "v\n", "va.yy": "V\n", "te.xx": "t\n", "te.yy": "T\n",
+             "ne.xx": "b\nnew\nb\n", "ne.yy": "B\nNEW\nB\n"}
+    spec = parts(tmp_path, files)
+    out = tmp_path / "text"
+    run = lambda spec, stats: lwnmt("assemble", "--spec", json.dumps(spec), "--src", "xx", "--tgt", "yy",  # noqa: E731
+                                    "--out-dir", out, "--stats", out / stats)
+    assert run(spec, "stats.xx-yy.json").returncode == 0
+    news = {"news": {"parts": [[str(tmp_path / n) for n in ("ne.xx", "ne.yy", "ne.xx", "ne.yy")] + ["plain"]],
+                     "overlap_with_train": "warn"}}
+    result = run(news, "stats.news.xx-yy.json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((out / "stats.news.xx-yy.json").read_text())["news"]["in_train"] == 2
+    assert "news: 2 of 3 source sentences also occur in the training data" in result.stderr
+
+
+def test_a_named_test_sets_job_reads_the_training_text_it_is_checked_against(tmp_path):
+    from types import SimpleNamespace
+
+    files = corpus(tmp_path / "corp", (("train", 300), ("dev", 40), ("test", 40), ("news", 20)))
+    config = load(edit(overlay(tmp_path, files),
+                       lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"})))
+    assert config["tasks"]["my_xxyy"]["splits"]["news"]["overlap_with_train"] == "warn"
+    inputs = grid.RuleInputs(config)
+    news = inputs.assemble_inputs(SimpleNamespace(task="my_xxyy", split="news"))
+    assert "results/my_xxyy/data/text/train.xx-yy.xx" in news
+    assert not any("text/train" in path for path in inputs.assemble_inputs(SimpleNamespace(task="my_xxyy")))

@@ -51,7 +51,7 @@ rule references:
 
 rule assemble:
     input:
-        lambda w: [path for split in assemble_spec(w).values() for part in split["parts"] for path in part[:4]],
+        assemble_inputs,
     output:
         multiext("results/{task}/data/text/train.{src}-{tgt}.", "{src}", "{tgt}"),
         multiext("results/{task}/data/text/valid.{src}-{tgt}.", "{src}", "{tgt}"),

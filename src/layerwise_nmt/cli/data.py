@@ -160,8 +160,9 @@ def cmd_assemble(a) -> None:
     from ..data.prepare import assemble
 
     spec = json.loads(a.spec)
+    # train's paths even when only an evaluation split is assembled: its overlap is checked against them
     outputs = {split: tuple(os.path.join(a.out_dir, f"{split}.{a.src}-{a.tgt}.{lang}") for lang in (a.src, a.tgt))
-               for split in spec}
+               for split in {"train", *spec}}
     assemble(spec, outputs, a.stats)
 
 

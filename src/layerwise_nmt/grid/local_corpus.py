@@ -56,8 +56,8 @@ def expand_local(config: dict) -> None:
             default = {"parts": [f"{split}.{{lang}}"], "format": "plain"}
             if split == "train":
                 default["clean"] = {"ratio": 9.0, "min_len": 1, "max_len": 250}
-            elif split in SPLITS:  # a named test set is assembled apart from train (assemble_eval): not checked
-                default["overlap_with_train"] = "warn"  # the dataset's own test data: nothing checked it
+            else:  # the user's own evaluation data (valid, test, named test sets): nothing else checked it
+                default["overlap_with_train"] = "warn"
             splits[split] = {**default, **splits.get(split, {})}
         if "estimate" not in task:
             found = estimate(Path(spec["user_path"]).expanduser(), spec["files"], task)

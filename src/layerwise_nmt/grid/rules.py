@@ -188,6 +188,15 @@ class RuleInputs:
             ]
         return spec
 
+    def assemble_inputs(self, wildcards):
+        """The assemble job's files: every part's raw and tokenized sides and, for an evaluation split assembled
+        apart from train that is checked for overlap with it, the training source text."""
+        spec = self.assemble_spec(wildcards)
+        paths = [path for split in spec.values() for part in split["parts"] for path in part[:4]]
+        if "train" not in spec and any(split.get("overlap_with_train") for split in spec.values()):
+            paths.append(self.train_texts(wildcards)[0])
+        return paths
+
     def train_texts(self, wildcards, stage="text"):
         task = self.task_of(wildcards)
         return [data_path(wildcards.task, stage, f"train.{pair(task)}.{lang}") for lang in (task["src"], task["tgt"])]
