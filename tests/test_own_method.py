@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -118,6 +119,28 @@ def test_the_model_directory_names_the_code_it_needs_and_translate_imports_it_on
     assert missing == (f"lwnmt translate: error: {out}/model.pt: model 'layer_mix' (layer_mix:LayerMixTransformer): "
                        f"cannot import module 'layer_mix' from {tmp_path}: ModuleNotFoundError: No module named "
                        f"'layer_mix'")
+
+
+def test_inspect_reads_its_attention_when_told_its_code(trained, tmp_path):
+    """An attention figure's row on one's own model: `lwnmt inspect` (the workflow's inspect job) imports the code
+    only when named, as translate does, and the job is given the config's own flags."""
+    root = trained["root"]
+    (tmp_path / "src.de").write_text("w1 w2 w3\n")
+    (tmp_path / "hyp.en").write_text("w4 w5\n")
+    options = {"data": str(root), "src": "de", "tgt": "en", "source": str(tmp_path / "src.de"),
+               "hypothesis": str(tmp_path / "hyp.en"), "sentence": 0, "module": "decoder.layers.0.cross_attn"}
+    args = ("inspect", root / "model.pt", "--kind", "attention", "--options", json.dumps(options),
+            "--out", tmp_path / "attention.json")
+    refused = error_line(lwnmt(*args, cwd=tmp_path))
+    assert refused.startswith("lwnmt inspect: error: ") and "--user-dir FOLDER" in refused
+    done = lwnmt(*args, "--user-dir", EXAMPLE, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    attention = json.loads((tmp_path / "attention.json").read_text())
+    assert len(attention["grid"]) == 3 and len(attention["grid"][0]) == 4  # "w4 w5 </s>" x "w1 w2 w3 </s>"
+    config = cfg.load(ROOT / "config.yaml", example_overlay(tmp_path))
+    job = SimpleNamespace(task="multi30k_deen", experiment="mix.layer_mix", seed="1")
+    assert cfg.RuleInputs(config).inspection_flags(job) == f"--user-dir {EXAMPLE}"
+    assert cfg.RuleInputs(config).inspection_flags(SimpleNamespace(**{**vars(job), "experiment": "mix.lwc"})) == ""
 
 
 def test_the_workflow_reads_it_with_neither_torch_nor_the_module(tmp_path):

@@ -165,6 +165,7 @@ decoding_options = _from_grid(_inputs.decoding_options)
 decoding_inputs = _from_grid(_inputs.decoding_inputs)
 score_inputs = _from_grid(_inputs.score_inputs)
 inspection_of = _from_grid(_inputs.inspection_of)
+inspection_flags = _from_grid(_inputs.inspection_flags)
 inspection_inputs = _from_grid(_inputs.inspection_inputs)
 # report.smk
 table_spec = _from_grid(_inputs.table_spec)

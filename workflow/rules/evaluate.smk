@@ -96,6 +96,7 @@ rule inspect:
     params:
         kind=lambda w: inspection_of(w)["kind"],
         options=lambda w: json.dumps(inspection_of(w)["options"]),
+        user_code=inspection_flags,
     shell:
         "python -m layerwise_nmt inspect {input.model:q} --kind {params.kind} --options {params.options:q}"
-        " --out {output:q} 2> {log:q}"
+        " {params.user_code} --out {output:q} 2> {log:q}"

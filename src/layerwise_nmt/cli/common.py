@@ -1,4 +1,5 @@
-"""What several command groups share: a subcommand's parser, the --config option and the config it names."""
+"""What several command groups share: a subcommand's parser, the --config option and the config it names, the flags
+that name the code of a model from outside the package."""
 
 from __future__ import annotations
 
@@ -65,3 +66,16 @@ def load_config(a) -> dict:
     except UserError as err:
         raise grid.located(err, files) from None
     return config
+
+
+def add_user_code_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-dir", metavar="FOLDER", help="a model from outside the package: the folder holding "
+                        "its module (put first on the import path); a model file never imports code on its own")
+    parser.add_argument("--user-module", metavar="MODULE", help="a model from outside the package: its module, "
+                        "importable as installed (instead of --user-dir)")
+
+
+def user_code(a):
+    from ..models.user import UserCode
+
+    return UserCode(a.user_dir, (a.user_module,) if a.user_module else ())

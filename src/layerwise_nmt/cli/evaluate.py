@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import UserError
-from .common import command
+from .common import add_user_code_flags, command, user_code
 
 
 def add_commands(sub) -> None:
@@ -37,6 +37,7 @@ def add_commands(sub) -> None:
     p.add_argument("--options", default="{}", help='JSON, attention: {"data", "src", "tgt", "source", "hypothesis", '
                    '"sentence", "module"}')
     p.add_argument("--out", required=True)
+    add_user_code_flags(p)
 
 
 def cmd_pick_lenpen(a) -> None:
@@ -79,4 +80,4 @@ def cmd_inspect(a) -> None:
 
     from ..inference.figure_readouts import write
 
-    write(a.kind, a.model, json.loads(a.options), a.out)
+    write(a.kind, a.model, json.loads(a.options), a.out, user_code(a))

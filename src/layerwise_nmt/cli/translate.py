@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import UserError
 from ..inference.ctranslate2_export import QUANTIZATIONS
 from . import common
-from .common import add_config_files, command
+from .common import add_config_files, add_user_code_flags, command, user_code
 
 log = logging.getLogger("layerwise_nmt")
 SERVE_HINT = 'wrote {}; serve it with ctranslate2.Translator (docs/usage.md, "Serving a baseline with CTranslate2")'
@@ -78,19 +78,6 @@ def add_translate(sub) -> None:
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
     add_user_code_flags(p)
     add_fairseq_generate_flags(p)
-
-
-def add_user_code_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--user-dir", metavar="FOLDER", help="a model from outside the package: the folder holding "
-                        "its module (put first on the import path); a model file never imports code on its own")
-    parser.add_argument("--user-module", metavar="MODULE", help="a model from outside the package: its module, "
-                        "importable as installed (instead of --user-dir)")
-
-
-def user_code(a):
-    from ..models.user import UserCode
-
-    return UserCode(a.user_dir, (a.user_module,) if a.user_module else ())
 
 
 def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:

@@ -380,6 +380,10 @@ class RuleInputs:
                             f"to inspect (not an aggregation_shares or attention row that can run)")
         return row["inspect"]
 
+    def inspection_flags(self, wildcards):
+        """The inspect job's flags naming the code of a model of the config's own (none for a built-in one)."""
+        return shlex.join(user_code_flags(self.config, self.experiment_of(wildcards)["model"]))
+
     def inspection_inputs(self, wildcards):
         """The model, and the translation an attention map is teacher-forced on."""
         job = self.inspection_of(wildcards)

@@ -18,13 +18,14 @@ import torch
 from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..data.vocab import load_pair
+from ..models.user import UserCode
 from .decode import load_model
 
 
-def aggregation_shares(model_path: str) -> dict:
+def aggregation_shares(model_path: str, user_code: UserCode | None = None) -> dict:
     """{"shares": [{node, input, share}]} for every encoder aggregation node of a `deep` model; a node's shares
     sum to 1."""
-    model = load_model(model_path)
+    model = load_model(model_path, user_code=user_code)
     nodes = model.aggregation_nodes()
     if nodes is None:
         raise UserError(f"{model_path}: a {type(model).__name__} has no aggregation nodes (model: deep with "
@@ -41,13 +42,13 @@ def aggregation_shares(model_path: str) -> dict:
 
 @torch.no_grad()
 def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypothesis: str, sentence: int,
-              module: str) -> dict:
+              module: str, user_code: UserCode | None = None) -> dict:
     """{"grid": rows × columns weights, "ys", "xs": their labels, "x_label", "y_label", "split": the column where
     the target half of LWC's mixed attention starts (None elsewhere)}."""
     src_vocab, tgt_vocab = load_pair(data, src, tgt)
     source_line = list(read_lines(source))[sentence]
     target_line = list(read_lines(hypothesis))[sentence]
-    model = load_model(model_path, src_vocab, tgt_vocab)
+    model = load_model(model_path, src_vocab, tgt_vocab, user_code=user_code)
     modules = dict(model.named_modules())
     if module not in modules:
         raise UserError(f"{model_path}: no module {module!r}; expected a name from model.named_modules()")
@@ -75,10 +76,12 @@ def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypot
 KINDS = {"aggregation_shares": aggregation_shares, "attention": attention}
 
 
-def write(kind: str, model: str, options: dict, out: str) -> None:
+def write(kind: str, model: str, options: dict, out: str, user_code: UserCode | None = None) -> None:
+    """`kind`'s readout of `model` into JSON at `out`; a model from outside the package is imported only from the
+    code `user_code` names, as translate does."""
     if kind not in KINDS:
         raise UserError(f"inspect: kind {kind!r}; expected one of {', '.join(KINDS)}")
-    result = {"kind": kind, "model": model, **options, **KINDS[kind](model, **options)}
+    result = {"kind": kind, "model": model, **options, **KINDS[kind](model, **options, user_code=user_code)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         Path(tmp).write_text(json.dumps(result, ensure_ascii=False))
