@@ -6,28 +6,28 @@ import sys
 import pytest
 
 from conftest import ROOT
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.models.parameter_table import parameter_rows
 from layerwise_nmt.grid.pricing import experiment_cost, plan
 
 
 def test_cost_is_six_n_d_over_the_assumed_throughput():
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     cost = experiment_cost(config, "gca.ende.transformer")  # 30K updates × 3,584 tokens × update_freq 128
     assert cost.tokens == 2 * 30_000 * 3584 * 128 and not cost.upper_bound
     exact = parameter_rows(config, ["gca.ende.transformer"], (32768, 32768))[0]["params"]
     assert cost.params == exact  # plan's count is `lwnmt params`' count
     assert cost.gpu_hours(100) == pytest.approx(6 * exact * cost.tokens / 1e14 / 3600)
     epochs = experiment_cost(config, "mlrf.t2.baseline")  # epoch-bounded, with early stopping or not
-    e = cfg.experiment(config, "mlrf.t2.baseline")
+    e = grid.experiment(config, "mlrf.t2.baseline")
     assert epochs.tokens == 2 * (e["train"]["max_epoch"] + (e["train"].get("restart_epochs") or 0)) * 160239 * 27
 
 
 def test_plan_prints_every_table_of_the_full_config():
     out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "plan", "--tflops", "50"], capture_output=True,
                          text=True, check=True, cwd=ROOT).stdout
-    config = cfg.load(ROOT / "config.yaml")
-    for paper, table in cfg.tables(config):
+    config = grid.load(ROOT / "config.yaml")
+    for paper, table in grid.tables(config):
         assert f"\n{paper} {table} " in out
     assert "50 TFLOP/s" in out and "distinct experiments" in out
     records = {(r["paper"], r["table"]): r for r in plan(config)}

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import MIRROR, ROOT
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.data import checksums, extract, readers
 from layerwise_nmt.data import io as data_io
 from layerwise_nmt.data.io import read_lines
@@ -93,10 +93,10 @@ def test_fairseq_wmt_test_recipe_on_newstest2014(mirror, tmp_path):
     normalisation (fairseq's prepare-wmt14en2de.sh test branch)."""
     from snakemake.utils import validate
 
-    config = cfg.load(ROOT / "config.yaml")
-    validate(config, str(cfg.SCHEMA))  # as the Snakefile does: schema defaults must not undo the overrides
+    config = grid.load(ROOT / "config.yaml")
+    validate(config, str(grid.SCHEMA))  # as the Snakefile does: schema defaults must not undo the overrides
     task = config["tasks"]["wmt14_ende"]
-    options = cfg.tokenize_options(task, "en", task["splits"]["test"])
+    options = grid.tokenize_options(task, "en", task["splits"]["test"])
     assert options["aggressive_dash_splits"] and not options["normalize_punctuation"]
     out = tmp_path / "test.en"
     sgm = mirror / "wmt14-en-de/test-full/newstest2014-deen-src.en.sgm"
@@ -104,10 +104,10 @@ def test_fairseq_wmt_test_recipe_on_newstest2014(mirror, tmp_path):
     lines = lines_of(out)
     assert lines[0] == "Gutach : Increased safety for pedestrians"
     assert any(" @-@ " in line for line in lines) and not any("’" in line for line in lines)
-    train = cfg.tokenize_options(task, "en", task["splits"]["train"])
+    train = grid.tokenize_options(task, "en", task["splits"]["train"])
     assert train["normalize_punctuation"] and train["remove_non_printing"]
-    ro = cfg.tokenize_options(config["tasks"]["wmt16_enro"], "ro", {})
-    assert ro["romanian"] and ro["normalize_punctuation"] and ro["aggressive_dash_splits"] and "romanian" not in cfg.tokenize_options(config["tasks"]["wmt16_enro"], "en", {})
+    ro = grid.tokenize_options(config["tasks"]["wmt16_enro"], "ro", {})
+    assert ro["romanian"] and ro["normalize_punctuation"] and ro["aggressive_dash_splits"] and "romanian" not in grid.tokenize_options(config["tasks"]["wmt16_enro"], "en", {})
 
 
 def test_jieba_segments_chinese_and_moses_tokenizes_the_rest():
@@ -181,26 +181,26 @@ def test_md5_wildcard_members_and_archive_in_archive(tmp_path):
 
 
 def test_archive_inside_archive_and_mirror_copies_resolve(tmp_path):
-    config = cfg.load(ROOT / "config.yaml")
-    inner = cfg.file_source(config, "iwslt14-ro-en", "train.tags.ro-en.ro")
+    config = grid.load(ROOT / "config.yaml")
+    inner = grid.file_source(config, "iwslt14-ro-en", "train.tags.ro-en.ro")
     assert inner.path == "results/raw/iwslt14-ro-en/ro-en.tgz" and inner.member == "ro-en/train.tags.ro-en.ro"
-    outer = cfg.file_source(config, "iwslt14-ro-en", "ro-en.tgz")
-    assert outer.path == cfg.download_path(config["datasets"]["iwslt14-ro-en"]["archives"]["2014-01.tgz"], "2014-01.tgz")
+    outer = grid.file_source(config, "iwslt14-ro-en", "ro-en.tgz")
+    assert outer.path == grid.download_path(config["datasets"]["iwslt14-ro-en"]["archives"]["2014-01.tgz"], "2014-01.tgz")
     if MIRROR is not None and MIRROR.is_dir():
         config["data_mirror"] = str(MIRROR)
-        plain = cfg.file_source(config, "wmt16-en-ro", "newstest2016.ro")  # SGML officially, plain in the mirror
+        plain = grid.file_source(config, "wmt16-en-ro", "newstest2016.ro")  # SGML officially, plain in the mirror
         assert plain.path.endswith("wmt16-en-ro/newstest2016-enro.ro") and plain.checksum[0] == "sha256"
-        luong = cfg.file_source(config, "wmt14-en-de-luong", "newstest2013.de")  # a gzipped mirror copy
+        luong = grid.file_source(config, "wmt14-en-de-luong", "newstest2013.de")  # a gzipped mirror copy
         assert luong.is_archive and luong.path.endswith("newstest2013.de.gz")
         assert luong.checksum == ("md5", "5d48c9300649bfad1300e53ad1334aec")  # Sockeye's md5 of the Stanford file
         assert "Sockeye" in luong.checksum_source
 
 
 def test_every_download_has_a_checksum_or_says_where_none_was_published():
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     for name, dataset in config["datasets"].items():
         for archive, entry in dataset.get("archives", {}).items():
-            assert cfg.checksum_of(entry) or entry.get("checksum_source") or entry.get("manual"), (name, archive)
+            assert grid.checksum_of(entry) or entry.get("checksum_source") or entry.get("manual"), (name, archive)
 
 
 def test_disk_space_is_checked_before_writing(tmp_path, monkeypatch):

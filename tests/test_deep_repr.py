@@ -57,11 +57,11 @@ def test_dou_counts_are_the_printed_ones_with_thumts_two_vocabularies():
     import sys
 
     from conftest import ROOT
-    from layerwise_nmt import grid as cfg
+    from layerwise_nmt import grid
 
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     names = ["dou.ende.base", "dou.ende.hierarchical_div", "dou.ende.big", "dou.ende.big_deep"]
-    assert {cfg.experiment(config, name)["vocab"] for name in names} == {"separate"}
+    assert {grid.experiment(config, name)["vocab"] for name in names} == {"separate"}
 
     def counts(*vocab: str) -> list[tuple[int, str]]:
         out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),

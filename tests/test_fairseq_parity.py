@@ -133,14 +133,14 @@ def test_gca_continues_from_an_imported_fairseq_baseline(imported):
 def test_config_takes_a_model_path_as_warm_start(tmp_path):
     import yaml
 
-    from layerwise_nmt import grid as cfg
+    from layerwise_nmt import grid
 
     config = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
     name = next(n for n, e in config["experiments"].items() if isinstance(e.get("warm_start"), str))
     config["experiments"][name]["warm_start"] = {"path": str(tmp_path / "fairseq/model.pt")}
-    cfg.validate(config)
-    status = cfg.experiment_status(config, name)
+    grid.validate(config)
+    status = grid.experiment_status(config, name)
     assert not status.runnable and status.reason == f"warm start from {tmp_path / 'fairseq/model.pt'}: no such file"
     config["experiments"][name]["warm_start"] = {"pth": "x"}
     with pytest.raises(UserError, match=rf"experiments/{re.escape(name)}/warm_start"):
-        cfg.validate(config)
+        grid.validate(config)

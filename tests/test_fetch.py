@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.data import checksums, extract, fetch
 from layerwise_nmt.rehearsal.run import job_counts
 
@@ -136,19 +136,19 @@ def test_the_fetch_command_names_the_mirror_location_and_what_to_do(url, tmp_pat
 
 def test_an_archive_several_datasets_name_is_downloaded_once(monkeypatch):
     monkeypatch.delenv("LWNMT_DATA_MIRROR", raising=False)  # the download keys, not a mirror's copies (make test sets it)
-    config = cfg.load(ROOT / "config.yaml")
-    ende = cfg.file_source(config, "wmt14-en-de", "europarl-v7.de-en.en")
-    enfr = cfg.file_source(config, "wmt14-en-fr", "europarl-v7.fr-en.fr")
+    config = grid.load(ROOT / "config.yaml")
+    ende = grid.file_source(config, "wmt14-en-de", "europarl-v7.de-en.en")
+    enfr = grid.file_source(config, "wmt14-en-fr", "europarl-v7.fr-en.fr")
     assert ende.path == enfr.path and ende.path.startswith("results/downloads/")
-    campaign = {cfg.file_source(config, d, f"{p}.tgz").path for d, p in (("iwslt14-ro-en", "ro-en"),
+    campaign = {grid.file_source(config, d, f"{p}.tgz").path for d, p in (("iwslt14-ro-en", "ro-en"),
                                                                          ("iwslt14-es-en", "es-en"))}
     assert len(campaign) == 1  # the WIT3 2014-01 archive, for Ro-En and Es-En
-    dev = {cfg.file_source(config, d, f).path for d, f in (("wmt14-en-de", "newstest2013.en"),
+    dev = {grid.file_source(config, d, f).path for d, f in (("wmt14-en-de", "newstest2013.en"),
                                                           ("wmt17-zh-en", "newsdev2017.zh"))}
     assert len(dev) == 1  # both name https://data.statmt.org/wmt17/translation-task/dev.tgz
     key, name = Path(ende.path).parent.name, Path(ende.path).name
-    datasets, entry = cfg.download_spec(config, key, name)
-    assert datasets == ["wmt14-en-de", "wmt14-en-fr"] and cfg.urls_of(entry) == ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"]
+    datasets, entry = grid.download_spec(config, key, name)
+    assert datasets == ["wmt14-en-de", "wmt14-en-fr"] and grid.urls_of(entry) == ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"]
 
 
 def test_the_extract_jobs_of_a_shared_archive_download_it_into_one_place(tmp_path):
@@ -208,36 +208,36 @@ def test_cwmt_pairs_with_different_line_counts_are_named(tmp_path):
 
 
 def test_cwmt_files_of_the_config_are_paired():
-    config = cfg.load(ROOT / "config.yaml")
-    source = cfg.file_source(config, "wmt17-zh-en", "datum2017.zh")
+    config = grid.load(ROOT / "config.yaml")
+    source = grid.file_source(config, "wmt17-zh-en", "datum2017.zh")
     assert (source.member, source.pair_member) == ("datum2017/*_c[hn].txt", "datum2017/*_en.txt")
 
 
 def test_status_names_the_archives_with_no_working_automatic_source(tmp_path, monkeypatch):
     monkeypatch.delenv("LWNMT_DATA_MIRROR", raising=False)
-    config = cfg.load(ROOT / "config.yaml")
-    zhen = cfg.task_status(config, "wmt17_zhen")
+    config = grid.load(ROOT / "config.yaml")
+    zhen = grid.task_status(config, "wmt17_zhen")
     assert zhen.runnable and zhen.state == "manual"  # was "ok": its CWMT archives have no working source
     assert "casia2015.zip, casict2011.zip" in zhen.reason and "CWMT FTP host unreachable" in zhen.reason
     assert "put them at results/downloads/" in zhen.reason and "/casia2015.zip, results/downloads/" in zhen.reason
-    roen = cfg.task_status(config, "iwslt14_roen")
+    roen = grid.task_status(config, "iwslt14_roen")
     assert roen.state == "manual" and "2014-01-test.tgz" in roen.reason and "wit3.fbk.eu/2014-01-b" in roen.reason
-    assert cfg.task_status(config, "wmt14_ende").state == "download"
+    assert grid.task_status(config, "wmt14_ende").state == "download"
     mirrored = tmp_path / "iwslt14-ro-en"
     mirrored.mkdir()
     (mirrored / "2014-01-test.tgz").write_bytes(b"")  # the user put it in the mirror
     config["data_mirror"] = str(tmp_path)
-    roen = cfg.task_status(config, "iwslt14_roen")
+    roen = grid.task_status(config, "iwslt14_roen")
     assert roen.state == "download" and "2014-01.tgz" in roen.reason and "2014-01-test" not in roen.reason
 
 
 def test_a_checksum_error_says_which_file_to_replace_and_from_where(tmp_path):
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     config["data_mirror"] = str(tmp_path)
     copy = tmp_path / "wmt16-en-ro" / "newstest2016-enro.ro"
     copy.parent.mkdir()
     copy.write_text("a corrupt mirror copy\n")
-    source = cfg.file_source(config, "wmt16-en-ro", "newstest2016.ro")
+    source = grid.file_source(config, "wmt16-en-ro", "newstest2016.ro")
     assert source.path == str(copy) and source.where == "https://data.statmt.org/wmt16/translation-task/test.tgz"
     with pytest.raises(UserError) as err:
         checksums.Checksum(*source.checksum, "PROVENANCE.md").verify(copy, copy.name, source.where)

@@ -22,7 +22,7 @@ import pytest
 from conftest import make_tgz
 from hostile_http import chunked, full, garbage, hostile, short  # noqa: F401 (hostile: the fixture)
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.data import checksums, extract, fetch
 from layerwise_nmt.data import io as data_io
 
@@ -265,11 +265,11 @@ def test_an_unpinned_mirror_file_must_stay_the_file_first_used(tmp_path):
 
 
 def test_a_directory_where_a_mirror_file_should_be_is_named(tmp_path):
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     config["data_mirror"] = str(tmp_path)
     (tmp_path / "wmt14-en-de" / "newstest2012.en").mkdir(parents=True)
     with pytest.raises(UserError, match=r"newstest2012.en is a directory, not a file"):
-        cfg.file_source(config, "wmt14-en-de-luong", "newstest2012.en")
+        grid.file_source(config, "wmt14-en-de-luong", "newstest2012.en")
 
 
 def test_an_unpinned_download_must_match_its_first_download(hostile, tmp_path):

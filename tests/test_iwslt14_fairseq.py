@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import IWSLT_FAIRSEQ, ROOT, snakemake
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 
 PARTS = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
          "IWSLT14.TED.tst2012"]
@@ -45,7 +45,7 @@ def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang)
     assert (tmp_path / "test.bpe").read_bytes() == (IWSLT_FAIRSEQ / f"test.{lang}").read_bytes()
 
     # the git blob ids in config.yaml (what `lwnmt check-reference` compares for users with the full archive)
-    reference = cfg.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen"]["reference"]
+    reference = grid.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen"]["reference"]
     data = tmp_path / "data"
     (data / "bpe").mkdir(parents=True)
     (data / "bpe" / f"test.de-en.{lang}").write_bytes((tmp_path / "test.bpe").read_bytes())
@@ -66,7 +66,7 @@ def test_valid_bpe_equals_fairseq(mirror, tmp_path, lang):
 
 def test_lwc_test_set_is_the_papers_5585_sentences(tmp_path, mirror):
     """LWC §4.1: "the concatenation of dev2010, tst2010, tst2011 and tst2012 as the test set" (no TEDX.dev2012)."""
-    task = cfg.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen_bpe32k"]
+    task = grid.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen_bpe32k"]
     parts = [template.split(".de-en.")[0] for template in task["splits"]["test"]["parts"]]
     assert parts == [p for p in PARTS if p != "IWSLT14.TEDX.dev2012"]
     targets = [f"results/iwslt14_deen_bpe32k/data/{kind}" for kind in

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.rehearsal.standins import listing_key, load_listings, real_members, spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def archive_files(config):
 
 
 def test_every_config_path_is_in_its_archives_real_listing():
-    config, listings = cfg.load(ROOT / "config.yaml"), load_listings()
+    config, listings = grid.load(ROOT / "config.yaml"), load_listings()
     checked = 0
     for dataset, name in archive_files(config):
         real_members(listings, config["datasets"][dataset], dataset, name)  # raises on a path the release lacks
@@ -35,7 +35,7 @@ def test_every_config_path_is_in_its_archives_real_listing():
 
 
 def test_cwmt_wildcards_match_several_real_files_per_side_and_pair_up():
-    config, listings = cfg.load(ROOT / "config.yaml"), load_listings()
+    config, listings = grid.load(ROOT / "config.yaml"), load_listings()
     spec = config["datasets"]["wmt17-zh-en"]
     _, zh = real_members(listings, spec, "wmt17-zh-en", "datum2017.zh")
     _, en = real_members(listings, spec, "wmt17-zh-en", "datum2017.en")
@@ -50,7 +50,7 @@ def test_cwmt_wildcards_match_several_real_files_per_side_and_pair_up():
     ("iwslt14-ro-en", "IWSLT14.TED.tst2014.ro-en.ro.xml", "ro-en/IWSLT14.TED.tst2013.ro-en.ro.xml"),
 ])
 def test_a_planted_wrong_path_fails(dataset, name, wrong):
-    config = copy.deepcopy(cfg.load(ROOT / "config.yaml"))
+    config = copy.deepcopy(grid.load(ROOT / "config.yaml"))
     config["datasets"][dataset]["files"][name]["path"] = wrong
     with pytest.raises(UserError, match=re.escape(f"datasets/{dataset}/files/{name}: path '{wrong}' is not in the "
                                                   f"real listing of ")):
@@ -58,7 +58,7 @@ def test_a_planted_wrong_path_fails(dataset, name, wrong):
 
 
 def test_every_listing_has_a_source_and_belongs_to_an_archive_of_the_config():
-    config, listings = cfg.load(ROOT / "config.yaml"), load_listings()
+    config, listings = grid.load(ROOT / "config.yaml"), load_listings()
     used = {listing_key(config["datasets"][d], config["datasets"][d]["files"][n]["archive"])
             for d, n in archive_files(config)}
     assert set(listings) == used
@@ -73,7 +73,7 @@ def test_spread_keeps_the_lines_in_extraction_order_and_drops_one_final_newline(
 def test_the_rehearsal_stand_ins_fail_on_a_planted_wrong_path(tmp_path, mirror):
     from layerwise_nmt.rehearsal.standins import build
 
-    config = copy.deepcopy(cfg.load(ROOT / "config.yaml"))
+    config = copy.deepcopy(grid.load(ROOT / "config.yaml"))
     config["tasks"] = {"wmt16_enro": config["tasks"]["wmt16_enro"]}
     files = config["datasets"]["wmt16-en-ro"]["files"]
     build(config, mirror, tmp_path / "good")  # the config's own paths: packed under the release's names

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt.models import sizes as model_sizes
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.models import MODELS, build, model_class
 from layerwise_nmt.models.transformer import count_parameters
 
@@ -62,9 +62,9 @@ def test_every_experiment_of_every_config():
     """config.yaml's experiments and each overlay's, each architecture counted once."""
     cases = {}
     for chain in config_chains():
-        config = cfg.load(*(ROOT / path for path in chain))
+        config = grid.load(*(ROOT / path for path in chain))
         for name in config["experiments"]:
-            e = cfg.experiment(config, name)
+            e = grid.experiment(config, name)
             for src, tgt in VOCABS:
                 settings = {**e["arch"], "src_vocab": src, "tgt_vocab": tgt}
                 cases[json.dumps([e["model"], settings], sort_keys=True)] = (e["model"], settings)
@@ -136,8 +136,8 @@ def test_a_random_sweep_of_each_familys_options(family):
 def test_counting_every_experiments_cost_imports_no_torch():
     """What `snakemake -n` does to price and check every training: plan's parameter counts come from the closed
     form, in a driver environment that may hold no torch or numpy."""
-    code = ("import sys; from layerwise_nmt import grid as cfg; from layerwise_nmt.grid.budget_checks import "
-            "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; config = cfg.load('config.yaml'); "
+    code = ("import sys; from layerwise_nmt import grid; from layerwise_nmt.grid.budget_checks import "
+            "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; config = grid.load('config.yaml'); "
             "costs = [experiment_cost(config, n) for n in config['experiments']]; budget_warnings(config); "
             "assert any(c.params for c in costs); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")

@@ -19,7 +19,7 @@ from conftest import ROOT, TINY, assert_autoregressive, snakemake, tiny_batch, t
 from test_driver_env import driver, run as run_driver  # noqa: F401  (driver: the Snakemake-only venv, a fixture)
 from layerwise_nmt import UserError
 from layerwise_nmt.training import checkpoint
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.stage_checks import check_experiments
 from layerwise_nmt.models import UserModel, build, count_built
 from layerwise_nmt.models.transformer import count_parameters
@@ -137,10 +137,10 @@ def test_inspect_reads_its_attention_when_told_its_code(trained, tmp_path):
     assert done.returncode == 0, done.stderr
     attention = json.loads((tmp_path / "attention.json").read_text())
     assert len(attention["grid"]) == 3 and len(attention["grid"][0]) == 4  # "w4 w5 </s>" x "w1 w2 w3 </s>"
-    config = cfg.load(ROOT / "config.yaml", example_overlay(tmp_path))
+    config = grid.load(ROOT / "config.yaml", example_overlay(tmp_path))
     job = SimpleNamespace(task="multi30k_deen", experiment="mix.layer_mix", seed="1")
-    assert cfg.RuleInputs(config).inspection_flags(job) == f"--user-dir {EXAMPLE}"
-    assert cfg.RuleInputs(config).inspection_flags(SimpleNamespace(**{**vars(job), "experiment": "mix.lwc"})) == ""
+    assert grid.RuleInputs(config).inspection_flags(job) == f"--user-dir {EXAMPLE}"
+    assert grid.RuleInputs(config).inspection_flags(SimpleNamespace(**{**vars(job), "experiment": "mix.lwc"})) == ""
 
 
 def test_the_workflow_reads_it_with_neither_torch_nor_the_module(tmp_path):
@@ -180,18 +180,18 @@ def test_params_and_plan_count_it_as_built(tmp_path, capsys):
 
 
 def test_rows_beside_the_papers(tmp_path):
-    config = cfg.load(ROOT / "config.yaml", example_overlay(tmp_path))
+    config = grid.load(ROOT / "config.yaml", example_overlay(tmp_path))
     rows = config["papers"]["mix"]["tables"]["T1"]["rows"]
     assert [r["experiment"] for r in rows] == ["mix.transformer", "mix.lwc", "mix.mlrf_dec_sa", "mix.gca_full",
                                                 "mix.dou_deep", "mix.layer_mix", "mix.transformer_longer"]
     assert rows[5]["compare_to"] == "mix.transformer"
-    e = cfg.experiment(config, "mix.layer_mix")
+    e = grid.experiment(config, "mix.layer_mix")
     assert e["model"] == "layer_mix" and e["arch"]["per_layer"] is True
-    assert e["train"] == cfg.experiment(config, "mix.transformer")["train"]  # the same budget as the baseline
+    assert e["train"] == grid.experiment(config, "mix.transformer")["train"]  # the same budget as the baseline
     warm = example_overlay(tmp_path, compare={"mix": {
         "task": "multi30k_deen", "preset": "demo", "methods": ["lwc"],
         "own_methods": {"mix_warm": {"model": "layer_mix", "label": "from the baseline", "warm_start": True}}}})
-    config = cfg.load(ROOT / "config.yaml", warm)
+    config = grid.load(ROOT / "config.yaml", warm)
     rows = config["papers"]["mix"]["tables"]["T1"]["rows"]
     assert [r["experiment"] for r in rows] == ["mix.transformer", "mix.lwc", "mix.mix_warm", "mix.transformer_longer"]
     assert rows[2]["compare_to"] == "mix.transformer_longer"
@@ -214,14 +214,14 @@ def test_an_overlay_adds_rows_without_restating_the_others(tmp_path):
         papers={"demo": {"tables": {"T1": {"append_rows": {
             "mix": {"label": "Learned layer mix", "experiment": "demo.layer_mix",
                     "compare_to": "demo.transformer"}}}}}})
-    demo = cfg.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml")["papers"]["demo"]
-    config = cfg.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", first, second)
+    demo = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml")["papers"]["demo"]
+    config = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", first, second)
     rows = config["papers"]["demo"]["tables"]["T1"]["rows"]
     assert rows[:-2] == demo["tables"]["T1"]["rows"]
     assert [r["experiment"] for r in rows[-2:]] == ["demo.pre_norm", "demo.layer_mix"]
     figure = config["papers"]["demo"]["figures"]["buckets"]["rows"]
     assert figure[:-1] == demo["figures"]["buckets"]["rows"] and figure[-1]["experiment"] == "demo.pre_norm"
-    assert cfg.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", first, second) == config
+    assert grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", first, second) == config
     dry = snakemake(tmp_path / "run", "-n", "-p", "--configfile", str(ROOT / "config" / "demo.yaml"), str(first),
                     str(second))
     assert "output: results/multi30k_deen/demo.pre_norm/seed1/model.pt" in dry.stdout
@@ -289,7 +289,7 @@ def test_bad_code_is_one_line_naming_the_key(tmp_path, capsys, module, message):
 def test_bad_config_is_one_line_naming_the_key(tmp_path, overlay, message):
     path = example_overlay(tmp_path, **overlay)
     with pytest.raises(UserError) as err:
-        cfg.load(ROOT / "config.yaml", path)
+        grid.load(ROOT / "config.yaml", path)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -302,7 +302,7 @@ def test_a_settings_key_the_class_does_not_know(tmp_path, capsys):
                                                       "own_methods": {"layer_mix": {
                                                           "model": "layer_mix", "label": "x",
                                                           "arch": {"per_layayer": False}}}}})
-    config = cfg.load(ROOT / "config.yaml", path)
+    config = grid.load(ROOT / "config.yaml", path)
     check_experiments(config)  # the DAG's check: no user code read
     with pytest.raises(SystemExit):
         main(["params", "--config", str(ROOT / "config.yaml"), "--config", str(path), "--vocab", "100",
@@ -310,7 +310,7 @@ def test_a_settings_key_the_class_does_not_know(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "lwnmt params: error: config key experiments/mix.layer_mix/arch: unknown model setting(s) per_layayer; did "
         "you mean per_layer? (model layer_mix, layer_mix:LayerMixTransformer)")
-    spec = json.loads(cfg.RuleInputs(config).train_spec(type("W", (), {"task": "multi30k_deen",
+    spec = json.loads(grid.RuleInputs(config).train_spec(type("W", (), {"task": "multi30k_deen",
                                                                          "experiment": "mix.layer_mix",
                                                                          "seed": "1"})()))
     with pytest.raises(UserError) as err:

@@ -13,7 +13,7 @@ import torch
 from conftest import ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt.training import precision, precision_probe
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.pricing import GPUS, Pricing, experiment_cost
 from layerwise_nmt.training.precision_probe import Workload
 
@@ -179,7 +179,7 @@ def test_autocast_context_matches_the_precision():
 
 
 def test_plan_prices_each_row_in_the_precision_it_trains_in():
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     cost = experiment_cost(config, "gca.ende.transformer")
     a100, v100 = Pricing("a100"), Pricing("v100")
     assert cost.precision(a100) == "bf16" and cost.precision(v100) == "fp16"  # amp: auto (the default)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.budget_checks import budget, budget_warnings
 from layerwise_nmt.rehearsal import apply
 from layerwise_nmt.rehearsal.overlay import shrink, squeeze
@@ -35,8 +35,8 @@ def enfr_mistake(path):
 
 
 def test_static_check_names_the_row_that_cannot_average(tmp_path):
-    assert budget_warnings(cfg.load(ROOT / "config.yaml")) == []  # the real grid: every policy can work
-    config = cfg.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
+    assert budget_warnings(grid.load(ROOT / "config.yaml")) == []  # the real grid: every policy can work
+    config = grid.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
     b = budget(config, "gca.enfr.transformer")
     assert b.epochs == pytest.approx(30000 * 3584 / (36_000_000 * 32)) and b.ends_mid_epoch
     [warning] = [w for w in budget_warnings(config) if w.startswith("gca.enfr.transformer ")]
@@ -59,7 +59,7 @@ def test_static_check_names_the_row_that_cannot_average(tmp_path):
 def test_static_check_flags_each_policy(tmp_path, change, phrase):
     overlay = tmp_path / "change.yaml"
     overlay.write_text(yaml.safe_dump({"experiments": {"gca.deen.transformer": change}}))
-    warnings = budget_warnings(cfg.load(ROOT / "config.yaml", overlay))
+    warnings = budget_warnings(grid.load(ROOT / "config.yaml", overlay))
     assert any(w.startswith("gca.deen.transformer ") and phrase in w for w in warnings), warnings
 
 
@@ -67,7 +67,7 @@ def test_squeeze_keeps_every_relation_that_decides_a_policy(tmp_path):
     """For every experiment: the rehearsal ends mid-epoch iff the real run does, before its first epoch iff the
     real run does, and has a policy problem iff the real run has one (with the En-Fr mistake planted)."""
     assert all(squeeze(a) <= squeeze(b) for a, b in zip(range(0, 200), range(1, 201)))
-    config = cfg.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
+    config = grid.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
     rehearsal = shrink(config, Manifest())
     for name in config["experiments"]:
         real, small = budget(config, name), budget(rehearsal, name)
@@ -77,16 +77,16 @@ def test_squeeze_keeps_every_relation_that_decides_a_policy(tmp_path):
         assert (math.floor(real.epochs) == 0) == (math.floor(small.epochs) == 0), name
         assert bool(small.problems) == bool(real.problems), (name, real.problems, small.problems)
         assert small.updates < 200, name  # and it is small
-        e = cfg.experiment(rehearsal, name)
-        assert e["arch"]["d_model"] == 16 and e["seeds"] == cfg.experiment(config, name)["seeds"]
-        assert e["train"].get("update_freq", 1) == cfg.experiment(config, name)["train"].get("update_freq", 1)
+        e = grid.experiment(rehearsal, name)
+        assert e["arch"]["d_model"] == 16 and e["seeds"] == grid.experiment(config, name)["seeds"]
+        assert e["train"].get("update_freq", 1) == grid.experiment(config, name)["train"].get("update_freq", 1)
     assert "no epoch checkpoint" in budget(rehearsal, "gca.enfr.transformer").problems[0]
 
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory, mirror):
     out = tmp_path_factory.mktemp("rehearsal") / "standins"
-    return out, build(cfg.load(ROOT / "config.yaml"), mirror, out)
+    return out, build(grid.load(ROOT / "config.yaml"), mirror, out)
 
 
 def test_standins_have_the_releases_formats_and_packaging(standins):
@@ -116,12 +116,12 @@ def test_standins_have_the_releases_formats_and_packaging(standins):
     archive = root / "wmt14-en-de/training-parallel-europarl-v7.tgz"
     digest = manifest.digests[("wmt14-en-de", "training-parallel-europarl-v7.tgz")]["sha256"]
     assert hashlib.sha256(archive.read_bytes()).hexdigest() == digest
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     apply(config, out)
-    cfg.validate(config)
+    grid.validate(config)
     assert config["datasets"]["wmt14-en-de"]["archives"]["training-parallel-europarl-v7.tgz"]["sha256"] == digest
     assert config["datasets"]["wmt14-en-fr"]["archives"]["training-parallel-europarl-v7.tgz"]["sha256"] != digest
-    assert all(cfg.task_status(config, t).runnable for t in config["tasks"])
+    assert all(grid.task_status(config, t).runnable for t in config["tasks"])
 
 
 def test_rehearsal_dag_has_every_row_job_of_the_full_config(standins, tmp_path, mirror):
@@ -153,7 +153,7 @@ Error in rule average:
     assert finished["train"] == 2
     assert failures == [{"rule": "average", "output": "results/wmt14_enfr/gca.enfr.transformer/seed1/averaged.pt",
                          "log": "results/wmt14_enfr/gca.enfr.transformer/seed1/average.log", "attempts": 2}]
-    name, rows = owner(failures[0]["output"], cfg.load(ROOT / "config.yaml"))
+    name, rows = owner(failures[0]["output"], grid.load(ROOT / "config.yaml"))
     assert name == "gca.enfr.transformer" and ENFR_ROW in rows
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.status import summary
 
 from conftest import snakemake
@@ -48,14 +48,14 @@ def test_piped_lines_stay_whole():
 
 
 def test_a_manual_download_is_its_own_state_counted_apart():
-    config = cfg.load(ROOT / "config.yaml")
-    statuses = cfg.all_statuses(config)
+    config = grid.load(ROOT / "config.yaml")
+    statuses = grid.all_statuses(config)
     manual = {s.name for s in statuses if s.kind == "task" and s.state == "manual"}
     assert {"iwslt14_roen", "iwslt14_esen"} <= manual
-    roen = cfg.task_status(config, "iwslt14_roen")
+    roen = grid.task_status(config, "iwslt14_roen")
     assert roen.runnable and not roen.can_run  # in the DAG (its fetch job says what to do), but not "can run"
     assert "2014-01-test.tgz" in roen.reason and "put it at results/downloads/" in roen.reason  # where it goes
-    experiment = cfg.experiment_status(config, "lwc.t1.roen.transformer_small")
+    experiment = grid.experiment_status(config, "lwc.t1.roen.transformer_small")
     assert experiment.state == "manual" and experiment.waits_for == "iwslt14_roen"
     tasks = [s for s in statuses if s.kind == "task"]
     ready = sum(s.state in ("ok", "download") for s in tasks)
@@ -65,15 +65,15 @@ def test_a_manual_download_is_its_own_state_counted_apart():
 
 
 def test_a_file_fetched_by_hand_into_its_download_folder_is_at_hand(tmp_path, monkeypatch):
-    config = cfg.load(ROOT / "config.yaml")
+    config = grid.load(ROOT / "config.yaml")
     dataset = config["tasks"]["iwslt14_roen"]["dataset"]
-    paths = {cfg.file_source(config, dataset, name).path for name in config["datasets"][dataset]["files"]}
+    paths = {grid.file_source(config, dataset, name).path for name in config["datasets"][dataset]["files"]}
     monkeypatch.chdir(tmp_path)
     for path in paths:
         if path.startswith("results/downloads/") and path.endswith("2014-01-test.tgz"):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).touch()
-    assert cfg.task_status(config, "iwslt14_roen").state != "manual"
+    assert grid.task_status(config, "iwslt14_roen").state != "manual"
 
 
 def test_status_lines_fit_the_terminal():
@@ -90,8 +90,8 @@ def test_status_lines_fit_the_terminal():
 
 
 def test_the_workflow_start_message_counts_manual_downloads_apart(tmp_path):
-    config = cfg.load(ROOT / "config.yaml")  # targets: all, so the full grid
-    statuses = cfg.all_statuses(config)
+    config = grid.load(ROOT / "config.yaml")  # targets: all, so the full grid
+    statuses = grid.all_statuses(config)
     run = snakemake(tmp_path, "-n")
     log = run.stdout + run.stderr
     manual = sum(s.state == "manual" for s in statuses)
@@ -119,11 +119,11 @@ def test_status_lists_what_the_targets_need_and_all_with_all():
 
     demo = status("--config", "config/demo.yaml")
     names = re.findall(r"^  \w+ +(\S+)", demo, re.M)
-    config = cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
+    config = grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
     assert set(names) == {"multi30k_deen", "demo", *[e for e in config["experiments"] if e.startswith("demo.")]}
     assert "tasks: 1 of 1 can run" in demo and "rows: 6 of 6 can run" in demo and "--all" in demo.splitlines()[0]
     every = status("--config", "config/demo.yaml", "--all")
-    statuses = cfg.all_statuses(config)
+    statuses = grid.all_statuses(config)
     assert len(every.splitlines()) > 5 * len(demo.splitlines()) and "nist_zhen" in every
     assert f"tasks: {summary([s for s in statuses if s.kind == 'task'])}" in every
     for out in (demo, every):  # where a file goes: the user's own download cache, never the data mirror

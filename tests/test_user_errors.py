@@ -16,7 +16,7 @@ import yaml
 
 from conftest import ROOT, snakemake, toy_spec, training_in_the_background
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.stage_checks import check_experiments
 
 
@@ -96,7 +96,7 @@ def test_a_misspelled_model_is_a_config_error_with_did_you_mean_naming_the_overl
 def test_unknown_keys_get_a_did_you_mean_and_the_file_that_holds_them(tmp_path, data, key, hint):
     typo = overlay(tmp_path, data)
     with pytest.raises(UserError) as err:
-        cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", typo)
+        grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", typo)
     assert str(err.value).startswith(f"{typo}: config key {key}: unknown key {key.split('/')[-1]!r}; {hint}")
 
 
@@ -106,7 +106,7 @@ def test_a_bad_setting_in_the_overlay_names_the_overlay_not_config_yaml(tmp_path
     result = lwnmt("status", *[x for f in files for x in ("--config", f)])
     assert one_line(result).startswith(f"lwnmt status: error: {typo}: config key experiments/demo.lwc/train")
     assert result.stderr.strip().endswith("max_tokenz; did you mean max_tokens?")
-    check_experiments(cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml"))  # the shipped files pass
+    check_experiments(grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml"))  # the shipped files pass
 
 
 # 5. Ctrl-C

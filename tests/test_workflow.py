@@ -20,7 +20,7 @@ from sacremoses import MosesDetokenizer
 
 from conftest import ROOT, snakemake
 from layerwise_nmt import UserError
-from layerwise_nmt import grid as cfg
+from layerwise_nmt import grid
 from layerwise_nmt.grid.stage_checks import check_experiments
 from layerwise_nmt.data.binarize import IndexedDataset
 from layerwise_nmt.data.vocab import Dictionary
@@ -33,33 +33,33 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     out = result.stdout
     assert "binarize" in out and "tokenize" in out
     assert "budget check: " in out + result.stderr  # always, not only when something is flagged (docs/usage.md)
-    config = cfg.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
+    config = grid.load(*[ROOT / "config.yaml"] + ([ROOT / configfile] if configfile else []))
     needs: dict[str, set] = {}  # experiment → the files its table/figure rows need built
     for kind in ("tables", "figures"):
-        for p, t in cfg.tables(config, kind):
+        for p, t in grid.tables(config, kind):
             spec = config["papers"][p][kind][t]
-            splits = ({cfg.split_of(m) for m in cfg.metrics_of(spec) if m not in spec.get("mean_of", {})}
-                      | {cfg.split_of(m) for ms in spec.get("mean_of", {}).values() for m in ms} if kind == "tables"
+            splits = ({grid.split_of(m) for m in grid.metrics_of(spec) if m not in spec.get("mean_of", {})}
+                      | {grid.split_of(m) for ms in spec.get("mean_of", {}).values() for m in ms} if kind == "tables"
                       else {"test"} if spec["kind"] in ("sweep", "length_buckets") else set())
             for row in spec["rows"]:
-                if "experiment" in row and cfg.experiment_status(config, row["experiment"]).runnable:
+                if "experiment" in row and grid.experiment_status(config, row["experiment"]).runnable:
                     needs.setdefault(row["experiment"], {"model.pt"}).update(
                         {f"{split}.{ext}" for split in splits for ext in ("bpe", "score.json")})
     assert needs
     for name, outputs in needs.items():  # every runnable row: train → (average) → decode → score
-        run = cfg.experiment_dir(config, name, cfg.experiment(config, name)["seeds"][0])
-        grid = cfg.experiment(config, name)["decode"].get("tune_lenpen") or []
+        run = grid.experiment_dir(config, name, grid.experiment(config, name)["seeds"][0])
+        alphas = grid.experiment(config, name)["decode"].get("tune_lenpen") or []
         decoded = sorted(o.split(".")[0] for o in outputs if o.endswith(".bpe"))
-        if grid and decoded:  # α tuned on valid first: a decoding and a score per α, the pick; decodings read it
-            outputs = outputs | {"tuned_lenpen.json"} | {f"lenpen/valid.{a:g}.score.json" for a in grid}
+        if alphas and decoded:  # α tuned on valid first: a decoding and a score per α, the pick; decodings read it
+            outputs = outputs | {"tuned_lenpen.json"} | {f"lenpen/valid.{a:g}.score.json" for a in alphas}
             job = next(block for block in out.split("\nrule ") if f"output: {run}/{decoded[0]}.bpe" in block)
             assert f"{run}/tuned_lenpen.json" in job.split("output:")[0] and "--lenpen-from" in job
         for output in outputs:
             assert f"{run}/{output}" in out, f"{name}: no job makes {output}"
-        parent = cfg.experiment(config, name)["warm_start"]
+        parent = grid.experiment(config, name)["warm_start"]
         if parent:  # continued learning: the run's train job reads its baseline's trained model
             job = next(block for block in out.split("\nrule ") if f"output: {run}/model.pt" in block)
-            assert f"{cfg.experiment_dir(config, parent, 1)}/model.pt" in job.split("output:")[0]
+            assert f"{grid.experiment_dir(config, parent, 1)}/model.pt" in job.split("output:")[0]
     # With fewer slots than ready jobs: trainings before decodes, the longest chain of trainings first.
     priority = {(rule, e): float(p) for rule, e, p in re.findall(
         r"\n(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: task=\w+, experiment=([\w.]+),.*\n    priority: ([\d.]+)", out)}
@@ -67,7 +67,7 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     assert trained and {rule for rule, _ in priority} == {"train"}  # decodes keep Snakemake's default, 0
     for e in trained:
         assert priority["train", e] >= 1
-        parent = cfg.experiment(config, e)["warm_start"]
+        parent = grid.experiment(config, e)["warm_start"]
         if parent in trained:
             assert priority["train", parent] > priority["train", e], (parent, e)
     if configfile == "config/demo.yaml":  # the baseline gates three; then MLRF, LWC (half the tokens), the rest
@@ -261,42 +261,42 @@ def test_unknown_key_is_named():
     config = load_full()
     config["tasks"]["iwslt14_deen"]["bpe"]["mergez"] = 3
     with pytest.raises(UserError, match=r"tasks/iwslt14_deen/bpe.*'mergez'"):
-        cfg.validate(config)
+        grid.validate(config)
 
 
 def test_wrong_type_is_named():
     config = load_full()
     config["tasks"]["multi30k_deen"]["bpe"]["merges"] = "many"
     with pytest.raises(UserError, match=r"tasks/multi30k_deen/bpe/merges.*integer"):
-        cfg.validate(config)
+        grid.validate(config)
 
 
 def test_dangling_reference_is_named():
     config = load_full()
     config["experiments"]["lwc.t1.deen.lwc_small"]["task"] = "iwslt99"
     with pytest.raises(UserError, match=r"experiments/lwc.t1.deen.lwc_small/task: unknown task 'iwslt99'"):
-        cfg.validate(config)
+        grid.validate(config)
 
 
 def test_extends_overrides_key_by_key_and_names_bad_parents():
     config = load_full()
-    cfg.validate(config)
-    ablation = cfg.experiment(config, "lwc.t3.no_sharing")
-    base = cfg.experiment(config, "lwc.t1.deen.lwc_small")
+    grid.validate(config)
+    ablation = grid.experiment(config, "lwc.t3.no_sharing")
+    base = grid.experiment(config, "lwc.t1.deen.lwc_small")
     assert ablation["arch"] == {**base["arch"], "layers": 7, "share_layers": False}
     assert ablation["train"] == base["train"] and ablation["decode"] == base["decode"]
     assert "description" not in config["experiments"]["lwc.t3.no_language_embedding"]  # never inherited
-    cfg.validate(config)  # resolving again changes nothing
-    assert cfg.experiment(config, "lwc.t3.no_sharing") == ablation
+    grid.validate(config)  # resolving again changes nothing
+    assert grid.experiment(config, "lwc.t3.no_sharing") == ablation
 
     unknown = load_full()
     unknown["experiments"]["lwc.t3.no_sharing"]["extends"] = "nope"
     with pytest.raises(UserError, match="experiments/lwc.t3.no_sharing/extends: unknown experiment 'nope'"):
-        cfg.validate(unknown)
+        grid.validate(unknown)
     cycle = load_full()
     cycle["experiments"]["lwc.t1.deen.lwc_small"]["extends"] = "lwc.t4.lwc10"
     with pytest.raises(UserError, match=r"/extends: cycle .*lwc.t4.lwc10"):
-        cfg.validate(cycle)
+        grid.validate(cycle)
 
 
 def test_snakemake_rejects_unknown_key(tmp_path):
@@ -382,7 +382,7 @@ def test_a_bad_default_is_named_with_the_experiment_that_reads_it(tmp_path):
     bad.write_text(yaml.safe_dump({"defaults": {"train": {"label_smoothing": 1.5}}}))
     with pytest.raises(UserError, match=r"config key defaults/train \(experiment [^)]+\)/label_smoothing: 1\.5; "
                                         r"expected a number ≥ 0 and < 1"):
-        check_experiments(cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", bad))
+        check_experiments(grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", bad))
 
 
 def test_status_says_why_rows_cannot_run():
@@ -395,10 +395,10 @@ def test_status_says_why_rows_cannot_run():
 
 
 def test_only_the_licensed_task_waits_for_user_data():
-    config = cfg.load(ROOT / "config.yaml")
-    runnable = set(cfg.runnable_tasks(config))
+    config = grid.load(ROOT / "config.yaml")
+    runnable = set(grid.runnable_tasks(config))
     assert runnable == set(config["tasks"]) - {"nist_zhen"}
-    assert not cfg.task_status(config, "nist_zhen").runnable
+    assert not grid.task_status(config, "nist_zhen").runnable
 
 
 def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
@@ -406,8 +406,8 @@ def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
     user_path, its extra multi-reference test sets are decoded and scored against normalised references."""
     overlay = tmp_path / "nist.yaml"
     overlay.write_text(yaml.safe_dump({"datasets": {"nist-zh-en": {"user_path": str(tmp_path / "ldc")}}}))
-    config = cfg.load(ROOT / "config.yaml", overlay)
-    assert "lacks train.zh" in cfg.task_status(config, "nist_zhen").reason
+    config = grid.load(ROOT / "config.yaml", overlay)
+    assert "lacks train.zh" in grid.task_status(config, "nist_zhen").reason
     for entry_name, entry in config["datasets"]["nist-zh-en"]["files"].items():
         (tmp_path / "ldc" / entry.get("path", entry_name)).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "ldc" / entry.get("path", entry_name)).touch()
@@ -418,7 +418,7 @@ def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
             path = f"results/{name}/data/bin-{kind}/{split}.{task['src']}-{task['tgt']}.{task['tgt']}.tokens.npy"
             assert path in out, f"{name}: no job binarizes {split}"
     giga = config["datasets"]["wmt14-en-fr"]["archives"]["training-giga-fren.tar"]
-    assert cfg.download_path(giga, "training-giga-fren.tar") in out  # where its extract jobs download it
+    assert grid.download_path(giga, "training-giga-fren.tar") in out  # where its extract jobs download it
     assert "results/raw/wmt14-en-fr/giga-fren.release2.fixed.en.gz" in out  # an archive inside an archive
     for split in ("mt04", "mt05", "mt06", "mt08"):
         assert f"results/nist_zhen/mlrf.t3.dec_sa4/seed1/{split}.score.json" in out
@@ -512,7 +512,7 @@ def test_a_repeated_dry_run_imports_no_torch(tmp_path):
 
 
 def test_the_settings_check_is_cached_only_for_a_config_that_passed(tmp_path):
-    config = cfg.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
+    config = grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
     cache = tmp_path / "checked.json"
     check_experiments(config, cache=cache)
     assert len(json.loads(cache.read_text())) == 1
