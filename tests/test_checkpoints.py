@@ -96,7 +96,7 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
     saved = load(run / LAST)
     kept = saved["progress"]
     logged = [int(line.split(" update ")[1].split(":")[0]) for line in log.read_text().splitlines()
-              if "progress: epoch 1 update" in line]
+              if "reporting: epoch 1 update" in line]
     lost_seconds = killed_at - (run / LAST).stat().st_mtime
     print(f"SIGKILL at update {logged[-1]}: checkpoint_last.pt holds update {kept['update']} "
           f"(batch {kept['next_batch']} of epoch {kept['epoch']}); lost {logged[-1] - kept['update']} updates, "

@@ -9,7 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from layerwise_nmt.training.progress import Progress, Reporter
+from layerwise_nmt.training.progress import Progress
+from layerwise_nmt.training.reporting import Reporter
 from layerwise_nmt.training.config import TrainConfig
 
 from conftest import toy_spec as spec
@@ -32,11 +33,11 @@ def mean(updates: list[tuple]) -> tuple[float, float]:
 
 
 def logged(caplog, word: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "layerwise_nmt.training.progress" and word in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name == "layerwise_nmt.training.reporting" and word in r.getMessage()]
 
 
 def test_log_lines_and_metrics_rows_give_each_intervals_mean(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="layerwise_nmt.training.progress")
+    caplog.set_level(logging.INFO, logger="layerwise_nmt.training.reporting")
     cfg = TrainConfig.from_dict({"max_update": 100, "log_interval": 2})
     progress, reporter = Progress(), Reporter(tmp_path, cfg)
     for update in EPOCH_1:
@@ -114,7 +115,7 @@ def test_event_files_without_the_tensorboard_package(toy_data, tmp_path, monkeyp
 
 def test_without_a_writer_one_line_says_why(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
-    caplog.set_level(logging.INFO, logger="layerwise_nmt.training.progress")
+    caplog.set_level(logging.INFO, logger="layerwise_nmt.training.reporting")
     Reporter(tmp_path, TrainConfig.from_dict({"max_update": 1})).close()
     said = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("no TensorBoard event files: tensorboardX")

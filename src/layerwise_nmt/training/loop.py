@@ -46,7 +46,8 @@ from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, fp32_matmuls, resolve
 from .precision_probe import Workload, autocast as probe_autocast, model_shape
-from .progress import Progress, Reporter, RunLog, reopen_run_logs
+from .progress import Progress
+from .reporting import Reporter, RunLog, reopen_run_logs
 from .config import TrainConfig
 
 log = logging.getLogger(__name__)
