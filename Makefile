@@ -99,9 +99,12 @@ study-cpu: $(VENV)/.installed
 	python -m layerwise_nmt evidence copy $(STUDY_CPU) --seed $(SEED) --out docs/study/cpu
 	$(MAKE) study-cpu-collect
 
+# The bootstrap compares hypotheses against the tokenized test references: prepared if this checkout has none (only
+# then: a rerun of the data rules would make every training of a study in progress look out of date).
+STUDY_CPU_REF := results/multi30k_deen/data/text/test.de-en.en
 study-cpu-collect: $(VENV)/.installed
-	python -m layerwise_nmt evidence collect $(STUDY_CPU) --out docs/study/cpu \
-		--ref results/multi30k_deen/data/text/test.de-en.en \
+	test -f $(STUDY_CPU_REF) || snakemake $(STUDY_CPU_REF) --cores all --configfile config/study_cpu.yaml
+	python -m layerwise_nmt evidence collect $(STUDY_CPU) --out docs/study/cpu --ref $(STUDY_CPU_REF) \
 		--run-command "make study-cpu SEED=<k>" --collect-command "make study-cpu-collect"
 	python -m layerwise_nmt docs
 
