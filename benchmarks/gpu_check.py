@@ -162,7 +162,7 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     """The trainer's own updates on one repeated batch: every loss finite, the last ones below the first."""
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
     spec = family_spec(family, label)
@@ -174,7 +174,7 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     batch = collate(train, np.arange(16))
     run.model.train()
     losses = []
-    with fp32_matmuls(device, tf32):
+    with cuda_kernels(device, tf32):
         for _ in range(updates):
             result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
             losses.append(math.nan if result is None else result["loss"] / result["ntokens"])
@@ -208,7 +208,7 @@ def check_beam(family: str, label: str, device: torch.device) -> dict:
     """Cached beam search returns the hypotheses of full recomputation, scores within the precision's rounding."""
     from layerwise_nmt.inference.decode import BeamConfig, Recompute, beam_search
     from layerwise_nmt.models import build
-    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.precision import cuda_kernels
 
     spec = family_spec(family, label)
     torch.manual_seed(2)
@@ -217,14 +217,24 @@ def check_beam(family: str, label: str, device: torch.device) -> dict:
     src[:, -1], src[2, 6:], src[2, 5] = 2, 1, 2  # </s> at the end; one padded sentence
     beam = BeamConfig(beam=4, max_len_a=1.0, max_len_b=4)
     precision, tf32 = precision_of(label, device)
-    with fp32_matmuls(device, tf32), precision.autocast(device):
+    with cuda_kernels(device, tf32), precision.autocast(device):
         cached, full = beam_search(model, src, beam), beam_search(Recompute(model), src, beam)
+    return {**beams_agree(cached, full, label), "matmul_precision": torch.get_float32_matmul_precision()}
+
+
+def beams_agree(cached, full, label: str) -> dict:
+    """Whether cached beam search found full recomputation's hypotheses: every rank's score within the precision's
+    rounding, and the same tokens. In bf16 and fp16 the two searches round differently (the cache and the full pass
+    run different kernels on different shapes), so two hypotheses whose scores tie within that rounding may swap
+    ranks or be replaced by one another: there, tokens may differ where the scores agree. A wrong cache still fails
+    there (its scores drift), and in fp32 and TF32 any different token fails."""
     same_tokens = all([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(cached, full))
     diff = max(abs(x.score - y.score) for a, b in zip(cached, full) for x, y in zip(a, b))
     scale = max(1.0, max(abs(h.score) for a in full for h in a))
-    return {"ok": bool(same_tokens and diff <= BEAM_TOLERANCE[label] * scale),
-            "same_hypotheses": bool(same_tokens), "max_score_diff": diff,
-            "matmul_precision": torch.get_float32_matmul_precision()}
+    scores_agree = diff <= BEAM_TOLERANCE[label] * scale
+    mixed = PRECISIONS[label][0] in ("bf16", "fp16")
+    return {"ok": bool(scores_agree and (same_tokens or mixed)), "same_hypotheses": bool(same_tokens),
+            "max_score_diff": diff}
 
 
 def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
@@ -432,7 +442,7 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.grid.pricing import task_vocab
-    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
     experiment, lengths, row_tokens = SPEED_ROWS[name]
@@ -443,8 +453,8 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     spec = {"model": e["model"], "arch": e["arch"],
             "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens}}
     batches = real_batches(*stored_lengths(lengths), max_tokens, vocab)
-    rng = np.random.RandomState(0)
-    order = [batches[i] for i in rng.permutation(len(batches))][: warmup + updates]
+    picks = np.random.RandomState(0).permutation(len(batches))  # a shuffled pass, again where it is too short
+    order = [batches[picks[i % len(batches)]] for i in range(warmup + updates)]
     dictionaries = {lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
                     for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))}
     with tempfile.TemporaryDirectory() as tmp:
@@ -452,7 +462,7 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     net = torch.compile(run.model, dynamic=True) if compile_model else run.model
     run.model.train()
     tokens, started, skipped = 0, None, 0
-    with fp32_matmuls(device, tf32):
+    with cuda_kernels(device, tf32):
         for i, batch in enumerate(order):
             if i == warmup:
                 torch.cuda.synchronize(device) if device.type == "cuda" else None
@@ -526,7 +536,7 @@ def probe(data_dir: Path, device: torch.device, work: Path, results: Results, se
     e = cfg.experiment(read_config(ROOT / "config.yaml", STUDY, *overlays), "study.transformer")
     spec = {"model": e["model"], "arch": e["arch"],
             "train": {**e["train"], "max_minutes": seconds / 60, "save_interval_minutes": 0, "patience": 0,
-                      "log_interval": 10 if device.type == "cuda" else 1}}  # a CPU does a few updates at most
+                      "log_interval": 1}}  # a few seconds of training: every update's line, the last ones kept
     results.probe = {"experiment": "study.transformer", "seconds_each": seconds, "data": str(data_dir), "runs": []}
     for n in together:
         procs = []

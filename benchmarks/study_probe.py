@@ -38,7 +38,7 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     """One trainer update (`train._start` / `train._update`) of a tiny model of this family: a finite loss."""
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.training.precision import fp32_matmuls
+    from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
 
     spec = gpu_check.family_spec(family, label)
@@ -47,7 +47,7 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
                  work / f"one-{family}-{label}", device, precision)
     batch = collate(ParallelData(data, "train", "de", "en"), list(range(16)))
     run.model.train()
-    with fp32_matmuls(device, tf32):
+    with cuda_kernels(device, tf32):
         result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
     loss = math.nan if result is None else result["loss"] / result["ntokens"]
     return {"ok": math.isfinite(loss), "loss": round(loss, 4) if math.isfinite(loss) else str(loss),

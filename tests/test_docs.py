@@ -56,3 +56,19 @@ def test_the_readme_says_how_to_build_one_table_one_paper_and_translate_raw_text
     assert "snakemake --cores all results/tables/lwc/T3.md" in readme
     assert "--config targets=" in readme or "targets:" in readme
     assert re.search(r"translate (\S+ )?--experiment \S+ --config config.yaml --config config/demo.yaml", readme)
+
+
+def test_a_table_block_shows_a_committed_tables_rows_and_names_a_missing_one():
+    from layerwise_nmt import UserError
+    from layerwise_nmt.report.doc_blocks import table_block
+
+    block = table_block({}, "docs/study/small/T1.md")
+    rows = [line for line in block.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| row |") and len(rows) == 1 + 6  # the header and the study's six rows
+    assert block.rstrip().splitlines()[-1].startswith("Our runs' precision")
+    try:
+        table_block({}, "docs/study/none/T1.md")
+    except UserError as error:
+        assert str(error).startswith("docs/study/none/T1.md: no such table")
+    else:
+        raise AssertionError("a missing table was not named")

@@ -72,6 +72,16 @@ def test_a_speed_row_is_measured_with_real_dictionaries():
     assert row["parameters"] > 30_000_000 and row["precision"] == "fp32"
 
 
+def test_a_speed_row_times_the_updates_asked_for_however_few_batches_there_are(monkeypatch):
+    """On an H100, newstest2013's lengths made 9 batches of 12,288 tokens: Transformer base and big were timed over
+    4 updates (9 less the 5 warm-up ones) instead of 30."""
+    real = gpu_check.real_batches
+    monkeypatch.setattr(gpu_check, "real_batches", lambda *args, **kwargs: real(*args, **kwargs)[:2])
+    row = gpu_check.measure("transformer_iwslt_de_en", gpu_check.read_config(ROOT / "config.yaml"),
+                            torch.device("cpu"), "fp32", max_tokens=0, updates=3, warmup=1, compile_model=False)
+    assert "error" not in row and row["updates_timed"] == 3
+
+
 def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: 1 / 0)
     monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a, **k: results.checks.update(
@@ -144,6 +154,7 @@ def test_checks_fail_when_the_model_is_broken(tmp_path, monkeypatch):
 
     monkeypatch.setattr("layerwise_nmt.inference.decode.Recompute", Stale)
     assert not gpu_check.check_beam("transformer_post", "fp32", device)["ok"]
+    assert not gpu_check.check_beam("transformer_post", "bf16", device)["ok"]  # where tokens may differ, too
 
 
 def test_report_shape(tmp_path):
@@ -223,3 +234,37 @@ def test_one_update_per_family_in_autos_precision(tmp_path):
     assert set(saved["checks"]["families"]) == {f"transformer_post/{label}", f"mlrf/{label}"}
     assert all(c["one_update"]["ok"] for c in saved["checks"]["families"].values())
     assert saved["all_checks_ok"]
+
+
+def test_mixed_precision_beams_may_swap_hypotheses_that_tie_within_rounding():
+    """On an H100 in bf16, LWC's cached search and its full recomputation (different kernels, different shapes)
+    returned a different hypothesis whose score agreed to 0.014: a tie under bf16's rounding, not a wrong cache. In
+    fp32 and TF32 any different token still fails, and in every precision so do scores that drift apart."""
+    from layerwise_nmt.inference.decode import Hypothesis
+
+    def beams(*hypotheses):
+        return [[Hypothesis(tokens, score, score * len(tokens)) for tokens, score in hypotheses]]
+
+    full = beams(([5, 6, 2], -3.100), ([5, 7, 2], -3.105))
+    swapped = beams(([5, 7, 2], -3.091), ([5, 6, 2], -3.110))
+    for label in ("bf16", "fp16"):
+        assert gpu_check.beams_agree(swapped, full, label)["ok"]
+        assert not gpu_check.beams_agree(swapped, full, label)["same_hypotheses"]
+        assert not gpu_check.beams_agree(beams(([5, 6, 2], -3.6), ([5, 7, 2], -3.9)), full, label)["ok"]
+    for label in ("tf32", "fp32"):
+        assert not gpu_check.beams_agree(swapped, full, label)["ok"]
+    assert gpu_check.beams_agree(full, full, "fp32") == {"ok": True, "same_hypotheses": True, "max_score_diff": 0.0}
+
+
+def test_the_update_profile_times_and_names_where_the_time_goes(tmp_path):
+    """benchmarks/profile_update.py found the H100's slow bf16 (cuDNN's attention planning every shape); on the CPU
+    it runs the same way: a timed row and the ops that took the most time, in its JSON."""
+    _profile_spec = importlib.util.spec_from_file_location("profile_update", ROOT / "benchmarks" / "profile_update.py")
+    profile_update = importlib.util.module_from_spec(_profile_spec)
+    _profile_spec.loader.exec_module(profile_update)
+    out = tmp_path / "profile.json"
+    assert profile_update.main(["--device", "cpu", "--precisions", "fp32", "--updates", "1", "--max-tokens", "128",
+                                "--json", str(out)]) == 0
+    [row] = json.loads(out.read_text())
+    assert row["precision"] == "fp32" and row["target_tokens_per_second"] > 0
+    assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in row["top_device_ops"])

@@ -168,36 +168,74 @@ def test_train_runs_fp16_end_to_end_through_the_loop_and_resumes(toy_data, tmp_p
     assert a["progress"]["skipped_updates"] == 0
 
 
-def test_tf32_is_on_for_the_block_only_and_the_previous_setting_comes_back():
-    """fp32 on CUDA trains in TF32 (the same switch runs here: it touches no device), and a caller's strict fp32
-    (gpu_check's fp32 beam check) is restored afterwards instead of being left in TF32 for the rest of the process."""
-    cuda = torch.device("cuda")  # only the matmul-precision switch: no CUDA call is made
-    before = torch.get_float32_matmul_precision()
+def test_tf32_and_attention_kernels_are_set_for_the_block_only_and_come_back():
+    """fp32 on CUDA trains in TF32 and attention runs without cuDNN's backend (the same switches run here: they
+    touch no device), and a caller's own settings (gpu_check's strict fp32 beam check) are restored afterwards instead
+    of being changed for the rest of the process."""
+    cuda = torch.device("cuda")  # only the process-wide switches: no CUDA call is made
+    before = torch.get_float32_matmul_precision(), torch.backends.cuda.cudnn_sdp_enabled()
     try:
         torch.set_float32_matmul_precision("highest")
-        with precisions.fp32_matmuls(cuda, tf32=True):
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        with precisions.cuda_kernels(cuda, tf32=True):
             assert torch.get_float32_matmul_precision() == "high"
-        assert torch.get_float32_matmul_precision() == "highest"
-        with precisions.fp32_matmuls(cuda, tf32=False):
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.get_float32_matmul_precision() == "highest" and torch.backends.cuda.cudnn_sdp_enabled()
+        with precisions.cuda_kernels(cuda, tf32=False):
             assert torch.get_float32_matmul_precision() == "highest"
-        with precisions.fp32_matmuls(CPU, tf32=True):  # the CPU's fp32 is left alone
-            assert torch.get_float32_matmul_precision() == "highest"
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+        with precisions.cuda_kernels(CPU, tf32=True):  # the CPU's settings are left alone
+            assert torch.get_float32_matmul_precision() == "highest" and torch.backends.cuda.cudnn_sdp_enabled()
     finally:
-        torch.set_float32_matmul_precision(before)
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cuda.enable_cudnn_sdp(before[1])
 
 
-def test_training_leaves_the_process_matmul_precision_as_it_found_it(toy_data, tmp_path, monkeypatch):
-    seen = []
-    real = precisions.fp32_matmuls
+def attention_calls_seen(monkeypatch, module) -> list[bool]:
+    """Whether cuDNN's attention backend was enabled at each scaled_dot_product_attention call, with `module`'s
+    CUDA kernel switch taking the CUDA branch on the CPU model."""
+    from layerwise_nmt.models import layers
 
-    def on_cuda(device, tf32=True):  # the trainer's CUDA branch of the switch, on the CPU model
-        seen.append(tf32)
-        return real(torch.device("cuda"), tf32)
+    real_switch, real_attention, seen = precisions.cuda_kernels, layers.F.scaled_dot_product_attention, []
 
-    monkeypatch.setattr(training, "fp32_matmuls", on_cuda)
+    def on_cuda(device, tf32=True):
+        return real_switch(torch.device("cuda"), tf32)
+
+    def recorded(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real_attention(*args, **kwargs)
+
+    monkeypatch.setattr(module, "cuda_kernels", on_cuda)
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", recorded)
+    torch.backends.cuda.enable_cudnn_sdp(True)  # PyTorch's default, which picks cuDNN first on an H100 in bf16
+    return seen
+
+
+def test_training_attends_without_cudnn_and_leaves_the_process_as_it_found_it(toy_data, tmp_path, monkeypatch):
+    """On an H100 (PyTorch 2.11) bf16 training ran at 6,400 target tokens/s against TF32's 82,000: cuDNN's attention
+    planned every new batch shape anew. The trainer's attention runs without it; afterwards the switch is back."""
+    seen = attention_calls_seen(monkeypatch, training)
     before = torch.get_float32_matmul_precision()
     training.train(toy_spec(max_update=1, amp="none"), str(toy_data), "de", "en", str(tmp_path / "run"))
-    assert seen == [True] and torch.get_float32_matmul_precision() == before
+    assert seen and not any(seen)
+    assert torch.get_float32_matmul_precision() == before and torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_decoding_attends_without_cudnn(toy_data, tmp_path, monkeypatch):
+    """Every decoding step has a new key length: cuDNN's attention would plan each step anew."""
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.inference import decode
+    from layerwise_nmt.inference.decode import BeamConfig
+    from layerwise_nmt.models import build
+
+    src_vocab, tgt_vocab = load_pair(toy_data, "de", "en")
+    spec = toy_spec()
+    model = build(spec["model"], {**spec["arch"], "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)})
+    seen = attention_calls_seen(monkeypatch, decode)
+    results, _ = decode.decode_lines(model, ["ein kleines haus", "der hund"], src_vocab, tgt_vocab,
+                                     BeamConfig(beam=2, batch_size=2, amp="none"), "test")
+    assert len(results) == 2 and seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
 
 
 def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch):

@@ -378,3 +378,36 @@ def test_a_table_of_ones_own_data_says_who_won(tmp_path):
     header = next(line for line in (tmp_path / "T1.md").read_text().splitlines() if line.startswith("| row"))
     assert header == ("| row | ours bleu | p vs bleu | ours chrf | p vs chrf | verdict | status |")
     assert "paper = printed" not in (tmp_path / "T1.md").read_text()
+
+
+def test_a_first_seed_test_speaks_of_the_first_seeds_direction_not_the_means(tmp_path):
+    """On an H100, GCA's mean over 3 seeds was 0.04 above its control's while its first seed was 0.48 below, and
+    the bootstrap on those first seeds gave p = 0.029: the table marked GCA significantly better. A test on the first
+    seeds says which way those seeds differ; the mark needs that way to be 'better'."""
+    ref = tmp_path / "ref.en"
+    ref.write_text("\n".join(f"the cat number {i} sat on the mat today" for i in range(40)) + "\n")
+    good = [f"the cat number {i} sat on the mat today" for i in range(40)]
+    bad = [f"a dog {i} ran" for i in range(40)]
+
+    def seeds(name, runs):  # [(bleu, lines)] per seed
+        paths = []
+        for seed, (bleu, lines) in enumerate(runs, start=1):
+            hyp = tmp_path / f"{name}{seed}.txt"
+            hyp.write_text("\n".join(lines) + "\n")
+            path = tmp_path / f"{name}{seed}.score.json"
+            path.write_text(json.dumps({"bleu": bleu, "hyp": str(hyp), "refs": [str(ref)],
+                                        "options": {"tokenize": "none", "lowercase": False, "buckets": []}}))
+            paths.append(str(path))
+        return {"test": paths}
+
+    control = seeds("control", [(95.0, good), (5.0, bad)])  # mean 50.0
+    method = seeds("method", [(5.0, bad), (96.0, good)])  # mean 50.5, its first seed far worse
+    spec = {"paper": "mine", "table": "T1", "metric": "bleu",
+            "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"}, "rows": [
+                {"label": "control", "state": "ok", "scores": control},
+                {"label": "method", "state": "ok", "scores": method, "baseline_scores": control,
+                 "compare_to": "x.control"}]}
+    table = write(spec, str(tmp_path / "T1")).set_index("row")
+    assert table.loc["method", "p"] < 0.05
+    assert table.loc["method", "p vs"].endswith("(worse than x.control)")
+    assert "*" not in table.loc["method", "ours"]

@@ -32,7 +32,7 @@ from ..data.batching import pad as pad_batch
 from ..data.io import write_lines
 from ..data.vocab import Dictionary
 from ..models.user import UserCode, UserModel
-from ..training.precision import fp32_matmuls, resolve
+from ..training.precision import cuda_kernels, resolve
 from ..training.precision_probe import Workload, autocast as probe_autocast, model_shape
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b:b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
-        with fp32_matmuls(device), precision.autocast(device):
+        with cuda_kernels(device), precision.autocast(device):
             for i, result in zip(ids, beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)):
                 results[i] = result
                 generated += len(result[0].tokens)

@@ -1,6 +1,7 @@
 """`lwnmt docs`: the blocks of README.md and docs/*.md that the code can write, rewritten from it so that they
 cannot drift: the GPU-hour plan (`lwnmt plan`), parameter counts beside the papers' (`lwnmt params`), which
-figures of config.yaml use each figure kind, and a committed study's table (`lwnmt evidence collect`'s summary.json). A block sits between
+figures of config.yaml use each figure kind, a committed study's table (`lwnmt evidence collect`'s summary.json) and a
+committed report table's rows (`table file=docs/study/small/T1.md`). A block sits between
 
     <!-- generated: KIND [key=value ...] -->
     ...
@@ -102,8 +103,22 @@ def evidence_block(config: dict, dir: str) -> str:
     return readme_block(grid.ROOT / dir, dir)
 
 
+def table_block(config: dict, file: str) -> str:
+    """A committed report table (a table's .md, as `make study-collect` writes it): its rows and the precision line
+    under it, so that a page shows the numbers without copying them by hand."""
+    path = grid.ROOT / file
+    if not path.is_file():
+        raise UserError(f"{file}: no such table (a generated block 'table file=...' names a committed table's .md)")
+    lines = path.read_text().splitlines()
+    rows = [line for line in lines if line.startswith("|")]
+    if not rows:
+        raise UserError(f"{file}: no table rows (lines starting with '|') to show")
+    notes = [line for line in lines if line.startswith("Our runs' precision")]
+    return "\n".join(rows + ([""] + notes if notes else [])) + "\n"
+
+
 GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block,
-              "evidence": evidence_block}
+              "evidence": evidence_block, "table": table_block}
 
 
 def render_block(spec: str, config: dict, where: str) -> str:

@@ -46,8 +46,7 @@ def build(spec: dict) -> pd.DataFrame:
                 cell["p vs"] = NOT_RUN
             if test and (measure == "bleu" or every) and ran and baseline.get(split):
                 cell["p"] = p_value(test["test"], baseline[split], scores[split], measure)
-                theirs = seeds_summary([value(b, measure) for b in baseline[split]])["mean"]
-                way = "better" if cell["ours_mean"] > theirs else "worse" if cell["ours_mean"] < theirs else "equal"
+                way = tested_direction(test["test"], baseline[split], scores[split], measure)
                 if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and way == "better":
                     cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
                 # the p-value says how sure, not which way: the direction beside it (a two-sided test)
@@ -157,6 +156,17 @@ def metric_name(metric: str) -> str:
     measure = measure_of(metric)
     name = {"bleu": "BLEU", "chrf": "chrF"}[measure]
     return name if metric == measure else f"{split_of(metric)} {name}"
+
+
+def tested_direction(test: str, baseline: list[dict], system: list[dict], measure: str = "bleu") -> str:
+    """better | worse | equal: which way the tested scores differ. The t-test compares the means over seeds; the
+    bootstrap and the sign test compare the first seeds, whose difference may go the other way than the means'."""
+    if test == "t_test":
+        ours = seeds_summary([value(s, measure) for s in system])["mean"]
+        theirs = seeds_summary([value(b, measure) for b in baseline])["mean"]
+    else:
+        ours, theirs = value(system[0], measure), value(baseline[0], measure)
+    return "better" if ours > theirs else "worse" if ours < theirs else "equal"
 
 
 def p_value(test: str, baseline: list[dict], system: list[dict], measure: str = "bleu") -> float | None:

@@ -44,7 +44,7 @@ from ..models import UserModel, build
 from ..models.transformer import count_parameters
 from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
-from .precision import Precision, fp32_matmuls, resolve
+from .precision import Precision, cuda_kernels, resolve
 from .precision_probe import Workload, autocast as probe_autocast, model_shape
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
@@ -150,7 +150,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
     reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
     started = time.time() - progress.elapsed
-    with StopSignals(device) as signals, fp32_matmuls(device, cfg.tf32):
+    with StopSignals(device) as signals, cuda_kernels(device, cfg.tf32):
         try:
             while not progress.stop_reason(cfg):
                 order = _epoch_order(train_data, cfg, progress, per_update, data_dir)

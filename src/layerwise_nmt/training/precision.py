@@ -79,19 +79,28 @@ def resolve(requested: str, device: torch.device, workload=None) -> Precision:
 
 
 @contextlib.contextmanager
-def fp32_matmuls(device: torch.device, tf32: bool = True):
-    """While the block runs: fp32 matmuls on CUDA in TF32 tensor cores (unless tf32 is off), as fairseq and PyTorch
-    recommend on Ampere and newer. The process's previous setting comes back afterwards, so that a caller's strict
-    fp32 (gpu_check's fp32 rows, a test) is not switched to TF32 behind its back. No-op off CUDA."""
+def cuda_kernels(device: torch.device, tf32: bool = True):
+    """While the block runs, the CUDA kernels a run computes with; the process's previous settings come back
+    afterwards, so that a caller's own choice (gpu_check's strict fp32 rows, a test) is not changed behind its back.
+    No-op off CUDA.
+
+    - fp32 matmuls in TF32 tensor cores unless `tf32` is off, as fairseq and PyTorch recommend on Ampere and newer.
+    - scaled_dot_product_attention without its cuDNN backend: cuDNN builds an execution plan for every new
+      (batch, length) shape, tens of milliseconds of host time each, and NMT changes shape at every update (length
+      bucketing) and every decoding step; on an H100 it made bf16 training an order of magnitude slower than TF32
+      (docs/benchmarks.md). Flash and memory-efficient attention need no plan and run as fast on the GPU."""
     if device.type != "cuda":
         yield
         return
     before = torch.get_float32_matmul_precision()  # the API both PyTorch 2.11 and 2.13 accept without a warning
+    cudnn_attention = torch.backends.cuda.cudnn_sdp_enabled()
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.backends.cuda.enable_cudnn_sdp(False)
     try:
         yield
     finally:
         torch.set_float32_matmul_precision(before)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)
 
 
 def cpu_capability() -> str:
