@@ -111,6 +111,17 @@ def test_each_step_has_a_budget_and_they_fit_the_allocation():
     assert over.returncode == 1 and "OVER: node start + command 1 + command 2" in over.stdout
 
 
+def test_the_probe_is_off_unless_asked_for_and_its_seconds_go_to_the_study():
+    """On an H100 the probe's two stages (a Python start, CUDA's set-up and 8 s of training each) overran its 45 s and
+    measured nothing; nine at once, its usual answer, is the default, and the study gets those seconds."""
+    listed = budget().stdout
+    assert re.search(r"probe: sizes the study \(PROBE_S\) +0 s", listed), listed
+    assert re.search(r"the small study \(STUDY_S\) +425 s", listed), listed
+    assert re.search(r"the small study \(STUDY_S\) +365 s", budget(PROBE_S=60).stdout)
+    script = (ROOT / "scripts" / "study_gpu.sh").read_text()
+    assert 'if [ "$PROBE_S" -gt 0 ]; then' in script
+
+
 def test_every_timeout_in_the_node_commands_is_a_budgeted_step():
     """No step outside the budget: each `timeout` runs under one of the budget's variables (through `bounded`)."""
     script = (ROOT / "scripts" / "study_gpu.sh").read_text()
