@@ -375,8 +375,10 @@ def plain_words(c: dict) -> str:
     boot = c.get("bootstrap_p") or []
     significant = bool(boot) and all(p < P_VALUE for p in boot)
     if c.get("same_model"):
-        return (f"what training longer still buys ({'significant' if significant else 'not significant'} by the "
-                f"paired bootstrap)")
+        how = f"{'significant' if significant else 'not significant'} by the paired bootstrap"
+        if c["delta"] < 0:
+            return f"training longer loses BLEU here ({how}): the budget is past where more training helps"
+        return f"what training longer still buys ({how})"
     if c["claim"] == "held":
         return f"better on {on}, significantly: the claim holds at this size"
     if c["claim"] == "not held":
