@@ -20,7 +20,9 @@ for transformer_iwslt_de_en (gca.deen.transformer, at the study's 4,096-token ba
 and vocabulary sizes, on length-bucketed batches (`data.batching.make_batches`) of real sentence lengths: the
 IWSLT14 BPE valid+test sets for the IWSLT model, newstest2013 (Moses tokens; 32K BPE adds ~10-15% more units) for
 base and big. The lengths travel with the repository (benchmarks/lengths.json, written from the data mirror by
-`--write-lengths`): a GPU machine has no data mirror. Token ids are random: speed does not depend on them.
+`--write-lengths`): a GPU machine has no data mirror. Token ids are random: speed does not depend on them. After a
+model's rows, its `auto` row: the trainer started with `amp: auto` (its probe run afresh) and what it picked, which
+fails where the other precision measured faster by more than the probe's margin.
 
 Probe (`--probe DATA_DIR`, the study's binarized data): the study baseline trained by `lwnmt train` alone, then
 three at once on the one GPU, 60 s each: the target tokens/s the study's shards are sized from.
@@ -439,7 +441,6 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
     length-bucketed batches of real lengths, after `warmup` updates."""
     from layerwise_nmt import grid as cfg
-    from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.grid.pricing import task_vocab
     from layerwise_nmt.training.precision import cuda_kernels
@@ -455,10 +456,9 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     batches = real_batches(*stored_lengths(lengths), max_tokens, vocab)
     picks = np.random.RandomState(0).permutation(len(batches))  # a shuffled pass, again where it is too short
     order = [batches[picks[i % len(batches)]] for i in range(warmup + updates)]
-    dictionaries = {lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
-                    for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))}
     with tempfile.TemporaryDirectory() as tmp:
-        run = _start(spec, TrainConfig.from_dict(spec["train"]), dictionaries, Path(tmp), device, precision)
+        run = _start(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device,
+                     precision)
     net = torch.compile(run.model, dynamic=True) if compile_model else run.model
     run.model.train()
     tokens, started, skipped = 0, None, 0
@@ -490,21 +490,89 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
 
 
 def speed(config: dict, device: torch.device, args, results: Results) -> list[dict]:
-    """One row per model × mixed precision the device trains in (bf16; fp16 only where there is no bf16) and TF32."""
+    """One row per model × mixed precision the device trains in (bf16; fp16 only where there is no bf16) and TF32,
+    then one for what `amp: auto` picks for that model."""
     labels = [p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))]
     for name in args.speed_rows:
         for label in labels:
             for compiled in (False, True) if args.compile else (False,):
-                row = _guarded(lambda: measure(name, config, device, label, args.max_tokens, args.updates,
-                                               args.warmup, compiled))
-                row.setdefault("model", name)
-                row.setdefault("precision", label)
-                results.speed.append(row)
-                results.save()
-                print(json.dumps(row), flush=True)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+                keep(results, device, _guarded(lambda: measure(name, config, device, label, args.max_tokens,
+                                                               args.updates, args.warmup, compiled)), name, label)
+        measured = [row for row in results.speed if row.get("model") == name and "target_tokens_per_second" in row
+                    and not row.get("compiled")]
+        if measured:  # nothing to compare a pick with where every row failed
+            keep(results, device, _guarded(lambda: auto_choice(name, config, device, args.max_tokens, measured)),
+                 name, "auto")
     return results.speed
+
+
+def keep(results: Results, device: torch.device, row: dict, name: str, label: str) -> None:
+    row.setdefault("model", name)
+    row.setdefault("precision", label)
+    results.speed.append(row)
+    results.save()
+    print(json.dumps(row), flush=True)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, measured: list[dict]) -> dict:
+    """What `amp: auto` picks for this model at its batch, probed afresh by the trainer's own start (`_start`, an
+    empty probe cache), beside the rates the rows before measured: a pick slower than the other precision by more
+    than the probe's margin (`SPEEDUP`) fails the row."""
+    from layerwise_nmt import grid as cfg
+    from layerwise_nmt.training.loop import TrainConfig, _start
+    from layerwise_nmt.training.precision_probe import SPEEDUP
+
+    experiment, _, row_tokens = SPEED_ROWS[name]
+    e = cfg.experiment(config, experiment)
+    spec = {"model": e["model"], "arch": e["arch"],
+            "train": {**e["train"], "amp": "auto", "max_tokens": row_tokens or max_tokens}}
+    with tempfile.TemporaryDirectory() as tmp, _environ(LWNMT_CACHE_DIR=tmp):
+        started = time.perf_counter()
+        run = _start(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device)
+        seconds = time.perf_counter() - started
+    picked = run.precision.amp
+    row = {"model": name, "experiment": experiment, "precision": "auto", "picked": picked,
+           "reason": run.precision.reason, "start_seconds": round(seconds, 2)}
+    rates = {row_["precision"]: row_["target_tokens_per_second"] for row_ in measured}
+    label = _label_of_none(device) if picked == "none" else picked
+    if label in rates:
+        fastest = max(rates, key=rates.get)
+        row["measured_fastest"] = fastest
+        if rates[fastest] > SPEEDUP * rates[label]:
+            row["error"] = (f"auto picked {label} ({rates[label]:,} target tokens/s), {fastest} measured "
+                            f"{rates[fastest]:,}")
+    return row
+
+
+def _label_of_none(device: torch.device) -> str:
+    """The speed rows' name for what `amp: none` trains in on `device` (config's default `tf32: true`)."""
+    return "tf32" if device.type == "cuda" else "fp32"
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def fake_dictionaries(config: dict, e: dict) -> dict:
+    """Dictionaries of the task's vocabulary sizes (token ids are random: speed does not depend on them)."""
+    from layerwise_nmt.data.vocab import SPECIALS, Dictionary
+    from layerwise_nmt.grid.pricing import task_vocab
+
+    vocab = task_vocab(config, e)
+    return {lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
+            for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -181,6 +181,27 @@ def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
         assert seen == asked
 
 
+@pytest.mark.parametrize("picked, rates, fails", [
+    ("bf16", {"bf16": 100_000, "tf32": 60_000}, False),  # Transformer big on an H100: bf16 the faster
+    ("bf16", {"bf16": 53_000, "tf32": 118_000}, True),   # IWSLT-sized on an H100: bf16 picked, TF32 2.2x faster
+    ("none", {"bf16": 53_000, "tf32": 118_000}, False),
+    ("none", {"bf16": 110_000, "tf32": 100_000}, False),  # within the probe's margin: either is right
+])
+def test_the_auto_row_fails_where_auto_picked_the_clearly_slower_precision(monkeypatch, picked, rates, fails):
+    """The speed rows measure bf16 and TF32; the auto row then starts the trainer with `amp: auto` and compares its
+    pick with them."""
+    from layerwise_nmt.training import loop
+    from layerwise_nmt.training.precision import Precision
+
+    config = gpu_check.read_config(ROOT / "config.yaml")
+    monkeypatch.setattr(loop, "resolve", lambda amp, device, workload: Precision(picked, amp, "stand-in probe", "gpu"))
+    measured = [{"precision": label, "target_tokens_per_second": rate} for label, rate in rates.items()]
+    monkeypatch.setattr(gpu_check, "_label_of_none", lambda device: "tf32")  # the GPU's name for amp: none
+    row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, measured)
+    assert row["picked"] == picked and row["reason"] == "stand-in probe" and ("error" in row) == fails
+    assert row["measured_fastest"] == max(rates, key=rates.get)
+
+
 _probe_spec = importlib.util.spec_from_file_location("study_probe", ROOT / "benchmarks" / "study_probe.py")
 study_probe = importlib.util.module_from_spec(_probe_spec)
 _probe_spec.loader.exec_module(study_probe)

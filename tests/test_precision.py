@@ -160,6 +160,111 @@ def test_auto_on_cuda_follows_bf16_support(monkeypatch):
     assert chosen.amp == "bf16" and chosen.device == "Tesla V100-SXM2-16GB"
 
 
+def fake_gpu(monkeypatch, name="NVIDIA H100 80GB HBM3"):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+
+
+@pytest.mark.parametrize("tf32_s, bf16_s, expected", [
+    (0.024, 0.055, "none"),  # an H100, transformer_iwslt_de_en at 4,096 tokens: host-bound, TF32 1.3-2.2x bf16
+    (0.085, 0.055, "bf16"),  # Transformer big at 12,288 tokens: bf16 1.55x TF32
+])
+def test_auto_on_a_bf16_gpu_follows_the_probe_and_calls_it_tf32(monkeypatch, tmp_path, tf32_s, bf16_s, expected):
+    """Before: a bf16 GPU always trained in bf16, though on an H100 an IWSLT-sized model's updates ran 1.3-2.2x
+    faster in TF32 (docs/benchmarks.md)."""
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    fake_gpu(monkeypatch)
+    calls = []
+    workload = Workload("train", {"model": "m"}, fake_step({"none": tf32_s, "bf16": bf16_s}, calls),
+                        torch.device("cuda"), "TF32")
+    chosen = precision.resolve("auto", torch.device("cuda"), workload)
+    assert chosen.amp == expected and calls.count("none") >= 3 and chosen.device == "NVIDIA H100 80GB HBM3"
+    assert chosen.measured.startswith(f"bf16 {tf32_s / bf16_s:.2f}"[:-1]) and chosen.measured.endswith("x TF32")
+    assert ("TF32, as bf16 is not" in chosen.reason) == (expected == "none")
+    key = precision_probe.cache_key("train", {"model": "m"}, torch.device("cuda"))
+    assert key["gpu"] == "NVIDIA H100 80GB HBM3" and key["compute_capability"] == [9, 0] and "cpu" not in key
+    fake_gpu(monkeypatch, "NVIDIA A100-SXM4-80GB")  # another GPU: measured afresh, not the H100's answer reused
+    assert precision.resolve("auto", torch.device("cuda"), Workload(
+        "train", {"model": "m"}, fake_step({"none": 0.09, "bf16": 0.03}, calls), torch.device("cuda"), "TF32")
+    ).amp == "bf16"
+
+
+def test_a_tf32_step_out_of_gpu_memory_picks_bf16_and_one_in_bf16_is_not_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    fake_gpu(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    def out_of_memory_in(which):
+        def step(amp):
+            if amp == which:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return step
+
+    chosen = precision.resolve("auto", torch.device("cuda"), Workload(
+        "train", {"rows": 512}, out_of_memory_in("none"), torch.device("cuda"), "TF32"))
+    assert chosen.amp == "bf16" and chosen.measured == "TF32 out of memory"
+    assert precision.resolve("auto", torch.device("cuda"), Workload(  # cached, as any other answer
+        "train", {"rows": 512}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32")).amp == "bf16"
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # fits in neither: not a choice to cache
+        Workload("train", {"rows": 1024}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32").measure()
+    assert "probe failed (OutOfMemoryError)" in precision.resolve("auto", torch.device("cuda"), Workload(
+        "train", {"rows": 1024}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32")).reason
+
+
+def test_a_probe_that_fails_on_a_gpu_leaves_bf16_and_says_why(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    fake_gpu(monkeypatch)
+    chosen = precision.resolve("auto", torch.device("cuda"), Workload(
+        "decode", {}, lambda amp: 1 / 0, torch.device("cuda"), "TF32"))
+    assert chosen.amp == "bf16" and "the probe failed (ZeroDivisionError)" in chosen.reason
+    assert "precision probe failed on NVIDIA H100 80GB HBM3 (ZeroDivisionError" in caplog.text
+
+
+def test_a_probe_step_on_a_gpu_waits_for_its_kernels_in_the_runs_kernels(monkeypatch):
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(
+        torch.get_float32_matmul_precision()))
+    before = torch.get_float32_matmul_precision()
+    for tf32, inside in ((True, "high"), (False, "highest")):
+        with precision_probe.probe_step(torch.device("cuda"), tf32):
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert waited[-1] == inside and torch.get_float32_matmul_precision() == before
+    with precision_probe.probe_step(torch.device("cpu")):
+        pass
+    assert len(waited) == 2  # a CPU step has nothing to wait for
+    assert precision_probe.full_precision(torch.device("cuda")) == "TF32"
+    assert precision_probe.full_precision(torch.device("cuda"), tf32=False) == "fp32"
+    assert precision_probe.full_precision(torch.device("cpu")) == "fp32"
+
+
+def test_the_training_probe_times_the_runs_whole_batch_on_a_gpu_and_1024_tokens_on_a_cpu():
+    from layerwise_nmt.training.loop import probe_rows
+
+    assert probe_rows(12288, 24, torch.device("cuda")) == 512
+    assert probe_rows(12288, 24, torch.device("cpu")) == 42
+    assert probe_rows(None, 24, torch.device("cuda")) == 42 and probe_rows(10, 24, torch.device("cpu")) == 1
+
+
+def _broadcast_worker(rank, out, init):
+    from layerwise_nmt.training.distributed import broadcast_object
+
+    torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    mine = precision.Precision(("bf16", "none")[rank], "auto", f"rank {rank}'s probe", "gpu")
+    Path(out, f"rank{rank}.json").write_text(json.dumps(broadcast_object(mine).to_dict()))
+    torch.distributed.destroy_process_group()
+
+
+def test_every_rank_trains_in_rank_0s_precision(tmp_path):
+    """Ranks on different machines may probe differently; each takes rank 0's answer."""
+    from layerwise_nmt.training.distributed import broadcast_object
+
+    torch.multiprocessing.spawn(_broadcast_worker, args=(str(tmp_path), f"file://{tmp_path}/rdzv"), nprocs=2)
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"rank{rank}.json").read_text())["reason"] == "rank 0's probe"
+    assert broadcast_object("alone") == "alone"  # no process group: unchanged
+
+
 def test_avx2_emulation_makes_auto_choose_fp32():
     """The real environment switch, in a fresh process: PyTorch's kernels at AVX2 → fp32 whatever the CPU has."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}

@@ -8,7 +8,8 @@ update_freq for update-bounded runs (max_tokens counts target tokens; the source
 epochs × training pairs × subwords per sentence × 2 for epoch-bounded runs (an upper bound when early stopping
 may end them sooner: marked ≤). Decoding, validation and data preparation are not counted (small beside training).
 Each experiment is priced in the precision it will train in on the GPU named (`--gpu`, default A100): `amp: auto`
-→ bf16 (fp16 where the GPU has no bf16), `amp: none` → TF32 tensor cores (fp32 where the row sets `tf32: false` or
+→ bf16 (fp16 where the GPU has no bf16; a run's own probe may find TF32 faster for a small model, priced as bf16
+here), `amp: none` → TF32 tensor cores (fp32 where the row sets `tf32: false` or
 the GPU has none). Sustained throughput = the GPU's dense peak in that precision × an assumed model FLOP
 utilisation (`--mfu`, default 33%: NVIDIA DeepLearningExamples' fairseq-style Transformer-big in mixed precision,
 ~82K target tokens/s on one A100; its MLPerf v0.7 submission with fused kernels reached ~41%). Both are stated in

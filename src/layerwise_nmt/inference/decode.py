@@ -33,7 +33,8 @@ from ..data.io import write_lines
 from ..data.vocab import Dictionary
 from ..models.user import UserCode, UserModel
 from ..training.precision import cuda_kernels, resolve
-from ..training.precision_probe import Workload, autocast as probe_autocast, model_shape
+from ..training.precision_probe import (Workload, autocast as probe_autocast, full_precision, model_shape,
+                                        probe_step)
 
 log = logging.getLogger(__name__)
 
@@ -208,10 +209,11 @@ def decoding_workload(model, cfg: BeamConfig, device, eos: int, pad: int) -> Wor
     steps = replace(cfg, max_len_a=0.0, max_len_b=8, min_len=8)  # eight steps whatever the random weights say
 
     def step(amp: str) -> None:
-        with probe_autocast(amp):
+        with probe_step(device), probe_autocast(amp, device):
             beam_search(model, src, steps, eos=eos, pad=pad)
 
-    return Workload("decode", model_shape(model, rows=src.size(0), length=length, beam=cfg.beam), step)
+    return Workload("decode", model_shape(model, rows=src.size(0), length=length, beam=cfg.beam), step, device,
+                    full_precision(device))
 
 
 def strip_bpe(line: str, remove_bpe: str | None) -> str:

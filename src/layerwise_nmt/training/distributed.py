@@ -95,3 +95,12 @@ class StopSignals:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         self.hit = int(flag.item()) or None
         return self.hit is not None
+
+
+def broadcast_object(value):
+    """Rank 0's `value` on every rank (itself outside a process group of several ranks)."""
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

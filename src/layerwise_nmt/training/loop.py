@@ -38,14 +38,14 @@ from . import checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
 from ..data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order, make_batches, merge_batches
 from ..data.vocab import Dictionary, load_pair
-from .distributed import StopSignals, barrier, init_distributed, per_rank_update_freq, world
+from .distributed import StopSignals, barrier, broadcast_object, init_distributed, per_rank_update_freq, world
 from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
 from ..models import UserModel, build
 from ..models.transformer import count_parameters
 from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, cuda_kernels, resolve
-from .precision_probe import Workload, autocast as probe_autocast, model_shape
+from .precision_probe import Workload, autocast as probe_autocast, full_precision, model_shape, probe_step
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
 from .config import TrainConfig
@@ -247,7 +247,8 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
             log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
                      ", ".join(new) or "none")
     check_merging(model, cfg)
-    precision = precision or resolve(cfg.amp, device, training_workload(model, cfg, device))
+    # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
+    precision = precision or broadcast_object(resolve(cfg.amp, device, training_workload(model, cfg, device)))
     if rank == 0:
         log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
@@ -266,25 +267,35 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
 
 
 def training_workload(model: torch.nn.Module, cfg: TrainConfig, device) -> Workload:
-    """One forward and backward of `model` on a batch of the run's size (max_tokens, at most 1,024 target tokens:
-    the matmuls' inner dimensions are the model's), for `amp: auto`'s probe; random tokens, fixed. The RNG streams
-    are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly as an
-    unprobed one."""
+    """One forward and backward of `model` on a batch of the run's size, for `amp: auto`'s probe; random tokens,
+    fixed. On a CPU at most 1,024 target tokens (the matmuls' inner dimensions are the model's); on a GPU the run's
+    whole max_tokens, since there the batch's size decides whether the update waits on the host or on the GPU. The
+    RNG streams are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly
+    as an unprobed one."""
     config, length = model.config, min(24, model.config.max_positions - 1)
-    rows = max(1, min(cfg.max_tokens or 1024, 1024) // length)
+    rows = probe_rows(cfg.max_tokens, length, device)
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(4, config.src_vocab, (rows, length), generator=generator).to(device)
     prev = torch.randint(4, config.tgt_vocab, (rows, length), generator=generator).to(device)
     target = prev.roll(-1, dims=1)
 
     def step(amp: str) -> None:
-        with torch.random.fork_rng(devices=[]), probe_autocast(amp):
-            output = model(src, prev, full=True)
-            loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
-        loss.backward()
-        model.zero_grad(set_to_none=True)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), probe_step(device, cfg.tf32):
+            with probe_autocast(amp, device):
+                output = model(src, prev, full=True)
+                loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
+            loss.backward()
+            model.zero_grad(set_to_none=True)
 
-    return Workload("train", model_shape(model, rows=rows, length=length), step)
+    return Workload("train", model_shape(model, rows=rows, length=length), step, device,
+                    full_precision(device, cfg.tf32))
+
+
+def probe_rows(max_tokens: int | None, length: int, device: torch.device) -> int:
+    """Sentences of `length` in the training probe's batch: the run's max_tokens on a GPU, at most 1,024 tokens on a
+    CPU (1,024 without max_tokens)."""
+    tokens = max_tokens or 1024
+    return max(1, (tokens if device.type == "cuda" else min(tokens, 1024)) // length)
 
 
 def check_merging(model: torch.nn.Module, cfg: TrainConfig) -> None:

@@ -1,6 +1,8 @@
 """Which precision a run computes in: `amp: auto` picks the fastest one the device runs.
 
-    CUDA with bf16 (Ampere and newer)   → bf16 autocast
+    CUDA with bf16 (Ampere and newer)   → measured: bf16 autocast where the work itself runs clearly faster in it,
+                                          else TF32 (fp32 with `tf32: false`); Transformer base and big train
+                                          faster in bf16, an IWSLT-sized model's small updates in TF32
     older CUDA (V100, P100, T4)         → fp16 autocast with the loss scaler (loop.py)
     CPU with AVX512_BF16 or AMX, whose
       PyTorch kernels run at AVX-512    → measured: bf16 autocast where the work itself runs clearly faster in it,
@@ -53,8 +55,8 @@ class Precision:
 
 def resolve(requested: str, device: torch.device, workload=None) -> Precision:
     """The precision to compute in on `device` for the configured `amp` (see the module docstring). `workload`: a
-    `precision_probe.Workload`, timed when the choice on a CPU needs a measurement; without one, such a CPU
-    computes in fp32."""
+    `precision_probe.Workload`, timed when the choice needs a measurement; without one, a bf16 GPU computes in
+    bf16 and such a CPU in fp32."""
     if requested not in AMP_CHOICES:
         raise UserError(f"amp={requested!r}; expected one of {', '.join(AMP_CHOICES)}")
     name = device_name(device)
@@ -64,7 +66,15 @@ def resolve(requested: str, device: torch.device, workload=None) -> Precision:
         return Precision(requested, requested, "as configured", name)
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
-            return Precision("bf16", "auto", "CUDA device with bf16 tensor cores", name)
+            if workload is None:
+                return Precision("bf16", "auto", "CUDA device with bf16 tensor cores", name)
+            try:
+                measured = workload.choose()
+            except Exception as err:  # noqa: BLE001  (a probe that fails costs its speed-up, never the run)
+                log.warning("precision probe failed on %s (%s: %s); bf16", name, type(err).__name__, err)
+                return Precision("bf16", "auto", f"CUDA device with bf16 tensor cores; the probe failed "
+                                 f"({type(err).__name__})", name)
+            return Precision(measured.amp, "auto", measured.reason(), name, measured.summary())
         return Precision("fp16", "auto", "CUDA device without bf16: fp16 with loss scaling", name)
     if device.type == "cpu":
         capability = cpu_capability()

@@ -1,13 +1,17 @@
-"""`amp: auto` on a CPU with native bf16, decided by timing the work itself rather than by the CPU's flags.
+"""`amp: auto` on a CPU with native bf16 or a GPU with bf16, decided by timing the work itself rather than by flags.
 
 Native bf16 instructions do not make bf16 faster: on a Xeon exposing AVX512_BF16 but not AMX, a small Transformer's
 update took 1.56x as long in bf16 autocast as in fp32 (the casts around every matmul cost more than the matmuls
-save), while AMX Xeons and Zen 4 EPYCs train 1.4-1.5x faster in bf16 (docs/benchmarks.md). So the first run of a
-workload on a machine times a few of its own steps (a training update's forward and backward at the model's shapes,
-or a few beam-search steps) in fp32 and in bf16, and picks bf16 only when it is at least `SPEEDUP` times faster.
+save), while AMX Xeons and Zen 4 EPYCs train 1.4-1.5x faster in bf16 (docs/benchmarks.md). On an H100 bf16 trains
+Transformer big 1.55x faster than TF32, but a transformer_iwslt_de_en-sized model at 4,096-token batches 1.3-2.2x
+slower: there each update waits on the host's kernel launches, and autocast's casts add launches. So the first run of
+a workload on a machine times a few of its own steps (a training update's forward and backward at the model's
+shapes, or a few beam-search steps) in fp32 (TF32 on a GPU unless `tf32: false`) and in bf16, and picks bf16 only
+when it is at least `SPEEDUP` times faster.
 
 The answer is cached, keyed by everything it depends on (CPU model and flags, PyTorch's kernel level and oneDNN's
-ISA cap, PyTorch version, threads, the workload's kind and shapes), in `$LWNMT_CACHE_DIR` or
+ISA cap, threads; or the GPU's name and compute capability and CUDA's version; PyTorch's version, the workload's
+kind and shapes), in `$LWNMT_CACHE_DIR` or
 `$XDG_CACHE_HOME/layerwise-nmt` (default ~/.cache/layerwise-nmt), under a file lock: every later run of the same
 workload on the same machine reuses the choice, so its results do not depend on a second measurement's noise, and
 runs started together measure once.
@@ -15,10 +19,12 @@ runs started together measure once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -29,7 +35,7 @@ from pathlib import Path
 import torch
 
 from ..data.io import atomic_path
-from .precision import cpu_capability, cpu_flags, cpu_model
+from .precision import cpu_capability, cpu_flags, cpu_model, cuda_kernels
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +53,19 @@ class Measured:
     bf16_s: float
     kind: str
     measured_at: str  # when the probe ran (ISO date); a cached choice keeps it
+    full: str = "fp32"  # what "none" computes in there: fp32, or TF32 on a GPU's tensor cores
 
     @property
     def speedup(self) -> float:
         return self.fp32_s / self.bf16_s
 
     def summary(self) -> str:  # "bf16 1.42x fp32", the tables' precision line
-        return f"bf16 {self.speedup:.2f}x fp32"
+        if math.isinf(self.fp32_s):
+            return f"{self.full} out of memory"
+        return f"bf16 {self.speedup:.2f}x {self.full}"
 
     def reason(self) -> str:
-        picked = "bf16" if self.amp == "bf16" else "fp32"
+        picked = "bf16" if self.amp == "bf16" else self.full
         return (f"measured: {self.summary()} ({self.kind} step {self.bf16_s:.3f} s vs {self.fp32_s:.3f} s, "
                 f"probed {self.measured_at[:10]}); {picked}, as bf16 "
                 f"{'is' if self.amp == 'bf16' else 'is not'} ≥ {SPEEDUP}x faster")
@@ -65,14 +74,16 @@ class Measured:
 @dataclass(frozen=True)
 class Workload:
     """A few seconds of representative work: `step(amp)` runs one step of it at amp "none" or "bf16", leaving the
-    model, the RNG streams and the gradients as they were."""
+    model, the RNG streams and the gradients as they were, and returns once the device has finished it."""
 
     kind: str  # train | decode
     shape: dict  # what its speed depends on besides the machine: model class, its config, tokens per step
     step: Callable[[str], None]
+    device: torch.device = torch.device("cpu")
+    full: str = "fp32"  # what amp "none" computes in on the device: fp32, or TF32
 
     def choose(self) -> Measured:
-        key = cache_key(self.kind, self.shape)
+        key = cache_key(self.kind, self.shape, self.device)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
         directory = cache_dir()
         try:
@@ -85,7 +96,8 @@ class Workload:
             fcntl.flock(lock, fcntl.LOCK_EX)  # runs started together: one measures, the others wait and read
             cached = read_cache(directory).get(digest)
             if cached is not None:
-                return Measured(**{k: cached[k] for k in ("amp", "fp32_s", "bf16_s", "kind", "measured_at")})
+                return Measured(**{k: cached[k] for k in ("amp", "fp32_s", "bf16_s", "kind", "measured_at")},
+                                full=cached.get("full", "fp32"))
             measured = self.measure()
             entries = read_cache(directory)
             entries[digest] = {**measured.__dict__, "key": key}
@@ -96,13 +108,28 @@ class Workload:
     def measure(self) -> Measured:
         """The fastest of 2 to `ROUNDS` steps per precision, alternated so that a change in load hits both, after
         one untimed step each (first-call allocations, oneDNN's kernel selection); fewer where the choice is a
-        clear cut."""
+        clear cut. A GPU too small for the batch in fp32/TF32 gets bf16, which needs less memory."""
+        attempted: list[str] = []
+        try:
+            return self._measure(attempted)
+        except torch.cuda.OutOfMemoryError:
+            if attempted[-1] == "bf16":  # bf16 needs the least: the batch fits neither
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            log.warning("precision probe (%s): out of GPU memory at this batch; bf16, which needs less", self.kind)
+            return Measured("bf16", math.inf, math.inf, self.kind,
+                            datetime.now(timezone.utc).isoformat(timespec="seconds"), self.full)
+
+    def _measure(self, attempted: list[str]) -> Measured:
         for amp in ("none", "bf16"):
+            attempted.append(amp)
             self.step(amp)
         times: dict[str, list[float]] = {"none": [], "bf16": []}
         started = time.perf_counter()
         for round_ in range(ROUNDS):
             for amp in (("none", "bf16") if round_ % 2 == 0 else ("bf16", "none")):
+                attempted.append(amp)
                 t0 = time.perf_counter()
                 self.step(amp)
                 times[amp].append(time.perf_counter() - t0)
@@ -110,9 +137,10 @@ class Workload:
                 break
         fp32_s, bf16_s = min(times["none"]), min(times["bf16"])
         amp = "bf16" if fp32_s >= SPEEDUP * bf16_s else "none"
-        measured = Measured(amp, fp32_s, bf16_s, self.kind, datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        log.info("precision probe (%s, %d rounds): fp32 %.3f s, bf16 %.3f s per step → %s", self.kind,
-                 len(times["none"]), fp32_s, bf16_s, "bf16" if amp == "bf16" else "fp32")
+        measured = Measured(amp, fp32_s, bf16_s, self.kind, datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            self.full)
+        log.info("precision probe (%s, %d rounds): %s %.3f s, bf16 %.3f s per step → %s", self.kind,
+                 len(times["none"]), self.full, fp32_s, bf16_s, "bf16" if amp == "bf16" else self.full)
         return measured
 
 
@@ -130,8 +158,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "layerwise-nmt"
 
 
-def cache_key(kind: str, shape: dict) -> dict:
+def cache_key(kind: str, shape: dict, device: torch.device = torch.device("cpu")) -> dict:
     """Everything the choice depends on: the same key on another day gets the same precision."""
+    if device.type == "cuda":
+        return {"kind": kind, "shape": shape, "gpu": torch.cuda.get_device_name(device),
+                "compute_capability": list(torch.cuda.get_device_capability(device)), "cuda": torch.version.cuda,
+                "torch": torch.__version__}
     return {"kind": kind, "shape": shape, "cpu": cpu_model(), "capability": cpu_capability(),
             "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile",
                                            "avx_vnni", "amx_fp16"}),
@@ -151,9 +183,24 @@ def read_cache(directory: Path) -> dict:
     return entries if isinstance(entries, dict) else {}
 
 
-def autocast(amp: str):
-    """CPU autocast for a probe step: bf16, or off for fp32."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp == "bf16")
+@contextlib.contextmanager
+def probe_step(device: torch.device, tf32: bool = True):
+    """One probe step's context on `device`: the CUDA kernels training and decoding use (TF32 unless `tf32` is off)
+    and, on a GPU, a wait for the step's kernels at its end, so that the step's wall time is the device's."""
+    with cuda_kernels(device, tf32):
+        yield
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def autocast(amp: str, device: torch.device = torch.device("cpu")):
+    """Autocast for a probe step's forward: bf16, or off for fp32/TF32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
+
+
+def full_precision(device: torch.device, tf32: bool = True) -> str:
+    """What amp "none" computes in on `device`: the name the probe's numbers use."""
+    return "TF32" if device.type == "cuda" and tf32 else "fp32"
 
 
 def model_shape(model: torch.nn.Module, **sizes) -> dict:
