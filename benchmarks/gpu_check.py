@@ -106,7 +106,7 @@ def precision_of(label: str, device: torch.device):
     amp, tf32 = PRECISIONS[label]
     if amp == "fp16" and device.type != "cuda":
         return Precision("fp16", "fp16", "the CUDA fp16 branch rehearsed on the CPU", device_name(device)), tf32
-    return resolve(amp, device), tf32
+    return resolve(amp, device, tf32=tf32), tf32
 
 
 @contextlib.contextmanager
@@ -119,7 +119,7 @@ def trainer_precision(label: str, device: torch.device):
         yield
         return
     real = training.resolve
-    training.resolve = lambda amp, dev, workload=None: precision_of(label, dev)[0]
+    training.resolve = lambda amp, dev, workload=None, tf32=True: precision_of(label, dev)[0]
     try:
         yield
     finally:

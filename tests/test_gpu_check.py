@@ -194,7 +194,8 @@ def test_the_auto_row_fails_where_auto_picked_the_clearly_slower_precision(monke
     from layerwise_nmt.training.precision import Precision
 
     config = gpu_check.read_config(ROOT / "config.yaml")
-    monkeypatch.setattr(loop, "resolve", lambda amp, device, workload: Precision(picked, amp, "stand-in probe", "gpu"))
+    monkeypatch.setattr(loop, "resolve", lambda amp, device, workload, tf32=True: Precision(
+        picked, amp, "stand-in probe", "gpu"))
     measured = [{"precision": label, "target_tokens_per_second": rate} for label, rate in rates.items()]
     monkeypatch.setattr(gpu_check, "_label_of_none", lambda device: "tf32")  # the GPU's name for amp: none
     row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, measured)

@@ -325,7 +325,7 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
     assert ("measured" in used) == probed and used["amp"] == ("none" if amp == "none" else used["amp"])
 
 
-def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path):
+def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path, monkeypatch):
     from layerwise_nmt.report.tables import precision_lines
 
     from layerwise_nmt.grid import save_dir
@@ -350,3 +350,8 @@ def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_pa
                                                   "device": "cpu: Xeon (AVX512)", "measured": "bf16 1.42x fp32"}}))
     assert precision_lines(spec)[1] == ("Our runs' precision: bf16 (amp: auto; measured bf16 1.42x fp32) on "
                                         "cpu: Xeon (AVX512).")
+    fake_gpu(monkeypatch)
+    on_gpu = precision.resolve("none", torch.device("cuda"))  # an fp32 row on a GPU computes in TF32, and says so
+    assert on_gpu.computes == "TF32" and precision.resolve("none", torch.device("cuda"), tf32=False).computes == "fp32"
+    measured.write_text(json.dumps({"precision": on_gpu.to_dict()}))
+    assert precision_lines(spec)[1] == "Our runs' precision: TF32 (amp: none) on NVIDIA H100 80GB HBM3."

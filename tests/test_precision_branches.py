@@ -155,7 +155,7 @@ def test_fp16_resume_keeps_the_loss_scale(toy_data, tmp_path):
 
 def test_train_runs_fp16_end_to_end_through_the_loop_and_resumes(toy_data, tmp_path, monkeypatch):
     """`lwnmt train` with amp: fp16 (what a V100 gets): the whole loop, checkpoints and a resume, on the CPU."""
-    monkeypatch.setattr(training, "resolve", lambda amp, device, workload=None: as_if_on_cuda("fp16"))
+    monkeypatch.setattr(training, "resolve", lambda amp, device, workload=None, tf32=True: as_if_on_cuda("fp16"))
     straight, stopped = tmp_path / "a", tmp_path / "b"
     training.train(toy_spec(max_update=6, amp="fp16"), str(toy_data), "de", "en", str(straight))
     training.train(toy_spec(max_update=3, amp="fp16"), str(toy_data), "de", "en", str(stopped))

@@ -129,7 +129,8 @@ def run_record(folder: Path) -> dict:
     return {"bleu": score["bleu"], "chrf": score.get("chrf"), "updates": training.get("updates"),
             "target_tokens_per_second": training["target_tokens"] / seconds if seconds else None,
             "train_minutes": training.get("minutes"), "job_wall_minutes": wall / 60 if wall else None,
-            "precision": precision.get("amp") if isinstance(precision, dict) else precision,
+            "precision": (precision.get("computes") or precision.get("amp")) if isinstance(precision, dict) else
+            precision,
             "cpu": about.get("cpu") or (precision.get("device") if isinstance(precision, dict) else None),
             "commit": about.get("commit"), "curve": validation_curve(folder / "metrics.csv")}
 

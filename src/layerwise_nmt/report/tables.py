@@ -272,7 +272,7 @@ def precision_lines(spec: dict) -> list[str]:
             path = Path(save_dir(run)) / "training.json"
             chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
             if chosen:
-                name = {"none": "fp32"}.get(chosen["amp"], chosen["amp"])
+                name = chosen.get("computes") or {"none": "fp32"}.get(chosen["amp"], chosen["amp"])
                 measured = f"; measured {chosen['measured']}" if chosen.get("measured") else ""
                 key = f"{name} (amp: {chosen['requested']}{measured}) on {chosen['device']}"
                 used.setdefault(key, []).append(row["label"])

@@ -248,7 +248,8 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
                      ", ".join(new) or "none")
     check_merging(model, cfg)
     # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
-    precision = precision or broadcast_object(resolve(cfg.amp, device, training_workload(model, cfg, device)))
+    precision = precision or broadcast_object(resolve(cfg.amp, device, training_workload(model, cfg, device),
+                                                      cfg.tf32))
     if rank == 0:
         log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -38,6 +38,12 @@ class Precision:
     reason: str  # why, in words, for the log and training.json
     device: str  # the device's name ("NVIDIA H100 80GB HBM3", "cpu: AMD EPYC 9B14 (AVX512)")
     measured: str = ""  # what the probe found, when it decided ("bf16 1.42x fp32"); "" otherwise
+    tf32: bool = False  # "none" on a GPU computes its matmuls in TF32
+
+    @property
+    def computes(self) -> str:
+        """What the matmuls compute in: bf16, fp16, TF32 or fp32 (the tables' precision line)."""
+        return ("TF32" if self.tf32 else "fp32") if self.amp == "none" else self.amp
 
     def autocast(self, device: torch.device):
         """A fresh autocast context for this precision on `device` (a no-op for fp32)."""
@@ -50,13 +56,18 @@ class Precision:
 
     def to_dict(self) -> dict:
         return {"amp": self.amp, "requested": self.requested, "reason": self.reason, "device": self.device,
-                **({"measured": self.measured} if self.measured else {})}
+                "computes": self.computes, **({"measured": self.measured} if self.measured else {})}
 
 
-def resolve(requested: str, device: torch.device, workload=None) -> Precision:
+def resolve(requested: str, device: torch.device, workload=None, tf32: bool = True) -> Precision:
     """The precision to compute in on `device` for the configured `amp` (see the module docstring). `workload`: a
     `precision_probe.Workload`, timed when the choice needs a measurement; without one, a bf16 GPU computes in
-    bf16 and such a CPU in fp32."""
+    bf16 and such a CPU in fp32. `tf32`: the run's setting, which makes "none" TF32 on a GPU."""
+    chosen = _resolve(requested, device, workload)
+    return replace(chosen, tf32=device.type == "cuda" and tf32)
+
+
+def _resolve(requested: str, device: torch.device, workload) -> Precision:
     if requested not in AMP_CHOICES:
         raise UserError(f"amp={requested!r}; expected one of {', '.join(AMP_CHOICES)}")
     name = device_name(device)
