@@ -85,8 +85,9 @@ def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
                        ("--min-len", int), ("--batch-size", int)):
         parser.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
     parser.add_argument("--amp", choices=["auto", "none", "bf16", "fp16"],
-                        help="precision (default auto: bf16 on GPUs, and on CPUs where a probe finds it faster, "
-                             "else fp32; none = fp32, as fairseq-generate without --fp16/--bf16); overrides --options")
+                        help="precision (default auto: bf16 where a probe of a few beam steps finds it faster, "
+                             "else TF32 on a GPU, fp32 on a CPU; fp16 on GPUs without bf16; none = fp32, as "
+                             "fairseq-generate without --fp16/--bf16); overrides --options")
 
 
 def cmd_translate(a) -> None:
