@@ -93,8 +93,11 @@ def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path):
     assert len(partial) == 6 and not (tmp_path / "again" / "study_cpu.gca_full").exists()
 
 
-def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path):
+def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, monkeypatch):
     results, out = tmp_path / "run", tmp_path / "docs"
+    monkeypatch.setattr(evidence, "machine", lambda: {"cpu": "Test CPU", "features": ["avx2", "avx512f",
+                                                                                      "avx512_bf16", "amx_bf16"],
+                                                      "python": "3.11.7"})
     for seed in (1, 2):
         fake_seed(results, seed)
         evidence.copy(config, TABLE, seed, out, results)
@@ -125,7 +128,10 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path):
     assert "Not run yet: 6 run(s), seed(s) 3 (`make study-cpu SEED=<k>`" in page
     assert "— (the same model trained longer)" in page and "| held |" in page and "| not held |" in page
     assert (out / "curves.png").stat().st_size > 10_000
-    assert "cpu: Test CPU" not in page or "Test CPU" in page  # the CPU column is filled from run.json or training
+    # the CPU with what decides its bf16 speed (a bare model name says nothing: "Intel(R) Xeon(R) Processor")
+    assert "| bf16 | Test CPU (AVX512_BF16, AMX) |" in page
+    # a resumed run's benchmark times only its last job: the column says so, and the page explains it
+    assert "| last job's wall, min |" in page and "resumed" in page
     assert json.loads((out / "summary.json").read_text())["table"] == TABLE
 
     block = evidence.readme_block(out)

@@ -131,8 +131,23 @@ def run_record(folder: Path) -> dict:
             "train_minutes": training.get("minutes"), "job_wall_minutes": wall / 60 if wall else None,
             "precision": (precision.get("computes") or precision.get("amp")) if isinstance(precision, dict) else
             precision,
-            "cpu": about.get("cpu") or (precision.get("device") if isinstance(precision, dict) else None),
+            "cpu": cpu_cell(about) or (precision.get("device") if isinstance(precision, dict) else None),
             "commit": about.get("commit"), "curve": validation_curve(folder / "metrics.csv")}
+
+
+# What decides a CPU's bf16 speed, most capable last; a feature implied by a later one is not repeated.
+CPU_FEATURES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512_BF16", "amx_bf16": "AMX"}
+IMPLIED_BY = {"avx2": "avx512f", "avx512f": "avx512_bf16"}
+
+
+def cpu_cell(about: dict) -> str | None:
+    """The CPU's name and its vector features, as run.json records them: 'Intel(R) Xeon(R) Processor (AVX512_BF16,
+    AMX)'; model names alone do not tell an AVX2-only part from one with native bf16."""
+    if not about.get("cpu"):
+        return None
+    features = about.get("features") or []
+    shown = [CPU_FEATURES[f] for f in CPU_FEATURES if f in features and IMPLIED_BY.get(f) not in features]
+    return f"{about['cpu']} ({', '.join(shown)})" if shown else about["cpu"]
 
 
 def validation_curve(path: Path) -> list[tuple[int, float]]:
@@ -278,8 +293,8 @@ def table_lines(summary: dict, links: bool = False) -> list[str]:
 
 
 def runs_lines(summary: dict) -> list[str]:
-    lines = ["| run | seed | BLEU | updates | target tokens/s | training, min | job wall, min | precision | CPU | "
-             "commit |", "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    lines = ["| run | seed | BLEU | updates | target tokens/s | training, min | last job's wall, min | precision | "
+             "CPU | commit |", "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in summary["runs"]:
         lines.append(f"| `{r['experiment']}` | {r['seed']} | {r['bleu']:.2f} | {r['updates']:,} | "
                      f"{fmt(r['target_tokens_per_second'], 0)} | {fmt(r['train_minutes'], 1)} | "
@@ -318,7 +333,11 @@ def write(summary: dict, out: str | Path, collect_command: str = "lwnmt evidence
                   "Validation loss over updates, every run (warm-started rows continue from their parent's last "
                   "update).",
                   ""]
-    lines += ["## Each run", ""] + runs_lines(summary) + [""]
+    lines += ["## Each run", "",
+              "Training minutes and tokens/s count the training itself, summed over every job of a run; the last "
+              "job's wall is Snakemake's benchmark of the job that finished it (set-up and validation included), so "
+              "it is shorter than the training where a run was resumed after a stop.", ""]
+    lines += runs_lines(summary) + [""]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
