@@ -209,3 +209,23 @@ def test_the_budget_checks_words_follow_which_way_it_went():
     assert plain_words(lost) == ("training longer loses BLEU here (significant by the paired bootstrap): the budget "
                                  "is past where more training helps")
     assert plain_words(gained) == "what training longer still buys (not significant by the paired bootstrap)"
+
+
+def test_a_claim_not_held_says_seed_by_seed_what_the_tests_found():
+    """MLRF was significantly worse on seed 1 (p 0.001) and not on seed 2 (p 0.222); the README said 'not
+    significantly different', which seed 1 contradicts."""
+    from layerwise_nmt.report.evidence import plain_words
+
+    mlrf = {"delta": -1.20, "deltas": [-2.16, -0.24], "seeds": [1, 2], "bootstrap_p": [0.001, 0.222],
+            "t_test_p": 0.428, "claim": "not held"}
+    assert plain_words(mlrf) == ("worse on average; worse on 2 of 2 seeds, significantly on 1 (paired bootstrap, "
+                                 "p < 0.05); the t-test over seeds p 0.428: the claim does not hold at this size")
+    dou = {"delta": -0.09, "deltas": [-0.49, 0.32], "seeds": [1, 2], "bootstrap_p": [0.073, 0.160],
+           "t_test_p": 0.865, "claim": "not held"}
+    assert plain_words(dou) == ("worse on average; worse on 1 of 2 seeds, significantly on none (paired bootstrap, "
+                                "p < 0.05); the t-test over seeds p 0.865: the claim does not hold at this size")
+    worse = {**mlrf, "deltas": [-2.16, -1.5], "bootstrap_p": [0.001, 0.02], "delta": -1.83}
+    assert plain_words(worse) == ("worse on every seed, significantly (paired bootstrap, p < 0.05): the claim does not "
+                                  "hold at this size")
+    unscored = {**dou, "bootstrap_p": None, "t_test_p": None, "seeds": [1], "deltas": [0.0], "delta": 0.0}
+    assert plain_words(unscored) == "no better on average; worse on 0 of 1 seed: the claim does not hold at this size"

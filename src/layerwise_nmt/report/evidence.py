@@ -390,6 +390,21 @@ def readme_block(folder: str | Path, shown: str | None = None) -> str:
     return "\n".join(lines + words) + "\n"
 
 
+def seed_by_seed(c: dict) -> str:
+    """What each test found for a row no better than its control, seed by seed: the mean alone hides a seed that
+    was significantly worse."""
+    n = len(c["seeds"])
+    worse = [i for i, d in enumerate(c["deltas"]) if d < 0]
+    words = (f"{'worse' if c['delta'] < 0 else 'no better'} on average; worse on {len(worse)} of {n} "
+             f"seed{'s' if n > 1 else ''}")
+    if c.get("bootstrap_p"):
+        significant = sum(1 for i in worse if c["bootstrap_p"][i] < P_VALUE)
+        words += f", significantly on {significant or 'none'} (paired bootstrap, p < {P_VALUE})"
+    if c.get("t_test_p") is not None:
+        words += f"; the t-test over seeds p {c['t_test_p']:.3f}"
+    return words
+
+
 def plain_words(c: dict) -> str:
     on = "its one seed" if len(c["seeds"]) == 1 else "every seed"
     boot = c.get("bootstrap_p") or []
@@ -405,5 +420,5 @@ def plain_words(c: dict) -> str:
         if all(d < 0 for d in c["deltas"]) and significant:
             return (f"worse on {on}, significantly (paired bootstrap, p < {P_VALUE}): the claim does not hold at this "
                     "size")
-        return "no better on average, and not significantly different: the claim does not hold at this size"
+        return f"{seed_by_seed(c)}: the claim does not hold at this size"
     return "better on average but not significantly on every seed: inconclusive at this size"
