@@ -303,6 +303,20 @@ def runs_lines(summary: dict) -> list[str]:
     return lines
 
 
+def seed_cost_line(summary: dict) -> str:
+    """Training time per seed, summed over its runs: what the next seed will cost on a similar machine."""
+    planned: dict[int, int] = {}
+    for row in summary["rows"]:
+        for s in row["planned_seeds"]:
+            planned[s] = planned.get(s, 0) + 1
+    parts = []
+    for s in sorted(planned):
+        done = [r for r in summary["runs"] if r["seed"] == s]
+        minutes = sum(r["train_minutes"] or 0 for r in done)
+        parts.append(f"seed {s}, {len(done)} of {planned[s]} runs" + (f", {minutes / 60:.1f} h" if done else ""))
+    return "Training per seed, summed over its runs: " + "; ".join(parts) + "."
+
+
 def missing_lines(summary: dict, run_command: str, collect_command: str) -> list[str]:
     todo = [(row["label"], s) for row in summary["rows"] for s in row["planned_seeds"] if s not in row["seeds"]]
     if not todo:
@@ -336,7 +350,8 @@ def write(summary: dict, out: str | Path, collect_command: str = "lwnmt evidence
     lines += ["## Each run", "",
               "Training minutes and tokens/s count the training itself, summed over every job of a run; the last "
               "job's wall is Snakemake's benchmark of the job that finished it (set-up and validation included), so "
-              "it is shorter than the training where a run was resumed after a stop.", ""]
+              "it is shorter than the training where a run was resumed after a stop.", "",
+              seed_cost_line(summary), ""]
     lines += runs_lines(summary) + [""]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
