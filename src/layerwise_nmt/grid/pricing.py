@@ -18,7 +18,6 @@ the output.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from .. import grid
