@@ -232,3 +232,17 @@ def test_a_claim_not_held_says_seed_by_seed_what_the_tests_found():
                                   "hold at this size")
     unscored = {**dou, "bootstrap_p": None, "t_test_p": None, "seeds": [1], "deltas": [0.0], "delta": 0.0}
     assert plain_words(unscored) == "no better on average; worse on 0 of 1 seed: the claim does not hold at this size"
+
+
+def test_an_inconclusive_claim_says_seed_by_seed_what_the_tests_found():
+    """Dou's deep model was better on average over three seeds (+0.17) but worse on seed 1 and significantly
+    better on none; 'not significantly on every seed' hid that one seed went the other way."""
+    from layerwise_nmt.report.evidence import plain_words
+
+    dou = {"delta": 0.17, "deltas": [-0.49, 0.32, 0.68], "seeds": [1, 2, 3], "bootstrap_p": [0.073, 0.160, 0.062],
+           "t_test_p": 0.674, "claim": "inconclusive"}
+    assert plain_words(dou) == ("better on average; better on 2 of 3 seeds, significantly on none (paired bootstrap, "
+                                "p < 0.05); the t-test over seeds p 0.674: inconclusive at this size")
+    mostly = {**dou, "deltas": [0.9, 0.32, 0.68], "bootstrap_p": [0.01, 0.160, 0.02], "delta": 0.63}
+    assert plain_words(mostly) == ("better on average; better on 3 of 3 seeds, significantly on 2 (paired bootstrap, "
+                                   "p < 0.05); the t-test over seeds p 0.674: inconclusive at this size")

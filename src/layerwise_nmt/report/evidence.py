@@ -406,14 +406,16 @@ def readme_block(folder: str | Path, shown: str | None = None) -> str:
 
 
 def seed_by_seed(c: dict) -> str:
-    """What each test found for a row no better than its control, seed by seed: the mean alone hides a seed that
-    was significantly worse."""
+    """What each test found for a row that is not better on every seed, significantly, seed by seed: the mean alone
+    hides a seed that went the other way, or one that was significant."""
     n = len(c["seeds"])
-    worse = [i for i, d in enumerate(c["deltas"]) if d < 0]
-    words = (f"{'worse' if c['delta'] < 0 else 'no better'} on average; worse on {len(worse)} of {n} "
-             f"seed{'s' if n > 1 else ''}")
+    better = c["delta"] > 0
+    counted = [i for i, d in enumerate(c["deltas"]) if (d > 0 if better else d < 0)]
+    direction = "better" if better else "worse"
+    words = (f"{direction if better or c['delta'] < 0 else 'no better'} on average; {direction} on {len(counted)} of "
+             f"{n} seed{'s' if n > 1 else ''}")
     if c.get("bootstrap_p"):
-        significant = sum(1 for i in worse if c["bootstrap_p"][i] < P_VALUE)
+        significant = sum(1 for i in counted if c["bootstrap_p"][i] < P_VALUE)
         words += f", significantly on {significant or 'none'} (paired bootstrap, p < {P_VALUE})"
     if c.get("t_test_p") is not None:
         words += f"; the t-test over seeds p {c['t_test_p']:.3f}"
@@ -436,4 +438,4 @@ def plain_words(c: dict) -> str:
             return (f"worse on {on}, significantly (paired bootstrap, p < {P_VALUE}): the claim does not hold at this "
                     "size")
         return f"{seed_by_seed(c)}: the claim does not hold at this size"
-    return "better on average but not significantly on every seed: inconclusive at this size"
+    return f"{seed_by_seed(c)}: inconclusive at this size"
