@@ -410,10 +410,10 @@ def seed_by_seed(c: dict) -> str:
     hides a seed that went the other way, or one that was significant."""
     n = len(c["seeds"])
     better = c["delta"] > 0
-    counted = [i for i, d in enumerate(c["deltas"]) if (d > 0 if better else d < 0)]
+    on_average = "better" if better else "worse" if c["delta"] < 0 else "no better"
     direction = "better" if better else "worse"
-    words = (f"{direction if better or c['delta'] < 0 else 'no better'} on average; {direction} on {len(counted)} of "
-             f"{n} seed{'s' if n > 1 else ''}")
+    counted = [i for i, d in enumerate(c["deltas"]) if (d > 0 if better else d < 0)]
+    words = f"{on_average} on average; {direction} on {len(counted)} of {n} seed{'s' if n > 1 else ''}"
     if c.get("bootstrap_p"):
         significant = sum(1 for i in counted if c["bootstrap_p"][i] < P_VALUE)
         words += f", significantly on {significant or 'none'} (paired bootstrap, p < {P_VALUE})"
