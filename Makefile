@@ -9,7 +9,7 @@ export LWNMT_DATA_MIRROR
 # never a word of a recipe: recipes reach the venv relatively ($(VENV)/bin/...) or through PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect node-rehearsal clean
+.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect study-cpu6 study-cpu6-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -84,29 +84,41 @@ study-shard:
 study-collect: $(VENV)/.installed
 	bash scripts/study_gpu.sh collect $(DIR)
 
-# The small study near convergence on a CPU (config/study_cpu.yaml; README, "Near convergence"): one seed's runs
-# (SEED=1 also trains the baseline at twice the budget), two trainings at a time with one thread each, then their
-# small text files copied into docs/study/cpu/ and that page and the README's table rewritten from every seed there.
-# Seeds may run on different machines at different times; commit docs/study/cpu/ after each. The targets come first:
-# --set-threads reads every word after it as a rule's threads. Rerun after a kill (`snakemake --unlock` first): each
-# training resumes from its last checkpoint.
-STUDY_CPU := --config config.yaml --config config/study_cpu.yaml --table study_cpu/T1
+# The small study near convergence on a CPU, at two depths: STUDY=cpu (3+3 layers, config/study_cpu.yaml, the
+# default) and STUDY=cpu6 (6+6, config/study_cpu6.yaml; `make study-cpu6`); README, "Near convergence". One seed's
+# runs (SEED=1 also trains the recipe's checks), two trainings at a time with one thread each, then their small text
+# files copied into docs/study/$(STUDY)/ and that page, the README's tables and the figure across depths rewritten
+# from every seed there. A task's held-out source sets are translated too where LWNMT_HELDOUT_DIR (or heldout_dir:)
+# names their folder. Seeds may run on different machines at different times, each seed on one kind (CPU or GPU);
+# commit docs/study/ after each. The targets come first: --set-threads reads every word after it as a rule's
+# threads. Rerun after a kill (`snakemake --unlock` first): each training resumes from its last checkpoint.
+export LWNMT_HELDOUT_DIR
+STUDY ?= cpu
+STUDY_ARGS = --config config.yaml --config config/study_$(STUDY).yaml --table study_$(STUDY)/T1
 study-cpu: $(VENV)/.installed
 	$(if $(SEED),,$(error study-cpu: set SEED, e.g. make study-cpu SEED=1))
-	targets=$$(python -m layerwise_nmt evidence targets $(STUDY_CPU) --seed $(SEED)) && \
-		snakemake $$targets --cores all --rerun-incomplete --configfile config/study_cpu.yaml \
-			--set-threads train=1 translate=1
-	python -m layerwise_nmt evidence copy $(STUDY_CPU) --seed $(SEED) --out docs/study/cpu
-	$(MAKE) study-cpu-collect
+	targets=$$(python -m layerwise_nmt evidence targets $(STUDY_ARGS) --seed $(SEED) --out docs/study/$(STUDY)) && \
+		snakemake $$targets --cores all --rerun-incomplete --configfile config/study_$(STUDY).yaml \
+			--set-threads train=1 translate=1 translate_heldout=1
+	python -m layerwise_nmt evidence copy $(STUDY_ARGS) --seed $(SEED) --out docs/study/$(STUDY)
+	$(MAKE) study-cpu-collect STUDY=$(STUDY)
+
+study-cpu6:
+	$(MAKE) study-cpu STUDY=cpu6
 
 # The bootstrap compares hypotheses against the tokenized test references: prepared if this checkout has none (only
 # then: a rerun of the data rules would make every training of a study in progress look out of date).
 STUDY_CPU_REF := results/multi30k_deen/data/text/test.de-en.en
 study-cpu-collect: $(VENV)/.installed
-	test -f $(STUDY_CPU_REF) || snakemake $(STUDY_CPU_REF) --cores all --configfile config/study_cpu.yaml
-	python -m layerwise_nmt evidence collect $(STUDY_CPU) --out docs/study/cpu --ref $(STUDY_CPU_REF) \
-		--run-command "make study-cpu SEED=<k>" --collect-command "make study-cpu-collect"
+	test -f $(STUDY_CPU_REF) || snakemake $(STUDY_CPU_REF) --cores all --configfile config/study_$(STUDY).yaml
+	python -m layerwise_nmt evidence collect $(STUDY_ARGS) --out docs/study/$(STUDY) --ref $(STUDY_CPU_REF) \
+		--run-command "make study-$(STUDY) SEED=<k>" --collect-command "make study-$(STUDY)-collect"
+	python -m layerwise_nmt evidence depth --study 3+3=docs/study/cpu --study 6+6=docs/study/cpu6 \
+		--figure docs/study/depth.png
 	python -m layerwise_nmt docs
+
+study-cpu6-collect:
+	$(MAKE) study-cpu-collect STUDY=cpu6
 
 # The GPU node's environment rebuilt here (a Python 3.12 venv with only the image's packages at the image's
 # versions, scripts/node-image-versions.txt: torch 2.11, ~5 GB; REHEARSAL_PYTHON=host for python3 + torch 2.13),

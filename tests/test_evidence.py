@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from layerwise_nmt import UserError
 from layerwise_nmt.grid import load
-from layerwise_nmt.report import evidence
+from layerwise_nmt.report import evidence, evidence_page
 
 TABLE = "study_cpu/T1"
 TASK = "multi30k_deen"
@@ -123,7 +123,7 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, 
     twice = rows["study_cpu.transformer_2x"]
     assert twice["n"] == 1 and twice["compare"]["seeds"] == [1] and twice["compare"]["same_model"]
 
-    page = evidence.write(summary, out, "make study-cpu-collect", "make study-cpu SEED=<k>").read_text()
+    page = evidence_page.write(summary, out, "make study-cpu-collect", "make study-cpu SEED=<k>").read_text()
     assert "| Transformer baseline (3+3, d=256) | 41.50 ± 0.71 (n=2) |" in page
     assert "Not run yet: 6 run(s), seed(s) 3 (`make study-cpu SEED=<k>`" in page
     assert "— (the same model trained longer)" in page and "| held |" in page and "| not held |" in page
@@ -137,7 +137,7 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, 
             "seed 3, 0 of 6 runs.") in page
     assert json.loads((out / "summary.json").read_text())["table"] == TABLE
 
-    block = evidence.readme_block(out)
+    block = evidence_page.readme_block(out)
     assert "-10.00 BLEU against `study_cpu.transformer` over 2 seed(s): worse on every seed, significantly" in block
     assert "+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly" in block
 
@@ -193,7 +193,7 @@ sys.exit(3)  # no training here: make stops before copying
     args = json.loads(seen.read_text())
     assert args["targets"] == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
                                ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")]
-    assert args["threads"] == {"train": 1, "translate": 1} and args["configfile"] == ["config/study_cpu.yaml"]
+    assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1} and args["configfile"] == ["config/study_cpu.yaml"]
     # collecting in a checkout that has the committed runs but not the data: the references are prepared first
     result = subprocess.run(["make", "-o", ".venv/.installed", "study-cpu-collect"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
@@ -205,7 +205,7 @@ sys.exit(3)  # no training here: make stops before copying
 def test_the_budget_checks_words_follow_which_way_it_went():
     """The seed-1 check at twice the budget scored 1.10 below the budget's baseline, and the README said it was
     'what training longer still buys'."""
-    from layerwise_nmt.report.evidence import plain_words
+    from layerwise_nmt.report.evidence_page import plain_words
 
     lost = {"same_model": True, "delta": -1.10, "seeds": [1], "bootstrap_p": [0.013], "claim": None}
     gained = {**lost, "delta": 1.91, "bootstrap_p": [0.2]}
@@ -217,7 +217,7 @@ def test_the_budget_checks_words_follow_which_way_it_went():
 def test_a_claim_not_held_says_seed_by_seed_what_the_tests_found():
     """MLRF was significantly worse on seed 1 (p 0.001) and not on seed 2 (p 0.222); the README said 'not
     significantly different', which seed 1 contradicts."""
-    from layerwise_nmt.report.evidence import plain_words
+    from layerwise_nmt.report.evidence_page import plain_words
 
     mlrf = {"delta": -1.20, "deltas": [-2.16, -0.24], "seeds": [1, 2], "bootstrap_p": [0.001, 0.222],
             "t_test_p": 0.428, "claim": "not held"}
@@ -237,7 +237,7 @@ def test_a_claim_not_held_says_seed_by_seed_what_the_tests_found():
 def test_an_inconclusive_claim_says_seed_by_seed_what_the_tests_found():
     """Dou's deep model was better on average over three seeds (+0.17) but worse on seed 1 and significantly
     better on none; 'not significantly on every seed' hid that one seed went the other way."""
-    from layerwise_nmt.report.evidence import plain_words
+    from layerwise_nmt.report.evidence_page import plain_words
 
     dou = {"delta": 0.17, "deltas": [-0.49, 0.32, 0.68], "seeds": [1, 2, 3], "bootstrap_p": [0.073, 0.160, 0.062],
            "t_test_p": 0.674, "claim": "inconclusive"}

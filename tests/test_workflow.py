@@ -201,6 +201,37 @@ def test_ci_run_model_translates_raw_text_as_the_workflow_decoded_it_there_and_e
     assert portable.stdout == result.stdout
 
 
+def test_ci_run_translates_a_held_out_set_from_its_folder_as_it_decoded_the_test_set(ci_run, tmp_path):
+    """A source-only set named by the task (heldout_sets) in a folder outside the checkout (heldout_dir), gzipped:
+    the run's model translates it into heldout.<set>.txt in test.txt's form. Here the set is the test set's first
+    lines, so each line must come out as the workflow's own decoding of it."""
+    import gzip
+
+    raw = (ci_run / "results/raw/multi30k/test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:6]
+    folder = tmp_path / "held out"
+    folder.mkdir()
+    with gzip.open(folder / "sample.de.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(raw) + "\n")
+    overlay = tmp_path / "heldout.yaml"
+    overlay.write_text(yaml.safe_dump({"tasks": {"multi30k_ci": {"heldout_sets": {"sample": "sample.de.gz"}}}}))
+    run = ci_runs(ci_run)[0]
+    target = f"{run.relative_to(ci_run)}/heldout.sample.txt"
+    snakemake(ci_run, target, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "--config",
+              f"heldout_dir={folder}")
+    workflow = (run / "test.txt").read_text(encoding="utf-8").splitlines()[:6]
+    assert (run / "heldout.sample.txt").read_text(encoding="utf-8").splitlines() == workflow
+    assert (run / "heldout.sample.detok").exists() and (run / "translate.heldout.sample.log").exists()
+    for made in run.glob("heldout.sample.*"):  # the shared run stays as the other tests expect it
+        made.unlink()
+    # no folder, or a set the folder lacks: one line naming it, before any job runs
+    missing = snakemake(ci_run, target, "-n", "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), check=False)
+    assert missing.returncode != 0 and "no held-out set 'sample'" in missing.stdout + missing.stderr
+    (folder / "sample.de.gz").unlink()
+    gone = snakemake(ci_run, target, "-n", "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "--config",
+                     f"heldout_dir={folder}", check=False)
+    assert gone.returncode != 0 and "tasks/multi30k_ci/heldout_sets/sample:" in gone.stdout + gone.stderr
+
+
 def test_ci_run_rerun_has_nothing_to_do_with_or_without_the_mirror_and_a_new_checksum_redoes_its_file(ci_run,
                                                                                                       mirror, tmp_path):
     """Where a checksummed file came from is not what Snakemake compares (nothing is downloaded or retrained); a new

@@ -97,6 +97,7 @@ wildcard_constraints:
     pair=r"[a-z]{2,3}-[a-z]{2,3}",
     split=r"[a-z]+\d*",
     lenpen=r"\d+(\.\d+)?",
+    heldout=r"[A-Za-z0-9_-]+",
     vocab=r"joint|separate",
     paper=r"[^/.]+",
     figure=r"[^/.]+",
@@ -163,6 +164,7 @@ translate_flags = _from_grid(_inputs.translate_flags)
 decoded_prefix = _from_grid(_inputs.decoded_prefix)
 decoding_options = _from_grid(_inputs.decoding_options)
 decoding_inputs = _from_grid(_inputs.decoding_inputs)
+heldout_inputs = _from_grid(_inputs.heldout_inputs)
 score_inputs = _from_grid(_inputs.score_inputs)
 inspection_of = _from_grid(_inputs.inspection_of)
 inspection_flags = _from_grid(_inputs.inspection_flags)

@@ -33,6 +33,28 @@ rule translate:
         " 2> {log:q}"
 
 
+# A held-out set (the task's heldout_sets: source only, references elsewhere) translated from its raw text through
+# the run's model directory, whose tokenization and BPE make of raw text what the test set's rules make; never scored.
+rule translate_heldout:
+    input:
+        unpack(heldout_inputs),
+    output:
+        multiext("results/{task}/{experiment}/seed{seed}/heldout.{heldout}", ".bpe", ".txt", ".detok", ".json"),
+    log:
+        "results/{task}/{experiment}/seed{seed}/translate.heldout.{heldout}.log",
+    conda:
+        "../../envs/train.yaml"
+    threads: 2
+    resources:
+        gpu=min(GPUS_PER_JOB, 1),
+    params:
+        prefix=lambda w: f"{run_dir(w)}/heldout.{w.heldout}",
+        tuned=translate_flags,
+    shell:
+        "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --out-prefix {params.prefix}"
+        " --threads {threads} --detokenize --gpus {resources.gpu} {params.tuned} 2> {log:q}"
+
+
 use rule translate as translate_lenpen with:
     input:
         unpack(lambda w: decoding_inputs(w, tuned=False)),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from .. import UserError
 from .common import add_config_files, command, load_config
+
+log = logging.getLogger("layerwise_nmt")
 
 
 def add_commands(sub) -> None:
@@ -34,11 +37,16 @@ def add_commands(sub) -> None:
     p = command(sub, "evidence", "a table's runs as small text in the repository (report/evidence.py): `targets` "
                 "(what Snakemake makes for one seed), `copy` (one seed's finished runs into --out), `collect` "
                 "(--out's README.md, summary.json and curves.png from the files there)", cmd_evidence)
-    p.add_argument("action", choices=["targets", "copy", "collect"])
+    p.add_argument("action", choices=["targets", "copy", "collect", "depth"])
     add_config_files(p)
-    p.add_argument("--table", required=True, help="paper/table, e.g. study_cpu/T1")
+    p.add_argument("--table", help="targets, copy, collect: paper/table, e.g. study_cpu/T1")
+    p.add_argument("--study", action="append", metavar="DEPTH=DIR", default=[],
+                   help="depth: a collected study and its depth, shallowest first, e.g. --study 3+3=docs/study/cpu "
+                   "--study 6+6=docs/study/cpu6")
+    p.add_argument("--figure", help="depth: where to draw Δ BLEU against depth (PNG)")
     p.add_argument("--seed", type=int, help="targets, copy: the seed")
-    p.add_argument("--out", help="copy, collect: the evidence folder, e.g. docs/study/cpu")
+    p.add_argument("--out", help="copy, collect: the evidence folder, e.g. docs/study/cpu; targets: refuse a seed "
+                   "whose runs there trained on another kind of machine (CPU, GPU)")
     p.add_argument("--results", default=".", help="copy: the folder Snakemake ran in (default: here)")
     p.add_argument("--partial", action="store_true",
                    help="copy: the seed's finished runs only (default: refuse while one is unfinished)")
@@ -94,18 +102,35 @@ def cmd_docs(a) -> None:
 
 
 def cmd_evidence(a) -> None:
-    from ..report import evidence
+    from ..report import evidence, evidence_page
 
+    if a.action == "depth":
+        from ..report import depth
+
+        studies = [tuple(spec.split("=", 1)) for spec in a.study]
+        if not studies or any(len(spec) != 2 for spec in studies) or not a.figure:
+            raise UserError("evidence depth: expected --study DEPTH=DIR for each study (e.g. --study "
+                            "3+3=docs/study/cpu) and --figure FILE.png")
+        summary = depth.depth_summary(studies)
+        print(depth.depth_block(summary), end="")
+        print(f"wrote {depth.depth_figure(summary, a.figure)}")
+        return
+    if not a.table:
+        raise UserError(f"evidence {a.action}: --table is required (paper/table, e.g. study_cpu/T1)")
     config = load_config(a)
     if a.action in ("targets", "copy") and a.seed is None:
         raise UserError(f"evidence {a.action}: --seed is required")
     if a.action in ("copy", "collect") and not a.out:
         raise UserError(f"evidence {a.action}: --out is required")
     if a.action == "targets":
-        print("\n".join(evidence.targets(config, a.table, a.seed)))
+        if note := evidence.heldout_note(config, a.table):
+            log.warning("%s", note)
+        print("\n".join(evidence.targets(config, a.table, a.seed, a.out)))
     elif a.action == "copy":
         for folder in evidence.copy(config, a.table, a.seed, a.out, a.results, a.partial):
             print(f"copied {folder}")
     else:
         summary = evidence.summarise(config, a.table, a.out, a.ref)
-        print(f"wrote {evidence.write(summary, a.out, a.collect_command, a.run_command)}")
+        for line in summary["incomplete"]:
+            log.warning("half-written run, not tabulated: %s", line)
+        print(f"wrote {evidence_page.write(summary, a.out, a.collect_command, a.run_command)}")

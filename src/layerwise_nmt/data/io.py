@@ -50,7 +50,14 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> int:
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Lines of a UTF-8 text file without their newline; invalid UTF-8 is an error naming file and line."""
+    """Lines of a UTF-8 text file (gzip-compressed where its name ends in .gz) without their newline; invalid UTF-8
+    is an error naming file and line."""
+    if str(path).endswith(".gz"):
+        import gzip
+
+        with gzip.open(path, "rb") as f:
+            yield from decode_lines(f, path)
+        return
     with open(path, "rb") as f:
         yield from decode_lines(f, path)
 

@@ -29,4 +29,5 @@ from .sources import (MIRROR_ENV, FileSource, checksum_of, download_key, downloa
                       where_from)
 from .status import (Status, all_statuses, experiment_status, fetch_needs, row_statuses, rows_by_experiment,
                      runnable_tasks, task_status)
-from .tasks import ARCHIVE_SUFFIXES, SPLITS, find_part, pair, part_name, tokenize_options
+from .tasks import (ARCHIVE_SUFFIXES, HELDOUT_ENV, SPLITS, find_part, heldout_dir, heldout_sets, pair, part_name,
+                    tokenize_options)

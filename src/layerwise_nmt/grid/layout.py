@@ -55,5 +55,11 @@ def save_dir(run: str | os.PathLike) -> str:
     return f"{run}/checkpoints"
 
 
+def heldout_prefix(run: str | os.PathLike, name: str) -> str:
+    """Where a run's translation of held-out set `name` goes: PREFIX.txt (tokenized, as test.txt), .detok, .bpe,
+    .json."""
+    return f"{run}/heldout.{name}"
+
+
 def experiment_dir(config: dict, name: str, seed: int) -> str:
     return run_dir(config["experiments"][name]["task"], name, seed)

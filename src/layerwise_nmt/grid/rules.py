@@ -19,7 +19,7 @@ from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
 from .sources import checksum_of, download_spec, file_identity, file_source, urls_of, user_file
 from .status import experiment_status, rows_by_experiment
-from .tasks import SPLITS, find_part, pair, part_name, segmented, tokenize_options
+from .tasks import SPLITS, find_part, heldout_sets, pair, part_name, segmented, tokenize_options
 
 LENPEN_TUNING_SPLIT = "valid"  # "By tuning on the validation set" (MLRF §4.2)
 
@@ -359,6 +359,24 @@ class RuleInputs:
         if tuned and self.tunes_lenpen(wildcards):
             inputs["tuned"] = self.tuned_lenpen(wildcards)
         return inputs
+
+    def heldout_inputs(self, wildcards):
+        """A held-out set's translation: the run's model directory (the model test.txt was decoded with, and the
+        task's tokenization and BPE, which turn raw text into exactly what the test set's rules make) and the raw
+        source file."""
+        e = self.experiment_of(wildcards)
+        sets = heldout_sets(self.config, e["task"])
+        if wildcards.heldout not in sets:
+            named = e["task"] if sets else f"{e['task']} (or no held-out folder: heldout_dir / $LWNMT_HELDOUT_DIR)"
+            raise UserError(f"{self.run_dir(wildcards)}/heldout.{wildcards.heldout}.*: no held-out set "
+                            f"{wildcards.heldout!r} in tasks/{named}{did_you_mean(wildcards.heldout, sets, 'sets')}")
+        return {"model": f"{self.run_dir(wildcards)}/model_dir", "src": sets[wildcards.heldout]}
+
+    def heldout_targets(self, name: str, seed: int) -> list[str]:
+        """The translations of every held-out set of the experiment's task by one run, where a folder holds them."""
+        run = experiment_dir(self.config, name, seed)
+        return [f"{layout.heldout_prefix(run, s)}.txt" for s in heldout_sets(self.config, experiment(self.config,
+                                                                                                    name)["task"])]
 
     # --- tables and figures (report.smk) --------------------------------------------------------------
 

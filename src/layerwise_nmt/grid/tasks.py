@@ -47,3 +47,34 @@ def pair(task: dict) -> str:
 def segmented(task: dict) -> list[str]:
     """The sides that come BPE-segmented: no codes are learned on them or applied to them."""
     return list((task.get("bpe") or {}).get("segmented", []))
+
+
+HELDOUT_ENV = "LWNMT_HELDOUT_DIR"
+
+
+def heldout_dir(config: dict) -> str | None:
+    """The folder of the tasks' held-out source files: config key heldout_dir, else $LWNMT_HELDOUT_DIR."""
+    import os
+
+    value = config.get("heldout_dir") or os.environ.get(HELDOUT_ENV)
+    if value and not os.path.isdir(os.path.expanduser(value)):
+        raise UserError(f"heldout_dir {value!r} is not a directory (config key heldout_dir or ${HELDOUT_ENV}); "
+                        f"expected the folder holding the files the tasks' heldout_sets name")
+    return os.path.expanduser(value) if value else None
+
+
+def heldout_sets(config: dict, task_name: str) -> dict[str, str]:
+    """Task `task_name`'s held-out source files by set name, under the held-out folder; {} when the task has none
+    or no folder is named. A named file that is not there is an error naming it."""
+    import os
+
+    sets = config["tasks"][task_name].get("heldout_sets") or {}
+    folder = heldout_dir(config) if sets else None
+    if not folder:
+        return {}
+    files = {name: os.path.join(folder, file) for name, file in sets.items()}
+    for name, path in files.items():
+        if not os.path.isfile(path):
+            raise UserError(f"tasks/{task_name}/heldout_sets/{name}: {path} is not a file; expected the raw "
+                            f"{config['tasks'][task_name]['src']} source text (plain or .gz) in the held-out folder")
+    return files

@@ -98,9 +98,18 @@ def figure_kinds_block(config: dict) -> str:
 
 def evidence_block(config: dict, dir: str) -> str:
     """A committed study's table and what it says of each claim, from its summary.json (`lwnmt evidence collect`)."""
-    from .evidence import readme_block
+    from .evidence_page import readme_block
 
     return readme_block(grid.ROOT / dir, dir)
+
+
+def depth_block(config: dict, studies: str) -> str:
+    """The same rows at several depths side by side (`lwnmt evidence depth`), from each study's summary.json:
+    studies=3+3:docs/study/cpu,6+6:docs/study/cpu6, shallowest first."""
+    from . import depth
+
+    pairs = [tuple(spec.split(":", 1)) for spec in studies.split(",")]
+    return depth.depth_block(depth.depth_summary(pairs))  # relative: lwnmt docs runs in the checkout
 
 
 def table_block(config: dict, file: str) -> str:
@@ -118,7 +127,7 @@ def table_block(config: dict, file: str) -> str:
 
 
 GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block,
-              "evidence": evidence_block, "table": table_block}
+              "evidence": evidence_block, "depth": depth_block, "table": table_block}
 
 
 def render_block(spec: str, config: dict, where: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import platform
 import shutil
 import statistics
@@ -25,7 +24,8 @@ from datetime import date
 from pathlib import Path
 
 from .. import UserError
-from ..grid import experiment_dir, experiment
+from ..grid import experiment_dir, experiment, heldout_sets
+from ..grid.layout import heldout_prefix
 
 P_VALUE = 0.05
 # what each run leaves in the repository:
@@ -61,9 +61,59 @@ def runs(config: dict, table: str, seed: int | None = None) -> list[tuple[str, i
     return list(dict.fromkeys(out))
 
 
-def targets(config: dict, table: str, seed: int) -> list[str]:
-    """What Snakemake makes for one seed: each run's test score (its training, decoding and scoring before it)."""
-    return [f"{experiment_dir(config, name, s)}/test.score.json" for name, s in runs(config, table, seed)]
+def targets(config: dict, table: str, seed: int, out: str | Path | None = None) -> list[str]:
+    """What Snakemake makes for one seed: each run's test score (its training, decoding and scoring before it) and
+    its translations of the task's held-out sets, where a folder holds them. With `out` (the evidence folder), a seed
+    whose runs there were trained on another kind of machine than this one is refused: warm starts continue their
+    baseline, so one seed's runs all train on one kind."""
+    if out is not None:
+        check_one_kind(Path(out), config, table, seed, {"this machine": this_machine_kind()})
+    files = []
+    for name, s in runs(config, table, seed):
+        run = experiment_dir(config, name, s)
+        files.append(f"{run}/test.score.json")
+        files += [f"{heldout_prefix(run, h)}.txt" for h in heldout_sets(config, experiment(config, name)["task"])]
+    return files
+
+
+def heldout_note(config: dict, table: str) -> str | None:
+    """Why a study's targets leave out the held-out sets its task names: no folder holds them here."""
+    tasks = sorted({experiment(config, name)["task"] for name, _ in runs(config, table)})
+    named = [t for t in tasks if config["tasks"][t].get("heldout_sets")]
+    if named and not any(heldout_sets(config, t) for t in named):
+        return (f"task {', '.join(named)} names held-out sets, but no folder holds them (config key heldout_dir or "
+                f"$LWNMT_HELDOUT_DIR): the runs will not translate them")
+    return None
+
+
+def this_machine_kind() -> str:
+    """cuda where PyTorch sees a GPU (the trainer's device), else cpu."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_kind(training: dict) -> str | None:
+    """cpu or cuda: what the run's training.json says it trained on ("cpu: AMD EPYC (AVX512)", "cuda: NVIDIA ...")."""
+    precision = training.get("precision")
+    device = precision.get("device") if isinstance(precision, dict) else None
+    return device.split(":", 1)[0].strip() or None if device else None
+
+
+def check_one_kind(out: Path, config: dict, table: str, seed: int, more: dict[str, str]) -> None:
+    """One seed's runs, those already in `out` and `more` (name → kind), all on one kind of machine, or a one-line
+    error naming two that differ."""
+    kinds = dict(more)
+    for name, _ in runs(config, table, seed):
+        path = out / name / f"seed{seed}" / "training.json"
+        if path.exists() and (kind := device_kind(json.loads(path.read_text()))):
+            kinds.setdefault(f"{name} (in {out})", kind)
+    if len(set(kinds.values())) > 1:
+        (a, ka), (b, kb) = next(((x, y) for x in kinds.items() for y in kinds.items() if x[1] != y[1]))
+        where = kb if a in more else ka  # the kind the seed's earlier runs trained on
+        raise UserError(f"seed {seed}: {a} trained on {ka}, {b} on {kb}; every run of one seed trains on one kind "
+                        f"of machine (a warm start continues its baseline): run seed {seed} on {where}, or another "
+                        f"seed here")
 
 
 def machine() -> dict:
@@ -90,18 +140,25 @@ def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Pa
     file is named in a one-line error and nothing of it is copied, or, with `partial`, left out (the page then
     lists it as not run yet) while the finished ones are copied."""
     out, results = Path(out), Path(results)
-    copied = []
+    finished, kinds = [], {}
     for name, s in runs(config, table, seed):
         run = results / experiment_dir(config, name, s)
+        heldout = [f"heldout.{h}.txt" for h in heldout_sets(config, experiment(config, name)["task"])]
         missing = [src for src, dst in RUN_FILES.items() if dst in REQUIRED and not (run / src).exists()]
+        missing += [h for h in heldout if not (run / h).exists()]
         if missing and partial:
             continue
         if missing:
             raise UserError(f"{run}: {', '.join(missing)} missing; finish the seed first (Snakemake's targets: "
                             f"`lwnmt evidence targets --table {table} --seed {seed}`)")
+        finished.append((name, s, run, heldout))
+        kinds[f"{name} (in {results})"] = device_kind(json.loads((run / "checkpoints/training.json").read_text()))
+    check_one_kind(out, config, table, seed, {k: v for k, v in kinds.items() if v})
+    copied = []
+    for name, s, run, heldout in finished:
         dest = out / name / f"seed{s}"
         dest.mkdir(parents=True, exist_ok=True)
-        for src, dst in RUN_FILES.items():
+        for src, dst in {**RUN_FILES, **{h: h for h in heldout}}.items():
             if (run / src).exists():
                 shutil.copyfile(run / src, dest / dst)
         about = {"experiment": name, "seed": s, "commit": commit_of(results), "copied": date.today().isoformat(),
@@ -126,12 +183,17 @@ def run_record(folder: Path) -> dict:
         timings = list(csv.DictReader(bench.open(), delimiter="\t"))
         wall = float(timings[-1]["s"]) if timings else None
     precision = training.get("precision") or {}
+    device = precision.get("device") if isinstance(precision, dict) else None
+    kind = device_kind(training)
     return {"bleu": score["bleu"], "chrf": score.get("chrf"), "updates": training.get("updates"),
             "target_tokens_per_second": training["target_tokens"] / seconds if seconds else None,
             "train_minutes": training.get("minutes"), "job_wall_minutes": wall / 60 if wall else None,
             "precision": (precision.get("computes") or precision.get("amp")) if isinstance(precision, dict) else
-            precision,
-            "cpu": cpu_cell(about) or (precision.get("device") if isinstance(precision, dict) else None),
+            precision, "kind": kind,
+            # a GPU run names its GPU (training.json's device); a CPU run its CPU with the features that decide bf16
+            "cpu": (device.split(":", 1)[1].strip() if kind == "cuda" and device else None) or cpu_cell(about)
+            or device,
+            "heldout": sorted(p.name[len("heldout."):-len(".txt")] for p in folder.glob("heldout.*.txt")),
             "commit": about.get("commit"), "curve": validation_curve(folder / "metrics.csv")}
 
 
@@ -210,18 +272,22 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
         raise UserError(f"{ref}: no such reference file; expected the tokenized test references the runs were "
                         f"scored against (the workflow writes them under results/<task>/data/text/)")
     parents = {name: experiment(config, name).get("warm_start") for name, _ in runs(config, table)}
-    records = {}
+    records, incomplete = {}, []
     for name, s in runs(config, table):
         folder = out / name / f"seed{s}"
-        if all((folder / f).exists() for f in REQUIRED):
+        missing = [f for f in REQUIRED if not (folder / f).exists()]
+        if not missing:
             records[(name, s)] = run_record(folder)
+        elif folder.exists():  # a copy cut short, or files deleted by hand: named, never tabulated
+            incomplete.append(f"{folder}: {', '.join(missing)} missing")
     summary_rows = []
     for row in rows(config, table):
         name = row["experiment"]
         planned = [s for n, s in runs(config, table) if n == name]
         bleu = {s: records[(name, s)]["bleu"] for s in planned if (name, s) in records}
         falls = [f for s in bleu if (f := last_quarter_fall(records[(name, s)]["curve"])) is not None]
-        line = {"label": row["label"], "experiment": name, "planned_seeds": planned, "seeds": sorted(bleu),
+        line = {"label": row["label"], "experiment": name, "model": experiment(config, name)["model"],
+                "planned_seeds": planned, "seeds": sorted(bleu),
                 **seeds_stats(list(bleu.values())), "chrf": mean_or_none(records[(name, s)]["chrf"] for s in bleu),
                 "last_quarter_fall_pct": mean_or_none(falls), "warm_start": parents.get(name)}
         if row.get("compare_to"):
@@ -229,10 +295,12 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
             theirs = {s: records[(control, s)]["bleu"] for s in planned if (control, s) in records}
             common = sorted(set(bleu) & set(theirs))
             line["compare"] = (compare(out, config, name, control, common, bleu, theirs, ref) if common
-                               else {"control": control, "seeds": []})
+                               else {"control": control, "seeds": [],
+                                     "same_model": experiment(config, name)["model"] == experiment(config,
+                                                                                                   control)["model"]})
         summary_rows.append(line)
     return {"table": table, "title": title, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
-            "rows": summary_rows,
+            "rows": summary_rows, "incomplete": incomplete,
             "runs": [{"experiment": n, "seed": s, **{k: v for k, v in r.items() if k != "curve"}}
                      for (n, s), r in records.items()],
             "curves": {f"{n}/seed{s}": r["curve"] for (n, s), r in records.items()}}
@@ -246,196 +314,3 @@ def mean_or_none(values) -> float | None:
 def seeds_stats(values: list[float]) -> dict:
     return {"n": len(values), "mean": statistics.fmean(values) if values else None,
             "sd": statistics.stdev(values) if len(values) > 1 else None}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Written out: README.md, summary.json, the curves' figure
-
-
-def fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
-
-
-def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}%"
-
-
-def bleu_cell(row: dict) -> str:
-    if not row["n"]:
-        return f"— (0 of {len(row['planned_seeds'])} seeds run)"
-    sd = f" ± {row['sd']:.2f}" if row["sd"] is not None else ""
-    return f"{row['mean']:.2f}{sd} (n={row['n']})"
-
-
-def comparison_cells(row: dict) -> tuple[str, str, str, str]:
-    c = row.get("compare")
-    if not c:
-        return "", "", "", ""
-    if not c["seeds"]:
-        return f"not yet (`{c['control']}`)", "", "", ""
-    boot = ", ".join(f"{p:.3f}" for p in c["bootstrap_p"]) if "bootstrap_p" in c else "—"
-    claim = "— (the same model trained longer)" if c.get("same_model") else c["claim"]
-    return (f"{c['delta']:+.2f} vs `{c['control']}`", boot,
-            fmt(c["t_test_p"], 3) if c["t_test_p"] is not None else "— (one seed)", claim)
-
-
-def table_lines(summary: dict, links: bool = False) -> list[str]:
-    lines = ["| row | BLEU, mean ± sd | chrF | Δ BLEU vs its control | bootstrap p, per seed | paired t-test p, over "
-             "seeds | the claim (row beats control) | valid-loss fall, last quarter |",
-             "|---|---:|---:|---|---|---:|---|---:|"]
-    for row in summary["rows"]:
-        delta, boot, t, claim = comparison_cells(row)
-        lines.append(f"| {row['label']} | {bleu_cell(row)} | {fmt(row['chrf'])} | {delta} | {boot} | {t} | {claim} | "
-                     f"{percent(row['last_quarter_fall_pct'])} |")
-    return lines
-
-
-def runs_lines(summary: dict) -> list[str]:
-    lines = ["| run | seed | BLEU | updates | target tokens/s | training, min | last job's wall, min | precision | "
-             "CPU | commit |", "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
-    for r in summary["runs"]:
-        lines.append(f"| `{r['experiment']}` | {r['seed']} | {r['bleu']:.2f} | {r['updates']:,} | "
-                     f"{fmt(r['target_tokens_per_second'], 0)} | {fmt(r['train_minutes'], 1)} | "
-                     f"{fmt(r['job_wall_minutes'], 1)} | {r['precision'] or '—'} | {r['cpu'] or '—'} | "
-                     f"{r['commit'] or '—'} |")
-    return lines
-
-
-def seed_cost_line(summary: dict) -> str:
-    """Training time per seed, summed over its runs: what the next seed will cost on a similar machine."""
-    planned: dict[int, int] = {}
-    for row in summary["rows"]:
-        for s in row["planned_seeds"]:
-            planned[s] = planned.get(s, 0) + 1
-    parts = []
-    for s in sorted(planned):
-        done = [r for r in summary["runs"] if r["seed"] == s]
-        minutes = sum(r["train_minutes"] or 0 for r in done)
-        parts.append(f"seed {s}, {len(done)} of {planned[s]} runs" + (f", {minutes / 60:.1f} h" if done else ""))
-    return "Training per seed, summed over its runs: " + "; ".join(parts) + "."
-
-
-def missing_lines(summary: dict, run_command: str, collect_command: str) -> list[str]:
-    todo = [(row["label"], s) for row in summary["rows"] for s in row["planned_seeds"] if s not in row["seeds"]]
-    if not todo:
-        return []
-    seeds = sorted({s for _, s in todo})
-    return [f"Not run yet: {len(todo)} run(s), seed(s) {', '.join(map(str, seeds))} "
-            f"(`{run_command}` trains and copies one seed; `{collect_command}` rewrites this page).", ""]
-
-
-def write(summary: dict, out: str | Path, collect_command: str = "lwnmt evidence collect",
-          run_command: str = "lwnmt evidence copy --seed <k>") -> Path:
-    out = Path(out)
-    (out / SUMMARY).write_text(json.dumps({k: v for k, v in summary.items() if k != "curves"}, indent=1) + "\n")
-    drawn = curves_figure(summary, out / "curves.png")
-    lines = [f"# {summary['title']}", "",
-             f"Generated by `{collect_command}` from the run files in this folder (one folder per experiment and "
-             "seed: the test score, the training summary, the validation curve and the test hypotheses), which anyone "
-             "can rescore. " + summary["caption"], "", f"Scale: {summary['scale']}", ""]
-    lines += missing_lines(summary, run_command, collect_command)
-    lines += table_lines(summary) + [""]
-    lines += ["How to read it: Δ is the mean over the seeds both rows have; a claim is *held* when the row beats its "
-              "control on every seed, significantly (paired bootstrap, p < 0.05) on each; *not held* when it is no "
-              "better on average; *inconclusive* otherwise. The paired t-test over seeds is given beside it (with 3 "
-              "seeds it needs very consistent gaps). The last column is the fall in validation loss over each run's "
-              "last quarter of updates (mean over seeds): small means the run had nearly stopped improving.", ""]
-    if drawn:
-        lines += ["![validation curves](curves.png)", "",
-                  "Validation loss over updates, every run (warm-started rows continue from their parent's last "
-                  "update).",
-                  ""]
-    lines += ["## Each run", "",
-              "Training minutes and tokens/s count the training itself, summed over every job of a run; the last "
-              "job's wall is Snakemake's benchmark of the job that finished it (set-up and validation included), so "
-              "it is shorter than the training where a run was resumed after a stop.", "",
-              seed_cost_line(summary), ""]
-    lines += runs_lines(summary) + [""]
-    path = out / "README.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
-
-
-def curves_figure(summary: dict, path: Path) -> bool:
-    if not summary["curves"]:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    parent_updates = {}
-    for r in summary["runs"]:
-        parent_updates[(r["experiment"], r["seed"])] = r["updates"] or 0
-    fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, row in enumerate(summary["rows"]):
-        for j, seed in enumerate(row["seeds"]):
-            curve = summary["curves"][f"{row['experiment']}/seed{seed}"]
-            offset = parent_updates.get((row["warm_start"], seed), 0) if row["warm_start"] else 0
-            ax.plot([u + offset for u, _ in curve], [loss for _, loss in curve], color=colors[i % len(colors)],
-                    alpha=1.0 if j == 0 else 0.45, linewidth=1.2, label=row["label"] if j == 0 else None)
-    ax.set_xlabel("updates (warm starts: counted from their parent's start)")
-    ax.set_ylabel("validation loss (bits per token)")
-    ax.set_title("Validation loss, every seed")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def readme_block(folder: str | Path, shown: str | None = None) -> str:
-    """The short section of the project README: the table and what it says of each claim, from summary.json."""
-    path = Path(folder) / SUMMARY
-    if not path.exists():
-        return f"No seed has been run yet ({shown or folder}/{SUMMARY} is missing).\n"
-    summary = json.loads(path.read_text())
-    lines = table_lines(summary) + [""]
-    words = []
-    for row in summary["rows"]:
-        c = row.get("compare")
-        if not c or not c.get("seeds"):
-            continue
-        n = len(c["seeds"])
-        words.append(f"- **{row['label']}**: {c['delta']:+.2f} BLEU against `{c['control']}` over {n} seed(s): "
-                     f"{plain_words(c)}.")
-    return "\n".join(lines + words) + "\n"
-
-
-def seed_by_seed(c: dict) -> str:
-    """What each test found for a row that is not better on every seed, significantly, seed by seed: the mean alone
-    hides a seed that went the other way, or one that was significant."""
-    n = len(c["seeds"])
-    better = c["delta"] > 0
-    on_average = "better" if better else "worse" if c["delta"] < 0 else "no better"
-    direction = "better" if better else "worse"
-    counted = [i for i, d in enumerate(c["deltas"]) if (d > 0 if better else d < 0)]
-    words = f"{on_average} on average; {direction} on {len(counted)} of {n} seed{'s' if n > 1 else ''}"
-    if c.get("bootstrap_p"):
-        significant = sum(1 for i in counted if c["bootstrap_p"][i] < P_VALUE)
-        words += f", significantly on {significant or 'none'} (paired bootstrap, p < {P_VALUE})"
-    if c.get("t_test_p") is not None:
-        words += f"; the t-test over seeds p {c['t_test_p']:.3f}"
-    return words
-
-
-def plain_words(c: dict) -> str:
-    on = "its one seed" if len(c["seeds"]) == 1 else "every seed"
-    boot = c.get("bootstrap_p") or []
-    significant = bool(boot) and all(p < P_VALUE for p in boot)
-    if c.get("same_model"):
-        how = f"{'significant' if significant else 'not significant'} by the paired bootstrap"
-        if c["delta"] < 0:
-            return f"training longer loses BLEU here ({how}): the budget is past where more training helps"
-        return f"what training longer still buys ({how})"
-    if c["claim"] == "held":
-        return f"better on {on}, significantly: the claim holds at this size"
-    if c["claim"] == "not held":
-        if all(d < 0 for d in c["deltas"]) and significant:
-            return (f"worse on {on}, significantly (paired bootstrap, p < {P_VALUE}): the claim does not hold at this "
-                    "size")
-        return f"{seed_by_seed(c)}: the claim does not hold at this size"
-    return f"{seed_by_seed(c)}: inconclusive at this size"

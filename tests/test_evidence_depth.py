@@ -1,0 +1,171 @@
+"""The study's second depth (config/study_cpu6.yaml) through report/evidence.py: held-out translations asked for,
+copied and counted; one seed's runs on one kind of machine; a half-written run named, not tabulated; and the table,
+sentences and figure that set each method's Δ at two depths side by side."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from layerwise_nmt import UserError
+from layerwise_nmt.grid import heldout_sets, load
+from layerwise_nmt.report import depth, evidence, evidence_page
+from test_evidence import CONTINUE, CURVE, REFS, TASK, degrade, fake_run
+
+TABLE = "study_cpu6/T1"
+SETS = ("test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
+
+
+@pytest.fixture
+def heldout(tmp_path, monkeypatch):
+    folder = tmp_path / "heldout"
+    folder.mkdir()
+    for name in SETS:
+        with gzip.open(folder / f"multi30k_{name}.de.gz", "wt") as f:
+            f.write("ein hund .\n")
+    monkeypatch.setenv("LWNMT_HELDOUT_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def config():
+    return load(ROOT / "config.yaml", ROOT / "config" / "study_cpu6.yaml")
+
+
+RUNS = {"transformer": CURVE, "lwc": CURVE, "mlrf_dec_sa": CURVE, "transformer_longer": CONTINUE,
+        "gca_full": CONTINUE, "dou_deep": CONTINUE}
+
+
+def fake_seed(results, seed, device="cpu: Test CPU", heldout=True, bleu=None):
+    names = list(RUNS) + (["transformer_dropout3", "transformer_2x"] if seed == 1 else [])
+    for name in names:
+        run = fake_run(results, f"study_cpu6.{name}", seed, degrade(REFS, 4), RUNS.get(name, CURVE),
+                       (bleu or {}).get(name, 40.0 + seed))
+        training = json.loads((run / "checkpoints/training.json").read_text())
+        training["precision"]["device"] = device
+        (run / "checkpoints/training.json").write_text(json.dumps(training))
+        for s in SETS if heldout else ():
+            (run / f"heldout.{s}.txt").write_text("a dog .\n")
+
+
+def test_every_run_translates_the_held_out_sets_where_a_folder_holds_them(config, heldout, monkeypatch):
+    assert set(heldout_sets(config, TASK)) == set(SETS)
+    two = evidence.targets(config, TABLE, 2)
+    assert len(two) == 6 * 4
+    assert f"results/{TASK}/study_cpu6.gca_full/seed2/heldout.test_2017_mscoco.txt" in two
+    assert evidence.heldout_note(config, TABLE) is None
+    monkeypatch.delenv("LWNMT_HELDOUT_DIR")
+    assert len(evidence.targets(config, TABLE, 2)) == 6
+    assert "names held-out sets, but no folder holds them" in evidence.heldout_note(config, TABLE)
+    monkeypatch.setenv("LWNMT_HELDOUT_DIR", str(heldout / "nowhere"))
+    with pytest.raises(UserError, match="heldout_dir .*nowhere' is not a directory"):
+        evidence.targets(config, TABLE, 2)
+    monkeypatch.setenv("LWNMT_HELDOUT_DIR", str(heldout))
+    (heldout / "multi30k_test_2018_flickr.de.gz").unlink()
+    with pytest.raises(UserError, match="tasks/multi30k_deen/heldout_sets/test_2018_flickr: .* is not a file"):
+        evidence.targets(config, TABLE, 2)
+
+
+def test_held_out_hypotheses_are_copied_beside_test_txt_and_counted(config, heldout, tmp_path):
+    results, out = tmp_path / "run", tmp_path / "docs"
+    fake_seed(results, 2, heldout=False)
+    with pytest.raises(UserError, match="heldout.test_2017_flickr.txt, heldout.test_2017_mscoco.txt"):
+        evidence.copy(config, TABLE, 2, out, results)
+    shutil.rmtree(results)
+    fake_seed(results, 2)
+    evidence.copy(config, TABLE, 2, out, results)
+    files = {p.name for p in (out / "study_cpu6.lwc" / "seed2").iterdir()}
+    assert {f"heldout.{s}.txt" for s in SETS} <= files and "test.txt" in files
+    summary = evidence.summarise(config, TABLE, out, None)
+    assert all(r["heldout"] == sorted(SETS) for r in summary["runs"])
+    page = evidence_page.write(summary, out).read_text()
+    assert "| held-out sets translated |" in page and all(line.endswith("| 3 | — |") for line in page.splitlines()
+                                                          if line.startswith("| `study_cpu6."))
+
+
+def test_one_seed_on_one_kind_of_machine(config, heldout, tmp_path, monkeypatch):
+    results, out = tmp_path / "run", tmp_path / "docs"
+    fake_seed(results, 2, device="cuda: NVIDIA H100 80GB HBM3")
+    evidence.copy(config, TABLE, 2, out, results)
+    page = evidence_page.write(evidence.summarise(config, TABLE, out, None), out).read_text()
+    assert "| CPU or GPU |" in page and "| NVIDIA H100 80GB HBM3 |" in page
+    # the seed's baseline trained on a GPU: its warm starts may not continue on a CPU
+    monkeypatch.setattr(evidence, "this_machine_kind", lambda: "cpu")
+    with pytest.raises(UserError, match=r"seed 2: this machine trained on cpu, study_cpu6.transformer \(in .*\) on "
+                                        r"cuda; every run of one seed trains on one kind of machine .* run seed 2 on "
+                                        r"cuda"):
+        evidence.targets(config, TABLE, 2, out)
+    assert evidence.targets(config, TABLE, 3, out)  # another seed is free to run here
+    monkeypatch.setattr(evidence, "this_machine_kind", lambda: "cuda")
+    assert evidence.targets(config, TABLE, 2, out)
+    # a CPU run copied into a seed whose runs trained on a GPU is refused, and nothing of it copied
+    other = tmp_path / "cpu-run"
+    fake_seed(other, 2)
+    shutil.rmtree(out / "study_cpu6.dou_deep")
+    with pytest.raises(UserError, match="seed 2: .* trained on cpu, .* on cuda"):
+        evidence.copy(config, TABLE, 2, out, other)
+    assert not (out / "study_cpu6.dou_deep").exists()
+
+
+def test_a_half_written_run_is_named_not_tabulated(config, heldout, tmp_path):
+    results, out = tmp_path / "run", tmp_path / "docs"
+    fake_seed(results, 2)
+    evidence.copy(config, TABLE, 2, out, results)
+    (out / "study_cpu6.mlrf_dec_sa" / "seed2" / "metrics.csv").unlink()
+    summary = evidence.summarise(config, TABLE, out, None)
+    assert summary["incomplete"] == [f"{out}/study_cpu6.mlrf_dec_sa/seed2: metrics.csv missing"]
+    assert not [r for r in summary["runs"] if r["experiment"] == "study_cpu6.mlrf_dec_sa"]
+    page = evidence_page.write(summary, out).read_text()
+    assert "Half-written runs, not tabulated" in page and "study_cpu6.mlrf_dec_sa/seed2: metrics.csv missing" in page
+
+
+def study(folder, depth, deltas, base):
+    """A summary.json as `collect` writes it: per method its per-seed Δs against its control."""
+    rows = [{"label": f"Transformer baseline ({depth}, d=256)", "experiment": f"s{depth}.transformer", "n": len(base),
+             "mean": sum(base) / len(base), "sd": 0.3, "warm_start": None}]
+    for key, label, values in deltas:
+        rows.append({"label": f"{label} (some detail)", "experiment": f"s{depth}.{key}", "n": len(values),
+                     "warm_start": None,
+                     "compare": {"control": f"s{depth}.transformer", "seeds": list(range(1, len(values) + 1)),
+                                 "deltas": values, "delta": sum(values) / len(values),
+                                 "bootstrap_p": [0.01] * len(values), "t_test_p": 0.2 if len(values) > 1 else None,
+                                 "claim": "held" if min(values) > 0 else "not held", "same_model": False}})
+    rows.append({"label": "Baseline at twice the budget", "experiment": f"s{depth}.transformer_2x", "n": 1,
+                 "warm_start": None, "compare": {"control": f"s{depth}.transformer", "seeds": [1], "deltas": [-1.0],
+                                                 "delta": -1.0, "same_model": True, "claim": "not held"}})
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"rows": rows}))
+
+
+def test_each_method_side_by_side_at_both_depths_with_a_sentence_and_a_figure(tmp_path):
+    study(tmp_path / "cpu", "3+3", [("lwc", "LWC, He et al. 2018", [-1.5, -1.4, -1.6]),
+                                    ("gca_full", "GCA full model", [-0.2, 0.3, -0.4]),
+                                    ("dou_deep", "Dou et al.", [0.1, 0.2, 0.3])], [41.5, 41.7, 41.8])
+    study(tmp_path / "cpu6", "6+6", [("lwc", "LWC, He et al. 2018", [1.0, 1.2, 1.1]),
+                                     ("gca_full", "GCA full model", [0.3, -0.5, 0.1]),
+                                     ("dou_deep", "Dou et al.", [0.2])], [43.0, 43.5, 43.1])
+    summary = depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")])
+    assert list(summary["methods"]) == ["lwc", "gca_full", "dou_deep"]  # the budget's check is no method
+    block = depth.depth_block(summary)
+    assert "| LWC, He et al. 2018 | -1.50 ± 0.10 (n=3) | 0.010, 0.010, 0.010 | 0.200 | not held | +1.10 ± 0.10 (n=3) |" \
+           in block
+    assert "**What depth buys the baseline**: 41.67 at 3+3 → 43.20 at 6+6 (+1.53 BLEU; n=3 and 3 seeds)." in block
+    assert "**LWC, He et al. 2018**: its gain grows with depth, as its paper says (-1.50 at 3+3 (3 seeds) → +1.10 at " \
+           "6+6 (3 seeds); Welch's t-test over the seeds' Δs p 0.000); at 6+6 the claim is held." in block
+    assert "**GCA full model**: its Δ rises with depth (-0.10 at 3+3 (3 seeds) → -0.03 at 6+6 (3 seeds)) but not " \
+           "beyond what the seeds' spread allows" in block
+    assert "**Dou et al.**: its Δ does not grow with depth (+0.20 at 3+3 (3 seeds) → +0.20 at 6+6 (1 seeds); too few " \
+           "seeds to test the change)" in block
+    figure = depth.depth_figure(summary, tmp_path / "depth.png")
+    assert figure.stat().st_size > 10_000
+
+
+def test_a_depth_not_collected_yet_is_said_so(tmp_path):
+    study(tmp_path / "cpu", "3+3", [("lwc", "LWC", [-1.5, -1.4])], [41.5, 41.7])
+    summary = depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")])
+    block = depth.depth_block(summary)
+    assert "| LWC | -1.45 ± 0.07 (n=2) |" in block and "— (not run yet)" in block
+    assert f"Not collected yet: 6+6 (no summary.json in {tmp_path / 'cpu6'})" in block
+    assert "**LWC**: run at 3+3 only; no trend with depth yet." in block
