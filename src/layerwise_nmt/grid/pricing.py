@@ -207,7 +207,7 @@ def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
              f"priced in the precision it trains in there (amp: auto = bf16, or fp16 without bf16; amp: none = "
              f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner."
              + (f" CPU-hours: on 2 cores at the demo's measured fp32 training rate ({CPU_TFLOPS * 1e3:.0f} GFLOP/s: "
-                f"2,257 target tokens/s on an AMD EPYC Zen 4, docs/benchmarks.md), for tables a CPU trains within "
+                f"docs/benchmarks.md, \"The CPU-hours estimate\"), for tables a CPU trains within "
                 f"{CPU_SIZED_HOURS} hours; decoding and data preparation not counted." if cpu else ""), "",
              f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  " + (f"{'CPU-hours':>9}  " if cpu else "")
              + f"{'precision':<10} notes"]

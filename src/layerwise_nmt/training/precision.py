@@ -36,7 +36,7 @@ class Precision:
     amp: str  # none | bf16 | fp16: what the run computes in
     requested: str  # what the config asked for (auto | none | bf16 | fp16)
     reason: str  # why, in words, for the log and training.json
-    device: str  # the device's name ("NVIDIA H100 80GB HBM3", "cpu: AMD EPYC 9B14 (AVX512)")
+    device: str  # the device's name: "cpu: <CPU model> (<PyTorch's kernel level>)", or the GPU's
     measured: str = ""  # what the probe found, when it decided ("bf16 1.42x fp32"); "" otherwise
     tf32: bool = False  # "none" on a GPU computes its matmuls in TF32
 
@@ -108,8 +108,7 @@ def cuda_kernels(device: torch.device, tf32: bool = True):
     - fp32 matmuls in TF32 tensor cores unless `tf32` is off, as fairseq and PyTorch recommend on Ampere and newer.
     - scaled_dot_product_attention without its cuDNN backend: cuDNN builds an execution plan for every new
       (batch, length) shape, tens of milliseconds of host time each, and NMT changes shape at every update (length
-      bucketing) and every decoding step; on an H100 it made bf16 training an order of magnitude slower than TF32
-      (docs/benchmarks.md). Flash and memory-efficient attention need no plan and run as fast on the GPU."""
+      bucketing) and every decoding step, which made bf16 training many times slower than TF32 (docs/benchmarks.md). Flash and memory-efficient attention need no plan and run as fast on the GPU."""
     if device.type != "cuda":
         yield
         return

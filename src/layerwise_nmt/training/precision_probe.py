@@ -1,10 +1,9 @@
 """`amp: auto` on a CPU with native bf16 or a GPU with bf16, decided by timing the work itself rather than by flags.
 
-Native bf16 instructions do not make bf16 faster: on a Xeon exposing AVX512_BF16 but not AMX, a small Transformer's
-update took 1.56x as long in bf16 autocast as in fp32 (the casts around every matmul cost more than the matmuls
-save), while AMX Xeons and Zen 4 EPYCs train 1.4-1.5x faster in bf16 (docs/benchmarks.md). On an H100 bf16 trains
-Transformer big 1.55x faster than TF32, but a transformer_iwslt_de_en-sized model at 4,096-token batches 1.3-2.2x
-slower: there each update waits on the host's kernel launches, and autocast's casts add launches. So the first run of
+Native bf16 instructions do not make bf16 faster: on some CPUs that expose AVX512_BF16, a small Transformer's update
+takes longer in bf16 autocast than in fp32 (the casts around every matmul cost more than the matmuls save), while on
+others bf16 is clearly faster; on a GPU, bf16 speeds up a large model but can slow a small one whose updates wait on
+the host's kernel launches, to which autocast's casts add (docs/benchmarks.md has the measurements). So the first run of
 a workload on a machine times a few of its own steps (a training update's forward and backward at the model's
 shapes, or a few beam-search steps) in fp32 (TF32 on a GPU unless `tf32: false`) and in bf16, and picks bf16 only
 when it is at least `SPEEDUP` times faster.
