@@ -15,6 +15,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from . import UserError
 
+# `amp:` in training and decoding alike (training/precision.py): auto | none (fp32) | bf16 | fp16
+AMP_CHOICES = ("auto", "none", "bf16", "fp16")
 BOUNDS = {"ge": (operator.ge, "≥"), "gt": (operator.gt, ">"), "le": (operator.le, "≤"), "lt": (operator.lt, "<")}
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
 

@@ -89,7 +89,7 @@ rule learn_bpe:
         "../../envs/preprocess.yaml"
     params:
         merges=lambda w: task_of(w)["bpe"]["merges"],
-        min_frequency=lambda w: task_of(w)["bpe"].get("min_frequency", 2),
+        min_frequency=lambda w: task_of(w)["bpe"]["min_frequency"],  # the schema's default filled in
     shell:
         "python -m layerwise_nmt learn-bpe {input:q} --out {output:q} --merges {params.merges}"
         " --min-frequency {params.min_frequency} 2> {log:q}"

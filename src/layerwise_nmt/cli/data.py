@@ -8,6 +8,8 @@ import logging
 import os
 
 from .. import UserError
+from ..data.bpe import MIN_FREQUENCY
+from ..data.vocab import PADDING_FACTOR, THRESHOLD
 from .common import command
 
 log = logging.getLogger("layerwise_nmt")
@@ -75,7 +77,7 @@ def add_subword_commands(sub) -> None:
     p.add_argument("train", nargs="+")
     p.add_argument("--out", required=True)
     p.add_argument("--merges", "-s", type=int, required=True)
-    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--min-frequency", type=int, default=MIN_FREQUENCY)
 
     p = command(sub, "apply-bpe", "apply BPE codes (subword-nmt)", cmd_apply_bpe)
     p.add_argument("input")
@@ -86,8 +88,8 @@ def add_subword_commands(sub) -> None:
     p = command(sub, "vocab", "build a fairseq-format dict.txt", cmd_vocab)
     p.add_argument("texts", nargs="+")
     p.add_argument("--out", required=True)
-    p.add_argument("--padding-factor", type=int, default=8)
-    p.add_argument("--threshold", type=int, default=0)
+    p.add_argument("--padding-factor", type=int, default=PADDING_FACTOR)
+    p.add_argument("--threshold", type=int, default=THRESHOLD)
     p.add_argument("--nwords", type=int, default=-1, help="keep the N most frequent symbols (word-level tasks)")
 
     p = command(sub, "binarize", "token ids of a BPE text as memory-mappable .npy files", cmd_binarize)

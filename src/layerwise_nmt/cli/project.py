@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import UserError
+from ..grid.pricing import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from . import common
 from .common import add_config_files, command
 
@@ -22,10 +23,10 @@ def add_commands(sub) -> None:
 
     p = command(sub, "plan", "GPU-hours each table needs, estimated before running anything", cmd_plan)
     add_config_files(p)
-    p.add_argument("--gpu", default="a100", help="the GPU to price on: h200, h100, a100 (default), l40s, a10, v100, "
-                   "t4")
-    p.add_argument("--mfu", type=float, default=0.33, help="assumed model FLOP utilisation: sustained / dense peak "
-                   "(0.33)")
+    p.add_argument("--gpu", default=DEFAULT_GPU, choices=sorted(GPUS), help=f"the GPU to price on (default "
+                   f"{DEFAULT_GPU})")
+    p.add_argument("--mfu", type=float, default=DEFAULT_MFU, help=f"assumed model FLOP utilisation: sustained / dense "
+                   f"peak ({DEFAULT_MFU})")
     p.add_argument("--tflops", type=float, help="instead of --mfu: sustained mixed-precision TFLOP/s per GPU (tf32 "
                    "and fp32 rows scaled by the GPU's peak ratios)")
     p.add_argument("--format", choices=["table", "csv"], default="table")

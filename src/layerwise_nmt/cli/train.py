@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..training.config import AVERAGE_DEFAULTS, AverageConfig
 from .common import command, copy_to_console
 
 # fairseq-train flags `lwnmt train` takes as overrides of --spec: flag → (spec section, key, type)
@@ -22,7 +23,9 @@ TRAIN_FLAGS = {
 def add_commands(sub) -> None:
     p = command(sub, "train", "train (resumes from SAVE_DIR/checkpoint_last.pt if present)", cmd_train)
     p.add_argument("--spec", default="{}", help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
-                   'the transformer with default settings)')
+                   'the transformer with default settings); a budget is needed, as fairseq-train runs until one: '
+                   '--max-update or --max-epoch (config.yaml\'s grid: --max-epoch 100 --patience 10), or the '
+                   'spec\'s max_minutes')
     add_fairseq_train_flags(p)
     p.add_argument("--data", required=True, help="binarized data directory (bin-joint or bin-separate)")
     p.add_argument("--src", required=True)
@@ -40,8 +43,8 @@ def add_commands(sub) -> None:
     p = command(sub, "average", "average the last N checkpoints (fairseq average_checkpoints.py)", cmd_average)
     p.add_argument("save_dir")
     p.add_argument("--out", required=True)
-    p.add_argument("--num", "-n", type=int, default=10)
-    p.add_argument("--by", choices=["epoch", "update"], default="epoch")
+    p.add_argument("--num", "-n", type=int, default=AVERAGE_DEFAULTS.num)
+    p.add_argument("--by", choices=AverageConfig.BY, default=AVERAGE_DEFAULTS.by)
 
 
 def add_fairseq_train_flags(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..inference.ctranslate2_export import QUANTIZATIONS
+from ..settings import AMP_CHOICES
 from . import common
 from .common import add_config_files, add_user_code_flags, command, user_code
 
@@ -84,7 +85,7 @@ def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
     for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
                        ("--min-len", int), ("--batch-size", int)):
         parser.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
-    parser.add_argument("--amp", choices=["auto", "none", "bf16", "fp16"],
+    parser.add_argument("--amp", choices=AMP_CHOICES,
                         help="precision (default auto: bf16 where a probe of a few beam steps finds it faster, "
                              "else TF32 on a GPU, fp32 on a CPU; fp16 on GPUs without bf16; none = fp32, as "
                              "fairseq-generate without --fp16/--bf16); overrides --options")

@@ -15,7 +15,9 @@ from .io import atomic_path
 from .parallel import blocks, map_lines
 
 
-def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency: int = 2) -> None:
+MIN_FREQUENCY = 2  # subword-nmt learn_bpe's --min-frequency: a pair seen less often is never merged
+
+def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency: int = MIN_FREQUENCY) -> None:
     """Joint BPE as prepare-iwslt14.sh does it: `cat train.L1 train.L2 | learn_bpe.py -s MERGES`."""
     with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as joined:
         for path in train_files:

@@ -23,7 +23,7 @@ from .checksums import first_use
 from .io import atomic_path, count_lines, read_lines, write_lines
 from .parallel import map_stream
 from .tokenize import TokenizeOptions
-from .vocab import Dictionary, count_tokens
+from .vocab import PADDING_FACTOR, THRESHOLD, Dictionary, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def concatenate(parts: list[str], out: str, max_lines: int | None = None) -> int
     return write_lines(out, itertools.islice(lines, max_lines))
 
 
-def learn_bpe(train_files: list[str], codes: str, merges: int, min_frequency: int = 2) -> None:
+def learn_bpe(train_files: list[str], codes: str, merges: int, min_frequency: int = bpe.MIN_FREQUENCY) -> None:
     bpe.learn(train_files, codes, merges, min_frequency)
     log.info("learned %d BPE merges from %s → %s", merges, " + ".join(train_files), codes)
 
@@ -216,7 +216,8 @@ def apply_bpe(codes: str | None, text: str, out: str, workers: int = 1) -> int:
     return write_lines(out, progress(lines, f"apply-bpe {Path(text).name}"))
 
 
-def build_vocab(texts: list[str], out: str, padding_factor: int = 8, threshold: int = 0, nwords: int = -1) -> int:
+def build_vocab(texts: list[str], out: str, padding_factor: int = PADDING_FACTOR, threshold: int = THRESHOLD,
+                nwords: int = -1) -> int:
     vocab = Dictionary.build(count_tokens(texts), threshold=threshold, nwords=nwords, padding_factor=padding_factor)
     vocab.save(out)
     log.info("vocabulary of %d symbols (with 4 specials) from %s → %s", len(vocab), " + ".join(texts), out)

@@ -19,6 +19,9 @@ BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
 SPECIALS = (BOS, PAD, EOS, UNK)
 
 
+PADDING_FACTOR = 8  # fairseq-preprocess's --padding-factor
+THRESHOLD = 0  # fairseq-preprocess's --thresholdsrc/--thresholdtgt: keep every symbol seen
+
 class Dictionary:
     def __init__(self, symbols: list[str], counts: list[int]):
         self.symbols = list(SPECIALS) + symbols
@@ -34,7 +37,8 @@ class Dictionary:
         return len(self.symbols)
 
     @classmethod
-    def build(cls, counter: Counter, threshold: int = 0, nwords: int = -1, padding_factor: int = 8) -> "Dictionary":
+    def build(cls, counter: Counter, threshold: int = THRESHOLD, nwords: int = -1,
+              padding_factor: int = PADDING_FACTOR) -> "Dictionary":
         ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
         ranked = [(s, c) for s, c in ranked if c >= threshold and s not in SPECIALS]
         if nwords >= 0:

@@ -7,9 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import UserError
-from ..settings import Settings, setting
-
-AMP_CHOICES = ("auto", "none", "bf16", "fp16")  # = precision.AMP_CHOICES, which needs torch (tests check they agree)
+from ..settings import AMP_CHOICES, Settings, setting
 
 
 @dataclass

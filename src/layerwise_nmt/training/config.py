@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import UserError
-from ..inference.config import AMP_CHOICES
-from ..settings import Settings, setting
+from ..settings import AMP_CHOICES, Settings, setting
 
 
 @dataclass
@@ -91,7 +90,9 @@ class TrainConfig(Settings):
         if self.amp not in AMP_CHOICES:
             raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
         if not (self.max_update or self.max_epoch or self.max_minutes):
-            raise UserError("set at least one of max_update, max_epoch, max_minutes")
+            raise UserError("no training budget: set at least one of max_update, max_epoch, max_minutes (`lwnmt "
+                            "train --max-update N` or `--max-epoch N`, with `--patience N` for early stopping, as "
+                            "config.yaml's defaults do: max_epoch 100, patience 10)")
 
 
 @dataclass
@@ -101,11 +102,13 @@ class AverageConfig(Settings):
 
     kind = "averaging setting"
 
+    BY = ("epoch", "update")
+
     num: int = setting(10, ge=1)
-    by: str = "epoch"  # epoch | update
+    by: str = "epoch"  # one of BY
 
     def check(self) -> None:
-        if self.by not in ("epoch", "update"):
+        if self.by not in self.BY:
             raise UserError(f"by={self.by!r}; expected epoch or update")
 
 

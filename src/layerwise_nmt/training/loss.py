@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .. import UserError
 from ..data.batching import ParallelData, collate, make_batches
 from .distributed import all_reduce_sum, world
-from .config import TrainConfig
+from .config import TRAIN_DEFAULTS, TrainConfig
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
@@ -76,7 +76,7 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
     inner.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # summed on the device, read once
     ntokens = 0
-    for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or 4096, None, cfg.seed):
+    for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or TRAIN_DEFAULTS.max_tokens, None, cfg.seed):
         batch = collate(data, ids).to(device)
         with autocast():
             logits = inner(batch.src, batch.prev)

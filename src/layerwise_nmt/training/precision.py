@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 
 from .. import UserError
+from ..settings import AMP_CHOICES
 
 log = logging.getLogger(__name__)
 
-AMP_CHOICES = ("auto", "none", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

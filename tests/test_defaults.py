@@ -1,0 +1,97 @@
+"""Each default is spelt once: the settings classes (and the data steps' few constants) are the source; config.yaml's
+`defaults:`, the schema's `default:` values and every `lwnmt` flag that stands for a setting either read them or,
+checked here, equal them. A copy that drifts fails this file, naming the copy."""
+
+import argparse
+import inspect
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from layerwise_nmt import settings
+from layerwise_nmt.cli import build_parser
+from layerwise_nmt.data import bpe, vocab
+from layerwise_nmt.grid import pricing
+from layerwise_nmt.inference.config import BeamConfig
+from layerwise_nmt.scoring.config import ScoreConfig
+from layerwise_nmt.training.config import AverageConfig, TrainConfig
+
+STAGES = {"train": TrainConfig, "decode": BeamConfig, "score": ScoreConfig, "average": AverageConfig}
+CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
+SCHEMA = yaml.safe_load((ROOT / "src/layerwise_nmt/grid/config.schema.yaml").read_text())
+
+
+def class_default(cls, key):
+    value = cls.__dataclass_fields__[key].default
+    return list(value) if isinstance(value, tuple) else value
+
+
+# What config.yaml's grid decides for its own runs, unlike the trainer alone: the papers' runs stop by early stopping
+# within 100 epochs, while `lwnmt train`, like fairseq-train, trains until the budget it is given.
+GRID_POLICY = {"train": {"max_epoch": 100, "patience": 10}}
+
+
+@pytest.mark.parametrize("stage", ["train", "decode", "score", "average"])
+def test_config_yaml_defaults_equal_the_settings_classes(stage):
+    given = {k: v for k, v in CONFIG["defaults"][stage].items() if k not in GRID_POLICY.get(stage, {})}
+    drift = {k: (v, class_default(STAGES[stage], k)) for k, v in given.items() if v != class_default(STAGES[stage], k)}
+    assert drift == {}, f"config.yaml defaults/{stage} differs from {STAGES[stage].__name__}: {drift}"
+    policy = {k: CONFIG["defaults"][stage][k] for k in GRID_POLICY.get(stage, {})}
+    assert policy == GRID_POLICY.get(stage, {})
+
+
+def test_the_schemas_defaults_equal_the_code_that_reads_them():
+    defs = SCHEMA["$defs"]
+    average = defs["average"]["oneOf"][1]["properties"]
+    assert {k: average[k]["default"] for k in ("num", "by")} == {"num": class_default(AverageConfig, "num"),
+                                                                 "by": class_default(AverageConfig, "by")}
+    task = defs["task"]["properties"]
+    assert task["bpe"]["properties"]["min_frequency"]["default"] == bpe.MIN_FREQUENCY
+    assert task["vocab"]["properties"]["padding_factor"]["default"] == vocab.PADDING_FACTOR
+    assert task["vocab"]["properties"]["threshold"]["default"] == vocab.THRESHOLD
+
+
+def flags(command: str) -> dict[str, argparse.Action]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a for a in sub.choices[command]._actions}
+
+
+def test_every_flag_standing_for_a_setting_defaults_to_it():
+    average = flags("average")
+    assert average["num"].default == class_default(AverageConfig, "num")
+    assert average["by"].default == class_default(AverageConfig, "by")
+    assert tuple(average["by"].choices) == AverageConfig.BY
+    learn = flags("learn-bpe")
+    assert learn["min_frequency"].default == bpe.MIN_FREQUENCY
+    built = flags("vocab")
+    assert (built["padding_factor"].default, built["threshold"].default) == (vocab.PADDING_FACTOR, vocab.THRESHOLD)
+    plan = flags("plan")
+    assert (plan["gpu"].default, plan["mfu"].default) == (pricing.DEFAULT_GPU, pricing.DEFAULT_MFU)
+    assert tuple(flags("translate")["amp"].choices) == settings.AMP_CHOICES
+    # the library's own keyword defaults: the same constants
+    assert inspect.signature(bpe.learn).parameters["min_frequency"].default == bpe.MIN_FREQUENCY
+    assert inspect.signature(vocab.Dictionary.build).parameters["padding_factor"].default == vocab.PADDING_FACTOR
+
+
+def test_amp_choices_are_one_tuple():
+    from layerwise_nmt.inference import config as decode_config
+    from layerwise_nmt.training import config as train_config, precision
+
+    assert precision.AMP_CHOICES is settings.AMP_CHOICES
+    assert not hasattr(decode_config, "AMP_CHOICES") or decode_config.AMP_CHOICES is settings.AMP_CHOICES
+    assert not hasattr(train_config, "AMP_CHOICES") or train_config.AMP_CHOICES is settings.AMP_CHOICES
+
+
+def test_lwnmt_train_without_a_budget_says_what_it_needs(tmp_path):
+    """`lwnmt train --data … --save-dir …` stopped at 'set at least one of max_update, max_epoch, max_minutes',
+    naming config keys, not the flags, while its help promised 'the transformer with default settings'."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "train", "--data", str(tmp_path), "--src", "de",
+                             "--tgt", "en", "--save-dir", str(tmp_path / "run")], capture_output=True, text=True)
+    assert result.returncode != 0
+    line = result.stderr.strip().splitlines()[-1]
+    assert "no training budget" in line and "--max-update N" in line and "max_epoch 100, patience 10" in line
+    assert "budget is needed" in " ".join(flags("train")["spec"].help.split())
