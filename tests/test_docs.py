@@ -72,3 +72,37 @@ def test_a_table_block_shows_a_committed_tables_rows_and_names_a_missing_one():
         assert str(error).startswith("docs/study/none/T1.md: no such table")
     else:
         raise AssertionError("a missing table was not named")
+
+
+def test_the_own_model_contract_names_the_codes_fields_and_methods():
+    """docs/usage.md's "Your own method" against the classes it describes: the arch keys every model has
+    (ModelConfig's fields: `encoder_layers`, `tie`, not "layers" or "tying"), what a training forward returns
+    (ModelOutput), what the encoder hands `source_views` (EncoderOutput), the methods the contract checks
+    (models/user.py), and where `setting` comes from."""
+    import dataclasses
+    import importlib
+
+    from layerwise_nmt.models.config import ModelConfig
+    from layerwise_nmt.models.transformer import EncoderOutput, ModelOutput
+    from layerwise_nmt.models.user import CONTRACT
+
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    contract = usage.split("\n## Your own method\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.search(r"whose fields\s+are the arch keys every model has: (.*?)\. Yours", contract, re.S).group(1)
+    assert re.findall(r"`(\w+)`", listed) == [f.name for f in dataclasses.fields(ModelConfig)]
+    for stale in ("layers, dropout, tying", " tying"):
+        assert stale not in contract
+    for cls in (ModelOutput, EncoderOutput):
+        for f in dataclasses.fields(cls):
+            assert re.search(rf"\b{f.name}\b", contract), (cls.__name__, f.name)
+    for method, _ in CONTRACT:
+        assert f"`{method}(" in contract, method
+    assert "one tensor (B, S, D) per decoder layer" in contract  # source_views: a list, not the top state
+    statement = re.search(r"`(from (\S+) import setting)`", contract)
+    assert statement and hasattr(importlib.import_module(statement.group(2)), "setting")
+    assert "norm: pre" in contract and "`states[-1]` only" in contract  # pre-norm's unnormalised lower states
+
+
+def test_a_tables_verdict_option_is_documented():
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert "`verdict: true`" in usage

@@ -268,6 +268,70 @@ def test_bad_code_is_one_line_naming_the_key(tmp_path, capsys, module, message):
     sys.modules.pop("mine", None)
 
 
+BROKEN = {
+    "a syntax error": ("def broken(:\n", "config key models/mine/class: cannot import module 'mine' from {dir}: "
+                       "SyntaxError: invalid syntax (mine.py, line 1)", {}),
+    "a missing module": ("import no_such_dependency\n", "config key models/mine/class: cannot import module 'mine' "
+                         "from {dir}: ModuleNotFoundError: No module named 'no_such_dependency'", {}),
+    "no step": ("from layerwise_nmt.models.config import ModelConfig\n"
+                "from layerwise_nmt.models.transformer import Model\n"
+                "class Mine(Model):\n    config_class = ModelConfig\n    def outputs(self, src, prev): pass\n"
+                "    def start(self, src): pass\n",
+                "config key models/mine/class: class mine:Mine lacks step: beam search's next step: step(last, "
+                "state) -> next-token logits (docs/usage.md, \"Your own method\")", {}),
+    "an unknown arch key": ("from layerwise_nmt.models.config import ModelConfig\n"
+                            "from layerwise_nmt.models.transformer import Seq2Seq\n"
+                            "class Mine(Seq2Seq):\n    config_class = ModelConfig\n",
+                            "config key experiments/demo.mine/arch: unknown model setting(s) encoder_layerz; did you "
+                            "mean encoder_layers? (model mine, mine:Mine)", {"encoder_layerz": 2}),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_the_dry_run_stops_a_broken_plugin_with_the_line_params_prints(tmp_path, case):
+    """`snakemake -n` imports and builds the config's own models in a child process (the DAG itself imports neither
+    torch nor the module) and stops before any job with the one line `lwnmt params` prints."""
+    module, message, arch = BROKEN[case]
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "mine.py").write_text(module)
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(yaml.safe_dump({
+        "models": {"mine": {"class": "mine:Mine", "user_dir": str(folder)}},
+        "experiments": {"demo.mine": {"extends": "demo.transformer", "model": "mine", "arch": arch}}}))
+    line = message.format(dir=folder)
+    params = lwnmt("params", "--config", ROOT / "config.yaml", "--config", ROOT / "config/demo.yaml", "--config",
+                   overlay, "--vocab", "64", "demo.mine")
+    assert error_line(params) == f"lwnmt params: error: {line}"
+    dry = snakemake(tmp_path / "run", "-n", "--configfile", str(ROOT / "config" / "demo.yaml"), str(overlay),
+                    check=False)
+    assert dry.returncode == 1 and dry.stderr.strip().splitlines()[-1] == f"error: {line}", dry.stderr[-3000:]
+    assert "Job stats" not in dry.stdout + dry.stderr  # stopped before the DAG was built
+    if case == "no step":
+        lint = snakemake(tmp_path / "run", "--lint", "--configfile", str(ROOT / "config" / "demo.yaml"),
+                         str(overlay), check=False)
+        assert lint.returncode == 1 and lint.stderr.strip().splitlines()[-1] == f"error: {line}"
+
+
+def test_a_plugin_that_passed_is_not_imported_again_until_its_code_changes(tmp_path):
+    from layerwise_nmt.grid.stage_checks import check_own_models
+
+    folder = tmp_path / "code"
+    shutil.copytree(EXAMPLE, folder)
+    overlay = example_overlay(tmp_path)
+    spec = yaml.safe_load(overlay.read_text())
+    spec["models"]["layer_mix"]["user_dir"] = str(folder)
+    overlay.write_text(yaml.safe_dump(spec))
+    config = grid.load(ROOT / "config.yaml", overlay)
+    cache = tmp_path / "checked.json"
+    assert check_own_models(config, cache) is None and cache.is_file()
+    assert check_own_models(config, cache, python="/nonexistent/python") is None  # from the cache: nothing run
+    (folder / "layer_mix.py").write_text((folder / "layer_mix.py").read_text().replace("def source_views",
+                                                                                      "def source_views(:"))
+    with pytest.raises(UserError, match="cannot import module 'layer_mix'.*SyntaxError"):
+        check_own_models(config, cache)
+
+
 @pytest.mark.parametrize("overlay, message", [
     ({"models": {"transformer": {"class": "layer_mix:LayerMixTransformer"}}},
      "config key models/transformer: shadows the built-in model 'transformer'; give yours another name (built-in: "

@@ -184,3 +184,29 @@ def test_the_run_coalesces_snakemakes_reevaluation_timers():
         assert scheduler._open_jobs.acquire(timeout=5)
     finally:
         JobScheduler._schedule_reevalutation = original
+
+
+@pytest.mark.parametrize("train, phrase", [
+    ({"max_update": 100}, "total_num_update 1,000 > max_update 100: polynomial_decay's lr never decays (set "
+     "total_num_update: 100 with max_update)"),
+    ({"max_update": 700}, "total_num_update 1,000 > max_update 700: polynomial_decay's lr ends at 46% of its peak "
+     "(set total_num_update: 700 with max_update)"),
+    ({"max_update": 2000}, "total_num_update 1,000 < max_update 2,000: polynomial_decay's lr stays at its "
+     "end_learning_rate 0 for the last 1,000 updates (set total_num_update: 2000 with max_update)"),
+])
+def test_a_shortened_or_longer_run_names_its_decay_horizon(tmp_path, train, phrase):
+    """fairseq's polynomial_decay takes its horizon from total_num_update alone, never from max_update (both
+    explicit): an experiment that changes max_update over the demo's preset (1,000 and 1,000) keeps the old
+    horizon, so the budget check names the two keys where they disagree."""
+    def warnings(train: dict) -> list[str]:
+        overlay = tmp_path / "short.yaml"
+        overlay.write_text(yaml.safe_dump({
+            "experiments": {"demo.short": {"extends": "demo.transformer", "train": train}},
+            "papers": {"demo": {"tables": {"T1": {"append_rows": {"short": {"label": "short",
+                                                                          "experiment": "demo.short"}}}}}}}))
+        config = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)
+        return [w for w in budget_warnings(config) if w.startswith("demo.short ")]
+
+    [warning] = warnings(train)
+    assert phrase in warning, warning
+    assert not [w for w in warnings({**train, "total_num_update": train["max_update"]}) if "total_num_update" in w]

@@ -341,3 +341,46 @@ def test_characters_replaced_or_recased_are_not_counted_as_removed():
     assert "ţ" not in tokenized and "«" not in tokenized and "&amp;" in tokenized  # replaced, lowercased, escaped
     assert removed_characters(raw, tokenized, escaped=True) == ["\x1b"]
     assert removed_characters("a b", "a b", escaped=True) == []
+
+
+def test_a_line_longer_than_training_or_markup_escaped_into_pieces_is_named(trained, tmp_path):
+    """A 400-word line came back as 27 words without a word said, and `<p>` and `&amp;` became BPE fragments that
+    the warning named as `&@@`: the line's number, its length beside the longest the model trained on, and each tag
+    or entity whole, with the tokens it became."""
+    from layerwise_nmt.inference.export import write
+
+    assert checkpoint.load(trained["model"])["trained_lengths"] == {"src": 9, "tgt": 9}  # 2-8 words and </s>
+    codes = tmp_path / "bpecodes"
+    codes.write_text("#version: 0.2\n" + "".join(f"w {i}</w>\n" for i in range(1, 10)))
+    dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
+    model_dir = write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, codes, {"tokenizer": "moses"},
+                      {"beam": 2}, {})
+    assert checkpoint.load(model_dir / "model.pt")["trained_lengths"] == {"src": 9, "tgt": 9}
+    source = tmp_path / "raw.de"
+    long = " ".join(["w1 w2 w3"] * 10)
+    source.write_text(f"w1 w2 w3\n{long}\n<p> w1 w2 &amp; w3 </p>\n", encoding="utf-8")
+    code, out, err = lwnmt("translate", source, "--model", model_dir)
+    assert code == 0 and len(out.split("\n")[:-1]) == 3, err
+    warned = [line.split(": ", 1)[1] for line in err.splitlines() if " WARNING layerwise_nmt.inference." in line]
+    [longer] = [w for w in warned if w.startswith(f"{source}:2: ")]
+    assert "31 source tokens (with </s>), longer than any the model was trained on (at most 9)" in longer
+    [markup] = [w for w in warned if w.startswith(f"{source}:3: ") and "markup" in w]
+    assert "markup translated as text, in tokens the model never saw as such: <p> (as &@@ l@@ t@@ ; p &@@ g@@ t@@ ;)" \
+        in markup and "&amp; (as &@@ a@@ m@@ p@@ ; a@@ m@@ p ;)" in markup and "</p> (as " in markup
+    # the fragments are named by their tag, not one by one, nor counted as the line's unknown tokens
+    assert "dropped from its translation" not in markup and "are unknown" not in markup
+    assert not [w for w in warned if w.startswith(f"{source}:1: ")]
+
+
+def test_an_output_far_shorter_than_its_source_is_named():
+    from layerwise_nmt.inference.decode import length_warnings
+
+    sources = ["a b c d e f g h i j k l", "a b c d e f g h i j k l", "a b", "a " * 30]
+    outputs = ["x y z", "x y z w v u t s r q", "", "x " * 30]
+    warned = length_warnings(sources, outputs, "in.de", {"src": 20, "tgt": 20}, 1024)
+    assert warned == [
+        "in.de:1: its translation has 3 tokens for the source's 12 (25%): far shorter, so part of the line is likely "
+        "untranslated",
+        "in.de:4: 31 source tokens (with </s>), longer than any the model was trained on (at most 20) (split it into "
+        "sentences)"]
+    assert length_warnings(sources[3:], outputs[3:], "in.de", None, 1024) == []  # an older model: nothing to compare

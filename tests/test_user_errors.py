@@ -231,3 +231,20 @@ def test_a_target_naming_no_experiment_is_one_line_with_the_closest_names(tmp_pa
     result = snakemake(tmp_path, target, "-n", "--configfile", str(ROOT / "config/demo.yaml"), check=False)
     assert snakemake_error(result) == ("results/multi30k_deen/demo.lwcc/…: no experiment 'demo.lwcc' in the config; "
                                        "did you mean 'demo.lwc'?")  # was: ~12 lines of InputFunctionException
+
+
+def test_a_config_error_in_a_training_job_is_not_retried(tmp_path):
+    """The train rule retries a failed attempt (preemption resumes); a config error met by an attempt would be met by
+    each retry, printing its line and paying torch's start three times. Its retry within the same workflow run exits
+    at once with the same status; a later run (after a fix) trains again."""
+    args = ("train", "--spec", json.dumps({"model": "transformer"}), "--data", tmp_path / "bin", "--src", "de",
+            "--tgt", "en", "--save-dir", tmp_path / "run")
+    first = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-1"})
+    line = "lwnmt train: error: set at least one of max_update, max_epoch, max_minutes"
+    assert first.returncode == 78 and first.stderr.strip().splitlines()[-1] == line, first.stderr
+    retry = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-1"})
+    assert retry.returncode == 78 and retry.stderr.strip() == f"{line} (not retried: the attempt before met it)"
+    later = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-2"})
+    assert later.returncode == 78 and later.stderr.strip().splitlines()[-1] == line
+    by_hand = lwnmt(*args)  # outside the workflow nothing is remembered: every run tries
+    assert by_hand.returncode == 78 and by_hand.stderr.strip().splitlines()[-1] == line

@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 # Rules call the package as `python -m layerwise_nmt`, found through PYTHONPATH, so the same command works in the
@@ -14,12 +15,13 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCES), os.envi
 # A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli)
 os.environ.update(LWNMT_ERRORS_ON_STDOUT="1")
 sys.path.insert(0, str(SOURCES))
-from layerwise_nmt.workflow.job_env import WORKFLOW_PID, job_path
+from layerwise_nmt.workflow.job_env import WORKFLOW_PID, WORKFLOW_RUN, job_path
 
 # Jobs run the Python that runs Snakemake (or their rule's conda env), whatever `python` is first on PATH
 os.environ.update(PATH=job_path(os.environ.get("PATH")))
 if workflow.is_main_process:  # a training stopped by Ctrl-C stops the workflow through it (workflow/job_env.py)
     os.environ.update({WORKFLOW_PID: str(os.getpid())})
+    os.environ.update({WORKFLOW_RUN: f"{os.getpid()}-{time.time_ns()}"})
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError
@@ -58,6 +60,15 @@ try:
     TARGET_TASKS = grid.runnable_tasks(config)
 except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
     stop(grid.located(err, CONFIG_FILES))
+if workflow.is_main_process:  # own models imported and built in a child process, so that a broken plugin stops
+    from layerwise_nmt.grid.stage_checks import check_own_models  # the dry run, not a job 8 s in
+
+    try:
+        skipped = check_own_models(config, cache=Path(".snakemake/lwnmt-checked-models.json"))
+    except UserError as err:  # the very line `lwnmt params` prints
+        stop(err)
+    if skipped:
+        logger.info(f"own models: {skipped}")
 validate(config, grid.SCHEMA)  # Snakemake's own pass fills in the schema defaults
 
 if workflow.is_main_process:

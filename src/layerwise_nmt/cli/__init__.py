@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except UserError as err:
         print_error(f"lwnmt {args.command}: error: {err}")
-        sys.exit(1)
+        sys.exit(getattr(args, "error_status", 1))  # train's is its own: the workflow retries failed trainings
     except OSError as err:  # a path given on the command line that is not there (or not readable)
         if args.verbose or err.filename is None:
             raise

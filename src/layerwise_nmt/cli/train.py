@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
+from .. import CONFIG_ERROR
 from ..training.config import AVERAGE_DEFAULTS, AverageConfig
 from .common import command, copy_to_console
 
@@ -39,6 +42,7 @@ def add_commands(sub) -> None:
                    help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
     p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
     p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
+    p.set_defaults(error_status=CONFIG_ERROR)
 
     p = command(sub, "average", "average the last N checkpoints (fairseq average_checkpoints.py)", cmd_average)
     p.add_argument("save_dir")
@@ -68,7 +72,53 @@ def train_spec(a) -> dict:
     return spec
 
 
+# beside the checkpoints: the workflow run whose attempt met a config error, and its line
+CONFIG_ERROR_FILE = "config_error.txt"
+
+
 def cmd_train(a) -> None:
+    from .. import UserError
+
+    _not_again(Path(a.save_dir))
+    try:
+        _train(a)
+    except UserError as err:
+        _remember(Path(a.save_dir), str(err))
+        raise
+
+
+def _not_again(save_dir: Path) -> None:
+    """Under the workflow, the retry of an attempt that met a config error exits at once: Snakemake retries every
+    failed training (`retries:`, for preemption), and a config error is met again by each retry. A later run of the
+    workflow (another WORKFLOW_RUN) trains again."""
+    from ..workflow.job_env import WORKFLOW_RUN
+
+    marker = save_dir / CONFIG_ERROR_FILE
+    try:
+        run, line = marker.read_text().split("\n", 1)
+    except (OSError, ValueError):
+        return
+    if run and run == os.environ.get(WORKFLOW_RUN):
+        print(f"lwnmt train: error: {line.strip()} (not retried: the attempt before met it)", file=sys.stderr)
+        copy_to_console("lwnmt train: not retried: the config error above")
+        sys.exit(CONFIG_ERROR)
+    marker.unlink(missing_ok=True)
+
+
+def _remember(save_dir: Path, line: str) -> None:
+    from ..workflow.job_env import WORKFLOW_RUN
+
+    run = os.environ.get(WORKFLOW_RUN)
+    if not run:
+        return
+    try:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        (save_dir / CONFIG_ERROR_FILE).write_text(f"{run}\n{line}\n")
+    except OSError:  # unwritable: the retry runs and meets the error again
+        pass
+
+
+def _train(a) -> None:
     from ..grid.layout import GPU_LOCKS
     from ..training.gpu_lock import claim, run_ranks, under_torchrun
     from ..training.threads import set_threads

@@ -110,10 +110,32 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
     warmup = train.get("warmup_updates") or 0
     if train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "fixed" and warmup >= b.updates:
         out.append(f"warm-up of {warmup:,} updates ≥ the run's ~{b.updates:,.0f} updates: the lr never peaks")
+    out += _decay_problems(train, b, warmup)
     restart_after = train.get("restart_after_epochs") or 0
     if restart_after and b.bounded_by == "max_update" and b.epochs <= restart_after:
         out.append(f"RestartAdam after {restart_after} epochs, but the run ends after ~{b.epochs:.3g}")
     return out
+
+
+def _decay_problems(train: dict, b: Budget, warmup: int) -> list[str]:
+    """polynomial_decay's horizon is total_num_update alone, as in fairseq, where both are explicit: a max_update
+    changed without it (an experiment's over a preset's) leaves the lr high at the end, or at its floor for the
+    last updates. Runs bounded by epochs are estimated too roughly to compare."""
+    total = train.get("total_num_update") or 0
+    if train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "polynomial_decay" or not total or \
+            b.bounded_by != "max_update" or total == b.updates:
+        return []
+    updates, fix = int(b.updates), f"(set total_num_update: {int(b.updates)} with max_update)"
+    if total > updates:
+        if warmup >= updates:
+            return [f"total_num_update {total:,} > max_update {updates:,}: polynomial_decay's lr never decays {fix}"]
+        lr, end = train.get("lr", TRAIN_DEFAULTS.lr), train.get("end_learning_rate", TRAIN_DEFAULTS.end_learning_rate)
+        left = 1 - (updates - warmup) / max(1, total - warmup)
+        return [f"total_num_update {total:,} > max_update {updates:,}: polynomial_decay's lr ends at "
+                f"{(end + (lr - end) * left) / lr:.0%} of its peak {fix}"]
+    end = train.get("end_learning_rate", TRAIN_DEFAULTS.end_learning_rate)
+    return [f"total_num_update {total:,} < max_update {updates:,}: polynomial_decay's lr stays at its "
+            f"end_learning_rate {end:g} for the last {updates - total:,} updates {fix}"]
 
 
 def budgets(config: dict) -> list[Budget]:

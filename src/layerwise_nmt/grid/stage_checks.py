@@ -2,16 +2,22 @@
 (`max_tokenz`) stops `snakemake -n` and `lwnmt status` in one line instead of a job hours into the run.
 
 The settings classes are the one source of truth: each stage's dict goes through the same `from_dict` (unknown keys
-with a did-you-mean, then the value checks) the job itself will call."""
+with a did-you-mean, then the value checks) the job itself will call. A model of the config's own (`models:`) is
+checked the way `lwnmt params` checks it, in a process of its own (`check_own_models`): the workflow's DAG imports
+neither torch nor the user's module."""
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from .. import UserError
+from .. import CONFIG_ERROR, UserError
 from ..data.io import atomic_path
 from ..settings import SettingError
 from .experiments import experiment
@@ -43,9 +49,61 @@ def check_experiments(config: dict, cache: Path | None = None) -> None:
         _write_passed(cache, key)
 
 
-def _passed_key(config: dict) -> str:
-    seen = {k: config.get(k) for k in ("experiments", "defaults", "tasks")}
+def own_model_experiments(config: dict) -> list[str]:
+    """The experiments whose model is one of the config's own (`models:`)."""
+    own = config.get("models") or {}
+    return [name for name in config.get("experiments", {}) if experiment(config, name)["model"] in own]
+
+
+def check_own_models(config: dict, cache: Path | None = None, python: str = sys.executable) -> str | None:
+    """Each experiment of an own model imported, checked against the contract and built (on the meta device, as
+    `lwnmt params` counts it) by `python` in a process of its own; the first failure is a UserError holding the line
+    `lwnmt params` prints for it. None when it passed (or passed before: `cache`), else why it was not checked: an
+    environment without torch (a Snakemake-only one) leaves the check to the training job."""
+    names = own_model_experiments(config)
+    if not names:
+        return None
+    if python == sys.executable and importlib.util.find_spec("torch") is None:
+        return "not checked here (no torch in this environment); the training job imports it"
+    files = _code_files(config)
+    if files is None:  # an installed module's files are found only by importing it: checked every time
+        cache = None
+    key = _passed_key(config, files or [])
+    if cache is not None and key in _read_passed(cache):
+        return None
+    sources = str(Path(__file__).parents[2])  # the folder holding this package, however the caller found it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [sources, os.environ.get("PYTHONPATH")])))
+    payload = json.dumps({"config": config, "experiments": names}, default=str)
+    done = subprocess.run([python, "-m", "layerwise_nmt.models.parameter_table"], input=payload, env=env, text=True,
+                          capture_output=True)
+    if done.returncode == CONFIG_ERROR:  # its last line is the error
+        raise UserError(done.stderr.strip().splitlines()[-1])
+    if done.returncode != 0:  # the user's code raised something else while it was built: its last line, and where
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise UserError(f"config key models: building experiment(s) {', '.join(names)} failed: {last} (`lwnmt "
+                        f"params -v {' '.join(names)}` gives the traceback)")
+    if cache is not None:
+        _write_passed(cache, key)
+    return None
+
+
+def _code_files(config: dict) -> list[Path] | None:
+    """The Python files of the own models' folders (`user_dir`), whose edits make the check run again; None when a
+    model has no folder."""
+    files = []
+    for entry in (config.get("models") or {}).values():
+        if not entry.get("user_dir"):
+            return None
+        files += sorted(Path(entry["user_dir"]).expanduser().rglob("*.py"))
+    return files
+
+
+def _passed_key(config: dict, extra: list[Path] = ()) -> str:
+    seen = {k: config.get(k) for k in ("experiments", "defaults", "tasks", "models")}
     digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode())
+    for path in extra:
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes() if path.is_file() else b"")
     for path in sorted(Path(__file__).parents[1].rglob("*.py")):  # the settings classes and what they check
         digest.update(path.read_bytes())
     return digest.hexdigest()[:24]

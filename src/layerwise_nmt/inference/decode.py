@@ -149,6 +149,9 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
     sources = list(read_lines(src_path))
     results, stats = decode_lines(model, sources, src_vocab, tgt_vocab, cfg, label or src_path)
     forms = {"bpe": [tgt_vocab.decode(r[0].tokens) if r else "" for r in results]}
+    for warning in length_warnings(sources, forms["bpe"], label or src_path, getattr(model, "trained_lengths", None),
+                                   model.config.max_positions):
+        log.warning("%s", warning)
     forms["txt"] = [strip_bpe(h, remove_bpe) for h in forms["bpe"]]
     if detok_lang:
         forms["detok"] = detokenizer(detok_lang)(forms["txt"])
@@ -161,6 +164,35 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
     for form, lines in forms.items():
         write_lines(f"{out_prefix}.{form}", lines)
     return stats
+
+
+# an output under this share of its source's tokens is far shorter than a translation (beam search ended early),
+# said for sources of at least FAR_SHORTER_FROM tokens, whose lengths vary less between languages
+FAR_SHORTER, FAR_SHORTER_FROM = 0.4, 10
+
+
+def length_warnings(sources: list[str], outputs: list[str], label: str, trained: dict | None,
+                    max_positions: int) -> list[str]:
+    """One line per source (`label`:line) longer than every training source the model saw (`trained`, its
+    longest sides in tokens with </s>), or whose output is far shorter than it: a model stops early on a length it
+    never learnt, and a translation that lost most of its sentence reads as fluent. Sources beyond max_positions are
+    untranslated and said so by `decode_lines`."""
+    warnings = []
+    for number, (source, output) in enumerate(zip(sources, outputs), start=1):
+        n, m = len(source.split()), len(output.split())
+        if not n or n + 1 > max_positions:
+            continue
+        parts = []
+        if trained and n + 1 > trained.get("src", max_positions):
+            parts.append(f"{n + 1} source tokens (with </s>), longer than any the model was trained on (at most "
+                         f"{trained['src']})")
+        if n >= FAR_SHORTER_FROM and m < FAR_SHORTER * n:
+            parts.append(f"its translation has {m} tokens for the source's {n} ({m / n:.0%}): far shorter, so part "
+                         f"of the line is likely untranslated")
+        if parts:
+            hint = " (split it into sentences)" if trained and n + 1 > trained.get("src", max_positions) else ""
+            warnings.append(f"{label}:{number}: " + "; ".join(parts) + hint)
+    return warnings
 
 
 def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig,
@@ -280,6 +312,9 @@ def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab:
         check_against(state, path, experiment["model"], experiment["arch"], experiment["name"], user)
     model = build(state["model_name"], state["model_config"], user)
     model.load_state_dict(state["model"])
+    # what translate compares an input with: {"src": n, "tgt": n}, the longest training pair's sides in tokens
+    # with </s> (None: a model trained before it was recorded, or imported from fairseq)
+    model.trained_lengths = state.get("trained_lengths") or None
     return model.eval()
 
 

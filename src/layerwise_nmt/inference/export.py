@@ -31,7 +31,7 @@ MANIFEST_KEYS = ("src", "tgt", "files", "tokenize", "decode", "sha256")  # what 
 CODES = "bpecodes"  # fairseq's name (`--bpe subword_nmt --bpe-codes bpecodes`)
 # what the exported model.pt keeps of a final model or an averaged one: no optimizer, no RNG, no paths
 KEPT = ("model", "model_name", "model_class", "model_config", "dictionaries", "progress", "final_from",
-        "averaged_from")
+        "averaged_from", "trained_lengths")
 
 
 def sha256(path: Path) -> str:

@@ -10,8 +10,8 @@ source and the decoding settings, from one of three requests:
 Raw text is tokenized and BPE'd here (decode.prepare_raw) into a file under the caller's temporary directory;
 `translate` then loads the model and runs the beam search (decode.translate). A line the model cannot read — its
 tokens mostly unknown to the model's dictionary, or characters lost on the way (unknown tokens become <unk>;
-normalisation and tokenization may remove characters) — gets one warning naming it (`input_warnings`): a fluent
-translation would otherwise hide it.
+normalisation and tokenization may remove characters; tags and entities escaped and split into pieces it never saw
+whole) — gets one warning naming it (`input_warnings`): a fluent translation would otherwise hide it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import re
 import sys
 import unicodedata
 from collections import Counter
@@ -71,6 +72,8 @@ class Job:
     options: dict
     experiment: dict | None = None
     removed: list[list[str]] | None = None
+    # per line of raw text, each tag or entity in it and the tokens it became (`markup_tokens`)
+    markup: list[list[tuple[str, list[str]]]] | None = None
 
 
 def decoding_options(options: str, flags: dict, lenpen_from: str | None = None) -> dict:
@@ -141,7 +144,7 @@ def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
         raise not_trained(setup["model"], request.config_files)
     source = raw_source(request, tmp, setup["src"], setup["tokenize"], setup["codes"])
     return Job(setup["model"], setup["data"], setup["src"], setup["tgt"], source[0], source[1],
-               setup["tgt"], {**setup["decode"], **options}, setup.get("experiment"), source[2])
+               setup["tgt"], {**setup["decode"], **options}, setup.get("experiment"), *source[2:])
 
 
 def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
@@ -153,13 +156,13 @@ def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
     manifest = read(request.model, request.src, request.tgt)
     source = raw_source(request, tmp, manifest["src"], manifest["tokenize"], manifest["paths"].get("bpe_codes"))
     return Job(manifest["paths"]["model"], manifest["dir"], manifest["src"], manifest["tgt"], source[0], source[1],
-               manifest["tgt"], {**manifest["decode"], **options}, removed=source[2])
+               manifest["tgt"], {**manifest["decode"], **options}, removed=source[2], markup=source[3])
 
 
 def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict,
-               codes: str | None) -> tuple[str, str, list[list[str]]]:
+               codes: str | None) -> tuple[str, str, list[list[str]], list[list[tuple[str, list[str]]]]]:
     """The raw input tokenized and BPE'd into tmp/input.bpe: (that file, the input's name for messages, each line's
-    characters that normalisation and tokenization removed)."""
+    characters that normalisation and tokenization removed, each line's markup and the tokens it became)."""
     from ..data import bpe
     from ..data.io import write_lines
     from ..data.tokenize import TokenizeOptions
@@ -172,7 +175,22 @@ def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict,
     removed = [removed_characters(line, out, escaped) for line, out in zip(lines, tokenized)]
     source = tmp / "input.bpe"
     write_lines(source, bpe.apply(codes, tokenized) if codes else tokenized)
-    return str(source), label, removed
+    return str(source), label, removed, markup_tokens(lines, lang, tokenize, codes)
+
+
+# HTML/XML tags and character entities: the corpora's readers strip them, so a model has seen them only as text
+MARKUP = re.compile(r"</?[A-Za-z][\w:.-]*(?:\s[^<>]*)?/?>|<!--.*?-->|&(?:#\d+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
+
+
+def markup_tokens(lines: list[str], lang: str, tokenize: dict,
+                  codes: str | None) -> list[list[tuple[str, list[str]]]]:
+    """Per line, each tag or entity as written and the model's tokens for it (tokenized and BPE'd on its own)."""
+    from .decode import prepare_raw
+
+    found = [list(dict.fromkeys(MARKUP.findall(line))) for line in lines]
+    pieces = sorted({piece for line in found for piece in line})
+    tokens = dict(zip(pieces, prepare_raw(pieces, lang, tokenize, codes))) if pieces else {}
+    return [[(piece, tokens[piece].split()) for piece in line] for line in found]
 
 
 def removed_characters(raw: str, tokenized: str, escaped: bool) -> list[str]:
@@ -189,30 +207,46 @@ def removed_characters(raw: str, tokenized: str, escaped: bool) -> list[str]:
     return list(dict.fromkeys(lost))
 
 
-def input_warnings(lines: Iterable[str], vocab, label: str, removed: list[list[str]] | None = None) -> list[str]:
+def input_warnings(lines: Iterable[str], vocab, label: str, removed: list[list[str]] | None = None,
+                   markup: list[list[tuple[str, list[str]]]] | None = None) -> list[str]:
     """One line per source line the model cannot fully read: the share of its tokens unknown to the source
-    dictionary (<unk> to the model) when they are most of it, else which tokens are unknown; and the characters
-    that normalisation and tokenization removed (`removed`, per line, for raw text)."""
+    dictionary (<unk> to the model) when they are most of it, else which tokens are unknown; the characters
+    that normalisation and tokenization removed (`removed`, per line, for raw text); and the tags and entities
+    (`markup`, per line, for raw text) that became tokens the model never saw whole."""
     warnings = []
     for number, line in enumerate(lines, start=1):
         tokens = line.split()
-        unknown = list(dict.fromkeys(t for t in tokens if t not in vocab.index))
+        unseen = unseen_markup(markup[number - 1] if markup is not None else [], vocab)
+        inside = {t for _, pieces in unseen for t in pieces}  # named by their tag or entity instead
+        unknown = list(dict.fromkeys(t for t in tokens if t not in vocab.index and t not in inside))
         lost = removed[number - 1] if removed is not None else []
-        if not unknown and not lost:
+        if not unknown and not lost and not unseen:
             continue
         shown = [html.unescape(t) if removed is not None else t for t in unknown]
         where = f"the model's dictionary ({vocab.path})" if vocab.path else "the model's dictionary"
-        count = sum(t not in vocab.index for t in tokens)
+        count = sum(t not in vocab.index and t not in inside for t in tokens)
         parts = []
         if tokens and count / len(tokens) > MOSTLY_UNKNOWN:
             parts.append(f"{count} of {len(tokens)} source tokens ({count / len(tokens):.0%}) are unknown to "
                          f"{where}, so its translation cannot be of this line: {listing(shown)}")
         elif unknown:
             parts.append(f"dropped from its translation: {listing(shown)}, unknown to {where}")
+        if unseen:
+            shown = [f"{piece} (as {' '.join(pieces)})" for piece, pieces in unseen]
+            parts.append(f"markup translated as text, in tokens the model never saw as such: {listing(shown)} "
+                         f"(strip tags and unescape entities first)")
         if lost:
             parts.append(f"{listing(lost, named=True)} removed by normalisation or tokenization")
         warnings.append(f"{label}:{number}: " + "; ".join(parts))
     return warnings
+
+
+def unseen_markup(found: list[tuple[str, list[str]]], vocab) -> list[tuple[str, list[str]]]:
+    """The tags and entities whose tokens the model never saw as such: one unknown to its dictionary, or a piece
+    BPE split into subwords (`&@@ l@@ t@@ ;` for the escape of `<`), which the model met, if ever, as parts of
+    other words."""
+    return [(piece, tokens) for piece, tokens in found
+            if any(t not in vocab.index or t.endswith("@@") for t in tokens)]
 
 
 def listing(items: list[str], named: bool = False) -> str:
@@ -242,7 +276,7 @@ def translate(job: Job, out_prefix: str | None, nbest: int = 0, user_code=None) 
     from ..data.io import read_lines
 
     src_vocab, tgt_vocab = load_pair(job.data, job.src, job.tgt)
-    for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed):
+    for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed, job.markup):
         log.warning("%s", warning)
     model = load_model(job.model, src_vocab, tgt_vocab, job.src, job.tgt, job.experiment, user_code)
     stats = decode(model, job.source, src_vocab, tgt_vocab, cfg, out_prefix, detok_lang=job.detok, nbest=nbest,

@@ -4,7 +4,7 @@ a model of the config's own (`models:`) is built on the meta device and counted,
 
 from __future__ import annotations
 
-from .. import UserError
+from .. import CONFIG_ERROR, UserError
 from .. import grid
 from . import sizes as model_sizes
 from ..data.vocab import load_pair
@@ -63,3 +63,23 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
         for paper, table, label, params_m in where.get(name, [("", "", "", None)]):
             out.append({**record, "paper": paper, "table": table, "row": label, "paper_params": params_m})
     return out
+
+
+def main() -> None:
+    """`python -m layerwise_nmt.models.parameter_table` with {config, experiments} as JSON on stdin: each experiment
+    counted as `lwnmt params --vocab 64` counts it, or its error as the one line that command prints after its
+    `lwnmt params: error:` (exit status CONFIG_ERROR, where a traceback's is 1). What the
+    workflow's DAG runs to check the config's own models without importing them itself (grid/stage_checks.py)."""
+    import json
+    import sys
+
+    request = json.load(sys.stdin)
+    try:
+        parameter_rows(request["config"], request["experiments"], (64, 64))
+    except UserError as err:
+        print(err, file=sys.stderr)
+        sys.exit(CONFIG_ERROR)
+
+
+if __name__ == "__main__":
+    main()

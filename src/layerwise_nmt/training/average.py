@@ -30,5 +30,6 @@ def average(paths: list[Path], out: str | Path) -> None:
     save(Path(out), {"model": averaged, "model_name": newest["model_name"], **recorded,
                      "model_config": newest["model_config"],
                      "averaged_from": [p.name for p in paths], "progress": newest.get("progress"),
-                     "dictionaries": newest.get("dictionaries"), "languages": newest.get("languages")})
+                     "dictionaries": newest.get("dictionaries"), "languages": newest.get("languages"),
+                     "trained_lengths": newest.get("trained_lengths")})
     log.info("averaged %d checkpoints (%s) → %s", len(paths), ", ".join(p.name for p in paths), out)

@@ -90,6 +90,8 @@ class Run:
     saved_update: int | None = None  # of the newest checkpoint_last.pt this process wrote
     dictionaries: dict = field(default_factory=dict)  # checkpoint.dictionaries: translate checks them
     languages: dict = field(default_factory=dict)  # {"src": "de", "tgt": "en"}: translate checks --src/--tgt
+    # the longest training source and target (tokens with </s>): translate warns of inputs beyond what was learnt
+    trained_lengths: dict = field(default_factory=dict)
     writer: checkpoint.Writer = field(default_factory=checkpoint.Writer)
 
     def save(self, *names: str, background: bool = False) -> None:
@@ -103,7 +105,8 @@ class Run:
         weights = {"model": self.model.state_dict(), "model_name": self.spec["model"], **recorded(self.spec),
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
                    "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
-                   "dictionaries": self.dictionaries, "languages": self.languages}
+                   "dictionaries": self.dictionaries, "languages": self.languages,
+                   "trained_lengths": self.trained_lengths}
         states = {name: weights if name != LAST else
                   {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
                    "rng": checkpoint.rng_state()} for name in names}
@@ -143,6 +146,8 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     torch.manual_seed(cfg.seed)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
     run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device)
+    run.trained_lengths = {side: int(data.sizes.max(initial=0))
+                           for side, data in (("src", train_data.src), ("tgt", train_data.tgt))}
     precision = run.precision
     progress, autocast = run.progress, lambda: precision.autocast(device)
     net = torch.nn.parallel.DistributedDataParallel(run.model) if world_size > 1 else run.model
@@ -406,7 +411,8 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
         checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], **recorded(run.spec),
                                       "final_from": chosen,
                                       "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
-                                      "dictionaries": run.dictionaries, "languages": run.languages})
+                                      "dictionaries": run.dictionaries, "languages": run.languages,
+                                      "trained_lengths": run.trained_lengths})
         reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()

@@ -5,6 +5,8 @@ torch-free: Snakemake imports it while it builds the DAG.
   the workflow was started from, not whichever `python` a user's PATH finds first (a `.venv/bin/snakemake` run
   without activating the venv would otherwise start the system's Python). A rule's conda env (`--use-conda`) still
   wins: Snakemake activates it inside the job's shell, which puts the env's bin/ in front of this one.
+- WORKFLOW_RUN: which run of Snakemake started the job; the retry of a training that failed on a config error
+  exits at once (a retry meets the same error) and a later run tries again.
 - WORKFLOW_PID: the Snakemake process that schedules the jobs. A training stopped by Ctrl-C tells it to stop too
   (`stop_the_workflow`): a Snakemake that did not see the Ctrl-C itself (one started where SIGINT is ignored, as a
   non-interactive shell's background job) would otherwise retry the training that the user just stopped.
@@ -18,6 +20,9 @@ import sys
 from pathlib import Path
 
 WORKFLOW_PID = "LWNMT_WORKFLOW_PID"
+# One Snakemake run (its process and start), the same for every attempt of a job within it: a training that met a
+# config error tells its own retry from a later run's first attempt by it (cli/train.py)
+WORKFLOW_RUN = "LWNMT_WORKFLOW_RUN"
 
 
 def job_path(path: str | None, executable: str = sys.executable) -> str:
