@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -44,7 +45,7 @@ from ..models import UserModel, build
 from ..models.transformer import count_parameters
 from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
-from .precision import Precision, cuda_kernels, resolve
+from .precision import Precision, cuda_kernels, device_name, resolve
 from .precision_probe import Workload, autocast as probe_autocast, full_precision, model_shape, probe_step
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
@@ -103,6 +104,7 @@ class Run:
         weights = {"model": self.model.state_dict(), "model_name": self.spec["model"], **recorded(self.spec),
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
                    "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
+                   "precision": self.precision.to_dict(),
                    "dictionaries": self.dictionaries, "languages": self.languages}
         states = {name: weights if name != LAST else
                   {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
@@ -233,13 +235,13 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     state, resumed_from = checkpoint.load_resumable(save_dir)
-    if state is not None and state.get("settings") != checkpoint.resume_key(spec):
+    why = state is not None and not_to_resume(state, spec, cfg, save_dir)
+    if why:
         state = None
-        if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
+        if rank == 0:  # keep them, but do not resume from them
             aside = checkpoint.set_aside(save_dir)
             reopen_run_logs()  # the new run's log starts in the new directory
-            log.warning("%s: model or training settings changed since its checkpoints; moved them to %s and "
-                        "starting afresh", save_dir, aside)
+            log.warning("%s: %s; moved them to %s and starting afresh from update 0", save_dir, why, aside)
         barrier()
     if spec.get("init_from") and state is None:
         new = checkpoint.warm_start(model, spec["init_from"], vocabs)
@@ -248,8 +250,9 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
                      ", ".join(new) or "none")
     check_merging(model, cfg)
     # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
-    precision = precision or broadcast_object(resolve(cfg.amp, device, training_workload(model, cfg, device),
-                                                      cfg.tf32))
+    precision = precision or broadcast_object(recorded_precision(state, cfg, device)
+                                              or resolve(cfg.amp, device, training_workload(model, cfg, device),
+                                                         cfg.tf32))
     if rank == 0:
         log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
@@ -257,14 +260,57 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
               dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
               languages=dict(zip(("src", "tgt"), vocabs)))
     if state is not None:
-        model.load_state_dict(state["model"])
-        run.optimizer.load_state_dict(state["optimizer"])
+        try:
+            model.load_state_dict(state["model"])
+            run.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as err:  # the model's code changed, not its settings
+            raise UserError(f"{resumed_from}: not resumed: its tensors do not fit model {spec['model']} as its code "
+                            f"builds it now ({_mismatch(err)}); to train it from update 0, move {save_dir} "
+                            f"aside") from None
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
         checkpoint.set_rng_state(state["rng"])
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
                  run.progress.update, run.progress.next_batch)
     return run
+
+
+def not_to_resume(state: dict, spec: dict, cfg: TrainConfig, save_dir: Path) -> str:
+    """Why `save_dir`'s checkpoints must not be resumed ("" when they may): the model or training settings they
+    were made with differ from `spec`'s (a larger budget aside: that run goes on), or their run is over. A run is
+    over when its progress reached `cfg`'s budget (or stopped early) and it wrote its final model, which
+    training.json's update count, written after the model, confirms; so a finished training run again (`snakemake
+    --forcerun`, new inputs) trains from update 0, while one killed before its end resumes."""
+    if state.get("settings") != checkpoint.resume_key(spec):
+        return "model or training settings changed since its checkpoints"
+    stopped = Progress.from_dict(state["progress"]).stop_reason(cfg)
+    if not stopped:
+        return ""
+    try:
+        summary = json.loads((save_dir / "training.json").read_text())
+    except (OSError, ValueError):  # killed between its last update and its final model: the resume writes it
+        return ""
+    if not isinstance(summary, dict) or summary.get("updates") != state["progress"]["update"]:
+        return ""
+    return (f"its run finished at update {summary['updates']} ({stopped}) and wrote its final model; run again, "
+            f"it is trained again")
+
+
+def recorded_precision(state: dict | None, cfg: TrainConfig, device: torch.device) -> Precision | None:
+    """The precision a resumed checkpoint's run computed in, when it asked for the same `amp` on the same kind of
+    device: the run goes on in it, whatever a probe would find now."""
+    recorded = (state or {}).get("precision")
+    if not isinstance(recorded, dict) or recorded.get("requested") != cfg.amp \
+            or recorded.get("device") != device_name(device):
+        return None
+    return Precision.from_dict(recorded)
+
+
+def _mismatch(err: Exception) -> str:
+    """The first thing load_state_dict names (a missing key, an unexpected one, a shape), in one short line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
+    return detail if len(detail) <= 160 else detail[:157] + "..."
 
 
 def training_workload(model: torch.nn.Module, cfg: TrainConfig, device) -> Workload:
@@ -406,6 +452,7 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
         checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], **recorded(run.spec),
                                       "final_from": chosen,
                                       "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
+                                      "precision": precision.to_dict(),
                                       "dictionaries": run.dictionaries, "languages": run.languages})
         reporter.summary(progress, precision.to_dict())
     barrier()
