@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -45,7 +44,7 @@ from ..models import UserModel, build
 from ..models.transformer import count_parameters
 from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
-from .precision import Precision, cuda_kernels, device_name, resolve
+from .precision import Precision, cuda_kernels, resolve
 from .precision_probe import Workload, autocast as probe_autocast, full_precision, model_shape, probe_step
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
@@ -235,7 +234,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     state, resumed_from = checkpoint.load_resumable(save_dir)
-    why = state is not None and not_to_resume(state, spec, cfg, save_dir)
+    why = state is not None and checkpoint.not_to_resume(state, spec, cfg, save_dir)
     if why:
         state = None
         if rank == 0:  # keep them, but do not resume from them
@@ -250,7 +249,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
                      ", ".join(new) or "none")
     check_merging(model, cfg)
     # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
-    precision = precision or broadcast_object(recorded_precision(state, cfg, device)
+    precision = precision or broadcast_object(checkpoint.recorded_precision(state, cfg, device)
                                               or resolve(cfg.amp, device, training_workload(model, cfg, device),
                                                          cfg.tf32))
     if rank == 0:
@@ -264,53 +263,13 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
             model.load_state_dict(state["model"])
             run.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as err:  # the model's code changed, not its settings
-            raise UserError(f"{resumed_from}: not resumed: its tensors do not fit model {spec['model']} as its code "
-                            f"builds it now ({_mismatch(err)}); to train it from update 0, move {save_dir} "
-                            f"aside") from None
+            raise checkpoint.unfit(resumed_from, spec["model"], save_dir, err) from None
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
         checkpoint.set_rng_state(state["rng"])
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
                  run.progress.update, run.progress.next_batch)
     return run
-
-
-def not_to_resume(state: dict, spec: dict, cfg: TrainConfig, save_dir: Path) -> str:
-    """Why `save_dir`'s checkpoints must not be resumed ("" when they may): the model or training settings they
-    were made with differ from `spec`'s (a larger budget aside: that run goes on), or their run is over. A run is
-    over when its progress reached `cfg`'s budget (or stopped early) and it wrote its final model, which
-    training.json's update count, written after the model, confirms; so a finished training run again (`snakemake
-    --forcerun`, new inputs) trains from update 0, while one killed before its end resumes."""
-    if state.get("settings") != checkpoint.resume_key(spec):
-        return "model or training settings changed since its checkpoints"
-    stopped = Progress.from_dict(state["progress"]).stop_reason(cfg)
-    if not stopped:
-        return ""
-    try:
-        summary = json.loads((save_dir / "training.json").read_text())
-    except (OSError, ValueError):  # killed between its last update and its final model: the resume writes it
-        return ""
-    if not isinstance(summary, dict) or summary.get("updates") != state["progress"]["update"]:
-        return ""
-    return (f"its run finished at update {summary['updates']} ({stopped}) and wrote its final model; run again, "
-            f"it is trained again")
-
-
-def recorded_precision(state: dict | None, cfg: TrainConfig, device: torch.device) -> Precision | None:
-    """The precision a resumed checkpoint's run computed in, when it asked for the same `amp` on the same kind of
-    device: the run goes on in it, whatever a probe would find now."""
-    recorded = (state or {}).get("precision")
-    if not isinstance(recorded, dict) or recorded.get("requested") != cfg.amp \
-            or recorded.get("device") != device_name(device):
-        return None
-    return Precision.from_dict(recorded)
-
-
-def _mismatch(err: Exception) -> str:
-    """The first thing load_state_dict names (a missing key, an unexpected one, a shape), in one short line."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
-    return detail if len(detail) <= 160 else detail[:157] + "..."
 
 
 def training_workload(model: torch.nn.Module, cfg: TrainConfig, device) -> Workload:

@@ -17,7 +17,7 @@ AMX Xeon measured bf16 at 1.12x fp32 where the quiet one measured 1.95x, and its
 A GPU step is timed in wall time, as the device's own work is what it waits for.
 
 The answer is cached, keyed by everything it depends on (CPU model and flags, PyTorch's kernel level and oneDNN's
-ISA cap, threads; or the GPU's name and compute capability and CUDA's version; PyTorch's version, the workload's
+ISA cap; or the GPU's name and compute capability and CUDA's version; PyTorch's version, the workload's
 kind and shapes), in `$LWNMT_CACHE_DIR` or
 `$XDG_CACHE_HOME/layerwise-nmt` (default ~/.cache/layerwise-nmt), under a file lock: every later run of the same
 workload on the same machine reuses the choice, so its results do not depend on a second measurement's noise, and
@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 SPEEDUP = 1.15  # bf16 must be this much faster than fp32 to be picked: below it, the noise of a 2-second probe
 CACHE_FILE = "precision-probe.json"
 ROUNDS, BUDGET_S = 5, 2.0  # timed rounds (each: one fp32 step and one bf16 step) at most; stop after the budget
-# in the cache key: choices timed by an earlier wall clock, perhaps on a busy core, are measured again, not reused
+# in the cache key: choices timed by an earlier wall clock, perhaps on a busy core, are measured again, not reused;
+# the run's thread count is not in it, since the probe runs at one thread (and threads.py takes fewer on a busy CPU)
 CPU_CLOCK = "thread CPU time, 1 thread"
 
 
@@ -195,8 +196,7 @@ def cache_key(kind: str, shape: dict, device: torch.device = torch.device("cpu")
     return {"kind": kind, "shape": shape, "cpu": cpu_model(), "capability": cpu_capability(),
             "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile",
                                            "avx_vnni", "amx_fp16"}),
-            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "clock": CPU_CLOCK}
+            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "torch": torch.__version__, "clock": CPU_CLOCK}
 
 
 def read_cache(directory: Path) -> dict:
