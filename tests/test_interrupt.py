@@ -82,3 +82,76 @@ def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, p
     assert history.count(" started (pid ") == 2, history[-3000:]
     assert f"stopped at update {update} (Ctrl-C" in history
     assert re.search(rf"resumed from \S+/checkpoint_last.pt: epoch \d+, update {update}, batch", history), history
+
+
+def group_processes(group: int) -> list[str]:
+    """The command lines of the processes still in process group `group` (Snakemake's and everything it
+    started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getpgid(int(entry.name)) == group:
+                found.append((entry / "cmdline").read_text().replace("\0", " "))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_sent_to_snakemake_alone_stops_the_training_with_its_checkpoint(tmp_path, mirror, prepared, signum):
+    """What a supervisor, a scheduler or `kill <pid>` sends: one signal to Snakemake's process, not to its group.
+    The training checkpoints and stops within 30 s, as after a terminal's Ctrl-C, and nothing is left running."""
+    shutil.copytree(prepared, tmp_path / "results")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               LWNMT_DATA_MIRROR=str(mirror))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
+           TARGET, *budget(tmp_path, 100000)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    save_dir = tmp_path / RUN / "checkpoints"
+    try:
+        deadline = time.time() + 120
+        while not (save_dir / "checkpoint1.pt").exists():
+            assert time.time() < deadline and proc.poll() is None, "the training never got going"
+            time.sleep(0.2)
+        time.sleep(0.5)  # mid-epoch
+        os.kill(proc.pid, signum)  # Snakemake's process only
+        sent = time.time()
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{signal.Signals(signum).name} to Snakemake alone: still running after 30 s: "
+                        f"{group_processes(proc.pid)}")
+        took = time.time() - sent
+        left = group_processes(proc.pid)
+    finally:
+        if proc.poll() is None or group_processes(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    assert not left, left
+    assert proc.returncode != 0 and took < 30, out[-3000:]
+    stopped = re.findall(r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
+                         r"rerun the same command to resume$", out, flags=re.M)
+    assert len(stopped) == 1, out[-3000:]
+    assert torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["progress"]["update"] == int(stopped[0])
+    assert not (tmp_path / TARGET).exists()
+    assert len(re.findall(r"^rule train:|^localrule train:", out, flags=re.M)) == 1, out[-3000:]  # no retry ran
+
+
+def test_forcerun_of_a_trained_model_trains_it_again_from_update_0(tmp_path, mirror, prepared):
+    """`snakemake -R <model.pt>`: the finished training runs again with its checkpoints in place, and trains anew
+    rather than resuming at its last update; the old checkpoints are kept aside."""
+    shutil.copytree(prepared, tmp_path / "results")
+    snakemake(tmp_path, TARGET, *budget(tmp_path, 3), mirror=mirror)
+    first = torch.load(tmp_path / TARGET, weights_only=False)
+    snakemake(tmp_path, TARGET, "--forcerun", TARGET, *budget(tmp_path, 3), mirror=mirror)
+    log = (tmp_path / RUN / "train.log").read_text()  # the rerun's stderr
+    assert "resumed from" not in log, log[-3000:]
+    aside = tmp_path / RUN / "checkpoints.superseded-1"
+    assert (f"its run finished at update 3 (max_update) and wrote its final model; run again, it is trained again; "
+            f"moved them to {aside.relative_to(tmp_path)} and starting afresh from update 0") in log, log[-3000:]
+    again = torch.load(tmp_path / TARGET, weights_only=False)
+    assert again["progress"]["update"] == 3 and (aside / "checkpoint_last.pt").exists()
+    for key, tensor in first["model"].items():  # the same three updates from the same seed, trained anew
+        assert torch.equal(tensor, again["model"][key]), key

@@ -3,6 +3,7 @@
 import json
 import os
 from pathlib import Path
+import signal
 import subprocess
 import sys
 import time
@@ -32,11 +33,19 @@ def test_auto_on_cpu_without_native_bf16_is_fp32_without_a_probe(monkeypatch, ca
     assert capability in chosen.reason or "no AVX512_BF16" in chosen.reason
 
 
-def fake_step(seconds: dict, calls: list):
-    """A probe step that takes `seconds[amp]` (sleeping), recording each call's precision."""
+def compute(seconds: float) -> None:
+    """Work for `seconds` of this thread's CPU time: what a CPU probe step is timed in."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def fake_step(seconds: dict, calls: list, gpu: bool = False):
+    """A probe step that computes for `seconds[amp]` (on a GPU: waits, as the host does for the device), recording
+    each call's precision."""
     def step(amp):
         calls.append(amp)
-        time.sleep(seconds[amp])
+        (time.sleep if gpu else compute)(seconds[amp])
     return step
 
 
@@ -63,7 +72,7 @@ def timed_step(seconds: dict[str, list[float]], calls: list):
     """A probe step whose n-th call at `amp` takes seconds[amp][n] (the first call is the untimed warm-up)."""
     def step(amp):
         calls.append(amp)
-        time.sleep(seconds[amp][calls.count(amp) - 1])
+        compute(seconds[amp][calls.count(amp) - 1])
     return step
 
 
@@ -78,6 +87,57 @@ def test_the_probe_stops_early_only_on_a_clear_cut(monkeypatch, tmp_path, fp32_s
     measured = Workload("train", {"model": "m"}, timed_step({"none": fp32_s, "bf16": bf16_s}, calls)).measure()
     assert calls.count("none") == calls.count("bf16") == 1 + timed_rounds
     assert measured.fp32_s >= min(fp32_s[1:]) and measured.bf16_s >= min(bf16_s[1:])
+
+
+def spin(iterations: int) -> None:
+    """A fixed amount of work, however long the scheduler makes it take."""
+    x = 0
+    for i in range(iterations):
+        x += i
+
+
+def busy_core(core: int) -> subprocess.Popen:
+    """Another job on `core`: a process that computes without pause, stopped (SIGSTOP) until the probe asks."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    proc.send_signal(signal.SIGSTOP)
+    return proc
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux's CPU affinity")
+@pytest.mark.parametrize("busy_during, bf16_work, expected", [
+    ("bf16", 0.7, "bf16"),   # bf16 1.43x faster (an AMX Xeon); the other job ran through its steps: in wall time fp32
+    ("none", 1.3, "none"),   # bf16 0.77x (AVX512_BF16 without AMX); the other job ran through the fp32 steps
+    ("both", 0.7, "bf16"),   # the other job ran through every step
+])
+def test_a_busy_core_picks_the_precision_a_quiet_one_does(monkeypatch, tmp_path, busy_during, bf16_work, expected):
+    """Another process computing on the probe's core, through the steps of one precision: the load that comes
+    and goes on a shared machine. The pick is the quiet core's."""
+    monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
+    core = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    work = {"none": 400_000, "bf16": int(400_000 * bf16_work)}
+    other = busy_core(core)
+
+    def step(amp, busy):
+        if busy:
+            other.send_signal(signal.SIGCONT if busy_during in (amp, "both") else signal.SIGSTOP)
+            time.sleep(0.02)  # the other process is scheduled
+        spin(work[amp])
+        if busy:
+            other.send_signal(signal.SIGSTOP)
+
+    os.sched_setaffinity(0, {core})
+    try:
+        quiet = Workload("train", {"load": "none"}, lambda amp: step(amp, False)).measure()
+        busy = Workload("train", {"load": busy_during}, lambda amp: step(amp, True)).measure()
+    finally:
+        os.sched_setaffinity(0, before)
+        other.kill()
+        other.wait()
+    assert quiet.amp == expected, quiet
+    assert busy.amp == quiet.amp, (busy, quiet)
+    assert 0.7 < busy.speedup / quiet.speedup < 1.4  # the same finding, not only the same side of the bar
 
 
 def test_the_probe_runs_once_per_machine_and_workload_and_its_choice_is_reused(monkeypatch, tmp_path):
@@ -98,7 +158,7 @@ def test_the_probe_runs_once_per_machine_and_workload_and_its_choice_is_reused(m
     monkeypatch.setattr(torch, "__version__", "9.9.9")
     assert precision.resolve("auto", torch.device("cpu"), again).amp == "none"
     key = precision_probe.cache_key("train", {"model": "m"})
-    assert {"cpu", "flags", "capability", "onednn_isa", "torch", "threads", "shape", "kind"} <= set(key)
+    assert {"cpu", "flags", "capability", "onednn_isa", "torch", "shape", "kind", "clock"} <= set(key)
     cache = json.loads((tmp_path / precision_probe.CACHE_FILE).read_text())
     assert len(cache) == 4 and {entry["key"]["kind"] for entry in cache.values()} == {"train", "decode"}
 
@@ -176,7 +236,7 @@ def test_auto_on_a_bf16_gpu_follows_the_probe_and_calls_it_tf32(monkeypatch, tmp
     monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
     fake_gpu(monkeypatch)
     calls = []
-    workload = Workload("train", {"model": "m"}, fake_step({"none": tf32_s, "bf16": bf16_s}, calls),
+    workload = Workload("train", {"model": "m"}, fake_step({"none": tf32_s, "bf16": bf16_s}, calls, gpu=True),
                         torch.device("cuda"), "TF32")
     chosen = precision.resolve("auto", torch.device("cuda"), workload)
     assert chosen.amp == expected and calls.count("none") >= 3 and chosen.device == "NVIDIA H100 80GB HBM3"
@@ -186,7 +246,7 @@ def test_auto_on_a_bf16_gpu_follows_the_probe_and_calls_it_tf32(monkeypatch, tmp
     assert key["gpu"] == "NVIDIA H100 80GB HBM3" and key["compute_capability"] == [9, 0] and "cpu" not in key
     fake_gpu(monkeypatch, "NVIDIA A100-SXM4-80GB")  # another GPU: measured afresh, not the H100's answer reused
     assert precision.resolve("auto", torch.device("cuda"), Workload(
-        "train", {"model": "m"}, fake_step({"none": 0.09, "bf16": 0.03}, calls), torch.device("cuda"), "TF32")
+        "train", {"model": "m"}, fake_step({"none": 0.09, "bf16": 0.03}, calls, gpu=True), torch.device("cuda"), "TF32")
     ).amp == "bf16"
 
 

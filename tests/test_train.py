@@ -339,3 +339,90 @@ def test_a_hand_run_writes_only_under_its_save_dir(data, tmp_path):
               "--save-dir", str(run), "--final", str(run / "model.pt")])
         assert (run / "metrics.csv").is_file() and (run / "training.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_a_finished_training_run_again_trains_from_update_0_and_an_interrupted_one_resumes(data, tmp_path, caplog,
+                                                                                            monkeypatch):
+    """`snakemake --forcerun` of a training that wrote its model reruns it with its checkpoints in place: that is a
+    retrain, its checkpoints moved aside. A run stopped before its end (a kill, a preemption) resumes."""
+    import logging
+
+    from layerwise_nmt.training import loop
+    from layerwise_nmt.training.loop import Stopped
+
+    save, final = tmp_path / "run" / "checkpoints", str(tmp_path / "run" / "model.pt")
+    settings = spec(max_update=6, save_interval_updates=2)
+    train(settings, str(data), "de", "en", str(save), final)
+    first = torch.load(final, weights_only=False)
+    with caplog.at_level(logging.INFO):
+        train(settings, str(data), "de", "en", str(save), final)
+    assert "resumed from" not in caplog.text
+    assert (f"{save}: its run finished at update 6 (max_update) and wrote its final model; run again, it is trained "
+            f"again; moved them to {save.parent / 'checkpoints.superseded-1'} and starting afresh from update 0"
+            in caplog.text)
+    again = torch.load(final, weights_only=False)
+    assert again["progress"]["update"] == 6 and len(again["progress"]["history"]) == len(first["progress"]["history"])
+    for key, tensor in first["model"].items():  # trained anew from the same seed: the same weights
+        assert torch.equal(tensor, again["model"][key]), key
+    assert (save.parent / "checkpoints.superseded-1" / "checkpoint_last.pt").exists()
+
+    real = loop.accumulate
+
+    def stopped_at_3(net, batches, *args, **kwargs):  # a SIGTERM during update 3: saved after it, then stopped
+        if loop_run_updates() == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(net, batches, *args, **kwargs)
+
+    updates = []
+
+    def loop_run_updates():
+        updates.append(1)
+        return len(updates) - 1
+
+    monkeypatch.setattr(loop, "accumulate", stopped_at_3)
+    other = tmp_path / "other" / "checkpoints"
+    with pytest.raises(Stopped):
+        train(settings, str(data), "de", "en", str(other), str(tmp_path / "other" / "model.pt"))
+    monkeypatch.setattr(loop, "accumulate", real)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        train(settings, str(data), "de", "en", str(other), str(tmp_path / "other" / "model.pt"))
+    assert f"resumed from {other / 'checkpoint_last.pt'}: epoch 1, update 3" in caplog.text
+    assert "starting afresh" not in caplog.text and not (tmp_path / "other" / "checkpoints.superseded-1").exists()
+    resumed = torch.load(tmp_path / "other" / "model.pt", weights_only=False)
+    for key, tensor in first["model"].items():  # resumed bit for bit
+        assert torch.equal(tensor, resumed["model"][key]), key
+
+
+def test_a_checkpoint_whose_tensors_no_longer_fit_the_model_is_refused_in_one_line(data, tmp_path):
+    """Same settings, other code: the model's tensors changed (a layer renamed, a size computed differently)."""
+    save = tmp_path / "run"
+    train(spec(max_update=2), str(data), "de", "en", str(save))
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    name = next(iter(state["model"]))
+    state["model"][name + "_renamed"] = state["model"].pop(name)
+    torch.save(state, save / "checkpoint_last.pt")
+    with pytest.raises(UserError) as err:
+        train(spec(max_update=4), str(data), "de", "en", str(save))
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{save / 'checkpoint_last.pt'}: not resumed: its tensors do not fit "
+                                                f"model transformer as its code builds it now (")
+    assert name in line and line.endswith(f"to train it from update 0, move {save} aside")
+
+
+def test_a_resumed_run_computes_in_the_precision_its_checkpoint_was_trained_in(data, tmp_path, monkeypatch):
+    """The precision is recorded with the checkpoints and the model; a resume goes on in it rather than asking
+    again, which on a machine without the cached answer would measure anew."""
+    from layerwise_nmt.training import loop
+    from layerwise_nmt.training.precision import Precision, device_name
+
+    chosen = Precision("bf16", "auto", "measured: bf16 1.50x fp32", device_name(torch.device("cpu")),
+                       "bf16 1.50x fp32")
+    monkeypatch.setattr(loop, "resolve", lambda *args, **kwargs: chosen)
+    save = tmp_path / "run"
+    train(spec(max_update=2, amp="auto"), str(data), "de", "en", str(save))
+    assert Precision.from_dict(final_state(save)["precision"]) == chosen
+    monkeypatch.setattr(loop, "resolve", lambda *args, **kwargs: pytest.fail("the resumed run chose again"))
+    train(spec(max_update=4, amp="auto"), str(data), "de", "en", str(save), str(tmp_path / "model.pt"))
+    assert Precision.from_dict(torch.load(tmp_path / "model.pt", weights_only=False)["precision"]) == chosen
+    assert json.loads((save / "training.json").read_text())["precision"] == chosen.to_dict()

@@ -15,13 +15,14 @@ os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCES), os.envi
 # A job's one-line error also goes to Snakemake's console (its stderr is the log); only jobs get this (cli)
 os.environ.update(LWNMT_ERRORS_ON_STDOUT="1")
 sys.path.insert(0, str(SOURCES))
-from layerwise_nmt.workflow.job_env import WORKFLOW_PID, WORKFLOW_RUN, job_path
+from layerwise_nmt.workflow.job_env import WORKFLOW_PID, WORKFLOW_RUN, forward_stops, job_path
 
 # Jobs run the Python that runs Snakemake (or their rule's conda env), whatever `python` is first on PATH
 os.environ.update(PATH=job_path(os.environ.get("PATH")))
 if workflow.is_main_process:  # a training stopped by Ctrl-C stops the workflow through it (workflow/job_env.py)
     os.environ.update({WORKFLOW_PID: str(os.getpid())})
     os.environ.update({WORKFLOW_RUN: f"{os.getpid()}-{time.time_ns()}"})
+    forward_stops()  # and a stop sent to this process alone stops the running jobs, as a terminal's Ctrl-C does
 GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
 
 from layerwise_nmt import UserError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -144,6 +145,8 @@ def _stopped(stopped) -> None:
     from ..training.distributed import world
     from ..workflow.job_env import stop_the_workflow
 
+    # a second stop request (the terminal's Ctrl-C and Snakemake's forwarded one) must not cut the exit short
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if world()[0] != 0:
         return
     copy_to_console(f"lwnmt train: {stopped.line}")

@@ -12,14 +12,16 @@ A training directory (`<run>/checkpoints/`) holds
 `Writer` writes them on a background thread from a CPU copy of the state (`snapshot`), so that training goes on
 while a checkpoint is serialised and fsync'ed; each file still appears by an atomic rename (`save`).
 
-Also here: what a checkpoint must agree with to be resumed (`resume_key`), the RNG state it carries, and the warm
-start that reads a trained model into a larger one.
+Also here: what a checkpoint must agree with to be resumed (`resume_key`), when a run's checkpoints are not resumed
+(`not_to_resume`: other settings, or a finished run run again) and the precision a resume goes on in, the RNG state
+it carries, and the warm start that reads a trained model into a larger one.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import logging
 import os
 import pickle
@@ -36,6 +38,8 @@ import torch
 from .. import UserError
 from ..data.io import atomic_path
 from ..data.vocab import Dictionary
+from .precision import Precision, device_name
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 LAST, PREVIOUS, BEST = "checkpoint_last.pt", "checkpoint_previous.pt", "checkpoint_best.pt"
@@ -275,6 +279,47 @@ def resume_key(spec: dict) -> dict:
     train = {k: v for k, v in spec.get("train", {}).items() if k not in RESUMABLE_CHANGES}
     key = {"model": spec["model"], "arch": spec.get("arch", {}), "train": train, "init_from": spec.get("init_from")}
     return key | ({"model_class": spec["user_model"]["class"]} if spec.get("user_model") else {})
+
+
+def not_to_resume(state: dict, spec: dict, cfg, save_dir: Path) -> str:
+    """Why `save_dir`'s checkpoints must not be resumed ("" when they may): the model or training settings they
+    were made with differ from `spec`'s (a larger budget aside: that run goes on), or their run is over. A run is
+    over when its progress reached `cfg`'s budget (or stopped early) and it wrote its final model, which
+    training.json's update count, written after the model, confirms; so a finished training run again (`snakemake
+    --forcerun`, new inputs) trains from update 0, while one killed before its end resumes."""
+    if state.get("settings") != resume_key(spec):
+        return "model or training settings changed since its checkpoints"
+    stopped = Progress.from_dict(state["progress"]).stop_reason(cfg)
+    if not stopped:
+        return ""
+    try:
+        summary = json.loads((save_dir / "training.json").read_text())
+    except (OSError, ValueError):  # killed between its last update and its final model: the resume writes it
+        return ""
+    if not isinstance(summary, dict) or summary.get("updates") != state["progress"]["update"]:
+        return ""
+    return (f"its run finished at update {summary['updates']} ({stopped}) and wrote its final model; run again, "
+            f"it is trained again")
+
+
+def recorded_precision(state: dict | None, cfg, device: torch.device) -> Precision | None:
+    """The precision a resumed checkpoint's run computed in, when it asked for the same `amp` on the same kind of
+    device: the run goes on in it, whatever a probe would find now."""
+    recorded = (state or {}).get("precision")
+    if not isinstance(recorded, dict) or recorded.get("requested") != cfg.amp \
+            or recorded.get("device") != device_name(device):
+        return None
+    return Precision.from_dict(recorded)
+
+
+def unfit(path: Path, model: str, save_dir: Path, err: Exception) -> UserError:
+    """The one-line refusal of a checkpoint whose tensors (or optimizer state) do not fit the model as its code
+    builds it now, with the first thing load_state_dict names: same settings, other code."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
+    detail = detail if len(detail) <= 160 else detail[:157] + "..."
+    return UserError(f"{path}: not resumed: its tensors do not fit model {model} as its code builds it now "
+                     f"({detail}); to train it from update 0, move {save_dir} aside")
 
 
 def set_aside(save_dir: Path) -> Path:

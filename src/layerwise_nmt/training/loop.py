@@ -105,6 +105,7 @@ class Run:
         weights = {"model": self.model.state_dict(), "model_name": self.spec["model"], **recorded(self.spec),
                    "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
                    "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
+                   "precision": self.precision.to_dict(),
                    "dictionaries": self.dictionaries, "languages": self.languages,
                    "trained_lengths": self.trained_lengths}
         states = {name: weights if name != LAST else
@@ -238,13 +239,13 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     if rank == 0:
         log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
     state, resumed_from = checkpoint.load_resumable(save_dir)
-    if state is not None and state.get("settings") != checkpoint.resume_key(spec):
+    why = state is not None and checkpoint.not_to_resume(state, spec, cfg, save_dir)
+    if why:
         state = None
-        if rank == 0:  # the config changed since these checkpoints: keep them, but do not resume from them
+        if rank == 0:  # keep them, but do not resume from them
             aside = checkpoint.set_aside(save_dir)
             reopen_run_logs()  # the new run's log starts in the new directory
-            log.warning("%s: model or training settings changed since its checkpoints; moved them to %s and "
-                        "starting afresh", save_dir, aside)
+            log.warning("%s: %s; moved them to %s and starting afresh from update 0", save_dir, why, aside)
         barrier()
     if spec.get("init_from") and state is None:
         new = checkpoint.warm_start(model, spec["init_from"], vocabs)
@@ -253,8 +254,9 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
                      ", ".join(new) or "none")
     check_merging(model, cfg)
     # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
-    precision = precision or broadcast_object(resolve(cfg.amp, device, training_workload(model, cfg, device),
-                                                      cfg.tf32))
+    precision = precision or broadcast_object(checkpoint.recorded_precision(state, cfg, device)
+                                              or resolve(cfg.amp, device, training_workload(model, cfg, device),
+                                                         cfg.tf32))
     if rank == 0:
         log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
@@ -262,8 +264,11 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
               dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
               languages=dict(zip(("src", "tgt"), vocabs)))
     if state is not None:
-        model.load_state_dict(state["model"])
-        run.optimizer.load_state_dict(state["optimizer"])
+        try:
+            model.load_state_dict(state["model"])
+            run.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as err:  # the model's code changed, not its settings
+            raise checkpoint.unfit(resumed_from, spec["model"], save_dir, err) from None
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
         checkpoint.set_rng_state(state["rng"])
@@ -411,6 +416,7 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
         checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], **recorded(run.spec),
                                       "final_from": chosen,
                                       "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
+                                      "precision": precision.to_dict(),
                                       "dictionaries": run.dictionaries, "languages": run.languages,
                                       "trained_lengths": run.trained_lengths})
         reporter.summary(progress, precision.to_dict())

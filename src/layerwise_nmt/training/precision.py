@@ -58,6 +58,12 @@ class Precision:
         return {"amp": self.amp, "requested": self.requested, "reason": self.reason, "device": self.device,
                 "computes": self.computes, **({"measured": self.measured} if self.measured else {})}
 
+    @classmethod
+    def from_dict(cls, recorded: dict) -> "Precision":
+        """The precision `to_dict` recorded (in a checkpoint, training.json)."""
+        return cls(recorded["amp"], recorded["requested"], recorded["reason"], recorded["device"],
+                   recorded.get("measured", ""), recorded.get("computes") == "TF32")
+
 
 def resolve(requested: str, device: torch.device, workload=None, tf32: bool = True) -> Precision:
     """The precision to compute in on `device` for the configured `amp` (see the module docstring). `workload`: a

@@ -8,8 +8,15 @@ a workload on a machine times a few of its own steps (a training update's forwar
 shapes, or a few beam-search steps) in fp32 (TF32 on a GPU unless `tf32: false`) and in bf16, and picks bf16 only
 when it is at least `SPEEDUP` times faster.
 
+On a CPU a step is timed in the CPU time of the thread that runs it, with PyTorch at one thread for the probe, not
+in wall time: the same machine type must pick the same precision whether or not other jobs share its cores. In wall
+time, another process on the probe's core stretched whichever steps it happened to overlap, and with several threads
+every parallel region waits for its slowest thread, which hurts bf16's extra casts more than fp32's matmuls; a busy
+AMX Xeon measured bf16 at 1.12x fp32 where the quiet one measured 1.95x, and its translations changed with the pick.
+A GPU step is timed in wall time, as the device's own work is what it waits for.
+
 The answer is cached, keyed by everything it depends on (CPU model and flags, PyTorch's kernel level and oneDNN's
-ISA cap, threads; or the GPU's name and compute capability and CUDA's version; PyTorch's version, the workload's
+ISA cap; or the GPU's name and compute capability and CUDA's version; PyTorch's version, the workload's
 kind and shapes), in `$LWNMT_CACHE_DIR` or
 `$XDG_CACHE_HOME/layerwise-nmt` (default ~/.cache/layerwise-nmt), under a file lock: every later run of the same
 workload on the same machine reuses the choice, so its results do not depend on a second measurement's noise, and
@@ -41,6 +48,9 @@ log = logging.getLogger(__name__)
 SPEEDUP = 1.15  # bf16 must be this much faster than fp32 to be picked: below it, the noise of a 2-second probe
 CACHE_FILE = "precision-probe.json"
 ROUNDS, BUDGET_S = 5, 2.0  # timed rounds (each: one fp32 step and one bf16 step) at most; stop after the budget
+# in the cache key: choices timed by an earlier wall clock, perhaps on a busy core, are measured again, not reused;
+# the run's thread count is not in it, since the probe runs at one thread (and threads.py takes fewer on a busy CPU)
+CPU_CLOCK = "thread CPU time, 1 thread"
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,25 @@ class Workload:
                             datetime.now(timezone.utc).isoformat(timespec="seconds"), self.full)
 
     def _measure(self, attempted: list[str]) -> Measured:
+        with self._timing() as clock:
+            return self._timed(attempted, clock)
+
+    @contextlib.contextmanager
+    def _timing(self):
+        """The clock a step is timed with (see the module docstring): on a CPU the probing thread's CPU time, with
+        PyTorch's intra-op threads at 1 while it runs (so that all of a step's work is on that thread) and the
+        run's own number restored afterwards; elsewhere wall time."""
+        if self.device.type != "cpu":
+            yield time.perf_counter
+            return
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield time.thread_time
+        finally:
+            torch.set_num_threads(threads)
+
+    def _timed(self, attempted: list[str], clock: Callable[[], float]) -> Measured:
         for amp in ("none", "bf16"):
             attempted.append(amp)
             self.step(amp)
@@ -129,9 +158,9 @@ class Workload:
         for round_ in range(ROUNDS):
             for amp in (("none", "bf16") if round_ % 2 == 0 else ("bf16", "none")):
                 attempted.append(amp)
-                t0 = time.perf_counter()
+                t0 = clock()
                 self.step(amp)
-                times[amp].append(time.perf_counter() - t0)
+                times[amp].append(clock() - t0)
             if round_ >= 1 and (clear_cut(times) or time.perf_counter() - started > BUDGET_S):
                 break
         fp32_s, bf16_s = min(times["none"]), min(times["bf16"])
@@ -166,8 +195,7 @@ def cache_key(kind: str, shape: dict, device: torch.device = torch.device("cpu")
     return {"kind": kind, "shape": shape, "cpu": cpu_model(), "capability": cpu_capability(),
             "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile",
                                            "avx_vnni", "amx_fp16"}),
-            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "torch": torch.__version__, "clock": CPU_CLOCK}
 
 
 def read_cache(directory: Path) -> dict:

@@ -10,6 +10,10 @@ torch-free: Snakemake imports it while it builds the DAG.
 - WORKFLOW_PID: the Snakemake process that schedules the jobs. A training stopped by Ctrl-C tells it to stop too
   (`stop_the_workflow`): a Snakemake that did not see the Ctrl-C itself (one started where SIGINT is ignored, as a
   non-interactive shell's background job) would otherwise retry the training that the user just stopped.
+- The other way round (`forward_stops`): a SIGINT or SIGTERM sent to Snakemake's process alone (a supervisor, a
+  scheduler, `kill <pid>`, a tmux kill) reaches its running jobs as a terminal's Ctrl-C would, so that a training
+  checkpoints and stops within seconds. Left to itself, Snakemake waits for the running jobs to finish, which for a
+  training may be days.
 """
 
 from __future__ import annotations
@@ -61,4 +65,76 @@ def stop_the_workflow() -> bool:
         os.kill(pid, signal.SIGTERM)
     except OSError:
         return False
+    return True
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (its children, theirs, ...), from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+_stopping: list[int] = []  # the processes asked already: one stop per run, however many signals Snakemake gets
+
+
+def stop_jobs() -> list[int]:
+    """SIGINT to every process below this one, as a terminal's Ctrl-C sends it to the whole foreground group: a
+    training checkpoints and exits (saying so in one line), the other jobs end. Once: a training told twice might
+    be told the second time after its checkpoint, in its exit. The processes signalled."""
+    if _stopping:
+        return []
+    _stopping.extend(descendants(os.getpid()))
+    for pid in _stopping:
+        try:
+            os.kill(pid, signal.SIGINT)
+        except OSError:  # ended meanwhile
+            pass
+    return list(_stopping)
+
+
+def forward_stops() -> bool:
+    """In Snakemake's own process: make a SIGINT or SIGTERM sent to it alone stop its running jobs (`stop_jobs`)
+    before it goes on as it would have: a SIGINT still raises KeyboardInterrupt ("Terminating processes on user
+    request"), a SIGTERM still means "start no new job, then exit". SIGTERM's handler is Snakemake's scheduler's
+    own, installed when the scheduler starts, so its method is wrapped rather than the signal's handler replaced.
+    A SIGINT that is ignored (a non-interactive shell's background job) stays ignored. Whether both are in place."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        return False
+    previous = signal.getsignal(signal.SIGINT)
+    if callable(previous) and not getattr(previous, "lwnmt_stops_jobs", False):
+        def on_sigint(signum, frame):
+            stop_jobs()
+            previous(signum, frame)
+
+        on_sigint.lwnmt_stops_jobs = True
+        signal.signal(signal.SIGINT, on_sigint)
+    try:
+        from snakemake.scheduling.job_scheduler import JobScheduler
+    except ImportError:
+        return False
+    graceful = getattr(JobScheduler, "exit_gracefully", None)
+    if graceful is None:
+        return False
+    if not getattr(graceful, "lwnmt_stops_jobs", False):
+        def exit_gracefully(self, *args):
+            stop_jobs()
+            return graceful(self, *args)
+
+        exit_gracefully.lwnmt_stops_jobs = True
+        JobScheduler.exit_gracefully = exit_gracefully
     return True
