@@ -169,3 +169,28 @@ def test_a_depth_not_collected_yet_is_said_so(tmp_path):
     assert "| LWC | -1.45 ± 0.07 (n=2) |" in block and "— (not run yet)" in block
     assert f"Not collected yet: 6+6 (no summary.json in {tmp_path / 'cpu6'})" in block
     assert "**LWC**: run at 3+3 only; no trend with depth yet." in block
+
+
+def test_held_out_translations_made_elsewhere_are_copied_without_the_folder_here(config, heldout, tmp_path,
+                                                                                 monkeypatch):
+    """A GPU node translated the held-out sets; the checkout that collects them has no held-out folder."""
+    results, out = tmp_path / "run", tmp_path / "docs"
+    fake_seed(results, 3)
+    monkeypatch.delenv("LWNMT_HELDOUT_DIR")
+    evidence.copy(config, TABLE, 3, out, results)
+    assert {p.name for p in (out / "study_cpu6.transformer" / "seed3").glob("heldout.*.txt")} == \
+        {f"heldout.{s}.txt" for s in SETS}
+
+
+def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_out_sets(heldout):
+    """Models cannot travel back from a GPU node: a seed's warm starts go with their baseline, in one shard."""
+    import subprocess
+
+    listed = subprocess.run(["bash", str(ROOT / "scripts/study_gpu.sh"), "shards"], capture_output=True, text=True)
+    assert listed.stdout.split()[-3:] == ["depth6-seed1", "depth6-seed2", "depth6-seed3"]
+    code = (f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; "
+            f"TASK=multi30k_deen; shard_targets depth6-seed2")
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.split()
+    runs = {t.split("/")[2] for t in out if t.endswith("test.score.json")}
+    assert runs == {f"study_cpu6.{e}" for e in RUNS} and all("/seed2/" in t for t in out)
+    assert len([t for t in out if "/heldout." in t]) == 6 * 3

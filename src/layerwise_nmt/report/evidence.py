@@ -143,9 +143,11 @@ def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Pa
     finished, kinds = [], {}
     for name, s in runs(config, table, seed):
         run = results / experiment_dir(config, name, s)
-        heldout = [f"heldout.{h}.txt" for h in heldout_sets(config, experiment(config, name)["task"])]
+        task = experiment(config, name)["task"]
+        # every held-out translation the run has is copied; those of the sets a folder holds here are required
+        heldout = [f"heldout.{h}.txt" for h in config["tasks"][task].get("heldout_sets") or {}]
         missing = [src for src, dst in RUN_FILES.items() if dst in REQUIRED and not (run / src).exists()]
-        missing += [h for h in heldout if not (run / h).exists()]
+        missing += [f"heldout.{h}.txt" for h in heldout_sets(config, task) if not (run / f"heldout.{h}.txt").exists()]
         if missing and partial:
             continue
         if missing:
