@@ -133,8 +133,8 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, 
     # a resumed run's benchmark times only its last job: the column says so, and the page explains it
     assert "| last job's wall, min |" in page and "resumed" in page
     # what one seed costs, for whoever runs the next: 10 minutes per fake run
-    assert ("Training per seed, summed over its runs: seed 1, 7 of 7 runs, 1.2 h; seed 2, 6 of 6 runs, 1.0 h; "
-            "seed 3, 0 of 6 runs.") in page
+    assert ("Training per seed, summed over its runs: seed 1, 7 of 7 runs, 1.2 h on CPU; seed 2, 6 of 6 runs, "
+            "1.0 h on CPU; seed 3, 0 of 6 runs.") in page
     assert json.loads((out / "summary.json").read_text())["table"] == TABLE
 
     block = evidence_page.readme_block(out)

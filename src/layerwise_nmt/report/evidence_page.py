@@ -81,7 +81,10 @@ def seed_cost_line(summary: dict) -> str:
     for s in sorted(planned):
         done = [r for r in summary["runs"] if r["seed"] == s]
         minutes = sum(r["train_minutes"] or 0 for r in done)
-        parts.append(f"seed {s}, {len(done)} of {planned[s]} runs" + (f", {minutes / 60:.1f} h" if done else ""))
+        # where it ran: what the hours mean (a seed's runs all train on one kind of machine)
+        where = sorted({"GPU" if r.get("kind") == "cuda" else "CPU" for r in done if r.get("kind")})
+        parts.append(f"seed {s}, {len(done)} of {planned[s]} runs" + (f", {minutes / 60:.1f} h" if done else "")
+                     + (f" on {' and '.join(where)}" if where else ""))
     return "Training per seed, summed over its runs: " + "; ".join(parts) + "."
 
 
