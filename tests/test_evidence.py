@@ -193,7 +193,8 @@ sys.exit(3)  # no training here: make stops before copying
     args = json.loads(seen.read_text())
     assert args["targets"] == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
                                ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")]
-    assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1} and args["configfile"] == ["config/study_cpu.yaml"]
+    assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1}
+    assert args["configfile"] == ["config/study_cpu.yaml"]
     # collecting in a checkout that has the committed runs but not the data: the references are prepared first
     result = subprocess.run(["make", "-o", ".venv/.installed", "study-cpu-collect"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
