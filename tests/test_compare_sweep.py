@@ -170,3 +170,7 @@ def test_the_dry_run_lists_every_depths_jobs_and_the_figure(tmp_path, mirror):
     assert "results/tables/deep/T1.md" in out and "results/figures/deep/delta.png" in out
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.split("Job stats:")[1].split("total")[0], re.M))
     assert counts["train"] == "12" and counts["figure"] == "1" and counts["table"] == "1"
+    over_demo = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "demo.yaml"), str(path),
+                          mirror=mirror)
+    assert "targets: compare/deep: table deep/T1 and figure deep/delta are not among the targets" in \
+        over_demo.stdout + over_demo.stderr

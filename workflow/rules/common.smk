@@ -77,6 +77,11 @@ if workflow.is_main_process:
 
     patch_status_query()  # a plain `scancel` must fail the job, not hang the workflow (see layerwise_nmt/workflow/slurm.py)
 
+    from layerwise_nmt.grid.compare import untargeted_comparisons
+
+    for line in untargeted_comparisons(config):  # an overlay's comparison that an earlier file's targets leave out
+        logger.warning(f"targets: {line}")
+
     flagged = budget_warnings(config)  # estimated before anything runs: fix these before spending GPU-days
     for line in flagged:
         logger.warning(f"budget: {line}")

@@ -72,31 +72,107 @@ WARM_STARTED = ("gca", "dou")
 
 
 def expand_comparisons(config: dict) -> None:
-    """Each `compare:` entry as experiments, a paper with table T1 and figure buckets, and the targets; in place,
-    and the same however often it runs."""
+    """Each `compare:` entry as experiments, a paper with table T1 and figure buckets (a sweep: figure delta), and
+    the targets; in place, and the same however often it runs."""
     comparisons = config.get("compare") or {}
     targets = {"tasks": [], "tables": [], "figures": []}
     for name, spec in comparisons.items():
         if spec.get("task") not in config.get("tasks", {}):
             raise UserError(f"config key compare/{name}/task: unknown task {spec.get('task')!r}; expected one of "
                             f"the tasks (an overlay's own, e.g. on a `local:` dataset)")
-        experiments, rows = _experiments(name, spec, known_models(config))
+        if spec.get("sweep"):
+            experiments, rows = _swept(name, spec, known_models(config))
+        else:
+            experiments, rows = _experiments(name, spec, known_models(config))
         config.setdefault("experiments", {}).update(experiments)
         config.setdefault("papers", {})[name] = _paper(config, name, spec, rows)
         targets["tasks"].append(spec["task"])
         targets["tables"].append(f"{name}/T1")
-        targets["figures"].append(f"{name}/buckets")
+        targets["figures"] += [f"{name}/{figure}" for figure in config["papers"][name]["figures"]]
     if comparisons:  # the comparisons are what the run is for, unless the overlay lists its own targets
         wanted = config.setdefault("targets", {})
         for kind, names in targets.items():
             if wanted.get(kind, "all") == "all":
                 wanted[kind] = list(dict.fromkeys(names))
+        # a table and its figure are one comparison's outputs: a target list naming the one and not the other
+        # would silently leave the figure unmade
+        tables = wanted["tables"]
+        wanted["figures"] = list(dict.fromkeys(wanted["figures"] + [
+            f"{name}/{figure}" for name in comparisons if f"{name}/T1" in tables
+            for figure in config["papers"][name]["figures"]]))
 
 
-def _experiments(name: str, spec: dict, models: list[str]) -> tuple[dict, list[dict]]:
+def untargeted_comparisons(config: dict) -> list[str]:
+    """One line per comparison whose table the config's `targets:` leaves out (an overlay merged over one that
+    lists its own, such as config/demo.yaml): what the dry run says, since nothing of it would run."""
+    wanted = config.get("targets") or {}
+    lines = []
+    for name in config.get("compare") or {}:
+        if wanted.get("tables", "all") == "all" or f"{name}/T1" in wanted["tables"]:
+            continue
+        figures = [f"{name}/{figure}" for figure in config["papers"][name]["figures"]]
+        lines.append(f"compare/{name}: table {name}/T1 and figure {', '.join(figures)} are not among the targets "
+                     f"(targets: tables lists {', '.join(wanted['tables']) or 'none'}); add {name}/T1 to targets: "
+                     f"tables to run it (its figure comes with it)")
+    return lines
+
+
+# how a swept value reads in an experiment's name and a row's label, and the figure's x axis
+SWEPT_WORDS = {"depth": ("d", "depth", "depth (encoder layers = decoder layers)")}
+
+
+def lwc_layers_for(depth: int) -> int:
+    """LWC's shared layers with a depth+depth baseline's parameters: one pair of encoder and decoder layers holds
+    three attention blocks and two feed-forward ones, a shared layer one of each, so at d_ff = 4·d (the demo's and
+    transformer-base's sizes) 7/3 shared layers per pair (`lwnmt params`: 7 against 3+3, 14 against 6+6, 5 against
+    2+2); the presets' 14 at 6+6 for iwslt too."""
+    return round(7 * depth / 3)
+
+
+def _swept(name: str, spec: dict, models: list[str]) -> tuple[dict, list[dict]]:
+    """A comparison per swept value (named <name>.<value's tag>), every row labelled with its value and carrying
+    it as `swept` for the figure."""
+    ((stage, values),) = spec["sweep"].items()
+    if stage == "depth":
+        key = "depth"
+        if "lwc_layers" in spec:
+            raise UserError(f"config key compare/{name}/lwc_layers: a depth sweep sets LWC's shared layers per depth "
+                            f"(round(7 x depth / 3), the baseline's parameters); leave lwc_layers out")
+    else:
+        ((key, values),) = values.items()
+        if stage == "arch" and key in ("encoder_layers", "decoder_layers", "layers"):
+            raise UserError(f"config key compare/{name}/sweep/arch/{key}: sweep: {{depth: [...]}} sets the layers "
+                            f"(both stacks, and LWC's shared layers at the baseline's parameters)")
+    prefix, words, _ = SWEPT_WORDS.get(key, (key, key, key))
+    experiments, rows = {}, []
+    for value in values:
+        one = {k: v for k, v in spec.items() if k != "sweep"}
+        forced = {}
+        if stage == "depth":
+            one["arch"] = {**spec.get("arch", {}), "encoder_layers": value, "decoder_layers": value}
+            one["lwc_layers"] = lwc_layers_for(value)
+        else:
+            forced = {stage: {key: value}}
+        tag = f"{prefix}{value_text(value)}"
+        made, made_rows = _experiments(f"{name}.{tag}", one, models, forced, key=name)
+        experiments.update(made)
+        rows += [row | {"label": f"{words} {value_text(value)}: {row['label']}", "swept": value,
+                        "method": row["label"]} for row in made_rows]
+    return experiments, rows
+
+
+def value_text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _experiments(name: str, spec: dict, models: list[str], forced: dict | None = None,
+                 key: str | None = None) -> tuple[dict, list[dict]]:
     """The comparison's experiments (every settings dict its own: an overlay merged into one must not edit all)
     and its table rows: the baseline first, the papers' methods, the user's own (`own_methods`, of `models`), and
-    the warm-started rows' control last."""
+    the warm-started rows' control last. `forced` (a sweep's value: {"arch" or "train": {key: value}}) goes on top
+    of every run's settings, the methods' own included, but not over what the warm starts' `continue` sets; `key`:
+    the comparison's name in error messages."""
+    forced, key = forced or {}, key or name
     preset = PRESETS[spec["preset"]]
     arch = {**preset["arch"], **spec.get("arch", {})}
     train = {**preset["train"], **spec.get("train", {})}
@@ -106,7 +182,11 @@ def _experiments(name: str, spec: dict, models: list[str]) -> tuple[dict, list[d
               "score": {"buckets": [10, 20, 30], **spec.get("score", {})},
               "average": spec.get("average", preset["average"]), "seeds": list(spec.get("seeds", [1]))}
 
+    continues = {*preset["continue"], *spec.get("continue", {})}
+
     def run(description: str, model: str, arch: dict, train: dict, warm: bool = False) -> dict:
+        arch = {**arch, **forced.get("arch", {})}
+        train = {**train, **{k: v for k, v in forced.get("train", {}).items() if not (warm and k in continues)}}
         out = {**common, "description": description, "model": model, "arch": arch, "train": train}
         return copy.deepcopy(out | ({"warm_start": base} if warm else {}))
 
@@ -126,12 +206,12 @@ def _experiments(name: str, spec: dict, models: list[str]) -> tuple[dict, list[d
         rows.append({"label": label, "experiment": f"{name}.{suffix}", "compare_to": control if warm else base})
     owned = spec.get("own_methods") or {}
     for method, own in owned.items():
-        key, experiment = f"config key compare/{name}/own_methods/{method}", f"{name}.{method}"
+        where, experiment = f"config key compare/{key}/own_methods/{method}", f"{name}.{method}"
         if experiment in out or experiment == control:
-            raise UserError(f"{key}: its experiment {experiment} would be one of the papers' rows; pick another name")
+            raise UserError(f"{where}: its experiment {experiment} would be one of the papers' rows; pick another name")
         if own["model"] not in models:
             close = difflib.get_close_matches(own["model"], models, n=1)
-            raise UserError(f"{key}/model: unknown model {own['model']!r}; "
+            raise UserError(f"{where}/model: unknown model {own['model']!r}; "
                             f"{f'did you mean {close[0]!r}?' if close else 'known: ' + ', '.join(models)} (your own "
                             f"are declared under models:)")
         warm = own.get("warm_start", False)
@@ -155,18 +235,36 @@ def _paper(config: dict, name: str, spec: dict, rows: list[dict]) -> dict:
     sets = "test set" if tests == ["test"] else f"test sets {', '.join(tests)}"
     methods = "the four methods" + (" and yours" if spec.get("own_methods") else "")
     first = " on the first seed" if len(seeds) > 1 else ""
-    return {
-        "title": spec.get("title", f"{methods[0].upper()}{methods[1:]} on {where}"),
+    swept = sweep_words(spec)
+    paper = {
+        "title": spec.get("title", f"{methods[0].upper()}{methods[1:]} on {where}"
+                                   + (f" by {swept[0]}" if swept else "")),
         "tables": {"T1": {
             "caption": f"{where}, {sets}: {bleu_kind(spec)} and chrF (sacrebleu), {casing(task, spec)}; * = better "
-                       f"than the row's control at p < 0.05 (paired bootstrap{first}, on BLEU and on chrF alike).",
+                       f"than the row's control at p < 0.05 (paired bootstrap{first}, on BLEU and on chrF alike)."
+                       + (f" At {swept[0]} {swept[1]}: each method against the baseline (or the control) of its "
+                          f"value." if swept else ""),
             "scale": f"{spec['preset']}: {preset['what']}; {len(seeds)} seed(s).",
             "metric": [f"{prefix}{m}" for prefix in [""] + [f"{s}_" for s in tests[1:]] for m in ("bleu", "chrf")],
             "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"},
             "verdict": True,
             "budget": True,
-            "rows": rows,
+            "rows": [{k: v for k, v in row.items() if k not in ("swept", "method")} for row in rows],
         }},
+    }
+    if swept:  # bars per length bucket for every value's every row would hide the trend the sweep is for
+        paper["figures"] = {"delta": {
+            "kind": "delta_sweep",
+            "caption": f"Each method's BLEU gain on {where} ({casing(task, spec)}) over the baseline of the same "
+                       f"{swept[0]} (the warm-started rows: over its control, trained as long), mean ± sd over "
+                       f"{len(seeds)} seed(s), against the {swept[0]}; 0 = no gain.",
+            "xlabel": swept[2],
+            "rows": [{"label": r["label"], "experiment": r["experiment"], "x": r["swept"]}
+                     | ({"series": r["method"], "compare_to": r["compare_to"]} if r.get("compare_to") else {})
+                     for r in rows],
+        }}
+        return paper
+    return paper | {
         "figures": {"buckets": {
             "kind": "length_buckets",
             "caption": f"BLEU by source length on {where} ({casing(task, spec)}): the baseline and each method, with "
@@ -175,6 +273,17 @@ def _paper(config: dict, name: str, spec: dict, rows: list[dict]) -> dict:
             "rows": [{"label": r["label"], "experiment": r["experiment"]} for r in rows],
         }},
     }
+
+
+def sweep_words(spec: dict) -> tuple[str, str, str] | None:
+    """A sweep's (setting in words, its values, the figure's x label); None without one."""
+    if not spec.get("sweep"):
+        return None
+    ((stage, values),) = spec["sweep"].items()
+    key = "depth" if stage == "depth" else next(iter(values))
+    values = values if stage == "depth" else values[key]
+    _, words, xlabel = SWEPT_WORDS.get(key, (key, key, key))
+    return words, ", ".join(map(value_text, values)), xlabel
 
 
 def bleu_kind(spec: dict) -> str:

@@ -26,8 +26,11 @@ def title(spec: dict) -> str:
     labels = [row["label"] for row in spec["rows"]]
     if spec["kind"] == "sweep":  # one curve per series (the swept model, its baseline)
         labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec["rows"]))
+    if spec["kind"] == "delta_sweep":  # the legend names the methods; the baselines are the zero line
+        what = f"Each method's BLEU gain over the baseline, by {spec.get('xlabel') or 'setting'}"
     compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "validation_curves",
                                                                       "length_buckets", "sweep") \
+        else what if spec["kind"] == "delta_sweep" \
         else what if len(labels) != 1 else f"{what}: {labels[0]}"
     trained = [row for row in spec["rows"] if row.get("trained")]
     lines = [compared] + ([f"{data(trained)} · {budget(spec['rows'], trained)}"] if trained else [])

@@ -8,6 +8,9 @@ kinds:
     validation_curves  the validation loss, accuracy or BLEU (`metric`) at each validation, one line per row
     sweep            BLEU against x, one line per series; `baseline` rows are dashed horizontal lines (MLRF F3,
                      LWC T4)
+    delta_sweep      each method's BLEU gain over the row it is compared with (`compare_to`: the baseline, or the
+                     control, of the same swept value) against the value (`x`), one line per `series`, mean ± sd
+                     over seeds (seed k against seed k), a zero line (a `compare:` sweep)
     length_buckets   BLEU by source-length bucket (score.buckets), bars per row, on a second axis each row's gain
                      over the row it is compared with (`compare_to`, from the paper's tables; else the first row)
                      (GCA F3, Dou F4)
@@ -102,6 +105,48 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
     ax.set_xlabel(spec.get("xlabel", ""))
     ax.set_ylabel("BLEU")
     return pd.DataFrame.from_records(drawn, columns=["series", "row", "x", "paper", "ours_mean", "ours_sd", "seeds"])
+
+
+def delta_sweep(spec: dict, ax) -> pd.DataFrame:
+    """Each row that names a `compare_to` as a point of its series' line: its BLEU minus that row's, seed k against
+    seed k (both ran the same seeds), mean ± sd; numbers on the x axis where every value is one, else the values in
+    the order given."""
+    columns = ["series", "row", "x", "compare_to", "delta_mean", "delta_sd", "seeds", "ours_mean", "theirs_mean"]
+    by_experiment = {row.get("experiment"): row for row in spec["rows"]}
+    drawn = []
+    for row in spec["rows"]:
+        if not (row.get("compare_to") and row.get("scores")):
+            continue
+        other = by_experiment.get(row["compare_to"]) or {}
+        if not other.get("scores"):
+            row["not_drawn"] = f"its baseline {row['compare_to']} has no scores (not run yet)"
+            continue
+        ours, theirs = (_bleus(r) for r in (row, other))
+        gain = seeds_summary([a - b for a, b in zip(ours, theirs)])
+        drawn.append({"series": row.get("series") or row["label"], "row": row["label"], "x": row.get("x"),
+                      "compare_to": row["compare_to"], "delta_mean": gain["mean"], "delta_sd": gain["sd"],
+                      "seeds": gain["n"], "ours_mean": seeds_summary(ours)["mean"],
+                      "theirs_mean": seeds_summary(theirs)["mean"]})
+    table = pd.DataFrame.from_records(drawn, columns=columns)
+    values = list(dict.fromkeys(row.get("x") for row in spec["rows"]))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    where = (lambda v: v) if numeric else {v: i for i, v in enumerate(values)}.get
+    for i, (series, points) in enumerate(table.groupby("series", sort=False)):
+        points = points.sort_values("x", key=lambda xs: xs.map(where))
+        ax.errorbar(points["x"].map(where), points["delta_mean"], yerr=points["delta_sd"], marker="o", capsize=3,
+                    color=f"C{i}", label=series)
+    ax.axhline(0, color="grey", linewidth=0.8)
+    if numeric:
+        ax.set_xticks(sorted(v for v in values if v is not None))
+    else:
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+    ax.set_xlabel(spec.get("xlabel", ""))
+    ax.set_ylabel("BLEU gain over the baseline of the same value")
+    return table
+
+
+def _bleus(row: dict) -> list[float]:
+    return [json.loads(Path(p).read_text())["bleu"] for p in row["scores"]]
 
 
 def length_buckets(spec: dict, ax) -> pd.DataFrame:
@@ -234,7 +279,7 @@ def _inspected(row: dict) -> dict:
 
 
 KINDS = {"accuracy_curves": accuracy_curves, "validation_curves": validation_curves, "sweep": sweep,
-         "length_buckets": length_buckets, "aggregation_shares": aggregation_shares, "attention": attention_maps}
+         "delta_sweep": delta_sweep, "length_buckets": length_buckets, "aggregation_shares": aggregation_shares, "attention": attention_maps}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
