@@ -8,7 +8,9 @@ experiments and a paper (so every later step reads it like the demo's table):
 gives experiments mine.transformer, mine.lwc, mine.mlrf_dec_sa, mine.gca_full, mine.dou_deep and
 mine.transformer_longer (the warm-started rows' control), table mine/T1 and figure mine/buckets, and makes them the
 targets (those the overlay leaves at `all`). `own_methods: {rezero: {model: rezero, label: …}}` adds the user's own
-rows (a model of `models:`, or a built-in one with other settings) as mine.rezero, after the papers'. Presets follow
+rows (a model of `models:`, or a built-in one with other settings) as mine.rezero, after the papers'. `sweep:
+{depth: [3, 6]}` (or one arch or train key's values) makes one such comparison per value, mine.d3.* and mine.d6.*,
+in the one table T1, with figure mine/delta (each method's gain over its value's baseline) for buckets. Presets follow
 config/demo.yaml (the demo's 3+3 layers, d=256, 1,000 updates), config/study.yaml (transformer_iwslt_de_en, trained
 to convergence) and fairseq's transformer-base recipe (Vaswani et al. 2017)."""
 
@@ -208,7 +210,8 @@ def _experiments(name: str, spec: dict, models: list[str], forced: dict | None =
     for method, own in owned.items():
         where, experiment = f"config key compare/{key}/own_methods/{method}", f"{name}.{method}"
         if experiment in out or experiment == control:
-            raise UserError(f"{where}: its experiment {experiment} would be one of the papers' rows; pick another name")
+            raise UserError(f"{where}: its experiment {experiment} would be one of the papers' rows; pick another "
+                            f"name")
         if own["model"] not in models:
             close = difflib.get_close_matches(own["model"], models, n=1)
             raise UserError(f"{where}/model: unknown model {own['model']!r}; "

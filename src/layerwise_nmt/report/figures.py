@@ -279,7 +279,8 @@ def _inspected(row: dict) -> dict:
 
 
 KINDS = {"accuracy_curves": accuracy_curves, "validation_curves": validation_curves, "sweep": sweep,
-         "delta_sweep": delta_sweep, "length_buckets": length_buckets, "aggregation_shares": aggregation_shares, "attention": attention_maps}
+         "delta_sweep": delta_sweep, "length_buckets": length_buckets, "aggregation_shares": aggregation_shares,
+         "attention": attention_maps}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
