@@ -139,7 +139,8 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, 
 
     block = evidence_page.readme_block(out)
     assert "-10.00 BLEU against `study_cpu.transformer` over 2 seed(s): worse on every seed, significantly" in block
-    assert "+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly" in block
+    assert ("+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly"
+            in block)
 
 
 def test_an_inconclusive_gain_and_a_missing_reference(config, tmp_path):
@@ -193,7 +194,8 @@ sys.exit(3)  # no training here: make stops before copying
     args = json.loads(seen.read_text())
     assert args["targets"] == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
                                ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")]
-    assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1} and args["configfile"] == ["config/study_cpu.yaml"]
+    assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1}
+    assert args["configfile"] == ["config/study_cpu.yaml"]
     # collecting in a checkout that has the committed runs but not the data: the references are prepared first
     result = subprocess.run(["make", "-o", ".venv/.installed", "study-cpu-collect"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)

@@ -2,7 +2,8 @@
 
 Every field is checked against its annotation (int, float, bool, str, None, tuples) and, where declared with
 `setting(default, ge=…, gt=…, lt=…)`, its range, before the dataclass is built: a wrong value stops `snakemake -n`
-and `lwnmt status` (grid/stage_checks.py) in one line instead of failing a job, or a budget estimate, with a traceback."""
+and `lwnmt status` (grid/stage_checks.py) in one line instead of failing a job, or a budget estimate, with a
+traceback."""
 
 from __future__ import annotations
 

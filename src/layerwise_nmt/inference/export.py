@@ -194,8 +194,8 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
 
 
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
-    """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision, updates, how
-    it stopped) read now, and the model checked against the experiment's settings first."""
+    """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision,
+    updates, how it stopped) read now, and the model checked against the experiment's settings first."""
     from ..training.checkpoint import load
 
     from ..models import UserModel

@@ -214,7 +214,8 @@ class DeepTransformer(Seq2Seq):
         super().__init__(config)
         sides = {"encoder", "decoder"} if config.apply_to == "both" else {config.apply_to}
         k = config.mla_k
-        for side, stack, mla in (("encoder", self.encoder, MLAEncoderLayer), ("decoder", self.decoder, MLADecoderLayer)):
+        for side, stack, mla in (("encoder", self.encoder, MLAEncoderLayer),
+                                 ("decoder", self.decoder, MLADecoderLayer)):
             if k and side in sides:  # layers l > k only: every attended layer is a real layer (the counts say so)
                 for i in range(k, len(stack.layers)):
                     stack.layers[i] = mla(config, k)
@@ -249,7 +250,8 @@ class DeepTransformer(Seq2Seq):
         states = self.decoder(prev, self.source_views(encoded), encoded.mask)
         self.auxiliary_loss = None
         if self.training and self.config.diversity:  # maximise L_div (Eq. 9): the loss gets −λ·L_div
-            encoder, decoder = encoded.states[: self.config.encoder_layers + 1], states[: self.config.decoder_layers + 1]
+            encoder = encoded.states[: self.config.encoder_layers + 1]
+            decoder = states[: self.config.decoder_layers + 1]
             l_div = (diversity(encoder, encoded.mask[:, 0, 0]) + diversity(decoder, prev != self.config.pad)) / 2
             self.auxiliary_loss = -self.config.diversity * l_div
         return ModelOutput(self.predict(states), self.auxiliary_loss, per_pass=True)
