@@ -169,6 +169,7 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
     missing = [flag for flag, value in (("--data", data), ("--src", src), ("--tgt", tgt)) if not value]
     if missing:
         raise UserError(f"{model}: a model.pt needs {', '.join(missing)} (its data directory and languages)")
+    assert data is not None and src is not None and tgt is not None  # none missing
     dicts = load_pair(data, src, tgt)
     return {"src": src, "tgt": tgt, "src_dict": dicts[0].path, "tgt_dict": dicts[1].path, "codes": codes,
             "tokenize": tokenize, "decode": decode}
