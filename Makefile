@@ -9,13 +9,13 @@ export LWNMT_DATA_MIRROR
 # never a word of a recipe: recipes reach the venv relatively ($(VENV)/bin/...) or through PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect study-cpu6 study-cpu6-collect node-rehearsal clean
+.PHONY: demo test lint test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect study-cpu6 study-cpu6-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-		-e '.[test,slurm,tensorboard,ctranslate2]'
+		-e '.[test,slurm,tensorboard,ctranslate2,lint]'
 	touch $@
 
 # One thread per training and decoding job: two small models training side by side get 1.17x the throughput of one
@@ -29,6 +29,12 @@ demo: $(VENV)/.installed
 # slowest tests are listed at the end: where the suite's time goes.
 test: $(VENV)/.installed
 	python -m pytest -q -m "not slurm" -n auto --durations=20
+
+# The code's form, as pyproject.toml configures it: ruff's lint over every Python file, then mypy over the typed
+# folders (tests/test_lint.py runs the same two, so that `make test` fails too when the code drifts).
+lint: $(VENV)/.installed
+	ruff check .
+	mypy
 
 # The workflow through a real one-node SLURM cluster started here (root, Debian: apt installs slurm, munge,
 # MariaDB); the daemons this target started are stopped afterwards, by PID, whatever the outcome (a failed start too).

@@ -54,7 +54,8 @@ def train(name: str, run: Path, overrides: dict, init_from: Path | None, updates
 def wait(jobs: list[subprocess.Popen | None]) -> None:
     for job in filter(None, jobs):
         if job.wait():
-            sys.exit(f"training failed ({job.returncode}): see {job.args[job.args.index('--save-dir') + 1]}/../train.log")
+            save_dir = job.args[job.args.index("--save-dir") + 1]
+            sys.exit(f"training failed ({job.returncode}): see {save_dir}/../train.log")
 
 
 def inspect(run: Path) -> dict:

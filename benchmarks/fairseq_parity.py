@@ -234,7 +234,8 @@ def parity_run(system: str, seed: int, work: Path, fairseq_bin: Path, updates: i
                     "--tgt", "en", "--save-dir", str(run / "checkpoints"), "--final", str(final), "--threads", "1"])
         importer = None
     checkpoints = [p for p in (run if system == "fairseq" else run / "checkpoints").glob("checkpoint_*_*.pt")]
-    return {"system": system, "seed": seed, "valid_loss": valid_curve(checkpoints, work / "ours" / "bin-joint", importer),
+    return {"system": system, "seed": seed,
+            "valid_loss": valid_curve(checkpoints, work / "ours" / "bin-joint", importer),
             "test_bleu": test_bleu(final, work, run / "test")}
 
 

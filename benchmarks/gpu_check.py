@@ -53,9 +53,13 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from layerwise_nmt.data.batching import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # a GPU node may have nothing of ours installed
@@ -292,11 +296,13 @@ def _ddp_torchrun(ngpus: int, data: Path, work: Path) -> dict:
 def check_gpu_lock(work: Path) -> dict:
     """A child process claims one GPU through the lock files (CUDA still uninitialised afterwards: the claim asked
     the driver, not torch.cuda), then allocates and computes on it."""
-    code = ("import os, torch; from layerwise_nmt.training.gpu_lock import claim; held = claim(1, os.environ['LOCKS'], timeout=60);"
+    code = ("import os, torch; from layerwise_nmt.training.gpu_lock import claim;"
+            " held = claim(1, os.environ['LOCKS'], timeout=60);"
             " fresh = not torch.cuda.is_initialized(); x = torch.ones(256, 256, device='cuda');"
             " torch.cuda.synchronize();"
             " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), fresh, float((x @ x)[0, 0]))")
-    env = {k: v for k, v in _env(LOCKS=str(work / "locks")).items() if k not in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
+    env = {k: v for k, v in _env(LOCKS=str(work / "locks")).items()
+           if k not in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     words = result.stdout.split()
     ok = result.returncode == 0 and (work / "locks").is_dir() and words[-2:] == ["True", "256.0"]

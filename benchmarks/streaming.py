@@ -84,8 +84,8 @@ def main() -> None:
     print(f"{'step':<28} {'RSS small':>10} {'RSS large':>10} {'growth':>7} {'s small':>8} {'s large':>8}")
     for step in small["steps"]:
         a, b = small["steps"][step], large["steps"][step]
-        print(f"{step:<28} {a['peak_rss_mb']:8.0f}MB {b['peak_rss_mb']:8.0f}MB {b['peak_rss_mb'] / a['peak_rss_mb']:6.2f}x "
-              f"{a['seconds']:8.1f} {b['seconds']:8.1f}")
+        print(f"{step:<28} {a['peak_rss_mb']:8.0f}MB {b['peak_rss_mb']:8.0f}MB "
+              f"{b['peak_rss_mb'] / a['peak_rss_mb']:6.2f}x {a['seconds']:8.1f} {b['seconds']:8.1f}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"runs": results, "cpu_count": os.cpu_count()}, indent=2) + "\n")
     print(f"\nwritten {args.json}")

@@ -63,7 +63,8 @@ def _marker_holds(marker: str) -> bool:
 
 
 def image_packages(path: Path) -> set[str]:
-    return {canonical(line.split("#")[0].strip()) for line in path.read_text().splitlines() if line.split("#")[0].strip()}
+    return {canonical(line.split("#")[0].strip()) for line in path.read_text().splitlines()
+            if line.split("#")[0].strip()}
 
 
 def fetch(name: str, version: str, out: Path, python_version: str) -> str:

@@ -168,8 +168,8 @@ def summary_table(rows: list[dict]) -> list[str]:
         cell = f"{mean} ({r['n']} of {r['of']})"
         vs, claim = "", ""
         if "control" in r:
-            vs = (f"{r['delta']:+.2f}, p = {r['p_value']:.3f} (`{r['control']}`, seeds {', '.join(map(str, r['seeds']))})"
-                  if "delta" in r else f"not yet (`{r['control']}`)")
+            vs = (f"{r['delta']:+.2f}, p = {r['p_value']:.3f} (`{r['control']}`, "
+                  f"seeds {', '.join(map(str, r['seeds']))})" if "delta" in r else f"not yet (`{r['control']}`)")
             claim = r.get("claim", "—")
         lines.append(f"| {r['label']} (`{r['experiment']}`) | {cell} | {r['stopped_by']} | {vs} | {claim} |")
     return lines
@@ -202,7 +202,8 @@ def size_section(study: Path, docs: Path, size: str, extra: list[str], report: b
     lines.append("")
     if count:
         lines += [f"Over the seeds scored; a claim holds when the method's mean beats its control's and the paired "
-                  f"bootstrap (1,000 samples over the seeds' test sets together) gives p < {P_VALUE}. A training stopped by `patience` converged; one stopped by `max_minutes` was cut by the "
+                  f"bootstrap (1,000 samples over the seeds' test sets together) gives p < {P_VALUE}. "
+                  f"A training stopped by `patience` converged; one stopped by `max_minutes` was cut by the "
                   f"node's time budget, and its claim is about that budget:", ""]
         lines += summary_table(summary_rows(study, size, extra, config)) + [""]
     if count == len(needed) and report and build_report(study, size, extra):

@@ -11,6 +11,6 @@ venv=.venv-torch$version
 python3 -m venv "$venv"
 grep -v '^torch==' constraints.txt > "$venv/constraints.txt"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -c "$venv/constraints.txt" "torch==$version" \
-    -e '.[test,slurm,tensorboard,ctranslate2]'
+    -e '.[test,slurm,tensorboard,ctranslate2,lint]'
 "$venv/bin/python" -c "import torch; print('PyTorch', torch.__version__, 'CPU capability', torch.backends.cpu.get_cpu_capability())"
 PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -m "not slurm" "$@"

@@ -44,7 +44,8 @@ def snakemake(workdir: Path, *args: str, mirror: Path | None = None, check: bool
            *args]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+        raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-5000:]}")
     return result
 
 

@@ -135,8 +135,10 @@ class HostileServer(http.server.ThreadingHTTPServer):
         self.server_close()
 
 
-@pytest.fixture
-def hostile(monkeypatch):
+# Named apart from the fixture, so that a test module importing it does not see each test's `hostile` parameter
+# shadow the import.
+@pytest.fixture(name="hostile")
+def hostile_fixture(monkeypatch):
     """A started HostileServer; downloads retry at once (no 2 s wait) so the tests stay fast."""
     from layerwise_nmt.data import fetch
 

@@ -124,7 +124,9 @@ def test_dynamic_conv_parameter_count():
     d, H, ffn = 512, 4, 1024
     base = dict(src_vocab=10000, tgt_vocab=10000, preset="iwslt", tie="decoder", backbone="dynamic_conv",
                 kernel_sizes=[3, 7, 15, 31, 31, 31])
-    conv = lambda K: (d * 2 * d + 2 * d) + d * H * K + d + (d * d + d)  # GLU input, kernel predictor, bias, output
+    def conv(K: int) -> int:
+        return (d * 2 * d + 2 * d) + d * H * K + d + (d * d + d)  # GLU input, kernel predictor, bias, output
+
     ffn_ln = (d * ffn + ffn + ffn * d + d) + 2 * 2 * d
     cross = 4 * (d * d + d) + 2 * d
     expected = (2 * 10000 * d  # source table; target table = output projection

@@ -107,7 +107,8 @@ def test_fairseq_wmt_test_recipe_on_newstest2014(mirror, tmp_path):
     train = grid.tokenize_options(task, "en", task["splits"]["train"])
     assert train["normalize_punctuation"] and train["remove_non_printing"]
     ro = grid.tokenize_options(config["tasks"]["wmt16_enro"], "ro", {})
-    assert ro["romanian"] and ro["normalize_punctuation"] and ro["aggressive_dash_splits"] and "romanian" not in grid.tokenize_options(config["tasks"]["wmt16_enro"], "en", {})
+    assert ro["romanian"] and ro["normalize_punctuation"] and ro["aggressive_dash_splits"]
+    assert "romanian" not in grid.tokenize_options(config["tasks"]["wmt16_enro"], "en", {})
 
 
 def test_jieba_segments_chinese_and_moses_tokenizes_the_rest():
@@ -185,7 +186,8 @@ def test_archive_inside_archive_and_mirror_copies_resolve(tmp_path):
     inner = grid.file_source(config, "iwslt14-ro-en", "train.tags.ro-en.ro")
     assert inner.path == "results/raw/iwslt14-ro-en/ro-en.tgz" and inner.member == "ro-en/train.tags.ro-en.ro"
     outer = grid.file_source(config, "iwslt14-ro-en", "ro-en.tgz")
-    assert outer.path == grid.download_path(config["datasets"]["iwslt14-ro-en"]["archives"]["2014-01.tgz"], "2014-01.tgz")
+    archive = config["datasets"]["iwslt14-ro-en"]["archives"]["2014-01.tgz"]
+    assert outer.path == grid.download_path(archive, "2014-01.tgz")
     if MIRROR is not None and MIRROR.is_dir():
         config["data_mirror"] = str(MIRROR)
         plain = grid.file_source(config, "wmt16-en-ro", "newstest2016.ro")  # SGML officially, plain in the mirror
@@ -219,7 +221,8 @@ def test_disk_space_is_checked_before_writing(tmp_path, monkeypatch):
 
 def test_manual_downloads_say_what_to_do(tmp_path):
     result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "fetch", str(tmp_path / "2014-01-test.tgz"),
-                             "--manual", "accept the terms, download it", "--expected-at", "/mirror/x/2014-01-test.tgz"],
+                             "--manual", "accept the terms, download it",
+                             "--expected-at", "/mirror/x/2014-01-test.tgz"],
                             capture_output=True, text=True)
     assert result.returncode == 1 and not (tmp_path / "2014-01-test.tgz").exists()
     assert ("2014-01-test.tgz: no source gave the file (no URL configured); accept the terms, download it and put "

@@ -63,7 +63,8 @@ def test_length_penalties():
     table = {(EOS,): {3: 0.6, 4: 0.4}, (EOS, 3): {EOS: 0.6, 5: 0.4}, (EOS, 4): {5: 1.0}, (EOS, 4, 5): {EOS: 1.0},
              (EOS, 3, 5): {EOS: 1.0}}
     src = torch.tensor([[3, EOS]])
-    for name, alpha, expected in [("fairseq", 1.0, lambda s, n: s / n), ("gnmt", 0.6, lambda s, n: s / ((5 + n) / 6) ** 0.6)]:
+    for name, alpha, expected in [("fairseq", 1.0, lambda s, n: s / n),
+                                  ("gnmt", 0.6, lambda s, n: s / ((5 + n) / 6) ** 0.6)]:
         hyps = beam_search(ToyDecoder(table), src, BeamConfig(beam=2, lenpen=alpha, length_penalty=name,
                                                              max_len_a=0, max_len_b=5))[0]
         for h in hyps:

@@ -15,7 +15,8 @@ BASE = dict(src_vocab=30000, tgt_vocab=30000, preset="base")
 
 
 @pytest.mark.parametrize("settings, printed", [
-    ({"aggregation": "dense"}, 0.0), ({"aggregation": "dense", "dense_norm": True}, 0.0), ({"aggregation": "iterative"}, 31.5), ({"aggregation": "hierarchical"}, 23.1),
+    ({"aggregation": "dense"}, 0.0), ({"aggregation": "dense", "dense_norm": True}, 0.0),
+    ({"aggregation": "iterative"}, 31.5), ({"aggregation": "hierarchical"}, 23.1),
     ({"mla_k": 2}, 33.6), ({"mla_k": 3}, 37.8)])
 def test_increments_over_transformer_base_equal_the_printed_ones(settings, printed):
     base = count_parameters(build("deep", BASE))
@@ -24,7 +25,8 @@ def test_increments_over_transformer_base_equal_the_printed_ones(settings, print
 
 def test_big_hierarchical_and_the_linear_combination_count():
     big = dict(BASE, preset="big")
-    extra = count_parameters(build("deep", {**big, "aggregation": "hierarchical"})) - count_parameters(build("deep", big))
+    hierarchical = count_parameters(build("deep", {**big, "aggregation": "hierarchical"}))
+    extra = hierarchical - count_parameters(build("deep", big))
     assert round(extra / 1e6) == 92  # what Table 2's Big rows imply
     linear = count_parameters(build("deep", {**BASE, "aggregation": "linear"})) - count_parameters(build("deep", BASE))
     assert linear == 2 * 6 * 512 * 512  # Eq. 5 literally; the paper prints +14.7M
@@ -160,7 +162,8 @@ def test_auxiliary_loss_only_when_training_with_diversity():
     dict(aggregation="dense"), dict(aggregation="dense", dense_norm=True), dict(aggregation="linear"),
     dict(aggregation="linear", linear_form="factorised"),
     dict(aggregation="iterative"),
-    dict(aggregation="hierarchical"), dict(mla_k=2), dict(mla_k=3), dict(aggregation="hierarchical", apply_to="decoder"),
+    dict(aggregation="hierarchical"), dict(mla_k=2), dict(mla_k=3),
+    dict(aggregation="hierarchical", apply_to="decoder"),
     dict(aggregation="hierarchical", agg_function="attention"), dict(aggregation="hierarchical", agg_residual="top")])
 def test_causal_and_cached_decoding_for_every_variant(settings):
     model = tiny(**settings)

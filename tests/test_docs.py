@@ -21,7 +21,8 @@ def test_every_generated_block_is_what_lwnmt_docs_writes_now():
 
 def test_the_demo_parameter_counts_are_lwnmt_params():
     demo = grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
-    counts = {r["experiment"]: r["params"] for r in parameter_rows(demo, ["demo.lwc", "demo.transformer"], (7880, 7880))}
+    counts = {r["experiment"]: r["params"]
+              for r in parameter_rows(demo, ["demo.lwc", "demo.transformer"], (7880, 7880))}
     description = yaml.safe_load((ROOT / "config/demo.yaml").read_text())["experiments"]["demo.lwc"]["description"]
     assert f"({counts['demo.lwc']:,} vs {counts['demo.transformer']:,} with the 7,880-symbol dictionary" in description
 

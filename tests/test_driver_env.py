@@ -24,8 +24,10 @@ def pinned_snakemake() -> str:
                 if line.startswith("snakemake=="))
 
 
-@pytest.fixture(scope="session")
-def driver() -> Path:
+# Named apart from the fixture, so that a test module importing it does not see each test's `driver` parameter
+# shadow the import.
+@pytest.fixture(scope="session", name="driver")
+def driver_fixture() -> Path:
     """A venv with `pip install -c constraints.txt snakemake` and nothing else, made once per set of pins.
 
     Under `make test` several workers may ask for it at once: the first makes it under a lock beside the venv while
@@ -81,6 +83,6 @@ def test_a_typo_still_stops_the_dry_run_in_one_line(driver, tmp_path):
     overlay.write_text(yaml.safe_dump({"experiments": {"demo.transformer": {"train": {"max_tokenz": 512}}}}))
     result = run(driver, tmp_path, "-n", "--configfile", str(ROOT / "config" / "demo.yaml"), str(overlay))
     assert result.returncode != 0
-    line = next(l for l in (result.stdout + result.stderr).splitlines() if "max_tokenz" in l)
+    line = next(text for text in (result.stdout + result.stderr).splitlines() if "max_tokenz" in text)
     assert line.startswith(f"error: {overlay}: config key experiments/demo.transformer/train"), line
     assert "did you mean max_tokens?" in line

@@ -54,8 +54,8 @@ ENV_MODULES = {
     "train.yaml": ["training/loop.py", "training/progress.py", "training/reporting.py", "training/average.py",
                    "inference/decode.py", "models/parameter_table.py", "models/*.py",
                    "data/batching.py", "data/binarize.py", "data/vocab.py", "data/io.py", "settings.py"],
-    "report.yaml": ["scoring/score.py", "report/*.py", "inference/decode.py", "models/*.py", "data/vocab.py", "data/io.py",
-                    "config.py", "settings.py"],
+    "report.yaml": ["scoring/score.py", "report/*.py", "inference/decode.py", "models/*.py", "data/vocab.py",
+                    "data/io.py", "config.py", "settings.py"],
 }
 DISTRIBUTIONS = {"yaml": "pyyaml", "subword_nmt": "subword-nmt", "torch": "torch", "tensorboardX": "tensorboardx"}
 

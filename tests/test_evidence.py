@@ -139,7 +139,8 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, 
 
     block = evidence_page.readme_block(out)
     assert "-10.00 BLEU against `study_cpu.transformer` over 2 seed(s): worse on every seed, significantly" in block
-    assert "+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly" in block
+    assert ("+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly"
+            in block)
 
 
 def test_an_inconclusive_gain_and_a_missing_reference(config, tmp_path):

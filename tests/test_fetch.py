@@ -135,7 +135,8 @@ def test_the_fetch_command_names_the_mirror_location_and_what_to_do(url, tmp_pat
 
 
 def test_an_archive_several_datasets_name_is_downloaded_once(monkeypatch):
-    monkeypatch.delenv("LWNMT_DATA_MIRROR", raising=False)  # the download keys, not a mirror's copies (make test sets it)
+    # the download keys, not a mirror's copies (make test sets it)
+    monkeypatch.delenv("LWNMT_DATA_MIRROR", raising=False)
     config = grid.load(ROOT / "config.yaml")
     ende = grid.file_source(config, "wmt14-en-de", "europarl-v7.de-en.en")
     enfr = grid.file_source(config, "wmt14-en-fr", "europarl-v7.fr-en.fr")

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from conftest import ROOT
 from layerwise_nmt.rehearsal.forkserver import ENV
 from layerwise_nmt.rehearsal import warm
 
@@ -62,7 +61,10 @@ def test_a_served_job_ends_as_a_fresh_process(server, tmp_path):
         fresh_file = (work / "tok.txt").read_text() if args[1:2] == ["in.txt"] else None
         served = lwnmt(args, work, {**env, ENV: started.socket}, input="Stdin's line, read.\n")
         assert (served.returncode, served.stdout) == (fresh.returncode, fresh.stdout), args
-        strip = lambda text: "\n".join(line.split(" ", 2)[-1] for line in text.splitlines())  # log times differ
+
+        def strip(text: str) -> str:  # log times differ
+            return "\n".join(line.split(" ", 2)[-1] for line in text.splitlines())
+
         assert strip(served.stderr) == strip(fresh.stderr), args
         if fresh_file is not None:
             assert (work / "tok.txt").read_text() == fresh_file

@@ -46,7 +46,8 @@ def test_claiming_reads_the_driver_list_not_torch_cuda(tmp_path, monkeypatch, no
     assert len(held) == 1 and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
     # a second job on the same machine (another process, as Snakemake runs them) gets the other device
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    code = ("import os; from layerwise_nmt.training.gpu_lock import claim; h = claim(1, os.environ['LOCKS'], timeout=0);"
+    code = ("import os; from layerwise_nmt.training.gpu_lock import claim;"
+            " h = claim(1, os.environ['LOCKS'], timeout=0);"
             " import torch; print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.is_initialized())")
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     other = subprocess.run([sys.executable, "-c", code], env={**env, "LOCKS": str(tmp_path / "locks")},

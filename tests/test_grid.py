@@ -90,7 +90,8 @@ def test_assemble_spec_resolves_every_part_of_each_split(demo):
     spec = RuleInputs(demo).assemble_spec(SimpleNamespace(task="multi30k_deen"))
     assert set(spec) == {"train", "valid", "test"}
     raw_src, raw_tgt, tok_src, tok_tgt, fmt = spec["test"]["parts"][0]
-    assert (raw_src, raw_tgt) == ("results/raw/multi30k/test_2016_flickr.de", "results/raw/multi30k/test_2016_flickr.en")
+    assert (raw_src, raw_tgt) == ("results/raw/multi30k/test_2016_flickr.de",
+                                  "results/raw/multi30k/test_2016_flickr.en")
     assert tok_src == "results/multi30k_deen/data/tok/test_2016_flickr.de" and fmt == "plain"
 
 

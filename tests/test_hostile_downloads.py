@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import make_tgz
-from hostile_http import chunked, full, garbage, hostile, short  # noqa: F401 (hostile: the fixture)
+from hostile_http import chunked, full, garbage, hostile_fixture, short  # noqa: F401 (the `hostile` fixture)
 from layerwise_nmt import UserError
 from layerwise_nmt import grid
 from layerwise_nmt.data import checksums, extract, fetch

@@ -137,7 +137,8 @@ def test_counting_every_experiments_cost_imports_no_torch():
     """What `snakemake -n` does to price and check every training: plan's parameter counts come from the closed
     form, in a driver environment that may hold no torch or numpy."""
     code = ("import sys; from layerwise_nmt import grid; from layerwise_nmt.grid.budget_checks import "
-            "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; config = grid.load('config.yaml'); "
+            "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; "
+            "config = grid.load('config.yaml'); "
             "costs = [experiment_cost(config, n) for n in config['experiments']]; budget_warnings(config); "
             "assert any(c.params for c in costs); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")

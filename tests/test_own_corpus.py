@@ -160,7 +160,10 @@ def test_a_file_changed_after_first_use_is_refused(tmp_path, name, archive):
 def parts(tmp_path: Path, files: dict[str, str]) -> dict:
     for name, text in files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
-    part = lambda s, t: [[str(tmp_path / s), str(tmp_path / t), str(tmp_path / s), str(tmp_path / t), "plain"]]
+
+    def part(s: str, t: str) -> list:
+        return [[str(tmp_path / s), str(tmp_path / t), str(tmp_path / s), str(tmp_path / t), "plain"]]
+
     return {"train": {"parts": part("tr.xx", "tr.yy")}, "valid": {"parts": part("va.xx", "va.yy")},
             "test": {"parts": part("te.xx", "te.yy"), "overlap_with_train": "warn"}}
 

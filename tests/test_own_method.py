@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from conftest import ROOT, TINY, assert_autoregressive, snakemake, tiny_batch, toy_spec
-from test_driver_env import driver, run as run_driver  # noqa: F401  (driver: the Snakemake-only venv, a fixture)
+from test_driver_env import driver_fixture, run as run_driver  # noqa: F401 (the `driver` fixture: Snakemake alone)
 from layerwise_nmt import UserError
 from layerwise_nmt.training import checkpoint
 from layerwise_nmt import grid

@@ -1,6 +1,7 @@
 """The package's shape: no import circles (lazy imports inside functions and imports by name, importlib.import_module
 with a literal, count too), data/ never imports the grid, no module grows past ~450 lines, few modules loose at the
-top, and the README's layout block names the package's folders as they are. A newcomer can then read any module knowing only what it imports."""
+top, and the README's layout block names the package's folders as they are. A newcomer can then read any module
+knowing only what it imports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`amp: auto`: the precision follows the device and, on a CPU with native bf16, a measurement; an explicit choice wins; `lwnmt plan` prices rows in theirs."""
+"""`amp: auto`: the precision follows the device and, on a CPU with native bf16, a measurement; an explicit choice
+wins; `lwnmt plan` prices rows in theirs."""
 
 import json
 import os

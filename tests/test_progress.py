@@ -33,7 +33,8 @@ def mean(updates: list[tuple]) -> tuple[float, float]:
 
 
 def logged(caplog, word: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "layerwise_nmt.training.reporting" and word in r.getMessage()]
+    return [r.getMessage() for r in caplog.records
+            if r.name == "layerwise_nmt.training.reporting" and word in r.getMessage()]
 
 
 def test_log_lines_and_metrics_rows_give_each_intervals_mean(tmp_path, caplog):

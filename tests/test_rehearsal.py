@@ -4,7 +4,6 @@ the rehearsal keeps every row's structure (its DAG has the full config's row job
 import gzip
 import hashlib
 import io
-import json
 import math
 import subprocess
 import sys
@@ -43,7 +42,7 @@ def test_static_check_names_the_row_that_cannot_average(tmp_path):
     assert ENFR_ROW in warning and "no epoch checkpoint" in warning
     out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
                           "--config", str(enfr_mistake(tmp_path))], capture_output=True, text=True, check=True).stdout
-    assert f"flagged gca.enfr.transformer" in out and ENFR_ROW in out
+    assert "flagged gca.enfr.transformer" in out and ENFR_ROW in out
     dry = subprocess.run(SNAKEMAKE + ["-d", str(tmp_path), "-n", "--cores", "1", "--configfile",
                                       str(ROOT / "config.yaml"), str(enfr_mistake(tmp_path))],
                          capture_output=True, text=True)

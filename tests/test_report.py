@@ -23,7 +23,8 @@ def test_table_cells_from_fixture_scores(tmp_path):
         {"label": "ours", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": scores},
          "note": "pre-norm, as tensor2tensor"},
         {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
-        {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked", "reason": "dataset pending (no public source)"},
+        {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked",
+         "reason": "dataset pending (no public source)"},
     ]}
     table = write(spec, str(tmp_path / "T1"))
     ours, quoted, blocked = table.to_dict("records")
@@ -149,7 +150,8 @@ def test_reports_never_load_models():
     """Tables and figures read files: importing the report package does not import torch."""
     code = ("import sys, layerwise_nmt.report.figures, layerwise_nmt.report.tables; "
             "sys.exit('torch' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
 
 def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
@@ -160,7 +162,8 @@ def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
         pd.DataFrame({"update": [500, 1000], "minutes": [5.0, minutes]}).to_csv(run / "checkpoints" / "metrics.csv",
                                                                                  index=False)
         (run / "test.score.json").write_text(json.dumps({"bleu": 27.0, "decoding": {"sentences_per_second": sents}}))
-        rows.append({"label": name, "state": "ok", "runs": [str(run)], "scores": {"test": [str(run / "test.score.json")]},
+        rows.append({"label": name, "state": "ok", "runs": [str(run)],
+                     "scores": {"test": [str(run / "test.score.json")]},
                      "paper": {"bleu": 27.64, "train_steps_per_s": 1.82 if name == "base" else 1.19,
                                "decode_sents_per_s": 1.33 if name == "base" else 1.05}})
     rows.append({"label": "blocked", "state": "blocked", "reason": "no data", "paper": {"train_steps_per_s": 1.12}})
@@ -218,7 +221,8 @@ def test_significance_marks_follow_the_declared_test(tmp_path):
     spec = {"paper": "dou", "table": "T2", "metric": "bleu", "significance": {"test": "sign_test"}, "rows": [
         {"label": "base", "state": "ok", "scores": _scores(tmp_path, "b", [20.0], bad, ref)},
         {"label": "deep †", "paper": {"bleu": 28.78}, "state": "ok",
-         "scores": _scores(tmp_path, "d", [90.0], good, ref), "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
+         "scores": _scores(tmp_path, "d", [90.0], good, ref),
+         "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
         {"label": "deep, same output", "state": "ok", "scores": _scores(tmp_path, "s", [20.0], bad, ref),
          "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
     ]}

@@ -62,7 +62,8 @@ def test_sigterm_saves_and_the_retry_resumes(data, tmp_path):
     cmd[cmd.index("--spec") + 1] = json.dumps(resumed)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert f"resumed from {save_dir / 'checkpoint_last.pt'}: epoch {saved['epoch']}, update {saved['update']}" in result.stderr
+    last = save_dir / "checkpoint_last.pt"
+    assert f"resumed from {last}: epoch {saved['epoch']}, update {saved['update']}" in result.stderr
     assert torch.load(tmp_path / "model.pt", weights_only=False)["progress"]["update"] == saved["update"] + 3
 
 
@@ -219,7 +220,8 @@ def test_gpu_claims_are_exclusive_and_released_with_the_process(tmp_path, monkey
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    code = ("import os, sys, time; from layerwise_nmt.training.gpu_lock import claim; h = claim(int(sys.argv[1]), sys.argv[2]);"
+    code = ("import os, sys, time; from layerwise_nmt.training.gpu_lock import claim;"
+            " h = claim(int(sys.argv[1]), sys.argv[2]);"
             " print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)")
     first = subprocess.Popen([sys.executable, "-c", code, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert first.stdout.readline().strip() == "0,1"
@@ -261,7 +263,8 @@ def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stderr
-    assert torch.load(tmp_path / "model.pt", weights_only=False)["progress"]["update"] == state["progress"]["update"] + 2
+    final = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert final["progress"]["update"] == state["progress"]["update"] + 2
 
 
 def test_cosine_schedule_is_wu_et_al_recipe():

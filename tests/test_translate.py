@@ -292,7 +292,8 @@ def test_one_setup_resolves_each_kind_of_request(trained, model_dir, tmp_path, m
 
 
 def warnings_of(err: str) -> list[str]:
-    return [line.split(": ", 1)[1] for line in err.splitlines() if " WARNING layerwise_nmt.inference.translation: " in line]
+    return [line.split(": ", 1)[1] for line in err.splitlines()
+            if " WARNING layerwise_nmt.inference.translation: " in line]
 
 
 def test_a_line_mostly_unknown_to_the_model_or_losing_characters_is_named(trained, tmp_path):

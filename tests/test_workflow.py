@@ -62,7 +62,8 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
             assert f"{grid.experiment_dir(config, parent, 1)}/model.pt" in job.split("output:")[0]
     # With fewer slots than ready jobs: trainings before decodes, the longest chain of trainings first.
     priority = {(rule, e): float(p) for rule, e, p in re.findall(
-        r"\n(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: task=\w+, experiment=([\w.]+),.*\n    priority: ([\d.]+)", out)}
+        r"\n(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: task=\w+, experiment=([\w.]+),.*\n"
+        r"    priority: ([\d.]+)", out)}
     trained = {e for _, e in priority}
     assert trained and {rule for rule, _ in priority} == {"train"}  # decodes keep Snakemake's default, 0
     for e in trained:
@@ -243,7 +244,7 @@ def test_ci_run_rerun_has_nothing_to_do_with_or_without_the_mirror_and_a_new_che
     release.write_text(yaml.safe_dump({"datasets": {"multi30k": {"archives": {"train.de.gz": {"sha256": "0" * 64}}}}}))
     redo = snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(release), "-n", "-p").stdout
     assert jobs_planned(redo)["extract"] == 1 and jobs_planned(redo)["train"] == 4
-    assert f'"fetch", "results/downloads/' in redo and f'"--sha256", "{"0" * 64}"' in redo
+    assert '"fetch", "results/downloads/' in redo and f'"--sha256", "{"0" * 64}"' in redo
 
 
 def test_ci_run_decoding_and_scoring_settings_rerun_only_their_jobs(ci_run, mirror, tmp_path):

@@ -2,16 +2,17 @@
 
 Every field is checked against its annotation (int, float, bool, str, None, tuples) and, where declared with
 `setting(default, ge=…, gt=…, lt=…)`, its range, before the dataclass is built: a wrong value stops `snakemake -n`
-and `lwnmt status` (grid/stage_checks.py) in one line instead of failing a job, or a budget estimate, with a traceback."""
+and `lwnmt status` (grid/stage_checks.py) in one line instead of failing a job, or a budget estimate, with a
+traceback."""
 
 from __future__ import annotations
 
 import operator
 import types
-from dataclasses import field, fields
+from dataclasses import Field, field, fields
 from difflib import get_close_matches
 from functools import cache
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 from . import UserError
 
@@ -81,6 +82,7 @@ class Settings:
     range, then `check()` validates what a single field cannot (choices, combinations)."""
 
     kind = "setting"  # what the error calls a key: "model setting", "training setting", ...
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # every subclass is a @dataclass (annotation only)
 
     @classmethod
     def from_dict(cls, values: dict):

@@ -49,9 +49,9 @@ def apply(codes: str, lines: Iterable[str], workers: int = 1, separator: str = "
     """`apply_bpe.py -c codes` on every line, identical output, with each distinct word segmented once.
 
     subword-nmt segments words independently (it splits lines on single spaces), so the distinct words are
-    segmented in parallel and lines are then rebuilt by lookup: this beats splitting the lines (benchmarks/preprocess.py), where
-    every worker would re-segment the words its shard shares with the others. Lines are read in blocks; the word
-    table grows to the corpus vocabulary, the lines never stay in memory.
+    segmented in parallel and lines are then rebuilt by lookup: this beats splitting the lines
+    (benchmarks/preprocess.py), where every worker would re-segment the words its shard shares with the others. Lines
+    are read in blocks; the word table grows to the corpus vocabulary, the lines never stay in memory.
     """
     table: dict[str, str] = {}
     for block in blocks(lines, block_lines):

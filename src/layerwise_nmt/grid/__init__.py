@@ -31,3 +31,15 @@ from .status import (Status, all_statuses, experiment_status, fetch_needs, row_s
                      runnable_tasks, task_status)
 from .tasks import (ARCHIVE_SUFFIXES, HELDOUT_ENV, SPLITS, find_part, heldout_dir, heldout_sets, pair, part_name,
                     tokenize_options)
+
+# The names the workflow's rule files and the commands read as `grid.<name>`.
+__all__ = [
+    "ROOT", "STAGES", "experiment", "model_dir_spec", "trained_model", "bin_dir", "data_path", "experiment_dir",
+    "raw_path", "run_dir", "save_dir", "SCHEMA", "deep_update", "get", "load", "located", "read", "resolve_extends",
+    "schema_error", "validate", "Row", "measure_of", "metrics_of", "rows", "split_of", "tables", "figure_spec",
+    "paper_part", "report_caption", "table_spec", "RuleInputs", "MIRROR_ENV", "FileSource", "checksum_of",
+    "download_key", "download_path", "download_spec", "downloads", "file_source", "mirror_dir", "mirrored",
+    "pair_member", "unpinned_downloads", "urls_of", "where_from", "Status", "all_statuses", "experiment_status",
+    "fetch_needs", "row_statuses", "rows_by_experiment", "runnable_tasks", "task_status", "ARCHIVE_SUFFIXES",
+    "HELDOUT_ENV", "SPLITS", "find_part", "heldout_dir", "heldout_sets", "pair", "part_name", "tokenize_options",
+]

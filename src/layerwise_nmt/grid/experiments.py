@@ -46,8 +46,8 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
 
 def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
     """What exporting experiment `name`'s trained run needs (`lwnmt export`), as plain data (the workflow's export
-    rule passes it as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned
-    length penalty and the training summary will be, and the experiment's resolved settings."""
+    rule passes it as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where
+    the tuned length penalty and the training summary will be, and the experiment's resolved settings."""
     setup = trained_model(config, name, seed)
     e, seed = experiment(config, name), setup["experiment"]["seed"]
     vocab = data_path(e["task"], "vocab")

@@ -7,7 +7,7 @@ import difflib
 import os
 import re
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -17,6 +17,9 @@ from .experiments import experiment
 from .local_corpus import expand_local
 from .own_models import check_models
 from .papers import append_rows, rows
+
+if TYPE_CHECKING:  # imported where a config is validated: reading one needs no jsonschema
+    import jsonschema
 
 # Package data, so that an installed package validates too; the workflow validates with this same file
 # (workflow/rules/common.smk).

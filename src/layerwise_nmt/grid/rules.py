@@ -47,8 +47,9 @@ class RuleInputs:
         if wildcards.experiment not in experiments:
             self.task_of(wildcards)
             on_task = [n for n, e in experiments.items() if e["task"] == wildcards.task]
+            hint = did_you_mean(wildcards.experiment, on_task, "experiments")
             raise UserError(f"results/{wildcards.task}/{wildcards.experiment}/…: no experiment "
-                            f"{wildcards.experiment!r} in the config{did_you_mean(wildcards.experiment, on_task, 'experiments')}")
+                            f"{wildcards.experiment!r} in the config{hint}")
         spec = experiment(self.config, wildcards.experiment)
         if spec["task"] != wildcards.task:
             raise UserError(f"experiment {wildcards.experiment} runs on task {spec['task']}, not {wildcards.task}")

@@ -43,7 +43,7 @@ def require_ctranslate2():
     return ctranslate2
 
 
-def check_convertible(model_name: str | None, config: dict, where: str | Path) -> None:
+def check_convertible(model_name: str | None, config: dict | None, where: str | Path) -> None:
     """A UserError unless the model is the plain Transformer, the one architecture CTranslate2 has."""
     backbone = (config or {}).get("backbone", "transformer")
     if model_name == "transformer" and backbone == "transformer":

@@ -301,9 +301,12 @@ def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab:
 
     state = load(path)
     if src_vocab is not None:
+        assert tgt_vocab is not None  # the dictionaries come as a pair, and so do the languages
         check_dictionaries(state, path, src_vocab, tgt_vocab)
     if src is not None:
+        assert tgt is not None
         check_languages(state, path, src, tgt)
+    user: UserModel | None
     if experiment is not None and experiment.get("user_model"):
         user = UserModel.from_entry(experiment["model"], experiment["user_model"])  # named by the config
     else:

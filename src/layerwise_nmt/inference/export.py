@@ -169,6 +169,7 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
     missing = [flag for flag, value in (("--data", data), ("--src", src), ("--tgt", tgt)) if not value]
     if missing:
         raise UserError(f"{model}: a model.pt needs {', '.join(missing)} (its data directory and languages)")
+    assert data is not None and src is not None and tgt is not None  # none missing
     dicts = load_pair(data, src, tgt)
     return {"src": src, "tgt": tgt, "src_dict": dicts[0].path, "tgt_dict": dicts[1].path, "codes": codes,
             "tokenize": tokenize, "decode": decode}
@@ -194,8 +195,8 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
 
 
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
-    """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision, updates, how
-    it stopped) read now, and the model checked against the experiment's settings first."""
+    """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision,
+    updates, how it stopped) read now, and the model checked against the experiment's settings first."""
     from ..training.checkpoint import load
 
     from ..models import UserModel

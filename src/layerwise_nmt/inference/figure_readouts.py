@@ -11,6 +11,7 @@ kinds:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -73,7 +74,7 @@ def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypot
             "split": width if mixed else None}
 
 
-KINDS = {"aggregation_shares": aggregation_shares, "attention": attention}
+KINDS: dict[str, Callable[..., dict]] = {"aggregation_shares": aggregation_shares, "attention": attention}
 
 
 def write(kind: str, model: str, options: dict, out: str, user_code: UserCode | None = None) -> None:

@@ -119,11 +119,13 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
     if missing:
         raise UserError(f"missing {', '.join(missing)}: give a BPE'd INPUT (a file or - for stdin) with --model "
                         f"--data --src --tgt, or raw text with --experiment NAME")
-    source, label = request.input, request.input
-    if request.input in (None, "-"):
+    assert request.model and request.data and request.src and request.tgt  # checked just above
+    if request.input is None or request.input == "-":
         lines, label = source_lines(request)
         source = str(tmp / "input.bpe")
         write_lines(source, lines)
+    else:
+        source, label = request.input, request.input
     return Job(request.model, request.data, request.src, request.tgt, source, label,
                request.tgt if request.detokenize else None, options)
 
@@ -133,6 +135,7 @@ def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
     from .. import grid
     from .export import not_trained
 
+    assert request.config is not None and request.experiment is not None  # --experiment: the CLI loads the config
     setup = grid.trained_model(request.config, request.experiment, request.seed)
     for flag, asked in (("--src", request.src), ("--tgt", request.tgt)):
         if asked is not None and asked != setup[flag[2:]]:
@@ -153,6 +156,7 @@ def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
 
     if request.data:
         raise UserError(f"--model {request.model} is a model directory with its own dictionaries; drop --data")
+    assert request.model is not None  # `prepare` sends a --model DIR here
     manifest = read(request.model, request.src, request.tgt)
     source = raw_source(request, tmp, manifest["src"], manifest["tokenize"], manifest["paths"].get("bpe_codes"))
     return Job(manifest["paths"]["model"], manifest["dir"], manifest["src"], manifest["tgt"], source[0], source[1],

@@ -160,7 +160,8 @@ class CrossViewConfig(ModelConfig):
 
     def check(self) -> None:
         super().check()
-        self.require_post_norm("cross_view", "its views S_j are encoder layer outputs, layer-normalised as in fairseq's post-norm stacks")
+        self.require_post_norm("cross_view", "its views S_j are encoder layer outputs, layer-normalised as in "
+                                             "fairseq's post-norm stacks")
         if self.strategy not in STRATEGIES:
             raise UserError(f"strategy={self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if self.strategy in ("gca", "gpa") and self.encoder_layers != self.decoder_layers:

@@ -28,7 +28,9 @@ Table 3 ablations (config flags):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -87,8 +89,9 @@ class LayerWiseCoordination(Model):
                               nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers)))
         self.final_norm = final_norm(config)  # pre-norm: on the target half's top states, before the output
 
-    def target_stack(self) -> nn.ModuleList:
-        return self.layers if self.target_layers is None else self.target_layers
+    def target_stack(self) -> Iterable[CoordinationLayer]:
+        stack = self.layers if self.target_layers is None else self.target_layers
+        return cast("Iterable[CoordinationLayer]", stack)  # ModuleList's items are typed as any Module
 
     def embed_half(self, ids: Tensor, half: int, offset: int = 0) -> Tensor:
         x = self.embed(ids, offset=offset)
@@ -99,7 +102,7 @@ class LayerWiseCoordination(Model):
         level l−1 source states, the states of every level (L+1 tensors (B, S, D)) and the mask (B, 1, 1, S)."""
         mask = (src != self.config.pad)[:, None, None, :]
         states, kvs = [self.embed_half(src, 0)], []
-        for layer, target_layer in zip(self.layers, self.target_stack()):
+        for layer, target_layer in zip(cast("Iterable[CoordinationLayer]", self.layers), self.target_stack()):
             x, kv = layer.attend(states[-1], mask)
             kvs.append(kv if target_layer is layer else
                        target_layer.attn.project_kv(target_layer.sublayer_input(states[-1], target_layer.norm1)))

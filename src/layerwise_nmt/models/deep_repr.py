@@ -28,8 +28,10 @@ Table 4 options: agg_residual all|top|none, agg_function sigmoid|relu|attention.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -64,13 +66,14 @@ class Aggregation(nn.Module):
 
     def shares(self) -> Tensor:
         """Dou Eq. 11: s_j = Σ|W_j| / Σ_j' Σ|W_j'| over the first FF matrix's block for each input j."""
-        blocks = self.ff[0].weight.abs().split(self.ff[0].in_features // self.n_inputs, dim=1)
+        first = cast(nn.Linear, self.ff[0])  # Sequential's items are typed as any Module
+        blocks = first.weight.abs().split(first.in_features // self.n_inputs, dim=1)
         totals = torch.stack([b.sum() for b in blocks])
         return totals / totals.sum()
 
     @property
     def n_inputs(self) -> int:
-        return self.ff[0].in_features // self.norm.normalized_shape[0]
+        return cast(nn.Linear, self.ff[0]).in_features // self.norm.normalized_shape[0]
 
 
 class StackAggregation(nn.Module):
@@ -87,7 +90,7 @@ class StackAggregation(nn.Module):
                             if config.linear_form == "factorised" else None)
         self.norms = (nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(layers - 1))  # H^2 … H^L
                       if kind == "dense" and config.dense_norm else None)
-        self.nodes = None  # the AGG nodes of the iterative and hierarchical aggregations
+        self.nodes: nn.ModuleList | None = None  # the AGG nodes of the iterative and hierarchical aggregations
         if kind == "iterative":
             self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
         if kind == "hierarchical":  # a sub-tree per 2 layers; with odd L the last one holds H^L alone (AGG₂)
@@ -103,12 +106,14 @@ class StackAggregation(nn.Module):
             return states[-1]
 
         if self.kind == "hierarchical":
+            assert self.nodes is not None
             node_out = None
             for i, node in enumerate(self.nodes):
                 block = [advance(states[-1] if node_out is None else node_out)]  # H^{2i+1} = LAYER(Ĥ^i)
                 if 2 * i + 1 < layers:
                     block.append(advance(block[0]))
                 node_out = node(*reversed(block), *([node_out] if node_out is not None else []))
+            assert node_out is not None  # a stack has at least one layer, so at least one node
             return states, node_out
         for i in range(layers):
             h = layer(i, states[-1], states)
@@ -121,6 +126,7 @@ class StackAggregation(nn.Module):
             mixed = torch.einsum("lbtd,lrd->btr", torch.stack(states[1:]), self.weights)  # (B, T, R)
             return states, mixed if self.project is None else mixed @ self.project.t()
         if self.kind == "iterative":
+            assert self.nodes is not None
             out = states[1]
             for node, h in zip(self.nodes, states[2:]):
                 out = node(h, out)
@@ -164,7 +170,8 @@ class MultiLayerAttention(nn.Module):
                 caches: "KVList | None" = None) -> tuple[Tensor, "KVList"]:
         """lower: [H^{l−1}, H^{l−2}, …, H^{l−k}] at the new positions; caches: their K/V at earlier positions."""
         query, contexts, grown = lower[0], [], []
-        for i, (attn, h) in enumerate(zip(self.attns, lower)):
+        attns = cast("Iterable[MultiheadAttention]", self.attns)  # ModuleList's items are typed as any Module
+        for i, (attn, h) in enumerate(zip(attns, lower)):
             q, kv = attn.project_q(query), attn.project_kv(h)
             cache = caches[i] if caches is not None else None
             if cache is not None:  # incremental decoding: this step's keys after the earlier ones
@@ -183,7 +190,7 @@ class MLAEncoderLayer(EncoderLayer):
         self.mla = MultiLayerAttention(config, k)
         self.looks_back = k  # reads [H^{l−1}, …, H^{l−k}] (transformer.layer_input)
 
-    def forward(self, lower: list[Tensor], mask: Tensor) -> Tensor:
+    def forward(self, lower: Tensor | list[Tensor], mask: Tensor) -> Tensor:  # a list: looks_back > 1
         x = self.norm1(lower[0] + self.dropout(self.mla(lower, mask, causal=False)[0]))
         return self.norm2(x + self.dropout(self.ffn(x)))
 
@@ -195,7 +202,8 @@ class MLADecoderLayer(DecoderLayer):
         self.mla = MultiLayerAttention(config, k)
         self.looks_back = k  # reads [H^{l−1}, …, H^{l−k}] (transformer.layer_input)
 
-    def forward(self, lower: list[Tensor], view, view_mask: Tensor, cache: KVList | None = None):
+    def forward(self, lower: Tensor | list[Tensor], view, view_mask: Tensor,  # a list: looks_back > 1
+                cache: KV | KVList | None = None):
         h, cache = self.mla(lower, None, causal=True, caches=cache)
         x = self.norm1(lower[0] + self.dropout(h))
         x = self.add_source(x, self.cross_attn(x, view, mask=view_mask)[0])
@@ -210,11 +218,14 @@ def diversity(states: list[Tensor], keep: Tensor) -> Tensor:
 
 
 class DeepTransformer(Seq2Seq):
+    config: DeepConfig
+
     def __init__(self, config: DeepConfig):
         super().__init__(config)
         sides = {"encoder", "decoder"} if config.apply_to == "both" else {config.apply_to}
         k = config.mla_k
-        for side, stack, mla in (("encoder", self.encoder, MLAEncoderLayer), ("decoder", self.decoder, MLADecoderLayer)):
+        for side, stack, mla in (("encoder", self.encoder, MLAEncoderLayer),
+                                 ("decoder", self.decoder, MLADecoderLayer)):
             if k and side in sides:  # layers l > k only: every attended layer is a real layer (the counts say so)
                 for i in range(k, len(stack.layers)):
                     stack.layers[i] = mla(config, k)
@@ -249,7 +260,8 @@ class DeepTransformer(Seq2Seq):
         states = self.decoder(prev, self.source_views(encoded), encoded.mask)
         self.auxiliary_loss = None
         if self.training and self.config.diversity:  # maximise L_div (Eq. 9): the loss gets −λ·L_div
-            encoder, decoder = encoded.states[: self.config.encoder_layers + 1], states[: self.config.decoder_layers + 1]
+            encoder = encoded.states[: self.config.encoder_layers + 1]
+            decoder = states[: self.config.decoder_layers + 1]
             l_div = (diversity(encoder, encoded.mask[:, 0, 0]) + diversity(decoder, prev != self.config.pad)) / 2
             self.auxiliary_loss = -self.config.diversity * l_div
         return ModelOutput(self.predict(states), self.auxiliary_loss, per_pass=True)

@@ -55,6 +55,7 @@ class Convolution(nn.Module):
 
     def kernels(self, h: Tensor) -> Tensor:  # (B, T, D) → (B, T, H, K) normalised, or (1, 1, H, K)
         w = self.predict(h).unflatten(-1, (self.heads, self.kernel)) if self.predict is not None else self.weight
+        assert w is not None  # DynamicConv predicts its kernels, LightConv learns them: one of the two is set
         w = F.dropout(w.float().softmax(dim=-1), self.weight_dropout, self.training).to(h.dtype)
         return w if w.dim() == 4 else w[None, None]
 

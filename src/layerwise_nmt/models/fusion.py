@@ -16,10 +16,11 @@ decoder fusion replaces z^L in the softmax, softmax(W_o LN(φ(Z_j)) + b_o) (Eq. 
 per position, so the decoder stays causal and incremental decoding fuses each new position's L+1 states.
 
 Readings fixed by the parameter counts printed in Wang et al., "Multi-layer Representation Fusion for Neural
-Machine Translation" (COLING 2018), with its 8,389/6,428 vocabularies, d=256, d_f=512, d_a=1024: FNN and SA fuse L+1 inputs including z^0 (Enc-FNN 11.63M; L inputs
-would give 11.50M); the fusion FNNs and W_1, W_2 have no biases (with biases Both-FNN-SA is 12.56M, not 12.55M);
-AVG has neither LayerNorm nor layer embedding (Enc-AVG 10.97M = the baseline) and follows its formula over layers
-1..L (config: word_embedding: false). σ is not stated: ReLU in the FNNs, tanh in Eq. 5 (Lin et al. 2017).
+Machine Translation" (COLING 2018), with its 8,389/6,428 vocabularies, d=256, d_f=512, d_a=1024: FNN and SA fuse
+L+1 inputs including z^0 (Enc-FNN 11.63M; L inputs would give 11.50M); the fusion FNNs and W_1, W_2 have no biases
+(with biases Both-FNN-SA is 12.56M, not 12.55M); AVG has neither LayerNorm nor layer embedding (Enc-AVG 10.97M = the
+baseline) and follows its formula over layers 1..L (config: word_embedding: false). σ is not stated: ReLU in the
+FNNs, tanh in Eq. 5 (Lin et al. 2017).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class Embedding(nn.Module):
             positions = sinusoidal_positions(config.max_positions, config.d_model)
         if not config.position_embeddings:
             positions.zero_()
+        self.positions: Tensor
         self.register_buffer("positions", positions, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -198,10 +199,11 @@ class MultiheadAttention(nn.Module):
                 k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
                 causal = False  # one new query sees every cached key
             cache = KV(k, v)
-            if prefix is not None and prefix.k.size(0) != rows:
-                return self.out(merge_heads(attention_after_prefix(q, k, v, mask, prefix, prefix_mask, dropout),
-                                            rows)), cache
-            if prefix is not None:
+            if prefix is not None:  # LWC's mixed attention: the causal mask and the source's come with the prefix
+                assert mask is not None and prefix_mask is not None
+                if prefix.k.size(0) != rows:
+                    return self.out(merge_heads(attention_after_prefix(q, k, v, mask, prefix, prefix_mask, dropout),
+                                                rows)), cache
                 T = q.size(2)
                 k, v = torch.cat([prefix.k, k], dim=2), torch.cat([prefix.v, v], dim=2)
                 mask = torch.cat([prefix_mask.expand(rows, 1, T, -1), mask.expand(rows, 1, T, -1)], dim=-1)

@@ -6,12 +6,17 @@ Torch-free until a model is built: a model's module is imported by the first `bu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .. import UserError
-from .config import MODELS
+from .config import MODELS, ModelConfig
 from .user import UserModel
 
+if TYPE_CHECKING:  # torch-free at run time: a model's module is imported when it is built
+    from .transformer import Model
 
-def model_class(name: str, user: UserModel | None = None) -> type:
+
+def model_class(name: str, user: UserModel | None = None) -> type[Model]:
     if user is not None:
         return user.load()
     if name not in MODELS:
@@ -19,9 +24,12 @@ def model_class(name: str, user: UserModel | None = None) -> type:
     return MODELS[name].model_class()
 
 
-def config_class(name: str, user: UserModel | None = None) -> type:
+def config_class(name: str, user: UserModel | None = None) -> type[ModelConfig]:
     """The settings class of model `name` (a user model's `config_class`: imports its module)."""
-    return model_class(name, user).config_class if user is not None else MODELS[name].config_class
+    if user is None:
+        return MODELS[name].config_class
+    cls: Any = model_class(name, user)  # a user's class: its config_class is part of the contract (contract_gap)
+    return cls.config_class
 
 
 def settings_of(name: str, settings: dict, user: UserModel | None = None, where: str | None = None):

@@ -15,7 +15,9 @@ defaults for what only some families have.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 from torch import Tensor, nn
 
@@ -93,6 +95,10 @@ def final_norm(config: ModelConfig) -> nn.LayerNorm | None:
     return nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
 
+# How a stack runs its layers (`Encoder.stack`, `Decoder.stack`): plain_stack, or a variant's aggregation
+Stack = Callable[[Tensor, Any, int], tuple[list[Tensor], Tensor]]
+
+
 def plain_stack(x: Tensor, layer, n: int) -> tuple[list[Tensor], Tensor]:
     """H^0 = x, H^l = LAYER_l(H^{l−1}), l = 1 … n → (H^0 … H^n, the stack's output H^n). `layer(i, h, below)`
     applies layer i to h; below = H^0 … H^i, the states so far. A variant that aggregates the layers (Dou et al.)
@@ -124,19 +130,19 @@ class EncoderOutput:
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: ModelConfig, tokens: nn.Embedding, layer: type = None):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding, layer: type | None = None):
         super().__init__()
         self.embed = Embedding(tokens, config)
         self.layers = nn.ModuleList((layer or EncoderLayer)(config, i) for i in range(config.encoder_layers))
         self.final_norm = final_norm(config)
         self.pad = config.pad
-        self.stack = plain_stack
+        self.stack: Stack = plain_stack
 
     def forward(self, src: Tensor) -> EncoderOutput:  # src (B, S)
         mask = (src != self.pad)[:, None, None, :]
 
         def layer(i: int, h: Tensor, below: list[Tensor]) -> Tensor:
-            return self.layers[i](layer_input(self.layers[i], h, below), mask)
+            return self.layers[i](layer_input(cast(Layer, self.layers[i]), h, below), mask)
 
         states = with_output(*self.stack(self.embed(src), layer, len(self.layers)))
         if self.final_norm is not None:
@@ -176,7 +182,7 @@ class Decoder(nn.Module):
         self.embed = Embedding(tokens, config)
         self.layers = nn.ModuleList(layer(config, i) for i in range(config.decoder_layers))
         self.final_norm = final_norm(config)
-        self.stack = plain_stack
+        self.stack: Stack = plain_stack
 
     def forward(self, prev: Tensor, views: list[Tensor], view_mask: Tensor) -> list[Tensor]:
         """prev (B, T) → every layer's states, L+1 tensors (B, T, D) (L+2 where an aggregation appends its
@@ -186,7 +192,7 @@ class Decoder(nn.Module):
     def run(self, x: Tensor, views: list, view_mask: Tensor, caches: list | None) -> list[Tensor]:
         """The stack on embedded input x; caches (incremental decoding) are updated in place."""
         def layer(i: int, h: Tensor, below: list[Tensor]) -> Tensor:
-            out, cache = self.layers[i](layer_input(self.layers[i], h, below), views[i], view_mask,
+            out, cache = self.layers[i](layer_input(cast(Layer, self.layers[i]), h, below), views[i], view_mask,
                                         cache=caches[i] if caches is not None else None)
             if caches is not None:
                 caches[i] = cache
@@ -200,8 +206,9 @@ class Decoder(nn.Module):
         return states
 
     def start(self, views: list[Tensor], view_mask: Tensor) -> DecoderState:
-        kvs = [layer.cross_attn.project_kv(view) for layer, view in zip(self.layers, views)]
-        growing = [layer.empty_cache(view) for layer, view in zip(self.layers, views)]  # conv layers: windows
+        layers = cast("Iterable[Layer]", self.layers)  # ModuleList's items are typed as any Module
+        kvs = [cast(MultiheadAttention, layer.cross_attn).project_kv(view) for layer, view in zip(layers, views)]
+        growing = [layer.empty_cache(view) for layer, view in zip(layers, views)]  # conv layers: windows
         return DecoderState(kvs, view_mask, growing)
 
     def step(self, last: Tensor, state: DecoderState) -> list[Tensor]:

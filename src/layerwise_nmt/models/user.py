@@ -135,6 +135,7 @@ class UserCode:
             raise UserError(f"{path}: model {name!r} is {target}, code from outside the package, and loading a model "
                             f"never imports code on its own: name it with --user-dir FOLDER (the folder holding "
                             f"module {module}) or --user-module {module}")
+        assert name is not None  # every checkpoint records its model_name
         return UserModel(name, target, self.user_dir, f"{path}: model {name!r} ({target})")
 
 

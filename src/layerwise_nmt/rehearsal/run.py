@@ -61,7 +61,8 @@ def parse_log(text: str) -> tuple[Counter, list[dict]]:
         rule = re.match(r"Error in rule (\w+):", block).group(1)
         output = re.search(r"\n\s+output: (.*)", block)
         log = re.search(r"\n\s+log: (\S+)", block)
-        failure = {"rule": rule, "output": output.group(1).strip() if output else "", "log": log.group(1) if log else ""}
+        failure = {"rule": rule, "output": output.group(1).strip() if output else "",
+                   "log": log.group(1) if log else ""}
         same = next((f for f in failures if f["output"] == failure["output"]), None)
         if same:  # Snakemake's retries: one failure, several attempts
             same["attempts"] += 1

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from ..checkout import ROOT
+from ..workflow.job_env import job_path
 from .forkserver import ENV
 
 # what each job runs: `python -m layerwise_nmt`'s command line (__main__.py)
 ENTRY = "layerwise_nmt.cli:run"
-from ..workflow.job_env import job_path
 
 # the checkout's src/, which common.smk puts first on the jobs' PYTHONPATH (an installed package's server would
 # import another copy than its jobs, and decline them all)

@@ -175,7 +175,8 @@ def p_value(test: str, baseline: list[dict], system: list[dict], measure: str = 
     if test == "t_test":
         return t_test([value(b, measure) for b in baseline], [value(s, measure) for s in system])
     hyps, base = list(read_lines(system[0]["hyp"])), list(read_lines(baseline[0]["hyp"]))
-    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps), system[0].get("stacked_refs", False))]
+    stacked = system[0].get("stacked_refs", False)
+    refs = [stream for path in system[0]["refs"] for stream in reference_streams(path, len(hyps), stacked)]
     cfg = ScoreConfig.from_dict(system[0]["options"])
     if test == "sign_test":
         return sign_test(base, hyps, refs, cfg, measure)["p_value"]

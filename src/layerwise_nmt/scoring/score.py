@@ -72,7 +72,8 @@ def bleu(hyps: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
     m = metric(cfg)
     result = m.corpus_score(prepare(hyps, cfg), [prepare(r, cfg) for r in refs])
     return {"bleu": result.score, "precisions": result.precisions, "bp": result.bp, "sys_len": result.sys_len,
-            "ref_len": result.ref_len, "signature": str(m.get_signature()) + ("|compound-split" if cfg.compound_split else "")}
+            "ref_len": result.ref_len,
+            "signature": str(m.get_signature()) + ("|compound-split" if cfg.compound_split else "")}
 
 
 def bucket_bleu(hyps: list[str], refs: list[list[str]], sources: list[str], cfg: ScoreConfig) -> list[dict]:

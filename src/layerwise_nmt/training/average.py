@@ -25,6 +25,7 @@ def average(paths: list[Path], out: str | Path) -> None:
             value = tensor.to(torch.float64) if tensor.is_floating_point() else tensor
             total[key] = total[key] + value if key in total and tensor.is_floating_point() else value.clone()
         newest = state
+    assert newest is not None  # averaging takes at least one checkpoint
     averaged = {k: (v / len(paths)).to(dtypes[k]) if dtypes[k].is_floating_point else v for k, v in total.items()}
     recorded = {k: newest[k] for k in ("model_class",) if k in newest}  # a model from outside the package: its class
     save(Path(out), {"model": averaged, "model_name": newest["model_name"], **recorded,

@@ -31,6 +31,7 @@ import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -40,6 +41,9 @@ from ..data.io import atomic_path
 from ..data.vocab import Dictionary
 from .precision import Precision, device_name
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from ..models.transformer import Model
 
 log = logging.getLogger(__name__)
 LAST, PREVIOUS, BEST = "checkpoint_last.pt", "checkpoint_previous.pt", "checkpoint_best.pt"
@@ -90,7 +94,7 @@ class Writer:
     `save`'s UserError). The thread is not a daemon: a process that ends while a write is pending finishes it
     first. A kill (SIGKILL, a node failure) mid-write loses only that write: `save`'s rename is atomic."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -358,7 +362,7 @@ def check_dictionaries(state: dict, path: str | Path, src: Dictionary, tgt: Dict
 MEANING = ("sinusoid", "norm", "scale_embedding", "position_embeddings", "pad", "eos")
 
 
-def warm_start(model: torch.nn.Module, path: str, vocabularies: dict[str, Dictionary] | None = None) -> list[str]:
+def warm_start(model: Model, path: str, vocabularies: dict[str, Dictionary] | None = None) -> list[str]:
     """Continued learning (GCA §3.3; Dou et al. §4): copy every tensor of a trained model into `model`, whose extra
     parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names.
     vocabularies: the task's, by language; a model with dict.<lang>.txt beside it (trained elsewhere, e.g. imported

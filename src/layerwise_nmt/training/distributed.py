@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import signal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,7 +74,9 @@ class StopSignals:
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
     def __init__(self, device: torch.device):
-        self.device, self.hit, self.previous = device, None, {}
+        self.device = device
+        self.hit: int | None = None
+        self.previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> "StopSignals":
         self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}

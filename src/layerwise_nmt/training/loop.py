@@ -41,7 +41,7 @@ from ..data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, barrier, broadcast_object, init_distributed, per_rank_update_freq, world
 from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
 from ..models import UserModel, build
-from ..models.transformer import count_parameters
+from ..models.transformer import Model, count_parameters
 from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, cuda_kernels, resolve
@@ -79,7 +79,7 @@ class Run:
 
     spec: dict
     cfg: TrainConfig
-    model: torch.nn.Module
+    model: Model
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     progress: Progress
@@ -189,6 +189,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
                     raise Stop()
         except Stop:
             run.save(LAST)  # synchronous, after the pending write: the process exits next
+            assert signals.hit is not None  # a Stop follows a signal received
             stopped = Stopped(signals.hit, progress.update, run.save_dir)
             if rank == 0:
                 log.warning("%s", stopped.line)
@@ -264,6 +265,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
               dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
               languages=dict(zip(("src", "tgt"), vocabs)))
     if state is not None:
+        assert resumed_from is not None  # found together
         try:
             model.load_state_dict(state["model"])
             run.optimizer.load_state_dict(state["optimizer"])
@@ -277,7 +279,7 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     return run
 
 
-def training_workload(model: torch.nn.Module, cfg: TrainConfig, device) -> Workload:
+def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     """One forward and backward of `model` on a batch of the run's size, for `amp: auto`'s probe; random tokens,
     fixed. On a CPU at most 1,024 target tokens (the matmuls' inner dimensions are the model's); on a GPU the run's
     whole max_tokens, since there the batch's size decides whether the update waits on the host or on the GPU. The
@@ -309,7 +311,7 @@ def probe_rows(max_tokens: int | None, length: int, device: torch.device) -> int
     return max(1, (tokens if device.type == "cuda" else min(tokens, 1024)) // length)
 
 
-def check_merging(model: torch.nn.Module, cfg: TrainConfig) -> None:
+def check_merging(model: Model, cfg: TrainConfig) -> None:
     """Refuse micro_batch_tokens for a model whose loss has a term per pass rather than per token
     (`loss.accumulate`; the model says why: `Model.merging_changes_loss`)."""
     why = model.merging_changes_loss() if cfg.micro_batch_tokens else None

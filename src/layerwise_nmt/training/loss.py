@@ -76,7 +76,8 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
     inner.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # summed on the device, read once
     ntokens = 0
-    for ids in make_batches(data.src.sizes, data.tgt.sizes, cfg.max_tokens or TRAIN_DEFAULTS.max_tokens, None, cfg.seed):
+    max_tokens = cfg.max_tokens or TRAIN_DEFAULTS.max_tokens
+    for ids in make_batches(data.src.sizes, data.tgt.sizes, max_tokens, None, cfg.seed):
         batch = collate(data, ids).to(device)
         with autocast():
             logits = inner(batch.src, batch.prev)

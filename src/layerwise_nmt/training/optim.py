@@ -4,6 +4,7 @@ gradient clipping of an update."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
@@ -48,7 +49,9 @@ def adam(model, cfg: TrainConfig, fused: bool | None = None) -> torch.optim.Adam
     path on the CPU too (the tests: GradScaler hands a fused optimizer its inf flag instead of skipping the step)."""
     if fused is None:
         fused = next(model.parameters()).device.type == "cuda"
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+    # a pair, as TrainConfig types it; tuple() of a YAML list keeps the values but not, for mypy, the length
+    betas = cast("tuple[float, float]", tuple(cfg.adam_betas))
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=betas, eps=cfg.adam_eps,
                              weight_decay=cfg.weight_decay, fused=fused or None)
 
 

@@ -114,7 +114,8 @@ def cuda_kernels(device: torch.device, tf32: bool = True):
     - fp32 matmuls in TF32 tensor cores unless `tf32` is off, as fairseq and PyTorch recommend on Ampere and newer.
     - scaled_dot_product_attention without its cuDNN backend: cuDNN builds an execution plan for every new
       (batch, length) shape, tens of milliseconds of host time each, and NMT changes shape at every update (length
-      bucketing) and every decoding step, which made bf16 training many times slower than TF32 (docs/benchmarks.md). Flash and memory-efficient attention need no plan and run as fast on the GPU."""
+      bucketing) and every decoding step, which made bf16 training many times slower than TF32
+      (docs/benchmarks.md). Flash and memory-efficient attention need no plan and run as fast on the GPU."""
     if device.type != "cuda":
         yield
         return

@@ -96,6 +96,7 @@ class Reporter:
                    "stopped_by": progress.stopped_by, "skipped_updates": progress.skipped_updates,
                    "minutes": round(progress.elapsed / 60, 2), "peak_gpu_memory_gib": _peak_gpu_memory(),
                    "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}
+        assert self.run_dir is not None  # rank 0's reporter, the one that writes the summary
         with atomic_path(self.run_dir / "training.json") as tmp:
             Path(tmp).write_text(json.dumps(summary, indent=1))
 
@@ -151,6 +152,7 @@ class RunLog:
         self.handler.close()
 
     def _file_only(self, level: int, message: str) -> None:
+        assert self.handler is not None  # called only where a save dir gave the run a log
         self.handler.handle(logging.LogRecord(__name__, level, __file__, 0, message, None, None))
 
 

@@ -58,7 +58,7 @@ def busy_elsewhere(since: Sample, cores: set[int]) -> float | None:
     time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - since.at)))
     now = sample()
     common = [c for c in cores if now and c in since.cores and c in now.cores]
-    if not common:
+    if now is None or not common:
         return None
     busy = total = 0
     for core in common:

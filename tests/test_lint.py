@@ -1,0 +1,20 @@
+"""The code's form: ruff's lint and mypy pass with pyproject.toml's settings (`make lint` runs the same two), so
+that an unused import, an undefined name or a wrong type fails the suite, not a later reader."""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_ruff_check_passes():
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_mypy_passes():
+    # no cache: the suite writes nothing into the checkout
+    result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", "/dev/null"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
