@@ -37,27 +37,36 @@ def prepared(tmp_path_factory, mirror) -> Path:
     return root / "results"
 
 
+def start_a_long_training(tmp_path, mirror, prepared, preexec_fn=None) -> tuple[subprocess.Popen, Path]:
+    """Snakemake in its own process group, training far past the test's end, returned once the training is
+    mid-epoch (its first checkpoint written): the process and the run's checkpoint folder."""
+    shutil.copytree(prepared, tmp_path / "results")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               LWNMT_DATA_MIRROR=str(mirror))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
+           TARGET, *budget(tmp_path, 100000)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=preexec_fn)
+    save_dir = tmp_path / RUN / "checkpoints"
+    deadline = time.time() + 120
+    while not (save_dir / "checkpoint1.pt").exists():
+        if time.time() > deadline or proc.poll() is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("the training never got going")
+        time.sleep(0.2)
+    time.sleep(0.5)  # mid-epoch
+    return proc, save_dir
+
+
 @pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "sigint-ignored"])
 def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, prepared, sigint_ignored):
     """foreground: Snakemake gets the Ctrl-C too, as in a terminal. sigint-ignored: a Snakemake started where
     SIGINT is ignored (a non-interactive shell's background job) sees only its training stop, and must not retry
     it (it says "Trying to restart job", but starts none). In the foreground Snakemake may say so too: on a loaded
     machine the training's exit can reach its scheduler before its own Ctrl-C does. Either way no retry starts."""
-    shutil.copytree(prepared, tmp_path / "results")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               LWNMT_DATA_MIRROR=str(mirror))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
-           TARGET, *budget(tmp_path, 100000)]
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=ignore)
-    save_dir = tmp_path / RUN / "checkpoints"
+    proc, save_dir = start_a_long_training(tmp_path, mirror, prepared, ignore)
     try:
-        deadline = time.time() + 120
-        while not (save_dir / "checkpoint1.pt").exists():
-            assert time.time() < deadline and proc.poll() is None, "the training never got going"
-            time.sleep(0.2)
-        time.sleep(0.5)  # mid-epoch
         os.killpg(proc.pid, signal.SIGINT)  # one Ctrl-C
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -101,20 +110,8 @@ def group_processes(group: int) -> list[str]:
 def test_a_stop_sent_to_snakemake_alone_stops_the_training_with_its_checkpoint(tmp_path, mirror, prepared, signum):
     """What a supervisor, a scheduler or `kill <pid>` sends: one signal to Snakemake's process, not to its group.
     The training checkpoints and stops within 30 s, as after a terminal's Ctrl-C, and nothing is left running."""
-    shutil.copytree(prepared, tmp_path / "results")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               LWNMT_DATA_MIRROR=str(mirror))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
-           TARGET, *budget(tmp_path, 100000)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    save_dir = tmp_path / RUN / "checkpoints"
+    proc, save_dir = start_a_long_training(tmp_path, mirror, prepared)
     try:
-        deadline = time.time() + 120
-        while not (save_dir / "checkpoint1.pt").exists():
-            assert time.time() < deadline and proc.poll() is None, "the training never got going"
-            time.sleep(0.2)
-        time.sleep(0.5)  # mid-epoch
         os.kill(proc.pid, signum)  # Snakemake's process only
         sent = time.time()
         try:

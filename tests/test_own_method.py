@@ -230,6 +230,19 @@ def test_an_overlay_adds_rows_without_restating_the_others(tmp_path):
     assert f"--user-dir {EXAMPLE}" in job
 
 
+
+def own_model_overlay(tmp_path, module: str, arch: dict | None = None):
+    """A module mine.py of class mine:Mine in its own folder, and an overlay with experiment demo.mine on it."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "mine.py").write_text(module)
+    overlay = tmp_path / "mine.yaml"
+    experiment = {"extends": "demo.transformer", "model": "mine", **({"arch": arch} if arch is not None else {})}
+    overlay.write_text(yaml.safe_dump({"models": {"mine": {"class": "mine:Mine", "user_dir": str(folder)}},
+                                       "experiments": {"demo.mine": experiment}}))
+    return folder, overlay
+
+
 @pytest.mark.parametrize("module, message", [
     ("import no_such_dependency\n", "config key models/mine/class: cannot import module 'mine' from {dir}: "
      "ModuleNotFoundError: No module named 'no_such_dependency'"),
@@ -252,13 +265,7 @@ def test_bad_code_is_one_line_naming_the_key(tmp_path, capsys, module, message):
     """Where the class is first imported for the config (`lwnmt params`, as `lwnmt plan` and the jobs do)."""
     from layerwise_nmt.cli import main
 
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "mine.py").write_text(module)
-    overlay = tmp_path / "mine.yaml"
-    overlay.write_text(yaml.safe_dump({
-        "models": {"mine": {"class": "mine:Mine", "user_dir": str(folder)}},
-        "experiments": {"demo.mine": {"extends": "demo.transformer", "model": "mine"}}}))
+    folder, overlay = own_model_overlay(tmp_path, module)
     sys.modules.pop("mine", None)
     with pytest.raises(SystemExit):
         main(["params", "--config", str(ROOT / "config.yaml"), "--config", str(ROOT / "config/demo.yaml"),
@@ -292,13 +299,7 @@ def test_the_dry_run_stops_a_broken_plugin_with_the_line_params_prints(tmp_path,
     """`snakemake -n` imports and builds the config's own models in a child process (the DAG itself imports neither
     torch nor the module) and stops before any job with the one line `lwnmt params` prints."""
     module, message, arch = BROKEN[case]
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "mine.py").write_text(module)
-    overlay = tmp_path / "mine.yaml"
-    overlay.write_text(yaml.safe_dump({
-        "models": {"mine": {"class": "mine:Mine", "user_dir": str(folder)}},
-        "experiments": {"demo.mine": {"extends": "demo.transformer", "model": "mine", "arch": arch}}}))
+    folder, overlay = own_model_overlay(tmp_path, module, arch)
     line = message.format(dir=folder)
     params = lwnmt("params", "--config", ROOT / "config.yaml", "--config", ROOT / "config/demo.yaml", "--config",
                    overlay, "--vocab", "64", "demo.mine")
