@@ -35,9 +35,9 @@ def import_module_calls(tree: ast.AST):
             yield node
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module → the package modules it imports anywhere in its text (relative imports resolved) or names in a string
-    a loader resolves."""
+def import_graph(named: bool = True) -> dict[str, set[str]]:
+    """Module → the package modules it imports anywhere in its text (relative imports resolved) and, with `named`,
+    those it names in a string a loader resolves."""
     known = modules()
 
     def owner(name: str) -> str:
@@ -58,10 +58,14 @@ def import_graph() -> dict[str, set[str]]:
                             for a in node.names)
             elif isinstance(node, ast.Import):
                 deps.update(owner(a.name) for a in node.names)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                named = NAMED_MODULE.fullmatch(node.value)
-                if named:
-                    deps.add(owner(named.group(1)))
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) ==
+                  "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)):
+                deps.add(owner(node.args[0].value))
+            elif named and isinstance(node, ast.Constant) and isinstance(node.value, str):
+                module = NAMED_MODULE.fullmatch(node.value)
+                if module:
+                    deps.add(owner(module.group(1)))
         graph[name] = {d for d in deps if d.startswith("layerwise_nmt") and d != name}
     return graph
 
@@ -169,7 +173,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circles():
-    assert circles(import_graph()) == []
+    """Between modules, imports only: a module named in a string is loaded by another process or when it is called,
+    never while the naming module is being imported (the CLI names its own entry point for the rehearsal's jobs);
+    the folders' stack counts those too."""
+    assert circles(import_graph(named=False)) == []
 
 
 def test_the_circle_finder_finds_a_circle():

@@ -19,7 +19,7 @@ from .own_models import check_models
 from .papers import append_rows, rows
 
 # Package data, so that an installed package validates too; the workflow validates with this same file
-# (workflow/rules/common.smk).
+# (snakemake_glue/snakefile.py: check_config).
 SCHEMA = files(__package__) / "config.schema.yaml"
 
 
