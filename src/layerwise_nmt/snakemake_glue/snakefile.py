@@ -38,9 +38,8 @@ RULE_FUNCTIONS = (
     "train_inputs", "warm_start_model", "train_priority", "train_spec", "export_spec", "average_settings",
     "export_inputs",
     # evaluate.smk
-    "stacked_references", "lenpen_grid", "tuned_lenpen", "translate_flags",
-    "decoded_prefix", "decoding_options", "decoding_inputs", "heldout_inputs", "score_inputs", "inspection_of",
-    "inspection_flags", "inspection_inputs",
+    "stacked_references", "lenpen_grid", "tuned_lenpen", "translate_flags", "decoded_prefix", "decoding_options",
+    "decoding_inputs", "heldout_inputs", "score_inputs", "inspection_of", "inspection_flags", "inspection_inputs",
     # report.smk
     "table_spec", "figure_spec", "report_caption", "table_inputs", "figure_inputs",
 )
