@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT
 from layerwise_nmt import grid
-from layerwise_nmt.models.parameter_table import parameter_rows
+from layerwise_nmt.grid.parameter_table import parameter_rows
 from layerwise_nmt.grid.pricing import experiment_cost, plan
 
 

@@ -8,7 +8,7 @@ import yaml
 from conftest import ROOT
 from layerwise_nmt import grid
 from layerwise_nmt.report.doc_blocks import BLOCK, GENERATORS, documents, update
-from layerwise_nmt.models.parameter_table import parameter_rows
+from layerwise_nmt.grid.parameter_table import parameter_rows
 
 
 def test_every_generated_block_is_what_lwnmt_docs_writes_now():

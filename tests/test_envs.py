@@ -52,7 +52,7 @@ ENV_MODULES = {
     "preprocess.yaml": ["data/[!b]*.py", "data/bpe.py", "data/binarize.py", "config.py", "settings.py",
                         "__init__.py"],  # data/batching.py is training's
     "train.yaml": ["training/loop.py", "training/progress.py", "training/reporting.py", "training/average.py",
-                   "inference/decode.py", "models/parameter_table.py", "models/*.py",
+                   "inference/decode.py", "grid/parameter_table.py", "models/*.py",
                    "data/batching.py", "data/binarize.py", "data/vocab.py", "data/io.py", "settings.py"],
     "report.yaml": ["scoring/score.py", "report/*.py", "inference/decode.py", "models/*.py", "data/vocab.py",
                     "data/io.py", "config.py", "settings.py"],

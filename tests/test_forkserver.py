@@ -18,7 +18,7 @@ def server(tmp_path_factory):
     work = tmp_path_factory.mktemp("warm")
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     env.pop(ENV, None)
-    started = warm.wait_ready(warm.start(work, env))
+    started = warm.wait_ready(warm.start(work, env, "layerwise_nmt.cli:run"))
     assert started.socket, (work / "forkserver.log").read_text()
     yield started, work, warm.server_env(env)
     started.stop()

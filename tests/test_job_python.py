@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from conftest import ROOT
-from layerwise_nmt.workflow.job_env import job_path
+from layerwise_nmt.snakemake_glue.job_env import job_path
 
 
 def test_a_job_runs_the_workflows_python_with_another_python_first_on_path(tmp_path):

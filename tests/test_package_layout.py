@@ -1,7 +1,9 @@
-"""The package's shape: no import circles (lazy imports inside functions and imports by name, importlib.import_module
-with a literal, count too), data/ never imports the grid, no module grows past ~450 lines, few modules loose at the
-top, and the README's layout block names the package's folders as they are. A newcomer can then read any module
-knowing only what it imports."""
+"""The package's shape: its folders form a one-way stack in the order the README's layout block lists them (a folder
+imports only those listed before it), counting every import: top-level ones, lazy ones inside functions,
+importlib.import_module with a literal, and a module named in a string that a loader resolves ("module:function",
+`python -m module`); no import circles between modules either; data/ never imports the grid; no module grows past
+~450 lines, few modules loose at the top, and the README's layout block names the package's folders as they are. A
+newcomer can then read any module knowing only what it imports, and change a folder knowing what can break above it."""
 
 from __future__ import annotations
 
@@ -21,8 +23,21 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module → the package modules it imports anywhere in its text (relative imports resolved)."""
+# A package module named in a string: "layerwise_nmt.x.y", "layerwise_nmt.x.y:function" (an entry point a loader
+# resolves) or an element of a `python -m layerwise_nmt.x.y` command line.
+NAMED_MODULE = re.compile(r"(layerwise_nmt(?:\.\w+)+)(?::\w+)?")
+
+
+def import_module_calls(tree: ast.AST):
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+                and node.args):
+            yield node
+
+
+def import_graph(named: bool = True) -> dict[str, set[str]]:
+    """Module → the package modules it imports anywhere in its text (relative imports resolved) and, with `named`,
+    those it names in a string a loader resolves."""
     known = modules()
 
     def owner(name: str) -> str:
@@ -47,8 +62,82 @@ def import_graph() -> dict[str, set[str]]:
                   "import_module" and node.args and isinstance(node.args[0], ast.Constant)
                   and isinstance(node.args[0].value, str)):
                 deps.add(owner(node.args[0].value))
+            elif named and isinstance(node, ast.Constant) and isinstance(node.value, str):
+                module = NAMED_MODULE.fullmatch(node.value)
+                if module:
+                    deps.add(owner(module.group(1)))
         graph[name] = {d for d in deps if d.startswith("layerwise_nmt") and d != name}
     return graph
+
+
+def test_no_module_is_imported_by_a_name_the_guard_cannot_read():
+    """import_module's argument is a literal or a plain variable (a user's module, or an entry point spelt as a literal
+    where the caller names it); a name assembled in an f-string or by concatenation would hide an import."""
+    hidden = [f"{path.relative_to(SOURCES)}:{call.lineno}" for path in PACKAGE.rglob("*.py")
+              for call in import_module_calls(ast.parse(path.read_text()))
+              if not isinstance(call.args[0], (ast.Constant, ast.Name, ast.Attribute))]
+    assert hidden == []
+
+
+def folder_of(module: str) -> str:
+    """The package's folder a module is in; "" for the modules loose at the top, but for __main__, the entry point,
+    which is above every folder (it starts the CLI)."""
+    parts = module.split(".")
+    if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir():
+        return parts[1]
+    return "__main__" if parts[-1] == "__main__" else ""
+
+
+def folder_graph(graph: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for module, deps in (import_graph() if graph is None else graph).items():
+        out.setdefault(folder_of(module), set()).update(folder_of(d) for d in deps if folder_of(d) != folder_of(module))
+    return out
+
+
+def stack() -> list[str]:
+    """The folders in the README's layout block's order, the bottom of the stack first; the shared modules loose at
+    the top ("") below them all, the entry point (__main__) above them all."""
+    return ["", *re.findall(r"^  (\w+)/", layout_block(), flags=re.M), "__main__"]
+
+
+def test_folders_form_a_stack_in_the_readme_order():
+    order = {folder: level for level, folder in enumerate(stack())}
+    graph = import_graph()
+    assert set(folder_graph(graph)) <= set(order), "a folder the README's layout block does not list"
+    upward = sorted(f"{module} -> {dep}" for module, deps in graph.items() for dep in deps
+                    if order[folder_of(dep)] > order[folder_of(module)])
+    assert upward == [], "imports going up the stack (the README's layout block lists the folders bottom up)"
+
+
+def test_no_import_circles_between_folders():
+    assert circles(folder_graph()) == []
+
+
+def test_the_guard_sees_lazy_loader_and_string_imports(tmp_path, monkeypatch):
+    """The forms an import hides in: inside a function, import_module with a literal, a "module:function" entry
+    point and a `python -m` argument each count; a name built in an f-string is refused."""
+    package = tmp_path / "layerwise_nmt"
+    for folder in ("low", "high"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "low" / "a.py").write_text("def f():\n    from ..high import b\n")
+    (package / "low" / "c.py").write_text("import importlib\nimportlib.import_module('layerwise_nmt.high.b')\n")
+    (package / "low" / "d.py").write_text("ENTRY = 'layerwise_nmt.high.b:run'\n")
+    (package / "low" / "e.py").write_text("RUN = ['python', '-m', 'layerwise_nmt.high']\n")
+    (package / "low" / "f.py").write_text("import importlib\nimportlib.import_module(f'{__package__}.x')\n")
+    (package / "high" / "b.py").write_text("")
+    monkeypatch.setitem(globals(), "SOURCES", tmp_path)
+    monkeypatch.setitem(globals(), "PACKAGE", package)
+    graph = import_graph()
+    assert {m: graph[f"layerwise_nmt.low.{m}"] for m in "acde"} == {
+        "a": {"layerwise_nmt.high.b"}, "c": {"layerwise_nmt.high.b"}, "d": {"layerwise_nmt.high.b"},
+        "e": {"layerwise_nmt.high"}}
+    assert folder_graph(graph) == {"": set(), "low": {"high"}, "high": set()}
+    assert circles({**folder_graph(graph), "high": {"low"}}) == [["high", "low"]]
+    assert [call.lineno for call in import_module_calls(ast.parse((package / "low" / "f.py").read_text()))
+            if isinstance(call.args[0], ast.JoinedStr)] == [2]
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -84,7 +173,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circles():
-    assert circles(import_graph()) == []
+    """Between modules, imports only: a module named in a string is loaded by another process or when it is called,
+    never while the naming module is being imported (the CLI names its own entry point for the rehearsal's jobs);
+    the folders' stack counts those too."""
+    assert circles(import_graph(named=False)) == []
 
 
 def test_the_circle_finder_finds_a_circle():

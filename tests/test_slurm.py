@@ -53,7 +53,7 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     # exits 75, the job FAILs, Snakemake submits the retry (rule train: retries: 2)
     subprocess.run(["scancel", "--full", "--signal=TERM", train_job], check=True)
     # then a plain `scancel` of the retry, as a user does: sacct says "CANCELLED by 0", which the plugin (2.8.0)
-    # would wait on forever; layerwise_nmt.workflow.slurm makes it a failure, and the third attempt resumes
+    # would wait on forever; layerwise_nmt.snakemake_glue.slurm makes it a failure, and the third attempt resumes
     retry_job = wait_for_retry(run, train_job, checkpoints)
     subprocess.run(["scancel", retry_job], check=True)
     out, _ = run.communicate(timeout=900)

@@ -18,6 +18,7 @@ from layerwise_nmt.training.average import average
 from layerwise_nmt.training.checkpoint import last_checkpoints
 from layerwise_nmt.data.batching import ParallelData, collate, make_batches
 from layerwise_nmt.training.loop import TrainConfig, accumulate, lr_at, train
+from layerwise_nmt.inference.decode import validation_search
 
 from conftest import TOY_ARCH as ARCH
 from conftest import toy_spec as spec
@@ -142,7 +143,7 @@ def test_average_is_the_mean_with_newest_metadata(tmp_path):
 
 def test_early_stopping_on_validation_bleu(data, tmp_path):
     train(spec(max_epoch=30, patience=2, early_stop_metric="bleu", lr=1e-9, warmup_updates=1), str(data), "de",
-          "en", str(tmp_path / "e"))
+          "en", str(tmp_path / "e"), search=validation_search)
     history = final_state(tmp_path / "e")["progress"]["history"]
     assert all(0.0 <= row["valid_bleu"] <= 100.0 for row in history)
     assert len(history) < 30  # a model that cannot learn (lr 1e-9) stops after `patience` epochs without gain

@@ -515,7 +515,7 @@ def test_a_state_like_cancelled_by_uid_reaches_the_slurm_plugin_as_cancelled():
     import logging
 
     plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
-    from layerwise_nmt.workflow.slurm import patch_status_query
+    from layerwise_nmt.snakemake_glue.slurm import patch_status_query
 
     assert patch_status_query() and patch_status_query()  # a second call does not wrap twice
     assert plugin.query_job_status.lwnmt_normalised

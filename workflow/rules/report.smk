@@ -3,15 +3,7 @@
 
 rule table:
     input:
-        lambda w: sorted(
-            {
-                path
-                for row in table_spec(w.paper, w.table)["rows"]
-                for key in ("scores", "baseline_scores")
-                for paths in row.get(key, {}).values()
-                for path in paths
-            }
-        ),
+        table_inputs,
     output:
         multiext("results/tables/{paper}/{table}", ".md", ".csv", ".tex"),
         report(
@@ -48,7 +40,7 @@ rule summary:
 
 rule figure:
     input:
-        lambda w: [path for row in figure_spec(w.paper, w.figure)["rows"] for path in row.get("needs", [])],
+        figure_inputs,
     output:
         report(
             "results/figures/{paper}/{figure}.png",

@@ -17,7 +17,7 @@ rule train:
         "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
     priority: train_priority
     # a preempted attempt (SIGTERM/SIGUSR1: checkpoint, exit 75) is retried and resumes; a Ctrl-C is not: the
-    # workflow stops with it (layerwise_nmt/workflow/job_env.py), and rerunning the command resumes. A config error
+    # workflow stops with it (layerwise_nmt/snakemake_glue/job_env.py), and rerunning the command resumes. A config error
     # (exit 78) would meet a retry again: the retry exits at once without starting (layerwise_nmt/cli/train.py)
     retries: 2
     conda:

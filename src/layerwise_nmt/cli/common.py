@@ -11,9 +11,9 @@ from typing import Callable
 
 from .. import UserError
 
-# Set by the workflow (workflow/rules/common.smk) for its jobs, whose stderr is a log file and whose stdout is
-# Snakemake's console: a job's one-line error (or stop) is copied there, so the console shows it, not only a
-# CalledProcessError.
+# Set by the workflow (snakemake_glue/snakefile.py: prepare_jobs) for its jobs, whose stderr is a log file and whose
+# stdout is Snakemake's console: a job's one-line error (or stop) is copied there, so the console shows it, not only
+# a CalledProcessError.
 ERRORS_ON_STDOUT = "LWNMT_ERRORS_ON_STDOUT"
 
 

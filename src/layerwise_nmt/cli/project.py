@@ -11,6 +11,10 @@ from ..grid.pricing import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from . import common
 from .common import add_config_files, command
 
+# what each rehearsal job runs in the warm process: `python -m layerwise_nmt`'s command line (__main__.py); named
+# here, as the rehearsal is below the CLI and imports nothing of it
+JOB_ENTRY = "layerwise_nmt.cli:run"
+
 
 def add_commands(sub) -> None:
     p = command(sub, "params", "exact parameter count of each experiment's model beside the paper's", cmd_params)
@@ -46,7 +50,7 @@ def add_commands(sub) -> None:
 
 
 def cmd_params(a) -> None:
-    from ..models.parameter_table import parameter_rows
+    from ..grid.parameter_table import parameter_rows
 
     config = common.load_config(a)
     vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
@@ -100,7 +104,7 @@ def cmd_rehearse(a) -> None:
     if not mirror or not Path(mirror).is_dir():
         raise UserError(f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
                         f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)")
-    sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args))
+    sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args, JOB_ENTRY))
 
 
 def cmd_status(a) -> None:

@@ -92,7 +92,7 @@ def _not_again(save_dir: Path) -> None:
     """Under the workflow, the retry of an attempt that met a config error exits at once: Snakemake retries every
     failed training (`retries:`, for preemption), and a config error is met again by each retry. A later run of the
     workflow (another WORKFLOW_RUN) trains again."""
-    from ..workflow.job_env import WORKFLOW_RUN
+    from ..snakemake_glue.job_env import WORKFLOW_RUN
 
     marker = save_dir / CONFIG_ERROR_FILE
     try:
@@ -107,7 +107,7 @@ def _not_again(save_dir: Path) -> None:
 
 
 def _remember(save_dir: Path, line: str) -> None:
-    from ..workflow.job_env import WORKFLOW_RUN
+    from ..snakemake_glue.job_env import WORKFLOW_RUN
 
     run = os.environ.get(WORKFLOW_RUN)
     if not run:
@@ -124,6 +124,7 @@ def _train(a) -> None:
     from ..training.gpu_lock import claim, run_ranks, under_torchrun
     from ..training.threads import set_threads
     from ..training.loop import Stopped, train
+    from ..inference.decode import validation_search
 
     ranks = a.ranks or a.gpus
     if not under_torchrun():
@@ -132,7 +133,7 @@ def _train(a) -> None:
             sys.exit(run_ranks(ranks, sys.argv[1:]))
     set_threads(a.threads)
     try:
-        train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final)
+        train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final, validation_search)
     except Stopped as stopped:
         _stopped(stopped)
         raise
@@ -143,7 +144,7 @@ def _stopped(stopped) -> None:
     job; a Ctrl-C also stops the Snakemake that runs the job, so that it starts no retry of what the user stopped
     (it stops by itself when it got the Ctrl-C too; not when it runs where SIGINT is ignored)."""
     from ..training.distributed import world
-    from ..workflow.job_env import stop_the_workflow
+    from ..snakemake_glue.job_env import stop_the_workflow
 
     # a second stop request (the terminal's Ctrl-C and Snakemake's forwarded one) must not cut the exit short
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -97,6 +97,7 @@ def cmd_translate(a) -> None:
 
     from ..inference import translation
     from ..data.io import atomic_path
+    from ..grid import trained_model
     from ..grid.layout import GPU_LOCKS
     from ..training.gpu_lock import claim
     from ..training.threads import set_threads
@@ -109,7 +110,7 @@ def cmd_translate(a) -> None:
                                   config=common.load_config(a) if a.experiment else None,
                                   config_files=common.config_files(a))
     with tempfile.TemporaryDirectory() as tmp:
-        job = translation.prepare(request, options, Path(tmp))
+        job = translation.prepare(request, options, Path(tmp), trained_model)
         stats, cfg = translation.translate(job, a.out_prefix, a.nbest, user_code(a))
     log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
              stats["sentences_per_second"])
@@ -136,13 +137,24 @@ def cmd_export(a) -> None:
     elif a.target.endswith(".pt"):
         raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")
     else:
-        spec = export.trained_spec_for(common.load_config(a), a.target, a.seed, common.config_files(a))
+        spec = trained_spec_for(common.load_config(a), a.target, a.seed, common.config_files(a))
     model = a.target if Path(a.target).is_file() else spec["model"]
     if a.format == "ctranslate2":
         print(SERVE_HINT.format(ctranslate2_export.write_spec(model, spec, a.out, a.quantization or "none")))
         return
     out = export.write_spec(model, spec, a.out)
     print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec['src']}")
+
+
+def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
+    """grid.model_dir_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
+    from ..grid import model_dir_spec
+    from ..inference.export import not_trained
+
+    spec = model_dir_spec(config, name, seed)
+    if not Path(spec["model"]).exists():
+        raise not_trained(spec["model"], config_files)
+    return spec
 
 
 def cmd_import_fairseq(a) -> None:

@@ -23,7 +23,7 @@ from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_
 from .load import SCHEMA, deep_update, get, load, located, read, resolve_extends, schema_error, validate
 from .papers import Row, measure_of, metrics_of, rows, split_of, tables
 from .reports import figure_spec, paper_part, report_caption, table_spec
-from .rules import RuleInputs
+from .rule_inputs import RuleInputs
 from .sources import (MIRROR_ENV, FileSource, checksum_of, download_key, download_path, download_spec, downloads,
                       file_source, mirror_dir, mirrored, pair_member, unpinned_downloads, urls_of,
                       where_from)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # imported where a config is validated: reading one needs no 
     import jsonschema
 
 # Package data, so that an installed package validates too; the workflow validates with this same file
-# (workflow/rules/common.smk).
+# (snakemake_glue/snakefile.py: check_config).
 SCHEMA = files(__package__) / "config.schema.yaml"
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from .. import UserError
-from ..models.config import MODELS
+from ..models.registry import MODELS
 
 
 def check_models(config: dict) -> None:

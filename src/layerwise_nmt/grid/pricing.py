@@ -127,7 +127,7 @@ def task_vocab(config: dict, e: dict) -> tuple[int, int] | None:
     if isinstance(vocab, dict):
         return vocab["src"], vocab["tgt"]
     # the prepared dictionaries: a task that states no vocabulary estimate
-    from ..models.parameter_table import vocab_sizes
+    from .parameter_table import vocab_sizes
 
     return vocab_sizes(e)
 

@@ -74,7 +74,7 @@ def check_own_models(config: dict, cache: Path | None = None, python: str = sys.
     sources = str(Path(__file__).parents[2])  # the folder holding this package, however the caller found it
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [sources, os.environ.get("PYTHONPATH")])))
     payload = json.dumps({"config": config, "experiments": names}, default=str)
-    done = subprocess.run([python, "-m", "layerwise_nmt.models.parameter_table"], input=payload, env=env, text=True,
+    done = subprocess.run([python, "-m", "layerwise_nmt.grid.parameter_table"], input=payload, env=env, text=True,
                           capture_output=True)
     if done.returncode == CONFIG_ERROR:  # its last line is the error
         raise UserError(done.stderr.strip().splitlines()[-1])

@@ -136,6 +136,11 @@ def best_candidates(lprobs: torch.Tensor, scores: torch.Tensor, k: int, block: i
     return values, index.gather(1, picked)
 
 
+def validation_search(model, src: torch.Tensor, beam: int) -> list[list[Hypothesis]]:
+    """The beam search a training's validation BLEU decodes with (training.loop.train's `search`)."""
+    return beam_search(model, src, BeamConfig(beam=beam), eos=model.config.eos, pad=model.config.pad)
+
+
 def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig,
               out_prefix: str | None, remove_bpe: str = "@@ ", detok_lang: str | None = None, nbest: int = 0,
               label: str | None = None) -> dict:

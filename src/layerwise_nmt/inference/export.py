@@ -175,16 +175,6 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
             "tokenize": tokenize, "decode": decode}
 
 
-def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
-    """grid.model_dir_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
-    from .. import grid
-
-    spec = grid.model_dir_spec(config, name, seed)
-    if not Path(spec["model"]).exists():
-        raise not_trained(spec["model"], config_files)
-    return spec
-
-
 def not_trained(model: str, config_files: list[str]) -> UserError:
     """The error for an experiment's model not trained yet, with the command that trains it. The --config files
     after config.yaml are in it as Snakemake takes them: the command must run as printed (the demo's models need

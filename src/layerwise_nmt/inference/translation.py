@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .. import UserError
 from .config import BeamConfig
@@ -87,12 +87,15 @@ def decoding_options(options: str, flags: dict, lenpen_from: str | None = None) 
     return merged
 
 
-def prepare(request: Request, options: dict, tmp: Path) -> Job:
+def prepare(request: Request, options: dict, tmp: Path, trained_model: Callable[..., dict] | None = None) -> Job:
     """The Job of `request`, its raw text (if any) tokenized and BPE'd into `tmp`; `options` override the model
-    directory's or the experiment's decoding settings."""
+    directory's or the experiment's decoding settings. `trained_model(config, experiment, seed)`, what an experiment
+    translates with (grid.trained_model: the grid is above this folder, so the caller hands it in), is needed only
+    with `request.experiment`."""
     model = request.model
     if request.experiment:
-        return experiment_job(request, options, tmp)
+        assert trained_model is not None, "an experiment's request needs trained_model"
+        return experiment_job(request, options, tmp, trained_model)
     if model and Path(model).is_dir():
         return model_dir_job(request, options, tmp)
     # a path that is not there, given without --data and not named like a model file, was meant as a directory
@@ -130,13 +133,12 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
                request.tgt if request.detokenize else None, options)
 
 
-def experiment_job(request: Request, options: dict, tmp: Path) -> Job:
+def experiment_job(request: Request, options: dict, tmp: Path, trained_model: Callable[..., dict]) -> Job:
     """`lwnmt translate [FILE|-] --experiment NAME`: tokenize → BPE (here) → beam search → detokenize (after)."""
-    from .. import grid
     from .export import not_trained
 
     assert request.config is not None and request.experiment is not None  # --experiment: the CLI loads the config
-    setup = grid.trained_model(request.config, request.experiment, request.seed)
+    setup = trained_model(request.config, request.experiment, request.seed)
     for flag, asked in (("--src", request.src), ("--tgt", request.tgt)):
         if asked is not None and asked != setup[flag[2:]]:
             raise UserError(f"{flag} {asked}: experiment {request.experiment} translates "

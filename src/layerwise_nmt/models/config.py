@@ -1,4 +1,4 @@
-"""Every model's settings and the table of models: config name → (config class, where its model class lives).
+"""Every model's settings (the table of models, config name → these classes and the model classes, is registry.py's).
 
 Torch-free, so that a workflow driver without torch checks an experiment's architecture (`MODELS[name].config_class`,
 grid/stage_checks.py) and counts its parameters (sizes.py); `registry.build` imports a model's module only when
@@ -8,7 +8,6 @@ fusion.py, context_gate.py, dynamic_conv.py).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass
 
 from .. import UserError
@@ -244,25 +243,3 @@ class FusionConfig(ModelConfig):
         if "sa" not in (self.encoder_fusion, self.decoder_fusion) or self.independent_w1:
             return {}
         return {f"w1_per_hop={str(not self.w1_per_hop).lower()}": {"w1_per_hop": not self.w1_per_hop}}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model: the settings it is built from, and its class as "module:Class" under layerwise_nmt.models."""
-
-    config_class: type[ModelConfig]
-    implementation: str
-
-    def model_class(self) -> type:
-        module, name = self.implementation.split(":")
-        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
-
-
-MODELS: dict[str, ModelSpec] = {
-    "transformer": ModelSpec(ModelConfig, "transformer:Seq2Seq"),
-    "lwc": ModelSpec(CoordinationConfig, "coordination:LayerWiseCoordination"),
-    "context_gate": ModelSpec(ContextGateConfig, "context_gate:ContextGateTransformer"),
-    "cross_view": ModelSpec(CrossViewConfig, "cross_view:CrossViewTransformer"),
-    "deep": ModelSpec(DeepConfig, "deep_repr:DeepTransformer"),
-    "mlrf": ModelSpec(FusionConfig, "fusion:FusionTransformer"),
-}

@@ -1,4 +1,4 @@
-"""Models by config name (the table: configs.MODELS; a model of the config's own `models:` section: user.py): `build`
+"""Models by config name (the table: MODELS; a model of the config's own `models:` section: user.py): `build`
 makes one and initialises it as its config says.
 
 Torch-free until a model is built: a model's module is imported by the first `build` or `model_class` that names it.
@@ -6,14 +6,39 @@ Torch-free until a model is built: a model's module is imported by the first `bu
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import UserError
-from .config import MODELS, ModelConfig
+from .config import ContextGateConfig, CoordinationConfig, CrossViewConfig, DeepConfig, FusionConfig, ModelConfig
 from .user import UserModel
 
 if TYPE_CHECKING:  # torch-free at run time: a model's module is imported when it is built
     from .transformer import Model
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model: the settings it is built from, and its class as "module:Class", the module's full name spelt out
+    so that a reader (and the layout test) sees which module each name imports."""
+
+    config_class: type[ModelConfig]
+    implementation: str
+
+    def model_class(self) -> type[Model]:
+        module, name = self.implementation.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "transformer": ModelSpec(ModelConfig, "layerwise_nmt.models.transformer:Seq2Seq"),
+    "lwc": ModelSpec(CoordinationConfig, "layerwise_nmt.models.coordination:LayerWiseCoordination"),
+    "context_gate": ModelSpec(ContextGateConfig, "layerwise_nmt.models.context_gate:ContextGateTransformer"),
+    "cross_view": ModelSpec(CrossViewConfig, "layerwise_nmt.models.cross_view:CrossViewTransformer"),
+    "deep": ModelSpec(DeepConfig, "layerwise_nmt.models.deep_repr:DeepTransformer"),
+    "mlrf": ModelSpec(FusionConfig, "layerwise_nmt.models.fusion:FusionTransformer"),
+}
 
 
 def model_class(name: str, user: UserModel | None = None) -> type[Model]:

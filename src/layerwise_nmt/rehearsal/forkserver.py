@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..workflow.job_env import WORKFLOW_PID
+from ..snakemake_glue.job_env import WORKFLOW_PID
 
 ENV = "LWNMT_FORKSERVER"
 # Set by the job's shell (or, WORKFLOW_PID, per Snakemake run, read only when a training stops), never read by an
@@ -117,10 +117,10 @@ def preload() -> None:
 
     import layerwise_nmt
 
-    skip = ("layerwise_nmt.rehearsal", "layerwise_nmt.rehearsal.forkserver", "layerwise_nmt.__main__",
-            "layerwise_nmt.cli.__main__")
+    # neither the rehearsal's own modules nor an entry point (a __main__ runs when imported), told by its name, so
+    # that this folder names none of the folders above it
     for module in pkgutil.walk_packages(layerwise_nmt.__path__, "layerwise_nmt."):
-        if not module.name.startswith(skip):
+        if not module.name.startswith(__package__) and module.name.rpartition(".")[2] != "__main__":
             importlib.import_module(module.name)
     for name in LAZY:
         try:

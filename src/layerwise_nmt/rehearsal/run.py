@@ -30,7 +30,7 @@ ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpe
              "table", "figure")
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 # The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), many short jobs on few cores.
-RUN = [sys.executable, "-m", "layerwise_nmt.workflow.scheduler", "-s", str(ROOT / "Snakefile")]
+RUN = [sys.executable, "-m", "layerwise_nmt.snakemake_glue.scheduler", "-s", str(ROOT / "Snakefile")]
 
 
 def job_counts(output: str) -> Counter:
@@ -109,7 +109,8 @@ def fidelity(directory: Path, config: dict) -> list[dict]:
     return out
 
 
-def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int:
+def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str], entry: str) -> int:
+    """The rehearsal in `directory`; its jobs run `entry` ("module:function": the CLI's run) in a warm process."""
     started = time.time()
     required()  # the workflow it runs is the checkout's
     directory = directory.resolve()
@@ -119,7 +120,7 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str]) -> int
     # the toy models' precision probes are kept with the rehearsal, not in the user's cache
     env = dict(os.environ, LWNMT_DATA_MIRROR=str(mirror), LWNMT_CACHE_DIR=str(directory / "cache"))
     rehearsal_args = ["--config", f"rehearsal={directory / 'standins'}"]
-    server = warm.start(directory, env)  # its imports overlap the dry runs
+    server = warm.start(directory, env, entry)  # its imports overlap the dry runs
     try:
         full, full_as_is, planned = plan(directory, manifest, rehearsal_args, env)
         log_path = directory / "snakemake.log"

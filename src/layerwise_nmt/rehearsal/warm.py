@@ -2,7 +2,7 @@
 time starting Python and importing torch than working.
 
 The server is started with the environment each job will have, so that it can stand in for every job's start:
-the one Snakemake passes on, plus what workflow/rules/common.smk adds (PYTHONPATH, PATH, LWNMT_ERRORS_ON_STDOUT)
+the one Snakemake passes on, plus what snakemake_glue/snakefile.py adds (PYTHONPATH, PATH, LWNMT_ERRORS_ON_STDOUT)
 and what Snakemake's shell sets per job (the thread counts, as the rehearsal runs every job on one thread; the
 temporary directory). A job whose
 environment still differs is declined and runs as a fresh process; the server's log counts both. Snakemake's
@@ -21,13 +21,11 @@ import time
 from pathlib import Path
 
 from ..checkout import ROOT
-from ..workflow.job_env import job_path
 from .forkserver import ENV
 
-# what each job runs: `python -m layerwise_nmt`'s command line (__main__.py)
-ENTRY = "layerwise_nmt.cli:run"
+from ..snakemake_glue.job_env import job_path
 
-# the checkout's src/, which common.smk puts first on the jobs' PYTHONPATH (an installed package's server would
+# the checkout's src/, which the workflow puts first on the jobs' PYTHONPATH (an installed package's server would
 # import another copy than its jobs, and decline them all)
 SOURCES = ROOT / "src"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -69,16 +67,17 @@ def server_env(env: dict) -> dict:
             **{k: "1" for k in THREAD_VARIABLES}, **{k: tmp for k in TMP_VARIABLES}}
 
 
-def start(directory: Path, env: dict) -> Server:
-    """Start the server in the rehearsal's working directory (where the jobs run); it is ready when its socket
-    exists, which `wait_ready` waits for."""
+def start(directory: Path, env: dict, entry: str) -> Server:
+    """Start the server in the rehearsal's working directory (where the jobs run), each job running `entry`
+    ("module:function", named by the CLI above this folder); it is ready when its socket exists, which `wait_ready`
+    waits for."""
     log = directory / "forkserver.log"
     if not hasattr(os, "fork"):
         return Server(None, None, log, None)
     home = tempfile.mkdtemp(prefix="lwnmt-warm-")  # a short path: a Unix socket's is limited to ~100 bytes
     socket = os.path.join(home, "socket")
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket, ENTRY],
+        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket, entry],
                                    cwd=directory, env={**server_env(env), ENV: socket}, stdin=subprocess.DEVNULL,
                                    stdout=out, stderr=subprocess.STDOUT)
     return Server(process, socket, log, home)

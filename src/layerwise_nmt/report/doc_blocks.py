@@ -65,7 +65,7 @@ def plan_block(config: dict) -> str:
 def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
     """One line per experiment of the paper's `tables` (comma-separated), counted at one joint vocabulary size,
     with the rows that run it and the paper's printed count; other readings the model can build in brackets."""
-    from ..models.parameter_table import parameter_rows
+    from ..grid.parameter_table import parameter_rows
 
     wanted = tables.split(",")
     names = list(dict.fromkeys(row.spec["experiment"] for row in grid.rows(config, ("tables",))

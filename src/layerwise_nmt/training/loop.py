@@ -129,15 +129,17 @@ class Run:
         self.writer.wait()
 
 
-def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None) -> dict:
+def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None,
+          search=None) -> dict:
     """Train spec = {model: name, arch: {...}, train: {...}} on data_dir (bin-joint or bin-separate); returns the
     final progress. Resumes from save_dir's checkpoint_last.pt when it was made with the same settings. Stopped by a
-    signal: checkpoints and raises `Stopped`. Rank 0 appends its log to save_dir/train.log (`RunLog`)."""
+    signal: checkpoints and raises `Stopped`. Rank 0 appends its log to save_dir/train.log (`RunLog`). `search`:
+    the beam search validation BLEU decodes with (inference.decode.validation_search), needed only for that."""
     with RunLog(Path(save_dir) if int(os.environ.get("RANK", "0")) == 0 else None):
-        return _train(spec, data_dir, src, tgt, save_dir, final)
+        return _train(spec, data_dir, src, tgt, save_dir, final, search)
 
 
-def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None) -> dict:
+def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None, search) -> dict:
     device = init_distributed()
     rank, world_size = world()
     cfg = TrainConfig.from_dict(spec.get("train", {}))
@@ -175,11 +177,11 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
                         _save_on_schedule(run)
                         if cfg.validate_interval_updates and not progress.update % cfg.validate_interval_updates \
                                 and progress.next_batch < len(order):  # the epoch's end validates anyway
-                            valid = evaluate(net, valid_data, cfg, device, autocast)  # no RNG draw, no update
+                            valid = evaluate(net, valid_data, cfg, device, autocast, search)  # no RNG draw, no update
                             reporter.epoch(progress, valid, _lr(run), partial=True)
                         if signals.received():
                             raise Stop()
-                valid = evaluate(net, valid_data, cfg, device, autocast)
+                valid = evaluate(net, valid_data, cfg, device, autocast, search)
                 if progress.next_batch < len(order):  # the budget ran out mid-epoch: keep the position, so that
                     reporter.epoch(progress, valid, _lr(run), partial=True)  # a larger budget continues right here
                     run.save(f"checkpoint_{progress.epoch}_{progress.update}.pt", LAST, background=True)

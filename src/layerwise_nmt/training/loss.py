@@ -71,7 +71,7 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
 
 
 @torch.no_grad()
-def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> dict:
+def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast, search=None) -> dict:
     inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     inner.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # summed on the device, read once
@@ -87,23 +87,25 @@ def evaluate(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> d
     loss, nll, correct = totals.tolist()
     result = {"loss": loss / ntokens / math.log(2), "nll": nll / ntokens / math.log(2), "accuracy": correct / ntokens}
     if cfg.valid_bleu or cfg.early_stop_metric == "bleu":
-        result["bleu"] = valid_bleu(inner, data, cfg, device, autocast)
+        result["bleu"] = valid_bleu(inner, data, cfg, device, autocast, search)
     inner.train()
     return result
 
 
-def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast) -> float:
+def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast, search) -> float:
     """BLEU of beam search on the validation set over its subword units (token ids, BPE not removed; sacrebleu):
-    enough to rank epochs and follow a run, not comparable with test BLEU."""
-    from ..inference.decode import BeamConfig, beam_search
+    enough to rank epochs and follow a run, not comparable with test BLEU. `search(model, src, beam)` is the beam
+    search (inference.decode.validation_search): inference is above this folder, so the caller hands it in."""
     from ..scoring.score import ScoreConfig, bleu
 
-    beam = BeamConfig(beam=cfg.valid_beam)
+    if search is None:
+        raise UserError("valid_bleu / early_stop_metric: bleu decode the validation set: train(..., "
+                        "search=inference.decode.validation_search), as `lwnmt train` does")
     hyps, refs = [], []
     for ids in make_batches(data.src.sizes, data.tgt.sizes, None, 64, cfg.seed):
         batch = collate(data, ids).to(device)
         with autocast():
-            results = beam_search(model, batch.src, beam, eos=model.config.eos, pad=model.config.pad)
+            results = search(model, batch.src, cfg.valid_beam)
         hyps += [" ".join(map(str, r[0].tokens[:-1])) for r in results]
         refs += [" ".join(map(str, data.tgt[i][:-1])) for i in ids]
     return bleu(hyps, [refs], ScoreConfig())["bleu"]  # on token ids: BLEU over BPE units, enough to rank epochs

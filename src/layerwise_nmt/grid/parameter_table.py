@@ -5,16 +5,17 @@ a model of the config's own (`models:`) is built on the meta device and counted,
 from __future__ import annotations
 
 from .. import CONFIG_ERROR, UserError
-from .. import grid
-from . import sizes as model_sizes
 from ..data.vocab import load_pair
-from . import MODELS, UserModel, count_built
+from ..models import MODELS, UserModel, count_built
+from ..models import sizes as model_sizes
+from .experiments import experiment
+from .layout import bin_dir
 
 
 def vocab_sizes(e: dict) -> tuple[int, int] | None:
     """From the task's prepared vocabularies, when they exist."""
     try:
-        src, tgt = load_pair(grid.bin_dir(e["task"], e["vocab"]), e["src"], e["tgt"])
+        src, tgt = load_pair(bin_dir(e["task"], e["vocab"]), e["src"], e["tgt"])
     except FileNotFoundError:
         return None
     return len(src), len(tgt)
@@ -37,7 +38,7 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
     for name in experiments:
         if name not in config.get("experiments", {}):
             raise UserError(f"unknown experiment {name!r}; `lwnmt params` with no name lists them all")
-        e = grid.experiment(config, name)
+        e = experiment(config, name)
         sizes = vocab or vocab_sizes(e)
         record = {"experiment": name, "model": e["model"], "params": None, "note": "", "other_readings": {},
                   "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—"}
@@ -66,7 +67,7 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
 
 
 def main() -> None:
-    """`python -m layerwise_nmt.models.parameter_table` with {config, experiments} as JSON on stdin: each experiment
+    """`python -m layerwise_nmt.grid.parameter_table` with {config, experiments} as JSON on stdin: each experiment
     counted as `lwnmt params --vocab 64` counts it, or its error as the one line that command prints after its
     `lwnmt params: error:` (exit status CONFIG_ERROR, where a traceback's is 1). What the
     workflow's DAG runs to check the config's own models without importing them itself (grid/stage_checks.py)."""

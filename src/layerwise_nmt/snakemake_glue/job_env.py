@@ -1,4 +1,4 @@
-"""What the workflow's jobs inherit from the Snakemake that runs them (workflow/rules/common.smk sets it), kept
+"""What the workflow's jobs inherit from the Snakemake that runs them (snakefile.py's prepare_jobs sets it), kept
 torch-free: Snakemake imports it while it builds the DAG.
 
 - PATH: the interpreter that runs Snakemake first, so that a rule's `python -m layerwise_nmt` is the environment

@@ -1,7 +1,8 @@
 """What the workflow's rules ask of the grid: targets, each rule's inputs and command options for a job's wildcards.
 
-workflow/rules/common.smk binds one `RuleInputs` to Snakemake's config and hands its methods to the rules as input
-and params functions; everything here is plain Python over the config dict, so it is tested without Snakemake."""
+snakemake_glue/snakefile.py binds one `RuleInputs` to Snakemake's config, and workflow/rules/common.smk hands its
+methods to the rules as input and params functions; everything here is plain Python over the config dict, so it is
+tested without Snakemake."""
 
 from __future__ import annotations
 
@@ -389,6 +390,17 @@ class RuleInputs:
 
     def report_caption(self, paper, kind, name):
         return report_caption(self.config, paper, kind, name)
+
+    def table_inputs(self, wildcards):
+        """The score files a table reads: its rows' and their baselines'."""
+        rows = table_spec(self.config, wildcards.paper, wildcards.table)["rows"]
+        return sorted({path for row in rows for key in ("scores", "baseline_scores")
+                       for paths in row.get(key, {}).values() for path in paths})
+
+    def figure_inputs(self, wildcards):
+        """The files a figure's rows read."""
+        rows = figure_spec(self.config, wildcards.paper, wildcards.figure)["rows"]
+        return [path for row in rows for path in row.get("needs", [])]
 
     def inspection_of(self, wildcards):
         """What the `inspect` job of a figure's row reads out of which model: {kind, model, options}."""
