@@ -240,7 +240,9 @@ def test_a_config_error_in_a_training_job_is_not_retried(tmp_path):
     args = ("train", "--spec", json.dumps({"model": "transformer"}), "--data", tmp_path / "bin", "--src", "de",
             "--tgt", "en", "--save-dir", tmp_path / "run")
     first = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-1"})
-    line = "lwnmt train: error: set at least one of max_update, max_epoch, max_minutes"
+    line = ("lwnmt train: error: no training budget: set at least one of max_update, max_epoch, max_minutes (`lwnmt "
+            "train --max-update N` or `--max-epoch N`, with `--patience N` for early stopping, as config.yaml's "
+            "defaults do: max_epoch 100, patience 10)")
     assert first.returncode == 78 and first.stderr.strip().splitlines()[-1] == line, first.stderr
     retry = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-1"})
     assert retry.returncode == 78 and retry.stderr.strip() == f"{line} (not retried: the attempt before met it)"
