@@ -58,11 +58,12 @@ def test_the_demo_baselines_training_gives_the_same_model_with_its_validations(t
 def test_validation_bleu_at_every_validation_leaves_the_model_bit_for_bit(toy_data, tmp_path):
     """`valid_bleu: true` adds BLEU to every validation, within epochs too (the validation_curves figure's
     `metric: bleu`), and changes neither the weights nor what a checkpoint resumes with."""
+    from layerwise_nmt.inference.decode import validation_search
     from layerwise_nmt.training import checkpoint
 
     for bleu in (False, True):
         train(spec(max_update=8, validate_interval_updates=3, valid_bleu=bleu), str(toy_data), "de", "en",
-              str(tmp_path / f"bleu{bleu}"), final=str(tmp_path / f"model{bleu}.pt"))
+              str(tmp_path / f"bleu{bleu}"), final=str(tmp_path / f"model{bleu}.pt"), search=validation_search)
     rows = pd.read_csv(tmp_path / "bleuTrue" / "metrics.csv")
     assert len(rows) >= 3 and (~rows["partial"]).any() and rows["partial"].any()
     assert pd.to_numeric(rows["valid_bleu"], errors="coerce").notna().all()  # every row, mid-epoch ones too

@@ -27,7 +27,7 @@ def add_commands(sub) -> None:
 
     p = command(sub, "plan", "GPU-hours each table needs, estimated before running anything", cmd_plan)
     add_config_files(p)
-    p.add_argument("--gpu", default=DEFAULT_GPU, choices=sorted(GPUS), help=f"the GPU to price on (default "
+    p.add_argument("--gpu", default=DEFAULT_GPU, help=f"the GPU to price on: {', '.join(GPUS)} (default "
                    f"{DEFAULT_GPU})")
     p.add_argument("--mfu", type=float, default=DEFAULT_MFU, help=f"assumed model FLOP utilisation: sustained / dense "
                    f"peak ({DEFAULT_MFU})")
