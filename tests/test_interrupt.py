@@ -37,7 +37,13 @@ def prepared(tmp_path_factory, mirror) -> Path:
     return root / "results"
 
 
-def start_a_long_training(tmp_path, mirror, prepared, preexec_fn=None) -> tuple[subprocess.Popen, Path]:
+def default_sigint() -> None:
+    """A SIGINT the test process ignores (a stopped training in this process ignores a second one) would be
+    inherited by the Snakemake it starts, which then keeps ignoring it, as it must where SIGINT is ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_a_long_training(tmp_path, mirror, prepared, preexec_fn=default_sigint) -> tuple[subprocess.Popen, Path]:
     """Snakemake in its own process group, training far past the test's end, returned once the training is
     mid-epoch (its first checkpoint written): the process and the run's checkpoint folder."""
     shutil.copytree(prepared, tmp_path / "results")
@@ -64,7 +70,7 @@ def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, p
     SIGINT is ignored (a non-interactive shell's background job) sees only its training stop, and must not retry
     it (it says "Trying to restart job", but starts none). In the foreground Snakemake may say so too: on a loaded
     machine the training's exit can reach its scheduler before its own Ctrl-C does. Either way no retry starts."""
-    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else default_sigint
     proc, save_dir = start_a_long_training(tmp_path, mirror, prepared, ignore)
     try:
         os.killpg(proc.pid, signal.SIGINT)  # one Ctrl-C
