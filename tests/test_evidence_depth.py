@@ -190,7 +190,12 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
     assert listed.stdout.split()[-3:] == ["depth6-seed1", "depth6-seed2", "depth6-seed3"]
     code = (f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; "
             f"TASK=multi30k_deen; shard_targets depth6-seed2")
-    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.split()
+    import os
+    import sys
+
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}  # its python3
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=env).stdout.split()
     runs = {t.split("/")[2] for t in out if t.endswith("test.score.json")}
     assert runs == {f"study_cpu6.{e}" for e in RUNS} and all("/seed2/" in t for t in out)
     assert len([t for t in out if "/heldout." in t]) == 6 * 3
