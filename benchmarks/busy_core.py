@@ -10,8 +10,8 @@ each variant does exactly the same work), beam 5, batch 128, fp32, asking for ev
 
 each for
     torch      torch.set_num_threads(every core): what the decode did before
-    lwnmt      threads.set_threads(), what `lwnmt translate` and `lwnmt train` do: at most the cores that are free
-               when the job starts
+    lwnmt      threads.set_threads(), what `lwnmt translate` and `lwnmt train` do: every core asked for (the
+               thread count changes the numbers), waits sleeping where another process kept a core busy at the start
     passive    every core, with waiting OpenMP threads sleeping (OMP_WAIT_POLICY=PASSIVE) instead of spinning
 
 The decode loop is timed inside the process (start-up excluded); the median of `--repeat` runs is reported with its
@@ -36,15 +36,17 @@ sys.path.insert(0, str(ROOT / "src"))
 
 DECODE = """
 import sys, time
-import torch
 from layerwise_nmt.training import threads
+
+variant, sentences = sys.argv[1], int(sys.argv[2])
+cores = len(threads.allowed_cores())
+chosen = threads.set_threads() if variant == "lwnmt" else cores  # before torch loads, as the commands do
+import torch
 from layerwise_nmt.inference.config import BeamConfig
 from layerwise_nmt.inference.decode import beam_search
 from layerwise_nmt.models import build
 
-variant, sentences = sys.argv[1], int(sys.argv[2])
-cores = len(threads.allowed_cores())
-chosen = threads.set_threads() if variant == "lwnmt" else (torch.set_num_threads(cores) or cores)
+torch.set_num_threads(chosen)
 torch.manual_seed(0)
 model = build("transformer", {"preset": "small", "encoder_layers": 3, "decoder_layers": 3, "tie": "all",
                               "src_vocab": 8000, "tgt_vocab": 8000}).eval()

@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["LWNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="lwnmt-test-cache-")
 
 # Under pytest-xdist (`make test`: one worker per core) each worker computes on one thread: two workers' PyTorch
-# threads on the same cores would wait for each other at every operation. The commands the tests start choose their
-# own threads from the cores that are free (threads.py).
+# threads on the same cores would wait for each other at every operation; so does every command the tests start
+# (OMP_NUM_THREADS is PyTorch's default thread count), unless a test asks for others.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 # The data mirror is the folder LWNMT_DATA_MIRROR names (`make test` passes it on); tests that read it skip without it.
 MIRROR = Path(os.environ["LWNMT_DATA_MIRROR"]).resolve() if os.environ.get("LWNMT_DATA_MIRROR") else None

@@ -123,15 +123,16 @@ def _train(a) -> None:
     from ..grid.layout import GPU_LOCKS
     from ..training.gpu_lock import claim, run_ranks, under_torchrun
     from ..training.threads import set_threads
-    from ..training.loop import Stopped, train
-    from ..inference.decode import validation_search
 
     ranks = a.ranks or a.gpus
     if not under_torchrun():
         locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
         if ranks > 1:  # data-parallel: this process becomes torchrun's parent and waits for the ranks
             sys.exit(run_ranks(ranks, sys.argv[1:]))
-    set_threads(a.threads)
+    set_threads(a.threads)  # before torch is imported: how OpenMP's threads wait is read once, when it loads
+    from ..training.loop import Stopped, train
+    from ..inference.decode import validation_search
+
     try:
         train(train_spec(a), a.data, a.src, a.tgt, a.save_dir, a.final, validation_search)
     except Stopped as stopped:

@@ -95,15 +95,16 @@ def cmd_translate(a) -> None:
     import json
     import tempfile
 
-    from ..inference import translation
-    from ..data.io import atomic_path
-    from ..grid import trained_model
     from ..grid.layout import GPU_LOCKS
     from ..training.gpu_lock import claim
     from ..training.threads import set_threads
 
+    set_threads(a.threads)  # before torch is imported: how OpenMP's threads wait is read once, when it loads
     locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
-    set_threads(a.threads)
+    from ..inference import translation
+    from ..data.io import atomic_path
+    from ..grid import trained_model
+
     options = translation.decoding_options(a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS},
                                            a.lenpen_from)
     request = translation.Request(**{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},

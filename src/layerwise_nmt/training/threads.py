@@ -1,22 +1,25 @@
-"""How many threads a CPU job computes with: no more than the cores that are free to it when it starts.
+"""How many threads a CPU job computes with, and how its idle threads wait.
 
-PyTorch's CPU kernels split each operation over their threads and wait at its end for the slowest one. A thread
-that shares its core with another busy process runs only when the scheduler gives it a turn, so every operation
-waits for that turn, and OpenMP's waiting threads spin meanwhile on the cores the late thread could use. So a job
-asks for its threads (`--threads`, or PyTorch's default) and gets no more than the cores of its CPU set that other
-processes leave free, read from /proc/stat across its own start-up (PyTorch's import; at least 0.1 s) with its own
-CPU time taken out; the log says when it got fewer.
+The thread count is part of a result: an operation split over more threads adds in another order, so one model
+trained or decoded with 1 and with 2 threads differs in its last bits, and a beam search can then take another
+path. So a job computes with the threads it asks for (`--threads`, the rule's `threads:`, or PyTorch's default: one
+per physical core, or OMP_NUM_THREADS), whatever else runs on the machine: the same command on the same machine
+type gives the same numbers, busy or quiet.
 
-benchmarks/busy_core.py measures it (docs/benchmarks.md). Making waiting threads sleep instead
-(`OMP_WAIT_POLICY=PASSIVE`) also helps where the load arrives after a job started, but costs a quiet 2-thread
-decode about 20% and a 2-thread training update about 8%, so it is left to the user's environment.
+What the load may change is how idle threads wait, which changes no number. PyTorch's OpenMP threads spin while
+they wait for the slowest one at the end of each operation; beside a busy process that spinning takes turns from
+the very thread they wait for (a decode beside one busy core took 3.1x its quiet time; benchmarks/busy_core.py,
+docs/benchmarks.md). Sleeping waits (OMP_WAIT_POLICY=PASSIVE) bring that to 1.7x but cost a quiet run 8-20%. So a
+job that finds other processes keeping a core of its CPU set busy when it starts (/proc/stat over 0.1 s, read
+before PyTorch is imported, as OpenMP reads the setting once, when it loads) sleeps its waits and says so in its
+log; a job started on a quiet machine spins; a user's own OMP_WAIT_POLICY is kept.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SAMPLE_S = 0.1  # the shortest sample: ten clock ticks per core, enough to see a busy process
+WAIT_POLICY = "OMP_WAIT_POLICY"
 
 
 def allowed_cores() -> set[int]:
@@ -54,7 +58,7 @@ def sample() -> Sample | None:
 
 def busy_elsewhere(since: Sample, cores: set[int]) -> float | None:
     """How many of `cores` other processes kept busy since `since` (at least `SAMPLE_S` ago: waits for the rest),
-    this process's own CPU time taken out, so that its own start-up in the meantime does not count."""
+    this process's own CPU time taken out."""
     time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - since.at)))
     now = sample()
     common = [c for c in cores if now and c in since.cores and c in now.cores]
@@ -84,32 +88,33 @@ def _cpu_times() -> dict[int, list[int]] | None:
     return times
 
 
-def usable_threads(requested: int, since: Sample | None = None) -> int:
-    """`requested` threads, but no more than the cores this process may use that other processes leave free
-    (measured from `since`, or over the next `SAMPLE_S`); at least one."""
-    if requested <= 1:
-        return 1
+def _openmp_loaded() -> bool:
+    return "torch" in sys.modules
+
+
+def sleep_waits_if_busy(requested: int | None) -> bool:
+    """Sets OMP_WAIT_POLICY=PASSIVE where other processes keep at least half a core of this job's CPU set busy, the
+    job may compute with more than one thread, OpenMP is not loaded yet and the user set no policy; True if set."""
     cores = allowed_cores()
-    since = since or sample()
+    if requested == 1 or len(cores) < 2 or WAIT_POLICY in os.environ or _openmp_loaded():
+        return False
+    since = sample()
     elsewhere = busy_elsewhere(since, cores) if since else None
-    if elsewhere is None:
-        return requested
-    free = len(cores) - math.floor(elsewhere + 0.5)  # a core busy more than half the time is taken
-    if free >= requested:
-        return requested
-    chosen = max(1, free)
-    log.info("threads: %d, not %d: other processes keep %.1f of the %d cores this job may use busy (a thread "
-             "sharing a busy core would stall every operation)", chosen, requested, elsewhere, len(cores))
-    return chosen
+    if elsewhere is None or elsewhere < 0.5:
+        return False
+    os.environ[WAIT_POLICY] = "PASSIVE"
+    log.info("threads: other processes keep %.1f of the %d cores this job may use busy: its idle threads sleep "
+             "(%s=PASSIVE) rather than spin on them; the thread count, and so every number, is the one asked for",
+             elsewhere, len(cores), WAIT_POLICY)
+    return True
 
 
 def set_threads(requested: int | None = None) -> int:
-    """Sets PyTorch's CPU threads to `usable_threads` of `requested` (default: PyTorch's own default, one per
-    physical core or OMP_NUM_THREADS); returns them. The load is sampled across PyTorch's import (a second or so,
-    when it is not imported yet), which costs nothing extra."""
-    start = sample()
+    """Sets PyTorch's CPU threads to `requested` (default: PyTorch's own), whatever the load, after choosing how idle
+    threads wait (`sleep_waits_if_busy`; call before anything imports torch); returns the thread count."""
+    sleep_waits_if_busy(requested)
     import torch
 
-    threads = usable_threads(requested or torch.get_num_threads(), start)
+    threads = requested or torch.get_num_threads()
     torch.set_num_threads(threads)
     return threads
