@@ -182,7 +182,7 @@ def test_real_probes_leave_the_model_and_the_rng_as_they_were():
     from conftest import tiny_model
     from layerwise_nmt.inference.config import BeamConfig
     from layerwise_nmt.inference.decode import decoding_workload
-    from layerwise_nmt.training.loop import training_workload
+    from layerwise_nmt.training.precision_probe import training_workload
     from layerwise_nmt.training.config import TrainConfig
 
     model = tiny_model("transformer")
@@ -300,7 +300,7 @@ def test_a_probe_step_on_a_gpu_waits_for_its_kernels_in_the_runs_kernels(monkeyp
 
 
 def test_the_training_probe_times_the_runs_whole_batch_on_a_gpu_and_1024_tokens_on_a_cpu():
-    from layerwise_nmt.training.loop import probe_rows
+    from layerwise_nmt.training.precision_probe import probe_rows
 
     assert probe_rows(12288, 24, torch.device("cuda")) == 512
     assert probe_rows(12288, 24, torch.device("cpu")) == 42

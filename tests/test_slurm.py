@@ -1,11 +1,13 @@
 """The workflow on a real SLURM cluster (one node on this machine: `make test-slurm` starts it with
 scripts/slurm-up.sh and stops it with scripts/slurm-down.sh). Jobs go through sbatch via profiles/slurm; a training
-job killed mid-run by SLURM (SIGTERM, as on preemption) checkpoints, fails, and its retry resumes."""
+job killed mid-run by SLURM (SIGTERM, as on preemption) checkpoints, fails, and its retry resumes; a stop sent to
+Snakemake cancels its jobs, which checkpoint."""
 
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,26 +31,38 @@ def cluster():
         pytest.skip("no SLURM cluster here (make test-slurm starts one)")
 
 
-def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, tmp_path):
+TARGET = "results/tables/ci/T2.md"
+
+
+def through_slurm(tmp_path: Path, mirror: Path, **popen) -> tuple[subprocess.Popen, Path]:
+    """Snakemake running the CI table with everything from training on submitted through profiles/slurm (the data
+    made locally first: quick, many small jobs), and the training's checkpoint folder."""
     overlay = tmp_path / "longer.yaml"  # long enough a training to be killed mid-run
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.enro": {"train": {"max_epoch": 40}}}}))
     configs = ["--configfile", str(ROOT / "config.yaml"), str(ROOT / "config/ci.yaml"), str(overlay)]
-    target = "results/tables/ci/T2.md"
-    # the data locally (quick, many small jobs), everything from training on through SLURM
-    snakemake(tmp_path, *configs, "--omit-from", "train", target, mirror=mirror)
+    snakemake(tmp_path, *configs, "--omit-from", "train", TARGET, mirror=mirror)
     env = dict(os.environ, LWNMT_SLURM_ACCOUNT="root", LWNMT_SLURM_PARTITION="debug", LWNMT_SLURM_FIRST_CHECK="2",
                LWNMT_GPUS_PER_JOB="0", LWNMT_TRAIN_CPUS="1", LWNMT_TRAIN_MEM_MB="2000", LWNMT_DATA_MIRROR=str(mirror),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    cmd = ["timeout", "-k", "30", "900", sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-           "-d", str(tmp_path), target, "--profile", str(ROOT / "profiles/slurm"), *configs]
-    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    checkpoints = tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/checkpoints"
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), TARGET,
+           "--profile", str(ROOT / "profiles/slurm"), *configs]
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    return run, tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/checkpoints"
+
+
+def running_training(run: subprocess.Popen, checkpoints: Path) -> str:
+    """The SLURM id of the training job, once it has written its second epoch's checkpoint."""
     deadline = time.time() + 300
     while not (checkpoints / "checkpoint2.pt").exists():
         assert time.time() < deadline and run.poll() is None, "the training job never got going"
         time.sleep(0.5)
     jobs = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout.splitlines()
-    train_job = next(line.split()[0] for line in jobs if "rule_train" in line)
+    return next(line.split()[0] for line in jobs if "rule_train" in line)
+
+
+def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, tmp_path):
+    run, checkpoints = through_slurm(tmp_path, mirror)
+    train_job = running_training(run, checkpoints)
     # SIGTERM to the batch step and everything in it, as a preemption grace signal: the trainer checkpoints and
     # exits 75, the job FAILs, Snakemake submits the retry (rule train: retries: 2)
     subprocess.run(["scancel", "--full", "--signal=TERM", train_job], check=True)
@@ -56,11 +70,14 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     # would wait on forever; layerwise_nmt.snakemake_glue.slurm makes it a failure, and the third attempt resumes
     retry_job = wait_for_retry(run, train_job, checkpoints)
     subprocess.run(["scancel", retry_job], check=True)
-    out, _ = run.communicate(timeout=900)
+    try:
+        out, _ = run.communicate(timeout=900)
+    finally:
+        run.kill()
     assert run.returncode == 0, out[-4000:]
     assert f"SLURM-job '{retry_job}' failed, SLURM status is: 'CANCELLED'" in out, out[-4000:]
 
-    table = (tmp_path / target).read_text()
+    table = (tmp_path / TARGET).read_text()
     assert "Transformer 1+1" in table and "(n=1)" in table
     log = (tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/train.log").read_text()  # the retry's (Snakemake
     resumed = re.search(r"resumed from \S+: epoch (\d+), update (\d+)", log)  # clears a failed job's log)
@@ -79,6 +96,31 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     assert accounting[translate_job][1] == "2", accounting  # the rule's threads: 2, not a profile-wide 1
     assert accounting[train_job][1] == "1", accounting  # LWNMT_TRAIN_CPUS
     assert json.loads((tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/test.score.json").read_text())["bleu"] >= 0
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_sent_to_snakemake_alone_cancels_its_slurm_jobs_which_checkpoint(cluster, mirror, tmp_path, stop):
+    """A Ctrl-C that reaches only Snakemake's process (tmux, a supervisor) or a scheduler's SIGTERM: Snakemake
+    scancels its jobs, SLURM's SIGTERM makes the training save checkpoint_last.pt, and nothing is retried."""
+    run, checkpoints = through_slurm(tmp_path, mirror, start_new_session=True)  # no terminal's process group
+    try:
+        train_job = running_training(run, checkpoints)
+        sent = time.time()
+        run.send_signal(stop)
+        out, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    while train_job in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split():
+        assert time.time() < sent + 30, f"SLURM job {train_job} still queued 30 s after the stop"
+        time.sleep(0.5)
+    assert run.returncode != 0, out[-4000:]
+    assert (checkpoints / "checkpoint_last.pt").stat().st_mtime > sent, out[-4000:]  # saved on the stop
+    log = (tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/train.log").read_text()
+    assert re.search(r"signal SIGTERM: saved checkpoint_last.pt at update \d+", log), log[-3000:]
+    assert len(set(re.findall(r"SLURM jobid (\d+)", out))) == 1, out[-4000:]  # no retry submitted
+    state = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", train_job], capture_output=True,
+                           text=True, check=True).stdout.split("\n")[0]
+    assert state.startswith("CANCELLED"), state
 
 
 def wait_for_retry(run: subprocess.Popen, failed_job: str, checkpoints: Path) -> str:

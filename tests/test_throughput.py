@@ -13,16 +13,17 @@ import torch
 from conftest import ROOT, toy_spec
 
 from layerwise_nmt import UserError
-from layerwise_nmt.training import loop as training
+from layerwise_nmt.training import update_batches
 from layerwise_nmt.training.checkpoint import LAST, load, resume_key
 from layerwise_nmt.data.batching import ParallelData, Prefetcher, make_batches, merge_batches
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.models import build
 from layerwise_nmt.training.precision import Precision
-from layerwise_nmt.training.loop import TrainConfig, _start, _update, accumulate, check_merging, rank_batches, train
+from layerwise_nmt.training.loop import TrainConfig, _start, _update, accumulate, train
+from layerwise_nmt.training.update_batches import check_merging, rank_batches
 
 CPU = torch.device("cpu")
-OURS = str(training.__file__).rsplit("/", 1)[0]
+OURS = str(update_batches.__file__).rsplit("/", 1)[0]
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_check)
@@ -47,13 +48,13 @@ def start(toy_data, save_dir, **train):
 
 def test_training_batches_are_collated_off_the_training_thread(toy_data, tmp_path, monkeypatch):
     calls = []
-    real = training.collate
+    real = update_batches.collate
 
     def recorded(*args, **kwargs):
         calls.append((sys._getframe(1).f_code.co_name, threading.current_thread() is threading.main_thread()))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(training, "collate", recorded)
+    monkeypatch.setattr(update_batches, "collate", recorded)
     train(no_dropout_spec(max_update=4), str(toy_data), "de", "en", str(tmp_path / "run"))
     for_updates = [on_main for caller, on_main in calls if caller not in ("evaluate", "valid_bleu")]
     assert len(for_updates) >= 4 and not any(for_updates)

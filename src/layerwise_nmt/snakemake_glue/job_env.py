@@ -12,8 +12,9 @@ torch-free: Snakemake imports it while it builds the DAG.
   non-interactive shell's background job) would otherwise retry the training that the user just stopped.
 - The other way round (`forward_stops`): a SIGINT or SIGTERM sent to Snakemake's process alone (a supervisor, a
   scheduler, `kill <pid>`, a tmux kill) reaches its running jobs as a terminal's Ctrl-C would, so that a training
-  checkpoints and stops within seconds. Left to itself, Snakemake waits for the running jobs to finish, which for a
-  training may be days.
+  checkpoints and stops within seconds; a cluster's jobs are cancelled through the executor (SLURM: scancel).
+  Left to itself, Snakemake cancels them on a SIGINT but waits on a SIGTERM for the running jobs to finish, which
+  for a training may be days.
 """
 
 from __future__ import annotations
@@ -133,8 +134,33 @@ def forward_stops() -> bool:
     if not getattr(graceful, "lwnmt_stops_jobs", False):
         def exit_gracefully(self, *args):
             stop_jobs()
+            cancel_cluster_jobs(getattr(self, "_executor", None))
             return graceful(self, *args)
 
         exit_gracefully.lwnmt_stops_jobs = True
         JobScheduler.exit_gracefully = exit_gracefully
+    return True
+
+
+def cancel_cluster_jobs(executor) -> bool:
+    """A cluster's jobs run outside this process's tree, so `stop_jobs` cannot reach them: ask the executor to
+    cancel them (SLURM: scancel, whose SIGTERM makes a training checkpoint), leaving its status checks running, so
+    that the scheduler sees them end and exits (`cancel()` would stop the checks too, and the scheduler would wait
+    for jobs it no longer hears of). On a thread of its own: a signal handler must not wait for the executor's lock,
+    which the interrupted thread may hold. Whether a cancellation was started."""
+    import threading
+
+    try:
+        from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+    except ImportError:
+        return False
+    if not isinstance(executor, RemoteExecutor):
+        return False
+
+    def cancel() -> None:
+        with executor.lock:
+            active = list(executor.active_jobs)
+        executor.cancel_jobs(active)
+
+    threading.Thread(target=cancel, name="lwnmt-cancel-cluster-jobs", daemon=True).start()
     return True

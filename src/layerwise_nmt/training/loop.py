@@ -36,7 +36,7 @@ import torch
 from .. import UserError
 from . import checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
-from ..data.batching import Batch, ParallelData, Prefetcher, collate, epoch_order, make_batches, merge_batches
+from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
 from .distributed import StopSignals, barrier, broadcast_object, init_distributed, per_rank_update_freq, world
 from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
@@ -45,10 +45,11 @@ from ..models.transformer import Model, count_parameters
 from ..models.user import recorded
 from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
 from .precision import Precision, cuda_kernels, resolve
-from .precision_probe import Workload, autocast as probe_autocast, full_precision, model_shape, probe_step
+from .precision_probe import training_workload
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
 from .config import TrainConfig
+from .update_batches import batch_limits, check_merging, epoch_batches, rank_batches
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     with StopSignals(device) as signals, cuda_kernels(device, cfg.tf32):
         try:
             while not progress.stop_reason(cfg):
-                order = _epoch_order(train_data, cfg, progress, per_update, data_dir)
+                order = epoch_batches(train_data, cfg, progress, per_update, data_dir)
                 batches = partial(rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device)
                 with Prefetcher(batches, range(progress.next_batch, len(order), per_update)) as ahead:
                     for position, micro in ahead:
@@ -210,22 +211,6 @@ def _flush_quietly(run: Run) -> None:
         run.flush()
     except BaseException as err:
         log.error("a checkpoint write failed too: %s", err)
-
-
-def rank_batches(data: ParallelData, order: list[np.ndarray], per_update: int, micro_batch_tokens: int,
-                 device: torch.device, position: int) -> list[Batch]:
-    """This rank's share of the update that starts at batch `position` of the epoch's `order`, collated: merged
-    into passes of up to `micro_batch_tokens` padded tokens when set (`merge_batches`), else one per batch in
-    their order; pinned when the model is on a GPU, so that `Batch.to` copies them asynchronously. Runs on the
-    `Prefetcher` thread."""
-    rank, world_size = world()
-    batches = order[position:position + per_update][rank::world_size]
-    if micro_batch_tokens:
-        merged = merge_batches(batches, data.sizes, micro_batch_tokens)
-        collated = [replace(collate(data, ids), parts=parts) for ids, parts in merged]
-    else:
-        collated = [collate(data, ids) for ids in batches]
-    return [batch.pin_memory() for batch in collated] if device.type == "cuda" else collated
 
 
 def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device,
@@ -279,61 +264,6 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
                  run.progress.update, run.progress.next_batch)
     return run
-
-
-def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
-    """One forward and backward of `model` on a batch of the run's size, for `amp: auto`'s probe; random tokens,
-    fixed. On a CPU at most 1,024 target tokens (the matmuls' inner dimensions are the model's); on a GPU the run's
-    whole max_tokens, since there the batch's size decides whether the update waits on the host or on the GPU. The
-    RNG streams are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly
-    as an unprobed one."""
-    config, length = model.config, min(24, model.config.max_positions - 1)
-    rows = probe_rows(cfg.max_tokens, length, device)
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, config.src_vocab, (rows, length), generator=generator).to(device)
-    prev = torch.randint(4, config.tgt_vocab, (rows, length), generator=generator).to(device)
-    target = prev.roll(-1, dims=1)
-
-    def step(amp: str) -> None:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), probe_step(device, cfg.tf32):
-            with probe_autocast(amp, device):
-                output = model(src, prev, full=True)
-                loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-
-    return Workload("train", model_shape(model, rows=rows, length=length), step, device,
-                    full_precision(device, cfg.tf32))
-
-
-def probe_rows(max_tokens: int | None, length: int, device: torch.device) -> int:
-    """Sentences of `length` in the training probe's batch: the run's max_tokens on a GPU, at most 1,024 tokens on a
-    CPU (1,024 without max_tokens)."""
-    tokens = max_tokens or 1024
-    return max(1, (tokens if device.type == "cuda" else min(tokens, 1024)) // length)
-
-
-def check_merging(model: Model, cfg: TrainConfig) -> None:
-    """Refuse micro_batch_tokens for a model whose loss has a term per pass rather than per token
-    (`loss.accumulate`; the model says why: `Model.merging_changes_loss`)."""
-    why = model.merging_changes_loss() if cfg.micro_batch_tokens else None
-    if why:
-        raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} {why}, which "
-                        f"merged batches would change; set micro_batch_tokens: 0")
-
-
-def _epoch_order(data: ParallelData, cfg: TrainConfig, progress: Progress, per_update: int, data_dir: str) -> list:
-    """The epoch's batches in their seeded order, cut to a whole number of updates: every rank takes the same
-    number of updates."""
-    batches = make_batches(data.src.sizes, data.tgt.sizes, *_batch_limits(cfg, progress.restarted), cfg.seed,
-                           skip_longer_than=cfg.skip_longer_than)
-    order = epoch_order(batches, cfg.seed, progress.epoch)
-    order = order[: len(order) // per_update * per_update]
-    if not order:  # else an update-bounded run would loop over empty epochs forever
-        raise UserError(f"{data_dir}: an epoch has {len(batches)} batches, fewer than the {per_update} one update "
-                        f"takes (update_freq {cfg.update_freq} × {world()[1]} ranks); lower max_tokens or "
-                        f"update_freq")
-    return order
 
 
 def _update(run: Run, net, micro_batches, device, autocast) -> dict | None:
@@ -392,7 +322,7 @@ def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
         progress.restarted, progress.restart_epoch = True, progress.epoch
         run.optimizer = _adam(run.model, cfg)  # RestartAdam (MLRF §4.1): fresh moment estimates
         log.info("RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
-                 progress.epoch, cfg.restart_lr, *_batch_limits(cfg, True))
+                 progress.epoch, cfg.restart_lr, *batch_limits(cfg, True))
     finished = progress.epoch
     progress.next_epoch()
     run.save(f"checkpoint{finished}.pt", LAST, *([BEST] if improved else []), background=True)
@@ -432,8 +362,3 @@ def _lr(run: Run) -> float:
     return run.optimizer.param_groups[0]["lr"]
 
 
-def _batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | None]:
-    """(max_tokens, max_sentences) of the current stage; RestartAdam's stage may change the batch size."""
-    if restarted and (cfg.restart_max_tokens or cfg.restart_max_sentences):
-        return cfg.restart_max_tokens, cfg.restart_max_sentences
-    return cfg.max_tokens, cfg.max_sentences

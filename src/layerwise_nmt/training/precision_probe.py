@@ -34,6 +34,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +43,10 @@ import torch
 
 from ..data.io import atomic_path
 from .precision import cpu_capability, cpu_flags, cpu_model, cuda_kernels
+
+if TYPE_CHECKING:
+    from ..models.transformer import Model
+    from .config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -233,3 +238,35 @@ def full_precision(device: torch.device, tf32: bool = True) -> str:
 def model_shape(model: torch.nn.Module, **sizes) -> dict:
     """A model's part of the cache key: its class and its whole config (dimensions, layers, options)."""
     return {"model": type(model).__name__, "config": repr(getattr(model, "config", None)), **sizes}
+
+
+def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
+    """One forward and backward of `model` on a batch of the run's size, for `amp: auto`'s probe; random tokens,
+    fixed. On a CPU at most 1,024 target tokens (the matmuls' inner dimensions are the model's); on a GPU the run's
+    whole max_tokens, since there the batch's size decides whether the update waits on the host or on the GPU. The
+    RNG streams are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly
+    as an unprobed one."""
+    config, length = model.config, min(24, model.config.max_positions - 1)
+    rows = probe_rows(cfg.max_tokens, length, device)
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, config.src_vocab, (rows, length), generator=generator).to(device)
+    prev = torch.randint(4, config.tgt_vocab, (rows, length), generator=generator).to(device)
+    target = prev.roll(-1, dims=1)
+
+    def step(amp: str) -> None:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), probe_step(device, cfg.tf32):
+            with autocast(amp, device):
+                output = model(src, prev, full=True)
+                loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+
+    return Workload("train", model_shape(model, rows=rows, length=length), step, device,
+                    full_precision(device, cfg.tf32))
+
+
+def probe_rows(max_tokens: int | None, length: int, device: torch.device) -> int:
+    """Sentences of `length` in the training probe's batch: the run's max_tokens on a GPU, at most 1,024 tokens on a
+    CPU (1,024 without max_tokens)."""
+    tokens = max_tokens or 1024
+    return max(1, (tokens if device.type == "cuda" else min(tokens, 1024)) // length)
