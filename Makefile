@@ -30,10 +30,11 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	python -m pytest -q -m "not slurm" -n auto --durations=20
 
-# The code's form, as pyproject.toml configures it: ruff's lint over every Python file, then mypy over the typed
-# folders (tests/test_lint.py runs the same two, so that `make test` fails too when the code drifts).
+# The code's form, as pyproject.toml configures it: ruff's lint and format check over every Python file, then mypy
+# over the typed folders (tests/test_lint.py runs the same three, so that `make test` fails too when the code drifts).
 lint: $(VENV)/.installed
 	ruff check .
+	ruff format --check .
 	mypy
 
 # The workflow through a real one-node SLURM cluster started here (root, Debian: apt installs slurm, munge,

@@ -65,8 +65,9 @@ ENV = {**{k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}, "PYTHO
 
 def decode(variant: str, sentences: int) -> tuple[float, int]:
     env = {**ENV, "OMP_WAIT_POLICY": "PASSIVE"} if variant == "passive" else ENV
-    out = subprocess.run([sys.executable, "-c", DECODE, variant, str(sentences)], capture_output=True, text=True,
-                         check=True, env=env).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", DECODE, variant, str(sentences)], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     return float(out[0]), int(out[1])
 
 
@@ -84,8 +85,15 @@ def measure(variant: str, load: str, sentences: int, repeat: int) -> dict:
                 spinner.wait()
         seconds.append(took)
         chosen.add(threads)
-    return {"variant": variant, "load": load, "median_s": statistics.median(seconds), "min_s": min(seconds),
-            "max_s": max(seconds), "threads": sorted(chosen), "runs": seconds}
+    return {
+        "variant": variant,
+        "load": load,
+        "median_s": statistics.median(seconds),
+        "min_s": min(seconds),
+        "max_s": max(seconds),
+        "threads": sorted(chosen),
+        "runs": seconds,
+    }
 
 
 def main() -> None:
@@ -96,16 +104,27 @@ def main() -> None:
     a = parser.parse_args()
     from layerwise_nmt.training.precision import cpu_model
 
-    rows = [measure(variant, load, a.sentences, a.repeat) for variant in ("torch", "lwnmt", "passive")
-            for load in ("quiet", "busy")]
+    rows = [
+        measure(variant, load, a.sentences, a.repeat)
+        for variant in ("torch", "lwnmt", "passive")
+        for load in ("quiet", "busy")
+    ]
     quiet = {row["variant"]: row["median_s"] for row in rows if row["load"] == "quiet"}
     print(f"{cpu_model()}, {os.cpu_count()} cores; {a.sentences} sentences, beam 5, fp32; median of {a.repeat}")
     print(f"{'threads':8} {'load':6} {'threads used':>12} {'seconds':>8} {'range':>13} {'vs quiet':>9}")
     for row in rows:
-        print(f"{row['variant']:8} {row['load']:6} {','.join(map(str, row['threads'])):>12} {row['median_s']:8.2f} "
-              f"{row['min_s']:6.2f}-{row['max_s']:<6.2f} {row['median_s'] / quiet[row['variant']]:8.2f}x")
-    result = {"cpu": cpu_model(), "cores": os.cpu_count(), "sentences": a.sentences, "repeat": a.repeat,
-              "measured": time.strftime("%Y-%m-%d"), "rows": rows}
+        print(
+            f"{row['variant']:8} {row['load']:6} {','.join(map(str, row['threads'])):>12} {row['median_s']:8.2f} "
+            f"{row['min_s']:6.2f}-{row['max_s']:<6.2f} {row['median_s'] / quiet[row['variant']]:8.2f}x"
+        )
+    result = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "sentences": a.sentences,
+        "repeat": a.repeat,
+        "measured": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+    }
     Path(a.json).write_text(json.dumps(result, indent=2) + "\n")
 
 

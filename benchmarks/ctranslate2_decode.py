@@ -26,8 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".ctranslate2-venv"
-VERSION = next(line.split("==")[1].strip() for line in (ROOT / "constraints.txt").read_text().splitlines()
-               if line.startswith("ctranslate2=="))
+VERSION = next(
+    line.split("==")[1].strip()
+    for line in (ROOT / "constraints.txt").read_text().splitlines()
+    if line.startswith("ctranslate2==")
+)
 MAX_DECODING_LENGTH = 256  # one limit per batch in CTranslate2; ours is 1.2·|source| + 10 per sentence
 
 # Run by the CTranslate2 venv's Python: the whole process is what is timed from outside.
@@ -75,8 +78,25 @@ def ensure_venv() -> Path:
 
 
 def convert(model: Path, data: Path, out: Path) -> Path:
-    run([sys.executable, "-m", "layerwise_nmt", "export", str(model), "--format", "ctranslate2", "--data", str(data),
-         "--src", "de", "--tgt", "en", "--out", str(out)])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "export",
+            str(model),
+            "--format",
+            "ctranslate2",
+            "--data",
+            str(data),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--out",
+            str(out),
+        ]
+    )
     return out
 
 
@@ -103,13 +123,15 @@ def our_log_probs(model: Path, data: Path, sources: Path, hypotheses: Path) -> l
 def bleu(hypotheses: Path, reference: Path) -> float:
     import sacrebleu
 
-    strip = lambda path: [(line + " ").replace("@@ ", "").strip()  # noqa: E731
-                          for line in path.read_text(encoding="utf-8").splitlines()]
+    def strip(path: Path) -> list[str]:
+        return [(line + " ").replace("@@ ", "").strip() for line in path.read_text(encoding="utf-8").splitlines()]
+
     return sacrebleu.corpus_bleu(strip(hypotheses), [strip(reference)], tokenize="none").score
 
 
-def ctranslate2_part(model: Path, data: Path, sources: Path, reference: Path, settings: dict, work: Path,
-                     repeats: int) -> dict:
+def ctranslate2_part(
+    model: Path, data: Path, sources: Path, reference: Path, settings: dict, work: Path, repeats: int
+) -> dict:
     python = ensure_venv()
     converted = convert(model, data, work / "ctranslate2-model")
     commands, hypotheses = {}, {}
@@ -117,15 +139,42 @@ def ctranslate2_part(model: Path, data: Path, sources: Path, reference: Path, se
         prefix = work / f"ours-{threads}"
         hypotheses[f"lwnmt fp32, {threads} thread(s)"] = Path(f"{prefix}.bpe")
         commands[f"lwnmt fp32, {threads} thread(s)"] = [
-            sys.executable, "-m", "layerwise_nmt", "translate", str(sources), "--model", str(model), "--data",
-            str(data), "--src", "de", "--tgt", "en", "--out-prefix", str(prefix), "--threads", str(threads),
-            "--options", json.dumps({**settings, "amp": "none"})]
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "translate",
+            str(sources),
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--out-prefix",
+            str(prefix),
+            "--threads",
+            str(threads),
+            "--options",
+            json.dumps({**settings, "amp": "none"}),
+        ]
         for compute_type in ("float32", "int8"):
             name = f"CTranslate2 {compute_type}, {threads} thread(s)"
             hypotheses[name] = work / f"ct2-{compute_type}-{threads}.txt"
-            commands[name] = [str(python), "-c", TRANSLATE, str(converted), str(sources), str(hypotheses[name]),
-                              str(threads), compute_type, str(settings["beam"]), str(settings["batch_size"]),
-                              str(MAX_DECODING_LENGTH)]
+            commands[name] = [
+                str(python),
+                "-c",
+                TRANSLATE,
+                str(converted),
+                str(sources),
+                str(hypotheses[name]),
+                str(threads),
+                compute_type,
+                str(settings["beam"]),
+                str(settings["batch_size"]),
+                str(MAX_DECODING_LENGTH),
+            ]
     walls, loops = {name: [] for name in commands}, {name: [] for name in commands}
     for _ in range(repeats):
         for name, cmd in commands.items():
@@ -144,20 +193,34 @@ def ctranslate2_part(model: Path, data: Path, sources: Path, reference: Path, se
     rows = {}
     for name in commands:
         lines = hypotheses[name].read_text(encoding="utf-8").splitlines()
-        rows[name] = {"whole_process_s": statistics.median(walls[name]), "whole_process_runs": walls[name],
-                      "loop_s": statistics.median(loops[name]),
-                      "identical_to_ours_fp32": sum(a == b for a, b in zip(lines, ours_lines)),
-                      "bleu_tokenized": bleu(hypotheses[name], reference)}
-    return {"sentences": len(ours_lines), "settings": settings, "max_decoding_length": MAX_DECODING_LENGTH,
-            "ctranslate2": VERSION, "repeats": repeats, "max_log_prob_difference_on_our_hypotheses": gap,
-            "rows": rows, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        rows[name] = {
+            "whole_process_s": statistics.median(walls[name]),
+            "whole_process_runs": walls[name],
+            "loop_s": statistics.median(loops[name]),
+            "identical_to_ours_fp32": sum(a == b for a, b in zip(lines, ours_lines)),
+            "bleu_tokenized": bleu(hypotheses[name], reference),
+        }
+    return {
+        "sentences": len(ours_lines),
+        "settings": settings,
+        "max_decoding_length": MAX_DECODING_LENGTH,
+        "ctranslate2": VERSION,
+        "repeats": repeats,
+        "max_log_prob_difference_on_our_hypotheses": gap,
+        "rows": rows,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def report(part: dict) -> None:
-    print(f"\ndecoding the demo baseline with CTranslate2 {part['ctranslate2']}, {part['sentences']} sentences, beam "
-          f"{part['settings']['beam']}; per-token log-probabilities within "
-          f"{part['max_log_prob_difference_on_our_hypotheses']:.1e} of ours")
+    print(
+        f"\ndecoding the demo baseline with CTranslate2 {part['ctranslate2']}, {part['sentences']} sentences, beam "
+        f"{part['settings']['beam']}; per-token log-probabilities within "
+        f"{part['max_log_prob_difference_on_our_hypotheses']:.1e} of ours"
+    )
     print(f"{'system':<34} {'whole-process s':>15} {'loop s':>7} {'same hyps':>9} {'BLEU':>6}")
     for name, row in part["rows"].items():
-        print(f"{name:<34} {row['whole_process_s']:15.2f} {row['loop_s']:7.2f} "
-              f"{row['identical_to_ours_fp32']:>5}/{part['sentences']} {row['bleu_tokenized']:6.2f}")
+        print(
+            f"{name:<34} {row['whole_process_s']:15.2f} {row['loop_s']:7.2f} "
+            f"{row['identical_to_ours_fp32']:>5}/{part['sentences']} {row['bleu_tokenized']:6.2f}"
+        )

@@ -36,18 +36,50 @@ RUNS = {  # name: (run directory, arch overrides, warm start from)
 
 def train(name: str, run: Path, overrides: dict, init_from: Path | None, updates: int) -> subprocess.Popen | None:
     """Starts the run unless its model exists; the caller waits."""
-    spec = {"model": "deep", "arch": {**ARCH, **overrides},
-            "train": {"max_tokens": 1024, "lr": 7e-4, "lr_scheduler": "inverse_sqrt", "warmup_updates": updates // 3,
-                      "max_update": updates, "max_epoch": 0, "patience": 0, "log_interval": 100, "seed": 1}}
+    spec = {
+        "model": "deep",
+        "arch": {**ARCH, **overrides},
+        "train": {
+            "max_tokens": 1024,
+            "lr": 7e-4,
+            "lr_scheduler": "inverse_sqrt",
+            "warmup_updates": updates // 3,
+            "max_update": updates,
+            "max_epoch": 0,
+            "patience": 0,
+            "log_interval": 100,
+            "seed": 1,
+        },
+    }
     if init_from:
         spec["init_from"] = str(init_from)
     if not (run / "model.pt").exists():
         print(f"training {name} ({updates} updates) ...", flush=True)
         run.mkdir(parents=True, exist_ok=True)
-        return subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
-                                 str(DATA), "--src", "de", "--tgt", "en", "--save-dir", str(run / "checkpoints"),
-                                 "--final", str(run / "model.pt"), "--threads", "1"],
-                                stderr=open(run / "train.log", "w"), cwd=ROOT)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "layerwise_nmt",
+                "train",
+                "--spec",
+                json.dumps(spec),
+                "--data",
+                str(DATA),
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--save-dir",
+                str(run / "checkpoints"),
+                "--final",
+                str(run / "model.pt"),
+                "--threads",
+                "1",
+            ],
+            stderr=open(run / "train.log", "w"),
+            cwd=ROOT,
+        )
     return None
 
 
@@ -74,9 +106,13 @@ def inspect(run: Path) -> dict:
     with torch.no_grad():
         states, top, _ = model.encode(src)
     rms = [float(h.pow(2).mean().sqrt()) for h in states[1:]]
-    return {"valid_loss": float(last["valid_loss"]), "valid_accuracy": float(last["valid_accuracy"]),
-            "train_loss": float(last["train_loss"]), "top_over_layer1_rms": rms[-1] / rms[0],
-            "layer_rms": [round(r, 2) for r in rms]}
+    return {
+        "valid_loss": float(last["valid_loss"]),
+        "valid_accuracy": float(last["valid_accuracy"]),
+        "train_loss": float(last["train_loss"]),
+        "top_over_layer1_rms": rms[-1] / rms[0],
+        "layer_rms": [round(r, 2) for r in rms],
+    }
 
 
 def main() -> None:
@@ -92,16 +128,24 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     runs = {name: work / directory for name, (directory, _, _) in RUNS.items()}
     for stage in (lambda parent: parent is None, lambda parent: parent is not None):  # the baseline, then the rest
-        wait([train(name, runs[name], overrides, runs[parent] / "model.pt" if parent else None, a.updates)
-              for name, (_, overrides, parent) in RUNS.items() if stage(parent)])
+        wait(
+            [
+                train(name, runs[name], overrides, runs[parent] / "model.pt" if parent else None, a.updates)
+                for name, (_, overrides, parent) in RUNS.items()
+                if stage(parent)
+            ]
+        )
     results = {name: inspect(run) for name, run in runs.items()}
     print(f"\n{'run':<28} {'valid loss':>10} {'valid acc':>9} {'train loss':>10} {'top/H1 RMS':>10}")
     for name, r in results.items():
-        print(f"{name:<28} {r['valid_loss']:>10.3f} {r['valid_accuracy']:>9.3f} {r['train_loss']:>10.3f} "
-              f"{r['top_over_layer1_rms']:>10.1f}")
+        print(
+            f"{name:<28} {r['valid_loss']:>10.3f} {r['valid_accuracy']:>9.3f} {r['train_loss']:>10.3f} "
+            f"{r['top_over_layer1_rms']:>10.1f}"
+        )
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"updates_per_stage": a.updates, "arch": ARCH, "peak_lr": 7e-4,
-                                        "results": results}, indent=1))
+    Path(a.json).write_text(
+        json.dumps({"updates_per_stage": a.updates, "arch": ARCH, "peak_lr": 7e-4, "results": results}, indent=1)
+    )
     print(f"wrote {a.json}")
 
 

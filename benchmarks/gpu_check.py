@@ -65,8 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # a GPU node may have nothing of ours installed
 # the package is imported inside the functions: without CUDA the script answers before loading it
 
-TINY = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
-        "dropout": 0.0}
+TINY = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all", "dropout": 0.0}
 FAMILIES = {  # name → (model, arch on top of TINY): each registered model and backbone once
     "transformer_post": ("transformer", {}),
     "transformer_pre": ("transformer", {"norm": "pre"}),
@@ -83,8 +82,10 @@ SPEED_ROWS = {  # name → (config.yaml experiment, which real lengths, max_toke
     "transformer_big": ("gca.ende.transformer", "newstest2013", None),
 }
 LENGTH_FILES = {  # (source, target) files under the data mirror, for --write-lengths
-    "iwslt14": [("iwslt14-de-en/iwslt14.tokenized.de-en/valid.de", "iwslt14-de-en/iwslt14.tokenized.de-en/valid.en"),
-                ("iwslt14-de-en/iwslt14.tokenized.de-en/test.de", "iwslt14-de-en/iwslt14.tokenized.de-en/test.en")],
+    "iwslt14": [
+        ("iwslt14-de-en/iwslt14.tokenized.de-en/valid.de", "iwslt14-de-en/iwslt14.tokenized.de-en/valid.en"),
+        ("iwslt14-de-en/iwslt14.tokenized.de-en/test.de", "iwslt14-de-en/iwslt14.tokenized.de-en/test.en"),
+    ],
     "newstest2013": [("wmt14-en-de/newstest2013.en.gz", "wmt14-en-de/newstest2013.de.gz")],
 }
 LENGTHS = ROOT / "benchmarks" / "lengths.json"
@@ -136,9 +137,21 @@ def family_spec(family: str, label: str, **train) -> dict:
     if model == "lwc":  # one shared stack: `layers` instead of encoder/decoder layers
         arch = {k: v for k, v in arch.items() if k not in ("encoder_layers", "decoder_layers")}
     amp, tf32 = PRECISIONS[label] if label in PRECISIONS else (label, True)
-    return {"model": model, "arch": arch,
-            "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, "amp": amp,
-                      "tf32": tf32, "save_interval_minutes": 0, "max_update": 100, **train}}
+    return {
+        "model": model,
+        "arch": arch,
+        "train": {
+            "max_tokens": 200,
+            "lr": 0.003,
+            "warmup_updates": 5,
+            "log_interval": 1000,
+            "amp": amp,
+            "tf32": tf32,
+            "save_interval_minutes": 0,
+            "max_update": 100,
+            **train,
+        },
+    }
 
 
 def toy_data(root: Path) -> Path:
@@ -174,8 +187,14 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     spec = family_spec(family, label)
     torch.manual_seed(1)
     precision, tf32 = precision_of(label, device)
-    run = _start(spec, TrainConfig.from_dict(spec["train"]), dict(zip(("de", "en"), load_pair(data, "de", "en"))),
-                 work / f"overfit-{family}-{label}", device, precision)
+    run = _start(
+        spec,
+        TrainConfig.from_dict(spec["train"]),
+        dict(zip(("de", "en"), load_pair(data, "de", "en"))),
+        work / f"overfit-{family}-{label}",
+        device,
+        precision,
+    )
     train = ParallelData(data, "train", "de", "en")
     batch = collate(train, np.arange(16))
     run.model.train()
@@ -186,9 +205,13 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
             losses.append(math.nan if result is None else result["loss"] / result["ntokens"])
     finite = all(math.isfinite(x) for x in losses)
     ok = finite and np.mean(losses[-3:]) < losses[0]
-    return {"ok": bool(ok), "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
-            "skipped": sum(not math.isfinite(x) for x in losses),
-            **({"loss_scale": run.scaler.get_scale()} if run.scaler.is_enabled() else {})}
+    return {
+        "ok": bool(ok),
+        "first_loss": round(losses[0], 4),
+        "last_loss": round(losses[-1], 4),
+        "skipped": sum(not math.isfinite(x) for x in losses),
+        **({"loss_scale": run.scaler.get_scale()} if run.scaler.is_enabled() else {}),
+    }
 
 
 def check_resume(family: str, label: str, device: torch.device, data: Path, work: Path) -> dict:
@@ -203,8 +226,11 @@ def check_resume(family: str, label: str, device: torch.device, data: Path, work
     a, b = (torch.load(d / "checkpoint_last.pt", weights_only=False) for d in (straight, stopped))
     diff = max(float((a["model"][k].float() - b["model"][k].float()).abs().max()) for k in a["model"])
     updates = (a["progress"]["update"], b["progress"]["update"])
-    return {"ok": updates == (6, 6) and diff <= RESUME_TOLERANCE and a["scaler"] == b["scaler"],
-            "max_abs_diff": diff, "exact": diff == 0.0}
+    return {
+        "ok": updates == (6, 6) and diff <= RESUME_TOLERANCE and a["scaler"] == b["scaler"],
+        "max_abs_diff": diff,
+        "exact": diff == 0.0,
+    }
 
 
 BEAM_TOLERANCE = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 2e-2, "fp16": 2e-2}  # relative, of the largest |score|
@@ -239,8 +265,11 @@ def beams_agree(cached, full, label: str) -> dict:
     scale = max(1.0, max(abs(h.score) for a in full for h in a))
     scores_agree = diff <= BEAM_TOLERANCE[label] * scale
     mixed = PRECISIONS[label][0] in ("bf16", "fp16")
-    return {"ok": bool(scores_agree and (same_tokens or mixed)), "same_hypotheses": bool(same_tokens),
-            "max_score_diff": diff}
+    return {
+        "ok": bool(scores_agree and (same_tokens or mixed)),
+        "same_hypotheses": bool(same_tokens),
+        "max_score_diff": diff,
+    }
 
 
 def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
@@ -258,8 +287,9 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
 
     backend = "nccl" if device.type == "cuda" else "gloo"
     # a group that cannot form must fail this check, not hang the command until the node's limit kills it
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        backend, store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60)
+    )
     try:
         spec = family_spec("transformer_post", "fp32")
         torch.manual_seed(3)
@@ -284,25 +314,48 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
 def _ddp_torchrun(ngpus: int, data: Path, work: Path) -> dict:
     spec = family_spec("transformer_post", "bf16", max_update=4, update_freq=ngpus)
     spec["train"]["amp"] = "auto"
-    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data),
-           "--src", "de", "--tgt", "en", "--save-dir", str(work / "ddp"), "--final", str(work / "ddp.pt"),
-           "--ranks", str(ngpus)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "layerwise_nmt",
+        "train",
+        "--spec",
+        json.dumps(spec),
+        "--data",
+        str(data),
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--save-dir",
+        str(work / "ddp"),
+        "--final",
+        str(work / "ddp.pt"),
+        "--ranks",
+        str(ngpus),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
     said = f"data-parallel: {ngpus} ranks (nccl)" in result.stderr
-    return {"ok": result.returncode == 0 and said, "how": f"torchrun, {ngpus} ranks",
-            "log_tail": result.stderr[-600:] if result.returncode else ""}
+    return {
+        "ok": result.returncode == 0 and said,
+        "how": f"torchrun, {ngpus} ranks",
+        "log_tail": result.stderr[-600:] if result.returncode else "",
+    }
 
 
 def check_gpu_lock(work: Path) -> dict:
     """A child process claims one GPU through the lock files (CUDA still uninitialised afterwards: the claim asked
     the driver, not torch.cuda), then allocates and computes on it."""
-    code = ("import os, torch; from layerwise_nmt.training.gpu_lock import claim;"
-            " held = claim(1, os.environ['LOCKS'], timeout=60);"
-            " fresh = not torch.cuda.is_initialized(); x = torch.ones(256, 256, device='cuda');"
-            " torch.cuda.synchronize();"
-            " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), fresh, float((x @ x)[0, 0]))")
-    env = {k: v for k, v in _env(LOCKS=str(work / "locks")).items()
-           if k not in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
+    code = (
+        "import os, torch; from layerwise_nmt.training.gpu_lock import claim;"
+        " held = claim(1, os.environ['LOCKS'], timeout=60);"
+        " fresh = not torch.cuda.is_initialized(); x = torch.ones(256, 256, device='cuda');"
+        " torch.cuda.synchronize();"
+        " print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.get_device_name(), fresh, float((x @ x)[0, 0]))"
+    )
+    env = {
+        k: v for k, v in _env(LOCKS=str(work / "locks")).items() if k not in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")
+    }
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     words = result.stdout.split()
     ok = result.returncode == 0 and (work / "locks").is_dir() and words[-2:] == ["True", "256.0"]
@@ -332,25 +385,42 @@ class Results:
         return result
 
 
-def correctness(device: torch.device, work: Path, results: Results, families=tuple(FAMILIES),
-                labels: list[str] | None = None, once: bool = True) -> dict:
+def correctness(
+    device: torch.device,
+    work: Path,
+    results: Results,
+    families=tuple(FAMILIES),
+    labels: list[str] | None = None,
+    once: bool = True,
+) -> dict:
     """Every family × precision; `once`: also data-parallel training and the GPU lock."""
     data = toy_data(work / "toy")
     for family in families:
         for label in precisions(device) if labels is None else labels:
             key = f"{family}/{label}"
-            results.checks["families"][key] = {name: _guarded(fn) for name, fn in (
-                ("overfit", lambda: check_overfit(family, label, device, data, work)),
-                ("resume", lambda: check_resume(family, label, device, data, work)),
-                ("beam", lambda: check_beam(family, label, device)))}
+            results.checks["families"][key] = {
+                name: _guarded(fn)
+                for name, fn in (
+                    ("overfit", lambda: check_overfit(family, label, device, data, work)),
+                    ("resume", lambda: check_resume(family, label, device, data, work)),
+                    ("beam", lambda: check_beam(family, label, device)),
+                )
+            }
             results.save()
-            print(f"{key}: " + ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED ' + v.get('error', '')}"
-                                         for k, v in results.checks["families"][key].items()), flush=True)
+            print(
+                f"{key}: "
+                + ", ".join(
+                    f"{k} {'ok' if v['ok'] else 'FAILED ' + v.get('error', '')}"
+                    for k, v in results.checks["families"][key].items()
+                ),
+                flush=True,
+            )
     if not once:
         return results.checks
     results.checks["ddp"] = _guarded(lambda: check_ddp(device, data, work))
-    results.checks["gpu_lock"] = (_guarded(lambda: check_gpu_lock(work)) if device.type == "cuda"
-                                  else {"ok": True, "skipped": "no CUDA device"})
+    results.checks["gpu_lock"] = (
+        _guarded(lambda: check_gpu_lock(work)) if device.type == "cuda" else {"ok": True, "skipped": "no CUDA device"}
+    )
     results.save()
     return results.checks
 
@@ -383,8 +453,10 @@ def read_lengths(mirror: Path, lengths: str) -> tuple[np.ndarray, np.ndarray]:
     for src_file, tgt_file in LENGTH_FILES[lengths]:
         for path, out in ((mirror / src_file, src), (mirror / tgt_file, tgt)):
             if not path.exists():
-                raise FileNotFoundError(f"{path}: missing; pass --data (or LWNMT_DATA_MIRROR) pointing at the data "
-                                        f"mirror (docs/benchmarks.md)")
+                raise FileNotFoundError(
+                    f"{path}: missing; pass --data (or LWNMT_DATA_MIRROR) pointing at the data "
+                    f"mirror (docs/benchmarks.md)"
+                )
             opener = gzip.open if path.suffix == ".gz" else open
             with opener(path, "rt", encoding="utf-8") as f:
                 out += [len(line.split()) + 1 for line in f]
@@ -396,9 +468,11 @@ def read_lengths(mirror: Path, lengths: str) -> tuple[np.ndarray, np.ndarray]:
 def write_lengths(mirror: Path, path: Path = LENGTHS) -> None:
     """benchmarks/lengths.json from the mirror: per-sentence unit counts only (no text), so they can travel."""
     out = {name: dict(zip(("src", "tgt"), (a.tolist() for a in read_lengths(mirror, name)))) for name in LENGTH_FILES}
-    out["about"] = ("subword units + </s> per sentence pair, in file order, of " +
-                    "; ".join(f"{k}: {', '.join(s for pair in v for s in pair)}" for k, v in LENGTH_FILES.items()) +
-                    " (benchmarks/gpu_check.py --write-lengths --data MIRROR)")
+    out["about"] = (
+        "subword units + </s> per sentence pair, in file order, of "
+        + "; ".join(f"{k}: {', '.join(s for pair in v for s in pair)}" for k, v in LENGTH_FILES.items())
+        + " (benchmarks/gpu_check.py --write-lengths --data MIRROR)"
+    )
     path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
 
 
@@ -407,8 +481,9 @@ def stored_lengths(lengths: str, path: Path = LENGTHS) -> tuple[np.ndarray, np.n
     return np.asarray(stored["src"], dtype=np.int64), np.asarray(stored["tgt"], dtype=np.int64)
 
 
-def real_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, vocab: tuple[int, int],
-                 seed: int = 1) -> list[Batch]:
+def real_batches(
+    src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, vocab: tuple[int, int], seed: int = 1
+) -> list[Batch]:
     """The trainer's length-bucketed batches over these lengths, filled with random token ids (4 ..)."""
     from layerwise_nmt.data.batching import Batch, make_batches, pad
 
@@ -442,8 +517,16 @@ def mfu(params: int, tokens_per_second: float, peak_tflops: float | None) -> flo
     return 6 * params * tokens_per_second / (peak_tflops * 1e12)
 
 
-def measure(name: str, config: dict, device: torch.device, label: str, max_tokens: int, updates: int,
-            warmup: int, compile_model: bool) -> dict:
+def measure(
+    name: str,
+    config: dict,
+    device: torch.device,
+    label: str,
+    max_tokens: int,
+    updates: int,
+    warmup: int,
+    compile_model: bool,
+) -> dict:
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
     length-bucketed batches of real lengths, after `warmup` updates."""
     from layerwise_nmt import grid as cfg
@@ -457,14 +540,18 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     e = cfg.experiment(config, experiment)
     vocab = task_vocab(config, e)
     precision, tf32 = precision_of(label, device)
-    spec = {"model": e["model"], "arch": e["arch"],
-            "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens}}
+    spec = {
+        "model": e["model"],
+        "arch": e["arch"],
+        "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens},
+    }
     batches = real_batches(*stored_lengths(lengths), max_tokens, vocab)
     picks = np.random.RandomState(0).permutation(len(batches))  # a shuffled pass, again where it is too short
     order = [batches[picks[i % len(batches)]] for i in range(warmup + updates)]
     with tempfile.TemporaryDirectory() as tmp:
-        run = _start(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device,
-                     precision)
+        run = _start(
+            spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device, precision
+        )
     net = torch.compile(run.model, dynamic=True) if compile_model else run.model
     run.model.train()
     tokens, started, skipped = 0, None, 0
@@ -483,11 +570,21 @@ def measure(name: str, config: dict, device: torch.device, label: str, max_token
     params = count_parameters(run.model)
     _, peak = gpu_peak(precision.device)
     rate = tokens / seconds
-    row = {"model": name, "experiment": experiment, "precision": label, "compiled": compile_model,
-           "parameters": params, "vocab": list(vocab), "max_tokens": max_tokens, "lengths": lengths,
-           "updates_timed": len(order) - warmup, "skipped_updates": skipped,
-           "target_tokens_per_update": round(tokens / max(1, len(order) - warmup)),
-           "target_tokens_per_second": round(rate), "mfu": mfu(params, rate, peak)}
+    row = {
+        "model": name,
+        "experiment": experiment,
+        "precision": label,
+        "compiled": compile_model,
+        "parameters": params,
+        "vocab": list(vocab),
+        "max_tokens": max_tokens,
+        "lengths": lengths,
+        "updates_timed": len(order) - warmup,
+        "skipped_updates": skipped,
+        "target_tokens_per_update": round(tokens / max(1, len(order) - warmup)),
+        "target_tokens_per_second": round(rate),
+        "mfu": mfu(params, rate, peak),
+    }
     if device.type == "cuda":
         row["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         torch.cuda.reset_peak_memory_stats(device)
@@ -502,13 +599,30 @@ def speed(config: dict, device: torch.device, args, results: Results) -> list[di
     for name in args.speed_rows:
         for label in labels:
             for compiled in (False, True) if args.compile else (False,):
-                keep(results, device, _guarded(lambda: measure(name, config, device, label, args.max_tokens,
-                                                               args.updates, args.warmup, compiled)), name, label)
-        measured = [row for row in results.speed if row.get("model") == name and "target_tokens_per_second" in row
-                    and not row.get("compiled")]
+                keep(
+                    results,
+                    device,
+                    _guarded(
+                        lambda: measure(
+                            name, config, device, label, args.max_tokens, args.updates, args.warmup, compiled
+                        )
+                    ),
+                    name,
+                    label,
+                )
+        measured = [
+            row
+            for row in results.speed
+            if row.get("model") == name and "target_tokens_per_second" in row and not row.get("compiled")
+        ]
         if measured:  # nothing to compare a pick with where every row failed
-            keep(results, device, _guarded(lambda: auto_choice(name, config, device, args.max_tokens, measured)),
-                 name, "auto")
+            keep(
+                results,
+                device,
+                _guarded(lambda: auto_choice(name, config, device, args.max_tokens, measured)),
+                name,
+                "auto",
+            )
     return results.speed
 
 
@@ -532,23 +646,33 @@ def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, 
 
     experiment, _, row_tokens = SPEED_ROWS[name]
     e = cfg.experiment(config, experiment)
-    spec = {"model": e["model"], "arch": e["arch"],
-            "train": {**e["train"], "amp": "auto", "max_tokens": row_tokens or max_tokens}}
+    spec = {
+        "model": e["model"],
+        "arch": e["arch"],
+        "train": {**e["train"], "amp": "auto", "max_tokens": row_tokens or max_tokens},
+    }
     with tempfile.TemporaryDirectory() as tmp, _environ(LWNMT_CACHE_DIR=tmp):
         started = time.perf_counter()
         run = _start(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device)
         seconds = time.perf_counter() - started
     picked = run.precision.amp
-    row = {"model": name, "experiment": experiment, "precision": "auto", "picked": picked,
-           "reason": run.precision.reason, "start_seconds": round(seconds, 2)}
+    row = {
+        "model": name,
+        "experiment": experiment,
+        "precision": "auto",
+        "picked": picked,
+        "reason": run.precision.reason,
+        "start_seconds": round(seconds, 2),
+    }
     rates = {row_["precision"]: row_["target_tokens_per_second"] for row_ in measured}
     label = _label_of_none(device) if picked == "none" else picked
     if label in rates:
         fastest = max(rates, key=rates.get)
         row["measured_fastest"] = fastest
         if rates[fastest] > SPEEDUP * rates[label]:
-            row["error"] = (f"auto picked {label} ({rates[label]:,} target tokens/s), {fastest} measured "
-                            f"{rates[fastest]:,}")
+            row["error"] = (
+                f"auto picked {label} ({rates[label]:,} target tokens/s), {fastest} measured {rates[fastest]:,}"
+            )
     return row
 
 
@@ -577,8 +701,10 @@ def fake_dictionaries(config: dict, e: dict) -> dict:
     from layerwise_nmt.grid.pricing import task_vocab
 
     vocab = task_vocab(config, e)
-    return {lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
-            for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))}
+    return {
+        lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
+        for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -600,33 +726,68 @@ def read_config(*paths: Path) -> dict:
     return config
 
 
-def probe(data_dir: Path, device: torch.device, work: Path, results: Results, seconds: float,
-          together: tuple[int, ...] = (1, 3), overlays: tuple[Path, ...] = ()) -> dict:
+def probe(
+    data_dir: Path,
+    device: torch.device,
+    work: Path,
+    results: Results,
+    seconds: float,
+    together: tuple[int, ...] = (1, 3),
+    overlays: tuple[Path, ...] = (),
+) -> dict:
     """The study baseline (config/study.yaml's study.transformer, its own batches and precision; `overlays` after it,
     as the shards get them) trained by `lwnmt train` for `seconds`, alone and then N at once: the target tokens/s
     each gets, from its log lines."""
     from layerwise_nmt import grid as cfg
 
     e = cfg.experiment(read_config(ROOT / "config.yaml", STUDY, *overlays), "study.transformer")
-    spec = {"model": e["model"], "arch": e["arch"],
-            "train": {**e["train"], "max_minutes": seconds / 60, "save_interval_minutes": 0, "patience": 0,
-                      "log_interval": 1}}  # a few seconds of training: every update's line, the last ones kept
+    spec = {
+        "model": e["model"],
+        "arch": e["arch"],
+        "train": {
+            **e["train"],
+            "max_minutes": seconds / 60,
+            "save_interval_minutes": 0,
+            "patience": 0,
+            "log_interval": 1,
+        },
+    }  # a few seconds of training: every update's line, the last ones kept
     results.probe = {"experiment": "study.transformer", "seconds_each": seconds, "data": str(data_dir), "runs": []}
     for n in together:
         procs = []
         for k in range(n):
-            cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data_dir),
-                   "--src", e["src"], "--tgt", e["tgt"], "--save-dir", str(work / f"probe{n}-{k}")]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                          env=_env()))
+            cmd = [
+                sys.executable,
+                "-m",
+                "layerwise_nmt",
+                "train",
+                "--spec",
+                json.dumps(spec),
+                "--data",
+                str(data_dir),
+                "--src",
+                e["src"],
+                "--tgt",
+                e["tgt"],
+                "--save-dir",
+                str(work / f"probe{n}-{k}"),
+            ]
+            procs.append(
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env())
+            )
         rates, errors = [], []
         for proc in procs:
             _, err = proc.communicate(timeout=seconds + 600)
-            said = [float(line.split(" target tokens/s")[0].rsplit(", ", 1)[-1])
-                    for line in err.splitlines() if " target tokens/s" in line]
+            said = [
+                float(line.split(" target tokens/s")[0].rsplit(", ", 1)[-1])
+                for line in err.splitlines()
+                if " target tokens/s" in line
+            ]
             if proc.returncode or not said:
-                errors.append(f"exit {proc.returncode}, {len(said)} progress lines: "
-                              f"{(err.strip().splitlines() or ['no output'])[-1][-300:]}")
+                errors.append(
+                    f"exit {proc.returncode}, {len(said)} progress lines: "
+                    f"{(err.strip().splitlines() or ['no output'])[-1][-300:]}"
+                )
             else:  # the last few progress lines: the first ones include start-up
                 rates.append(sum(said[-3:]) / len(said[-3:]))
         row = {"together": n, "target_tokens_per_second_each": [round(r) for r in rates], "total": round(sum(rates))}
@@ -640,8 +801,11 @@ def probe(data_dir: Path, device: torch.device, work: Path, results: Results, se
 
 def run_probe(args, device: torch.device, work: Path, results: Results) -> dict:
     """The probe, its failure kept in gpu.json: a probe that raised or measured nothing fails the run."""
-    found = _guarded(lambda: probe(Path(args.probe), device, work, results, args.probe_seconds,
-                                   overlays=tuple(map(Path, args.probe_config))))
+    found = _guarded(
+        lambda: probe(
+            Path(args.probe), device, work, results, args.probe_seconds, overlays=tuple(map(Path, args.probe_config))
+        )
+    )
     if found.get("ok") is False:
         results.probe = {**results.probe, "error": found["error"]}
     elif not results.probe.get("runs"):
@@ -656,13 +820,21 @@ def report(device: torch.device, checks: dict, rows: list[dict], probe_result: d
 
     name = device_name(device)
     key, peak = gpu_peak(name)
-    return {"device": name, "gpus_visible": torch.cuda.device_count() if device.type == "cuda" else 0,
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "peak_bf16_tflops": peak, "peak_source": f"plan.GPUS[{key!r}] (vendor datasheet, dense)" if key else
-            "this GPU is not in plan.GPUS: MFU not computed",
-            "mfu_formula": "6 * parameters * non-padding target tokens/s / dense bf16 peak",
-            "all_checks_ok": all_ok(checks, rows, probe_result), "checks": checks, "speed": rows,
-            "probe": probe_result or {}}
+    return {
+        "device": name,
+        "gpus_visible": torch.cuda.device_count() if device.type == "cuda" else 0,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "peak_bf16_tflops": peak,
+        "peak_source": f"plan.GPUS[{key!r}] (vendor datasheet, dense)"
+        if key
+        else "this GPU is not in plan.GPUS: MFU not computed",
+        "mfu_formula": "6 * parameters * non-padding target tokens/s / dense bf16 peak",
+        "all_checks_ok": all_ok(checks, rows, probe_result),
+        "checks": checks,
+        "speed": rows,
+        "probe": probe_result or {},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -676,12 +848,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--speed-rows", nargs="*", default=list(SPEED_ROWS), choices=list(SPEED_ROWS))
     parser.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
-    parser.add_argument("--precisions", nargs="*", choices=list(PRECISIONS),
-                        help="default: what amp: auto can pick on the device, TF32 and fp32")
+    parser.add_argument(
+        "--precisions",
+        nargs="*",
+        choices=list(PRECISIONS),
+        help="default: what amp: auto can pick on the device, TF32 and fp32",
+    )
     parser.add_argument("--probe", metavar="DATA_DIR", help="the study's binarized data: run the throughput probe")
     parser.add_argument("--probe-seconds", type=float, default=60)
-    parser.add_argument("--probe-config", nargs="*", default=[], help="overlays after config/study.yaml (the "
-                                                                        "rehearsal's toy size)")
+    parser.add_argument(
+        "--probe-config", nargs="*", default=[], help="overlays after config/study.yaml (the rehearsal's toy size)"
+    )
     parser.add_argument("--data", help="with --write-lengths: the data mirror")
     parser.add_argument("--write-lengths", action="store_true", help=f"write {LENGTHS.name} from --data and exit")
     args = parser.parse_args(argv)

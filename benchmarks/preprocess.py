@@ -25,8 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("LWNMT_DATA_MIRROR") or ROOT / "data-mirror").resolve()  # or a link here
 CODES = MIRROR / "iwslt14-de-en/iwslt14.tokenized.de-en/code"
-IWSLT = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
-         "IWSLT14.TED.tst2012"]
+IWSLT = [
+    "IWSLT14.TED.dev2010",
+    "IWSLT14.TEDX.dev2012",
+    "IWSLT14.TED.tst2010",
+    "IWSLT14.TED.tst2011",
+    "IWSLT14.TED.tst2012",
+]
 
 
 def corpus() -> dict[str, list[str]]:
@@ -51,8 +56,9 @@ def plain_chain(text: dict[str, list[str]]) -> list[str]:
     out = []
     for lang, lines in text.items():
         tok = sacremoses.MosesTokenizer(lang)
-        out += [bpe.process_line(tok.tokenize(line, escape=True, return_str=True).lower() + "\n")[:-1]
-                for line in lines]
+        out += [
+            bpe.process_line(tok.tokenize(line, escape=True, return_str=True).lower() + "\n")[:-1] for line in lines
+        ]
     return out
 
 
@@ -107,13 +113,16 @@ def main() -> None:
         ("lwnmt tokenize + apply-bpe, 1 worker", "1"),
         ("lwnmt tokenize + apply-bpe, 2 workers", "2"),
     ]
-    print(f"{n:,} sentences (Multi30k train + IWSLT14 test, de+en), fairseq IWSLT14 BPE codes, "
-          f"median of {args.repeat}\n")
+    print(
+        f"{n:,} sentences (Multi30k train + IWSLT14 test, de+en), fairseq IWSLT14 BPE codes, median of {args.repeat}\n"
+    )
     print(f"{'chain':<45} {'seconds':>8} {'sent/s':>9} {'vs plain':>9}")
     for label, key in rows:
         print(f"{label:<45} {median[key]:8.2f} {n / median[key]:9,.0f} {median['plain'] / median[key]:8.2f}x")
-    print(f"\noutput of 2 workers == 1 worker: yes; lines differing from plain sacremoses: {differing} "
-          f"(tokenizer.perl's line-final period rule)")
+    print(
+        f"\noutput of 2 workers == 1 worker: yes; lines differing from plain sacremoses: {differing} "
+        f"(tokenizer.perl's line-final period rule)"
+    )
     result = {
         "sentences": n,
         "cpu_count": os.cpu_count(),

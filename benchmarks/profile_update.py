@@ -36,11 +36,16 @@ def build(row: str, label: str, device: torch.device, max_tokens: int | None):
     e = grid.experiment(config, experiment)
     vocab = task_vocab(config, e)
     precision, tf32 = gpu_check.precision_of(label, device)
-    spec = {"model": e["model"], "arch": e["arch"],
-            "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens}}
+    spec = {
+        "model": e["model"],
+        "arch": e["arch"],
+        "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens},
+    }
     batches = gpu_check.real_batches(*gpu_check.stored_lengths(lengths), max_tokens, vocab)
-    dictionaries = {lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
-                    for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))}
+    dictionaries = {
+        lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
+        for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))
+    }
     with tempfile.TemporaryDirectory() as tmp:
         run = _start(spec, TrainConfig.from_dict(spec["train"]), dictionaries, Path(tmp), device, precision)
     run.model.train()
@@ -70,17 +75,20 @@ def one_precision(row: str, label: str, device: torch.device, updates: int, max_
             step(b)
         sync(device)
         started, tokens = time.perf_counter(), 0
-        for b in order[3:3 + updates]:
+        for b in order[3 : 3 + updates]:
             step(b)
             tokens += b.ntokens
         sync(device)
         seconds = time.perf_counter() - started
-        out.update(updates=updates, seconds_per_update=round(seconds / updates, 4),
-                   target_tokens_per_second=round(tokens / seconds))
+        out.update(
+            updates=updates,
+            seconds_per_update=round(seconds / updates, 4),
+            target_tokens_per_second=round(tokens / seconds),
+        )
         print(json.dumps(out), flush=True)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with profile(activities=activities) as prof:
-            for b in order[3 + updates:3 + updates + 3]:
+            for b in order[3 + updates : 3 + updates + 3]:
                 step(b)
             sync(device)
     averages = prof.key_averages()
@@ -88,9 +96,10 @@ def one_precision(row: str, label: str, device: torch.device, updates: int, max_
     for sort, n in ((key, 14), ("self_cpu_time_total", 8)):
         print(f"--- {row} {label}: top ops by {sort}")
         print(averages.table(sort_by=sort, row_limit=n, max_name_column_width=60))
-    out["top_device_ops"] = [{"name": a.key, "calls": a.count,
-                              "self_us": round(getattr(a, key, 0.0))}
-                             for a in sorted(averages, key=lambda a: -getattr(a, key, 0.0))[:20]]
+    out["top_device_ops"] = [
+        {"name": a.key, "calls": a.count, "self_us": round(getattr(a, key, 0.0))}
+        for a in sorted(averages, key=lambda a: -getattr(a, key, 0.0))[:20]
+    ]
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return out

@@ -56,19 +56,47 @@ def run(lines: int) -> dict:
         raw = corpus(lines, work)
         steps: dict[str, tuple[float, float]] = {}
         for lang in ("en", "de"):
-            steps[f"tokenize {lang}"] = lwnmt("tokenize", str(raw[lang]), str(work / f"tok.{lang}"), "--lang", lang,
-                                              "--options", OPTIONS, "--workers", "2")
-        spec = {"train": {"parts": [[str(raw["en"]), str(raw["de"]), str(work / "tok.en"), str(work / "tok.de"),
-                                     "plain"]], "clean": {"ratio": 1.5, "min_len": 1, "max_len": 250}},
-                "valid": {"hold_out_every": 100}}
+            steps[f"tokenize {lang}"] = lwnmt(
+                "tokenize",
+                str(raw[lang]),
+                str(work / f"tok.{lang}"),
+                "--lang",
+                lang,
+                "--options",
+                OPTIONS,
+                "--workers",
+                "2",
+            )
+        spec = {
+            "train": {
+                "parts": [[str(raw["en"]), str(raw["de"]), str(work / "tok.en"), str(work / "tok.de"), "plain"]],
+                "clean": {"ratio": 1.5, "min_len": 1, "max_len": 250},
+            },
+            "valid": {"hold_out_every": 100},
+        }
         spec["test"] = {"parts": spec["train"]["parts"], "max_lines": 100}
-        steps["assemble (clean, hold out)"] = lwnmt("assemble", "--spec", json.dumps(spec), "--src", "en", "--tgt",
-                                                    "de", "--out-dir", str(work), "--stats", str(work / "s.json"))
-        steps["apply-bpe en"] = lwnmt("apply-bpe", str(work / "train.en-de.en"), str(work / "bpe.en"),
-                                      "--codes", str(CODES), "--workers", "2")
+        steps["assemble (clean, hold out)"] = lwnmt(
+            "assemble",
+            "--spec",
+            json.dumps(spec),
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--out-dir",
+            str(work),
+            "--stats",
+            str(work / "s.json"),
+        )
+        steps["apply-bpe en"] = lwnmt(
+            "apply-bpe", str(work / "train.en-de.en"), str(work / "bpe.en"), "--codes", str(CODES), "--workers", "2"
+        )
         size_mb = sum(p.stat().st_size for p in raw.values()) / 2**20
-    return {"lines": lines, "corpus_mb": size_mb,
-            "steps": {k: {"seconds": s, "peak_rss_mb": m} for k, (s, m) in steps.items()}}
+    return {
+        "lines": lines,
+        "corpus_mb": size_mb,
+        "steps": {k: {"seconds": s, "peak_rss_mb": m} for k, (s, m) in steps.items()},
+    }
 
 
 def main() -> None:
@@ -79,13 +107,17 @@ def main() -> None:
     args = parser.parse_args()
     results = [run(args.small), run(args.large)]
     small, large = results
-    print(f"pairs: {small['lines']:,} ({small['corpus_mb']:.0f} MB) vs {large['lines']:,} "
-          f"({large['corpus_mb']:.0f} MB), 2 workers\n")
+    print(
+        f"pairs: {small['lines']:,} ({small['corpus_mb']:.0f} MB) vs {large['lines']:,} "
+        f"({large['corpus_mb']:.0f} MB), 2 workers\n"
+    )
     print(f"{'step':<28} {'RSS small':>10} {'RSS large':>10} {'growth':>7} {'s small':>8} {'s large':>8}")
     for step in small["steps"]:
         a, b = small["steps"][step], large["steps"][step]
-        print(f"{step:<28} {a['peak_rss_mb']:8.0f}MB {b['peak_rss_mb']:8.0f}MB "
-              f"{b['peak_rss_mb'] / a['peak_rss_mb']:6.2f}x {a['seconds']:8.1f} {b['seconds']:8.1f}")
+        print(
+            f"{step:<28} {a['peak_rss_mb']:8.0f}MB {b['peak_rss_mb']:8.0f}MB "
+            f"{b['peak_rss_mb'] / a['peak_rss_mb']:6.2f}x {a['seconds']:8.1f} {b['seconds']:8.1f}"
+        )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"runs": results, "cpu_count": os.cpu_count()}, indent=2) + "\n")
     print(f"\nwritten {args.json}")

@@ -43,15 +43,24 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
 
     spec = gpu_check.family_spec(family, label)
     precision, tf32 = gpu_check.precision_of(label, device)
-    run = _start(spec, TrainConfig.from_dict(spec["train"]), dict(zip(("de", "en"), load_pair(data, "de", "en"))),
-                 work / f"one-{family}-{label}", device, precision)
+    run = _start(
+        spec,
+        TrainConfig.from_dict(spec["train"]),
+        dict(zip(("de", "en"), load_pair(data, "de", "en"))),
+        work / f"one-{family}-{label}",
+        device,
+        precision,
+    )
     batch = collate(ParallelData(data, "train", "de", "en"), list(range(16)))
     run.model.train()
     with cuda_kernels(device, tf32):
         result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
     loss = math.nan if result is None else result["loss"] / result["ntokens"]
-    return {"ok": math.isfinite(loss), "loss": round(loss, 4) if math.isfinite(loss) else str(loss),
-            "precision": precision.amp}
+    return {
+        "ok": math.isfinite(loss),
+        "loss": round(loss, 4) if math.isfinite(loss) else str(loss),
+        "precision": precision.amp,
+    }
 
 
 def checks(device: torch.device, results, work: Path, families=tuple(gpu_check.FAMILIES)) -> dict:
@@ -60,8 +69,9 @@ def checks(device: torch.device, results, work: Path, families=tuple(gpu_check.F
     results.checks["scope"] = f"one update per family in {label} (the full check: scripts/study_gpu.sh check)"
     for family in families:
         key = f"{family}/{label}"
-        results.checks["families"][key] = {"one_update": gpu_check._guarded(
-            lambda: one_update(family, label, device, data, work))}
+        results.checks["families"][key] = {
+            "one_update": gpu_check._guarded(lambda: one_update(family, label, device, data, work))
+        }
         results.save()
         print(f"{key}: {json.dumps(results.checks['families'][key]['one_update'])}", flush=True)
     return results.checks
@@ -73,8 +83,14 @@ def epoch_tokens(data_dir: Path, src: str = "de", tgt: str = "en") -> int:
     return int(ParallelData(data_dir, "train", src, tgt).tgt.sizes.sum())
 
 
-def plan(probe_runs: list[dict], study_seconds: float, tokens_per_epoch: int, phases=PHASES,
-         overhead_s: float = OVERHEAD_S, floor_s: float = 30) -> dict:
+def plan(
+    probe_runs: list[dict],
+    study_seconds: float,
+    tokens_per_epoch: int,
+    phases=PHASES,
+    overhead_s: float = OVERHEAD_S,
+    floor_s: float = 30,
+) -> dict:
     """How many trainings at once (the measured count with the most target tokens/s in all) and each one's
     wall-clock budget: the study's seconds shared by its waves, less each wave's decode and scoring."""
     measured = {r["together"]: r for r in probe_runs if "error" not in r and r.get("total")}
@@ -87,11 +103,17 @@ def plan(probe_runs: list[dict], study_seconds: float, tokens_per_epoch: int, ph
     waves = sum(math.ceil(n / jobs) for n in phases)
     seconds = max(floor_s, (study_seconds - waves * overhead_s) / waves)
     epochs = each * seconds / tokens_per_epoch if each and tokens_per_epoch else None
-    return {"jobs": jobs, "waves": waves, "seconds_per_run": round(seconds), "study_seconds": round(study_seconds),
-            "overhead_per_wave_s": overhead_s, "target_tokens_per_epoch": tokens_per_epoch,
-            "target_tokens_per_second_each": round(each) if each else None,
-            "epochs_per_run": round(epochs, 1) if epochs is not None else None,
-            "measured": not not measured}
+    return {
+        "jobs": jobs,
+        "waves": waves,
+        "seconds_per_run": round(seconds),
+        "study_seconds": round(study_seconds),
+        "overhead_per_wave_s": overhead_s,
+        "target_tokens_per_epoch": tokens_per_epoch,
+        "target_tokens_per_second_each": round(each) if each else None,
+        "epochs_per_run": round(epochs, 1) if epochs is not None else None,
+        "measured": not not measured,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,9 +140,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.what == "checks":
             checks(device, results, Path(work), args.families)
             return 0 if results.save()["all_checks_ok"] else 1
-        found = gpu_check._guarded(lambda: gpu_check.probe(
-            Path(args.data), device, Path(work), results, args.seconds, tuple(args.together),
-            tuple(map(Path, args.overlays))))
+        found = gpu_check._guarded(
+            lambda: gpu_check.probe(
+                Path(args.data),
+                device,
+                Path(work),
+                results,
+                args.seconds,
+                tuple(args.together),
+                tuple(map(Path, args.overlays)),
+            )
+        )
         if "ok" in found and not found["ok"]:  # the probe raised: say so in gpu.json, size from a guess
             results.probe = {**results.probe, "error": found["error"]}
     results.probe["plan"] = plan(results.probe.get("runs", []), args.study_seconds, epoch_tokens(Path(args.data)))

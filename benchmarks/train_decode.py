@@ -61,16 +61,37 @@ THREADS = 2
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 LAYERS = ["--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
 MODELS = {
-    "iwslt": {"title": "transformer_iwslt_de_en (512/1024/4, 6+6), max_tokens 4096", "max_tokens": 4096,
-              "ours": {"preset": "iwslt", "encoder_layers": 6, "decoder_layers": 6, "tie": "decoder",
-                       "dropout": 0.3},
-              "fairseq": ["--arch", "transformer_iwslt_de_en", "--share-decoder-input-output-embed",
-                          "--dropout", "0.3"]},
-    "demo": {"title": "config/demo.yaml's baseline (256/1024/4, 3+3), max_tokens 1024", "max_tokens": 1024,
-             "ours": {"preset": "small", "encoder_layers": 3, "decoder_layers": 3, "tie": "all", "dropout": 0.1},
-             "fairseq": ["--arch", "transformer", "--share-all-embeddings", "--encoder-embed-dim", "256",
-                         "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
-                         "1024", "--encoder-layers", "3", "--decoder-layers", "3", "--dropout", "0.1", *LAYERS]},
+    "iwslt": {
+        "title": "transformer_iwslt_de_en (512/1024/4, 6+6), max_tokens 4096",
+        "max_tokens": 4096,
+        "ours": {"preset": "iwslt", "encoder_layers": 6, "decoder_layers": 6, "tie": "decoder", "dropout": 0.3},
+        "fairseq": ["--arch", "transformer_iwslt_de_en", "--share-decoder-input-output-embed", "--dropout", "0.3"],
+    },
+    "demo": {
+        "title": "config/demo.yaml's baseline (256/1024/4, 3+3), max_tokens 1024",
+        "max_tokens": 1024,
+        "ours": {"preset": "small", "encoder_layers": 3, "decoder_layers": 3, "tie": "all", "dropout": 0.1},
+        "fairseq": [
+            "--arch",
+            "transformer",
+            "--share-all-embeddings",
+            "--encoder-embed-dim",
+            "256",
+            "--decoder-embed-dim",
+            "256",
+            "--encoder-ffn-embed-dim",
+            "1024",
+            "--decoder-ffn-embed-dim",
+            "1024",
+            "--encoder-layers",
+            "3",
+            "--decoder-layers",
+            "3",
+            "--dropout",
+            "0.1",
+            *LAYERS,
+        ],
+    },
 }
 FIXTURE_DECODE = {"beam": 5, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 200, "batch_size": 64}  # the fixture's beam5
 DEMO_DATA = ROOT / "results/multi30k_deen/data"
@@ -116,17 +137,42 @@ def prepare(work: Path, fairseq: bool = True) -> None:
         for split in ("train", "valid"):
             (work / f"{split}.{lang}").write_bytes((BPE_DIR / f"test.{lang}").read_bytes())
     if fairseq:
-        sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en",
-            "--trainpref", str(work / "train"), "--validpref", str(work / "valid"), "--destdir",
-            str(work / "fairseq-bin"), "--joined-dictionary", "--workers", "2"])
+        sh(
+            [
+                str(FAIRSEQ_BIN / "fairseq-preprocess"),
+                "--source-lang",
+                "de",
+                "--target-lang",
+                "en",
+                "--trainpref",
+                str(work / "train"),
+                "--validpref",
+                str(work / "valid"),
+                "--destdir",
+                str(work / "fairseq-bin"),
+                "--joined-dictionary",
+                "--workers",
+                "2",
+            ]
+        )
     lwnmt = [sys.executable, "-m", "layerwise_nmt"]
     (work / "ours" / "vocab").mkdir(parents=True)
-    sh(lwnmt + ["vocab", str(work / "train.de"), str(work / "train.en"), "--out",
-                str(work / "ours/vocab/dict.joint.txt")])
+    sh(
+        lwnmt
+        + ["vocab", str(work / "train.de"), str(work / "train.en"), "--out", str(work / "ours/vocab/dict.joint.txt")]
+    )
     for split in ("train", "valid"):
         for lang in ("de", "en"):
-            sh(lwnmt + ["binarize", str(work / f"{split}.{lang}"), str(work / f"ours/bin-joint/{split}.de-en.{lang}"),
-                        "--vocab", str(work / "ours/vocab/dict.joint.txt")])
+            sh(
+                lwnmt
+                + [
+                    "binarize",
+                    str(work / f"{split}.{lang}"),
+                    str(work / f"ours/bin-joint/{split}.de-en.{lang}"),
+                    "--vocab",
+                    str(work / "ours/vocab/dict.joint.txt"),
+                ]
+            )
 
 
 def rate_after_warmup(lines: list[tuple[float, int]], warmup: int) -> float:
@@ -143,15 +189,22 @@ def machine() -> dict:
 
     emulated = {k: os.environ[k] for k in AVX2_ENV if k in os.environ}
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
-    return {"cpu": cpu_model(), "cpu_flags": flags, "pytorch_cpu_capability": cpu_capability(),
-            "native_bf16": cpu_has_native_bf16(),
-            "threads": THREADS, "cores": os.cpu_count(), "torch": torch.__version__,
-            "isa_limits": emulated or None}
+    return {
+        "cpu": cpu_model(),
+        "cpu_flags": flags,
+        "pytorch_cpu_capability": cpu_capability(),
+        "native_bf16": cpu_has_native_bf16(),
+        "threads": THREADS,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "isa_limits": emulated or None,
+    }
 
 
 def machine_label(info: dict) -> str:
     return f"{info['cpu']}, PyTorch kernels at {info['pytorch_cpu_capability']}" + (
-        " (emulated AVX2-only CPU)" if info["isa_limits"] else "")
+        " (emulated AVX2-only CPU)" if info["isa_limits"] else ""
+    )
 
 
 def measured_peak(size: int = 2048, repeats: int = 8) -> dict:
@@ -169,8 +222,10 @@ def measured_peak(size: int = 2048, repeats: int = 8) -> dict:
             a @ b
             times.append(time.perf_counter() - start)
         peak[name] = 2 * size**3 / min(times)
-    peak["method"] = (f"measured: fastest of {repeats} {size}x{size} @ {size}x{size} torch.matmul per precision, "
-                      f"{THREADS} threads, on this machine at this time")
+    peak["method"] = (
+        f"measured: fastest of {repeats} {size}x{size} @ {size}x{size} torch.matmul per precision, "
+        f"{THREADS} threads, on this machine at this time"
+    )
     return peak
 
 
@@ -196,17 +251,46 @@ def gemm_bound(work: Path, name: str, repeats: int = 3) -> dict:
                 a @ b
             total += (time.process_time() - start) / repeats
         seconds[label] = total
-    return {"shapes_mkn": shapes, "cpu_seconds_1_thread": seconds,
-            "bf16_over_fp32": seconds["fp32"] / seconds["bf16"]}
+    return {"shapes_mkn": shapes, "cpu_seconds_1_thread": seconds, "bf16_over_fp32": seconds["fp32"] / seconds["bf16"]}
 
 
 def fairseq_train(work: Path, model: dict, updates: int, warmup: int) -> float:
-    cmd = [str(FAIRSEQ_BIN / "fairseq-train"), str(work / "fairseq-bin"), *model["fairseq"], "--optimizer", "adam",
-           "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt",
-           "--warmup-updates", "4000", "--weight-decay", "0.0001", "--criterion", "label_smoothed_cross_entropy",
-           "--label-smoothing", "0.1", "--max-tokens", str(model["max_tokens"]), "--max-update",
-           str(updates + warmup), "--cpu", "--no-save", "--disable-validation", "--log-format", "json",
-           "--log-interval", "1", "--seed", "1"]
+    cmd = [
+        str(FAIRSEQ_BIN / "fairseq-train"),
+        str(work / "fairseq-bin"),
+        *model["fairseq"],
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--clip-norm",
+        "0.0",
+        "--lr",
+        "5e-4",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "4000",
+        "--weight-decay",
+        "0.0001",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        str(model["max_tokens"]),
+        "--max-update",
+        str(updates + warmup),
+        "--cpu",
+        "--no-save",
+        "--disable-validation",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        "--seed",
+        "1",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     stamps = []
@@ -273,8 +357,9 @@ def ours_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> 
     import torch
 
     torch.set_num_threads(THREADS)
-    return rate_after_warmup([(time.perf_counter(), n) for n in ours_updates(work, model, amp, updates + warmup)],
-                             warmup)
+    return rate_after_warmup(
+        [(time.perf_counter(), n) for n in ours_updates(work, model, amp, updates + warmup)], warmup
+    )
 
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
@@ -304,11 +389,16 @@ def where_time_goes(work: Path, name: str, gemm_ratio: float, updates: int = 3, 
         share = sum(e.self_cpu_time_total for e in ops if e.key in GEMM_OPS) / sum(e.self_cpu_time_total for e in ops)
         top = sorted(ops, key=lambda e: -e.self_cpu_time_total)[:12]
         total = sum(e.self_cpu_time_total for e in ops)
-        out[label] = {"cpu_seconds_per_update": seconds, "gemm_share": share,
-                      "top_ops_share": {e.key: e.self_cpu_time_total / total for e in top}}
+        out[label] = {
+            "cpu_seconds_per_update": seconds,
+            "gemm_share": share,
+            "top_ops_share": {e.key: e.self_cpu_time_total / total for e in top},
+        }
     fp32 = out["fp32"]
-    gemm, rest = fp32["cpu_seconds_per_update"] * fp32["gemm_share"], fp32["cpu_seconds_per_update"] * (
-        1 - fp32["gemm_share"])
+    gemm, rest = (
+        fp32["cpu_seconds_per_update"] * fp32["gemm_share"],
+        fp32["cpu_seconds_per_update"] * (1 - fp32["gemm_share"]),
+    )
     out["bf16_over_fp32"] = fp32["cpu_seconds_per_update"] / out["bf16"]["cpu_seconds_per_update"]
     out["ceiling_if_only_gemms_gain"] = fp32["cpu_seconds_per_update"] / (gemm / gemm_ratio + rest)
     out["non_gemm_seconds_fp32"] = rest
@@ -347,8 +437,12 @@ def plain_train(work: Path, model: dict, updates: int, warmup: int, amp: str) ->
             mask = net.generate_square_subsequent_mask(b.prev.size(1))
             h = net(src, tgt, tgt_mask=mask, src_key_padding_mask=b.src == 1, memory_key_padding_mask=b.src == 1)
             logits = h @ emb.weight.t()
-        loss = F.cross_entropy(logits.float().view(-1, V), b.tgt.view(-1), ignore_index=1, label_smoothing=0.1,
-                               reduction="sum") / b.ntokens
+        loss = (
+            F.cross_entropy(
+                logits.float().view(-1, V), b.tgt.view(-1), ignore_index=1, label_smoothing=0.1, reduction="sum"
+            )
+            / b.ntokens
+        )
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -363,22 +457,33 @@ def train_part(work: Path, name: str, updates: int, warmup: int, peak: dict, pre
     systems = {"fairseq 0.12.2 (fp32)": ("fp32", n_params, lambda: fairseq_train(work, model, updates, warmup))}
     for amp, label in (("none", "fp32"), ("bf16", "bf16")):
         if label in precisions:
-            systems[f"lwnmt ({label})"] = (label, n_params, lambda amp=amp: ours_train(work, model, updates, warmup,
-                                                                                        amp))
+            systems[f"lwnmt ({label})"] = (
+                label,
+                n_params,
+                lambda amp=amp: ours_train(work, model, updates, warmup, amp),
+            )
     if name == "iwslt":
         plain_params = parameters(plain_model(vocab_size(work)))
         for amp, label in (("none", "fp32"), ("bf16", "bf16")):
             if label in precisions:
                 systems[f"torch.nn.Transformer ({label})"] = (
-                    label, plain_params, lambda amp=amp: plain_train(work, model, updates, warmup, amp))
+                    label,
+                    plain_params,
+                    lambda amp=amp: plain_train(work, model, updates, warmup, amp),
+                )
     rates, mfu = {}, {}
     for system, (precision, count, measure) in systems.items():
         print(f"training {name}: {system} ...", flush=True)
         rates[system] = measure()
         mfu[system] = 6 * count * rates[system] / peak[precision]
     base = rates["fairseq 0.12.2 (fp32)"]
-    part = {"model": model["title"], "parameters": n_params, "target_tokens_per_s": rates,
-            "vs_fairseq_fp32": {k: v / base for k, v in rates.items()}, "model_flop_utilisation": mfu}
+    part = {
+        "model": model["title"],
+        "parameters": n_params,
+        "target_tokens_per_s": rates,
+        "vs_fairseq_fp32": {k: v / base for k, v in rates.items()},
+        "model_flop_utilisation": mfu,
+    }
     if "lwnmt (bf16)" in rates:
         part["lwnmt_bf16_over_fp32"] = rates["lwnmt (bf16)"] / rates["lwnmt (fp32)"]
     return part
@@ -387,6 +492,7 @@ def train_part(work: Path, name: str, updates: int, warmup: int, peak: dict, pre
 @dataclass
 class DecodeCase:
     """One trained model as each tool loads it, the sources to translate and the beam settings."""
+
     description: str
     fairseq_checkpoint: Path
     fairseq_data: Path  # its sources binarized (fairseq-generate's --gen-subset test)
@@ -399,11 +505,32 @@ class DecodeCase:
 def fixture_case(work: Path, name: str) -> DecodeCase:
     """A fixture model trained by fairseq (d = 64 / 32), imported with `lwnmt import-fairseq`."""
     imported = work / f"imported-{name}"
-    sh([sys.executable, "-m", "layerwise_nmt", "import-fairseq", str(FIXTURE / name / "checkpoint.pt"), "--data",
-        str(FIXTURE / name), "--src", "de", "--tgt", "en", "--out", str(imported)])
-    return DecodeCase(f"tests/fixtures/fairseq/{name}: {' '.join(fixture_train_args(name))}",
-                      FIXTURE / name / "checkpoint.pt", binarize_fixture_sources(work, name), imported / "model.pt",
-                      imported, FIXTURE / "test.de", FIXTURE_DECODE)
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "import-fairseq",
+            str(FIXTURE / name / "checkpoint.pt"),
+            "--data",
+            str(FIXTURE / name),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--out",
+            str(imported),
+        ]
+    )
+    return DecodeCase(
+        f"tests/fixtures/fairseq/{name}: {' '.join(fixture_train_args(name))}",
+        FIXTURE / name / "checkpoint.pt",
+        binarize_fixture_sources(work, name),
+        imported / "model.pt",
+        imported,
+        FIXTURE / "test.de",
+        FIXTURE_DECODE,
+    )
 
 
 def demo_case(cache: Path) -> DecodeCase:
@@ -416,15 +543,37 @@ def demo_case(cache: Path) -> DecodeCase:
     fairseq_data = cache / "fairseq-bin"
     if not (fairseq_data / "valid.de-en.en.bin").exists():  # train, valid: for fairseq-train's checkpoint
         joint = str(data / "vocab/dict.joint.txt")
-        sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--srcdict", joint,
-            "--tgtdict", joint, *(f"--{split}pref={data / 'bpe/test.de-en'}" for split in ("train", "valid", "test")),
-            "--destdir", str(fairseq_data), "--workers", "1"])
+        sh(
+            [
+                str(FAIRSEQ_BIN / "fairseq-preprocess"),
+                "--source-lang",
+                "de",
+                "--target-lang",
+                "en",
+                "--srcdict",
+                joint,
+                "--tgtdict",
+                joint,
+                *(f"--{split}pref={data / 'bpe/test.de-en'}" for split in ("train", "valid", "test")),
+                "--destdir",
+                str(fairseq_data),
+                "--workers",
+                "1",
+            ]
+        )
     exported = cache / "fairseq-checkpoint.pt"
     if not exported.exists() or exported.stat().st_mtime < model.stat().st_mtime:
         export_to_fairseq(model, fairseq_data, cache)
-    return DecodeCase("config/demo.yaml's baseline (256/1024/4, 3+3, all embeddings shared), 1,000 updates on "
-                      "Multi30k with fairseq's init and positions; test2016", exported, fairseq_data, model,
-                      data / "bin-joint", data / "bpe/test.de-en.de", settings)
+    return DecodeCase(
+        "config/demo.yaml's baseline (256/1024/4, 3+3, all embeddings shared), 1,000 updates on "
+        "Multi30k with fairseq's init and positions; test2016",
+        exported,
+        fairseq_data,
+        model,
+        data / "bin-joint",
+        data / "bpe/test.de-en.de",
+        settings,
+    )
 
 
 def demo_model(cache: Path) -> tuple[Path, dict]:
@@ -435,23 +584,59 @@ def demo_model(cache: Path) -> tuple[Path, dict]:
     model = cache / "model.pt"
     if not model.exists():
         print(f"training the demo-sized model for decoding into {cache} (~8 min) ...", flush=True)
-        spec = {"model": "transformer", "arch": {**MODELS["demo"]["ours"], "init": "fairseq", "sinusoid": "fairseq"},
-                "train": {**baseline["train"], "amp": "none"}}
-        sh([sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data",
-            str(data / "bin-joint"), "--src", "de", "--tgt", "en", "--save-dir", str(cache / "checkpoints"),
-            "--final", str(model), "--threads", str(THREADS)])
+        spec = {
+            "model": "transformer",
+            "arch": {**MODELS["demo"]["ours"], "init": "fairseq", "sinusoid": "fairseq"},
+            "train": {**baseline["train"], "amp": "none"},
+        }
+        sh(
+            [
+                sys.executable,
+                "-m",
+                "layerwise_nmt",
+                "train",
+                "--spec",
+                json.dumps(spec),
+                "--data",
+                str(data / "bin-joint"),
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--save-dir",
+                str(cache / "checkpoints"),
+                "--final",
+                str(model),
+                "--threads",
+                str(THREADS),
+            ]
+        )
     return model, settings
 
 
 def ensure_demo_data() -> Path:
     """`make demo`'s prepared Multi30k (BPE, joint dictionary, binarized), made by its own rules if absent."""
-    files = ["bpe/test.de-en.de", "vocab/dict.joint.txt"] + [f"bin-joint/{split}.de-en.{lang}.{kind}.npy"
-                                                              for split in ("train", "valid") for lang in ("de", "en")
-                                                              for kind in ("tokens", "offsets")]
+    files = ["bpe/test.de-en.de", "vocab/dict.joint.txt"] + [
+        f"bin-joint/{split}.de-en.{lang}.{kind}.npy"
+        for split in ("train", "valid")
+        for lang in ("de", "en")
+        for kind in ("tokens", "offsets")
+    ]
     if not all((DEMO_DATA / f).exists() for f in files):
         targets = [str(DEMO_DATA.relative_to(ROOT) / f) for f in files]  # before the list options, which take all
-        sh([str(Path(sys.executable).parent / "snakemake"), *targets, "--cores", str(THREADS), "--configfile",
-            "config/demo.yaml", "--quiet", "rules"], cwd=ROOT)
+        sh(
+            [
+                str(Path(sys.executable).parent / "snakemake"),
+                *targets,
+                "--cores",
+                str(THREADS),
+                "--configfile",
+                "config/demo.yaml",
+                "--quiet",
+                "rules",
+            ],
+            cwd=ROOT,
+        )
     return DEMO_DATA
 
 
@@ -500,13 +685,40 @@ def export_to_fairseq(model: Path, fairseq_data: Path, cache: Path) -> None:
     from layerwise_nmt.training.checkpoint import load
 
     template = cache / "fairseq-template"
-    sh([str(FAIRSEQ_BIN / "fairseq-train"), str(fairseq_data), *MODELS["demo"]["fairseq"], "--optimizer", "adam",
-        "--lr", "1e-4", "--max-tokens", "1024", "--max-update", "1", "--cpu", "--disable-validation",
-        "--no-epoch-checkpoints", "--save-dir", str(template), "--seed", "1"])
+    sh(
+        [
+            str(FAIRSEQ_BIN / "fairseq-train"),
+            str(fairseq_data),
+            *MODELS["demo"]["fairseq"],
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-4",
+            "--max-tokens",
+            "1024",
+            "--max-update",
+            "1",
+            "--cpu",
+            "--disable-validation",
+            "--no-epoch-checkpoints",
+            "--save-dir",
+            str(template),
+            "--seed",
+            "1",
+        ]
+    )
     state = load(model)
     torch.save(fairseq_weights(state), cache / "fairseq-weights.pt")
-    sh([str(FAIRSEQ_BIN / "python"), "-c", EXPORT_DRIVER, str(template / "checkpoint_last.pt"),
-        str(cache / "fairseq-weights.pt"), str(cache / "fairseq-checkpoint.pt")])
+    sh(
+        [
+            str(FAIRSEQ_BIN / "python"),
+            "-c",
+            EXPORT_DRIVER,
+            str(template / "checkpoint_last.pt"),
+            str(cache / "fairseq-weights.pt"),
+            str(cache / "fairseq-checkpoint.pt"),
+        ]
+    )
 
 
 def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], repeats: int) -> dict:
@@ -514,17 +726,49 @@ def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], 
     turn), each tool's own decoding rate, and agreement of the hypotheses."""
     settings = case.settings
     generate = fairseq_cli("generate") + [
-        str(case.fairseq_data), "--path", str(case.fairseq_checkpoint), "--gen-subset", "test", "--cpu", "--beam",
-        str(settings["beam"]), "--lenpen", str(settings["lenpen"]), "--max-len-a", str(settings["max_len_a"]),
-        "--max-len-b", str(settings["max_len_b"]), "--batch-size", str(settings["batch_size"]), "--num-workers", "0"]
+        str(case.fairseq_data),
+        "--path",
+        str(case.fairseq_checkpoint),
+        "--gen-subset",
+        "test",
+        "--cpu",
+        "--beam",
+        str(settings["beam"]),
+        "--lenpen",
+        str(settings["lenpen"]),
+        "--max-len-a",
+        str(settings["max_len_a"]),
+        "--max-len-b",
+        str(settings["max_len_b"]),
+        "--batch-size",
+        str(settings["batch_size"]),
+        "--num-workers",
+        "0",
+    ]
     commands = {"fairseq-generate (fp32)": generate}
     for amp, label in (("none", "fp32"), ("bf16", "bf16")):
         if label in precisions:
             commands[f"lwnmt translate ({label})"] = [
-                sys.executable, "-m", "layerwise_nmt", "translate", str(case.sources), "--model",
-                str(case.our_model), "--data", str(case.our_data), "--src", "de", "--tgt", "en", "--out-prefix",
-                str(work / f"hyp-{name}-{label}"), "--threads", str(THREADS), "--options",
-                json.dumps({**settings, "amp": amp})]
+                sys.executable,
+                "-m",
+                "layerwise_nmt",
+                "translate",
+                str(case.sources),
+                "--model",
+                str(case.our_model),
+                "--data",
+                str(case.our_data),
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--out-prefix",
+                str(work / f"hyp-{name}-{label}"),
+                "--threads",
+                str(THREADS),
+                "--options",
+                json.dumps({**settings, "amp": amp}),
+            ]
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     walls = {system: [] for system in commands}
     outputs = {}
@@ -539,7 +783,7 @@ def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], 
     agree = {}
     for system in commands:
         if system.startswith("lwnmt"):
-            label = system[system.index("(") + 1:-1]
+            label = system[system.index("(") + 1 : -1]
             prefix = work / f"hyp-{name}-{label}"
             own_rate[system] = json.loads(Path(f"{prefix}.json").read_text())["sentences_per_second"]
             ours = Path(f"{prefix}.bpe").read_text(encoding="utf-8").splitlines()
@@ -548,14 +792,20 @@ def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], 
     wall = {k: statistics.median(v) for k, v in walls.items()}
     base = wall["fairseq-generate (fp32)"]
     per_turn = {k: [a / b for a, b in zip(walls["fairseq-generate (fp32)"], v)] for k, v in walls.items()}
-    return {"model": case.description, "settings": settings, "sentences": sentences,
-            "whole_process_seconds": wall, "whole_process_sentences_per_s": {k: sentences / v for k, v in wall.items()},
-            "whole_process_vs_fairseq_fp32": {k: base / v for k, v in wall.items()},
-            "whole_process_vs_fairseq_fp32_per_turn": {
-                k: {"median": statistics.median(r), "min": min(r), "max": max(r)} for k, r in per_turn.items()},
-            "decoding_sentences_per_s_own_timer": own_rate,
-            "own_timer_vs_fairseq_fp32": {k: v / own_rate["fairseq-generate (fp32)"] for k, v in own_rate.items()},
-            "hypotheses_identical_to_fairseq": agree}
+    return {
+        "model": case.description,
+        "settings": settings,
+        "sentences": sentences,
+        "whole_process_seconds": wall,
+        "whole_process_sentences_per_s": {k: sentences / v for k, v in wall.items()},
+        "whole_process_vs_fairseq_fp32": {k: base / v for k, v in wall.items()},
+        "whole_process_vs_fairseq_fp32_per_turn": {
+            k: {"median": statistics.median(r), "min": min(r), "max": max(r)} for k, r in per_turn.items()
+        },
+        "decoding_sentences_per_s_own_timer": own_rate,
+        "own_timer_vs_fairseq_fp32": {k: v / own_rate["fairseq-generate (fp32)"] for k, v in own_rate.items()},
+        "hypotheses_identical_to_fairseq": agree,
+    }
 
 
 def decode_utilisation(case: DecodeCase, precisions: list[str], peak: dict) -> dict:
@@ -581,9 +831,13 @@ def decode_utilisation(case: DecodeCase, precisions: list[str], peak: dict) -> d
             wall = time.perf_counter() - start
         products = [e for e in prof.key_averages() if e.key in ("aten::addmm", "aten::mm", "aten::bmm")]
         flops, seconds = sum(e.flops for e in products), sum(e.self_cpu_time_total for e in products) / 1e6
-        result[label] = {"matmul_gflop": flops / 1e9, "decode_wall_s": wall, "matmul_s": seconds,
-                         "matmul_fraction_of_peak": flops / seconds / peak[label],
-                         "decode_fraction_of_peak": flops / wall / peak[label]}
+        result[label] = {
+            "matmul_gflop": flops / 1e9,
+            "decode_wall_s": wall,
+            "matmul_s": seconds,
+            "matmul_fraction_of_peak": flops / seconds / peak[label],
+            "decode_fraction_of_peak": flops / wall / peak[label],
+        }
     return result
 
 
@@ -598,9 +852,25 @@ def binarize_fixture_sources(work: Path, name: str) -> Path:
     for lang in ("de", "en"):
         Path(f"{head}.{lang}").write_bytes((FIXTURE / "test.de").read_bytes())
     dest = work / f"fixture-bin-{name}"
-    sh([str(FAIRSEQ_BIN / "fairseq-preprocess"), "--source-lang", "de", "--target-lang", "en", "--srcdict",
-        str(FIXTURE / name / "dict.de.txt"), "--tgtdict", str(FIXTURE / name / "dict.en.txt"), "--testpref",
-        str(head), "--destdir", str(dest), "--workers", "1"])
+    sh(
+        [
+            str(FAIRSEQ_BIN / "fairseq-preprocess"),
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--srcdict",
+            str(FIXTURE / name / "dict.de.txt"),
+            "--tgtdict",
+            str(FIXTURE / name / "dict.en.txt"),
+            "--testpref",
+            str(head),
+            "--destdir",
+            str(dest),
+            "--workers",
+            "1",
+        ]
+    )
     return dest
 
 
@@ -610,8 +880,10 @@ def fairseq_hypotheses(text: str) -> list[str]:
 
 
 def fairseq_rate(result: subprocess.CompletedProcess) -> float:
-    match = re.search(r"Translated [\d,]+ sentences \([\d,]+ tokens\) in [\d.]+s \(([\d.]+) sentences/s",
-                      result.stdout + result.stderr)
+    match = re.search(
+        r"Translated [\d,]+ sentences \([\d,]+ tokens\) in [\d.]+s \(([\d.]+) sentences/s",
+        result.stdout + result.stderr,
+    )
     if not match:
         raise RuntimeError("fairseq-generate printed no 'Translated ... sentences/s' line")
     return float(match.group(1))
@@ -642,19 +914,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--models", default="iwslt,demo", help="training models to measure (iwslt, demo)")
-    parser.add_argument("--decode-models", default="demo,shared_post,separate_pre",
-                        help="trained models to decode: demo (a demo-sized model trained here once) and the fairseq "
-                        "fixture's shared_post, separate_pre")
-    parser.add_argument("--cache", default=str(ROOT / "results/benchmarks/decode-demo"),
-                        help="where the demo-sized decoding model is trained and kept")
+    parser.add_argument(
+        "--decode-models",
+        default="demo,shared_post,separate_pre",
+        help="trained models to decode: demo (a demo-sized model trained here once) and the fairseq "
+        "fixture's shared_post, separate_pre",
+    )
+    parser.add_argument(
+        "--cache",
+        default=str(ROOT / "results/benchmarks/decode-demo"),
+        help="where the demo-sized decoding model is trained and kept",
+    )
     parser.add_argument("--decode-repeats", type=int, default=3)
-    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
-                        help="avx2: emulate an AVX2-only CPU (fp32 only, as amp auto would choose)")
+    parser.add_argument(
+        "--isa",
+        choices=("native", "avx2"),
+        default="native",
+        help="avx2: emulate an AVX2-only CPU (fp32 only, as amp auto would choose)",
+    )
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/train_decode.json"))
-    parser.add_argument("--parts", default="train,decode,gemm,profile,ctranslate2",
-                        help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
-                        "fp32), profile (where an update's time goes; needs gemm), ctranslate2 (the demo baseline "
-                        "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py); others are kept")
+    parser.add_argument(
+        "--parts",
+        default="train,decode,gemm,profile,ctranslate2",
+        help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
+        "fp32), profile (where an update's time goes; needs gemm), ctranslate2 (the demo baseline "
+        "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py); others are kept",
+    )
     args = parser.parse_args(argv)
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ENV})  # before torch loads
@@ -669,23 +954,31 @@ def main(argv: list[str] | None = None) -> None:
         ensure_fairseq()
     info = machine()
     run = result.setdefault("runs", {}).setdefault(machine_label(info), {})
-    run["machine"] = {**info, "load_average_at_start": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                               time.gmtime())}
+    run["machine"] = {
+        **info,
+        "load_average_at_start": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if parts & {"train", "gemm", "profile", "decode"}:
             prepare(work, needs_fairseq)
         if "train" in parts:
             run["peak_flops_per_s"] = peak = measured_peak()
-            run.setdefault("train", {}).update({name: train_part(work, name, args.updates, args.warmup, peak,
-                                                                 precisions) for name in models})
-            run["train_settings"] = {"updates": args.updates, "warmup": args.warmup,
-                                     "mfu": "6 * parameters * target tokens/s / peak_flops_per_s[precision]"}
+            run.setdefault("train", {}).update(
+                {name: train_part(work, name, args.updates, args.warmup, peak, precisions) for name in models}
+            )
+            run["train_settings"] = {
+                "updates": args.updates,
+                "warmup": args.warmup,
+                "mfu": "6 * parameters * target tokens/s / peak_flops_per_s[precision]",
+            }
         if "gemm" in parts:
             run.setdefault("gemm_bound", {}).update({name: gemm_bound(work, name) for name in models})
         if "profile" in parts:
-            run.setdefault("where_time_goes", {}).update({
-                name: where_time_goes(work, name, run["gemm_bound"][name]["bf16_over_fp32"]) for name in models})
+            run.setdefault("where_time_goes", {}).update(
+                {name: where_time_goes(work, name, run["gemm_bound"][name]["bf16_over_fp32"]) for name in models}
+            )
         if "decode" in parts:
             for name in args.decode_models.split(","):
                 case = demo_case(Path(args.cache)) if name == "demo" else fixture_case(work, name)
@@ -696,13 +989,23 @@ def main(argv: list[str] | None = None) -> None:
                 # figures taken apart from this script (dated), e.g. longer paired runs, are kept
                 part.update({k: v for k, v in run.get("decode", {}).get(name, {}).items() if k == "paired_runs"})
                 run.setdefault("decode", {})[name] = part
-            run["decode_settings"] = {"threads": THREADS, "repeats": args.decode_repeats,
-                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            run["decode_settings"] = {
+                "threads": THREADS,
+                "repeats": args.decode_repeats,
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            }
         if "ctranslate2" in parts:
             model, settings = demo_model(Path(args.cache))
             data = ensure_demo_data()
-            run["ctranslate2"] = ctranslate2_part(model, data / "bin-joint", data / "bpe/test.de-en.de",
-                                                  data / "bpe/test.de-en.en", settings, work, args.decode_repeats)
+            run["ctranslate2"] = ctranslate2_part(
+                model,
+                data / "bin-joint",
+                data / "bpe/test.de-en.de",
+                data / "bpe/test.de-en.en",
+                settings,
+                work,
+                args.decode_repeats,
+            )
     run["machine"]["load_average_at_end"] = os.getloadavg()
     record(out, result)  # before the report: a table that fails to print must not lose what was measured
     report(machine_label(info), run)
@@ -713,31 +1016,42 @@ def report(label: str, run: dict) -> None:
     for name, part in run.get("train", {}).items():
         print(f"\ntraining {part['model']}\n{'system':<36} {'target tok/s':>12} {'vs fairseq':>10} {'MFU':>6}")
         for system, rate in part["target_tokens_per_s"].items():
-            print(f"{system:<36} {rate:12.1f} {part['vs_fairseq_fp32'][system]:9.2f}x "
-                  f"{part['model_flop_utilisation'][system]:6.1%}")
+            print(
+                f"{system:<36} {rate:12.1f} {part['vs_fairseq_fp32'][system]:9.2f}x "
+                f"{part['model_flop_utilisation'][system]:6.1%}"
+            )
     for name, part in run.get("gemm_bound", {}).items():
         print(f"{name}: its GEMMs alone run {part['bf16_over_fp32']:.2f}x faster in bf16 than in fp32")
     for name, part in run.get("where_time_goes", {}).items():
-        print(f"{name}: 1-thread CPU s/update fp32 {part['fp32']['cpu_seconds_per_update']:.3f} "
-              f"(GEMMs {part['fp32']['gemm_share']:.0%}), bf16 {part['bf16']['cpu_seconds_per_update']:.3f} "
-              f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
-              f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x")
+        print(
+            f"{name}: 1-thread CPU s/update fp32 {part['fp32']['cpu_seconds_per_update']:.3f} "
+            f"(GEMMs {part['fp32']['gemm_share']:.0%}), bf16 {part['bf16']['cpu_seconds_per_update']:.3f} "
+            f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
+            f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x"
+        )
     if "ctranslate2" in run:
         report_ctranslate2(run["ctranslate2"])
     for name, part in run.get("decode", {}).items():
-        print(f"\ndecoding {name}, beam 5\n{'system':<28} {'whole-process s':>15} {'vs fairseq':>10} "
-              f"{'own sent/s':>10} {'same hyps':>9}")
+        print(
+            f"\ndecoding {name}, beam 5\n{'system':<28} {'whole-process s':>15} {'vs fairseq':>10} "
+            f"{'own sent/s':>10} {'same hyps':>9}"
+        )
         for system, seconds in part["whole_process_seconds"].items():
             same = part["hypotheses_identical_to_fairseq"].get(system, part["sentences"])
-            print(f"{system:<28} {seconds:15.2f} {part['whole_process_vs_fairseq_fp32'][system]:9.2f}x "
-                  f"{part['decoding_sentences_per_s_own_timer'][system]:10.1f} {same:>5}/{part['sentences']}")
+            print(
+                f"{system:<28} {seconds:15.2f} {part['whole_process_vs_fairseq_fp32'][system]:9.2f}x "
+                f"{part['decoding_sentences_per_s_own_timer'][system]:10.1f} {same:>5}/{part['sentences']}"
+            )
         for system, r in part.get("whole_process_vs_fairseq_fp32_per_turn", {}).items():
             if system.startswith("lwnmt"):
-                print(f"{system}: {r['median']:.2f}x fairseq-generate per turn (median) [{r['min']:.2f}, "
-                      f"{r['max']:.2f}]")
+                print(
+                    f"{system}: {r['median']:.2f}x fairseq-generate per turn (median) [{r['min']:.2f}, {r['max']:.2f}]"
+                )
         for label, u in part.get("model_flop_utilisation", {}).items():
-            print(f"{label}: {u['matmul_gflop']:.0f} GFLOP of matrix products; at {u['matmul_fraction_of_peak']:.0%} "
-                  f"of this CPU's {label} peak while they run, {u['decode_fraction_of_peak']:.0%} over the decode")
+            print(
+                f"{label}: {u['matmul_gflop']:.0f} GFLOP of matrix products; at {u['matmul_fraction_of_peak']:.0%} "
+                f"of this CPU's {label} peak while they run, {u['decode_fraction_of_peak']:.0%} over the decode"
+            )
 
 
 if __name__ == "__main__":

@@ -63,22 +63,40 @@ def _marker_holds(marker: str) -> bool:
 
 
 def image_packages(path: Path) -> set[str]:
-    return {canonical(line.split("#")[0].strip()) for line in path.read_text().splitlines()
-            if line.split("#")[0].strip()}
+    return {
+        canonical(line.split("#")[0].strip()) for line in path.read_text().splitlines() if line.split("#")[0].strip()
+    }
 
 
 def fetch(name: str, version: str, out: Path, python_version: str) -> str:
     """Download the wheel for the target Python, or build one from the sdist; returns how."""
-    binary = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-              "--python-version", python_version, "--implementation", "cp", *[f"--platform={p}" for p in PLATFORMS],
-              "--platform=any", "-d", str(out), f"{name}=={version}"]
+    binary = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *[f"--platform={p}" for p in PLATFORMS],
+        "--platform=any",
+        "-d",
+        str(out),
+        f"{name}=={version}",
+    ]
     if subprocess.run(binary, capture_output=True).returncode == 0:
         return "wheel"
     built = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), f"{name}=={version}"]
     result = subprocess.run(built, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"node_wheels: {name}=={version}: no wheel for Python {python_version} and the sdist did "
-                         f"not build: {result.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(
+            f"node_wheels: {name}=={version}: no wheel for Python {python_version} and the sdist did "
+            f"not build: {result.stderr.strip().splitlines()[-1:]}"
+        )
     return "built from sdist"
 
 
@@ -115,8 +133,10 @@ def main(argv=None) -> int:
     for name, version in sorted(needed.items()):
         print(f"{name}=={version}: {fetch(name, version, out, args.python_version)}", flush=True)
     size = sum(p.stat().st_size for p in out.glob("*.whl"))
-    print(f"node_wheels: {len(needed)} wheels, {size / 2**20:.1f} MiB in {out} "
-          f"(the image has the other {len(closure()) - len(needed)})")
+    print(
+        f"node_wheels: {len(needed)} wheels, {size / 2**20:.1f} MiB in {out} "
+        f"(the image has the other {len(closure()) - len(needed)})"
+    )
     return 0
 
 

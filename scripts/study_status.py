@@ -48,8 +48,11 @@ def runs(size: str, extra: list[str], config: dict | None = None) -> list[tuple[
 
     config = config or study_config(size, extra)
     rows = config["papers"]["study"]["tables"]["T1"]["rows"]
-    return [(row["label"], row["experiment"], seed) for row in rows
-            for seed in cfg.experiment(config, row["experiment"])["seeds"]]
+    return [
+        (row["label"], row["experiment"], seed)
+        for row in rows
+        for seed in cfg.experiment(config, row["experiment"])["seeds"]
+    ]
 
 
 def run_dir(study: Path, size: str, experiment: str, seed: int) -> Path:
@@ -74,9 +77,14 @@ def run_result(run: Path) -> dict:
     if training.exists():
         t = json.loads(training.read_text())
         seconds = t.get("minutes", 0) * 60
-        row.update(updates=t.get("updates"), epochs=t.get("epochs_completed"), stopped_by=t.get("stopped_by"),
-                   train_seconds=round(seconds), peak_gpu_memory_gib=t.get("peak_gpu_memory_gib"),
-                   target_tokens_per_second=round(t["target_tokens"] / seconds) if seconds else None)
+        row.update(
+            updates=t.get("updates"),
+            epochs=t.get("epochs_completed"),
+            stopped_by=t.get("stopped_by"),
+            train_seconds=round(seconds),
+            peak_gpu_memory_gib=t.get("peak_gpu_memory_gib"),
+            target_tokens_per_second=round(t["target_tokens"] / seconds) if seconds else None,
+        )
     bench = run / "train.benchmark.tsv"
     if bench.exists():
         rows = list(csv.DictReader(bench.open(), delimiter="\t"))
@@ -121,8 +129,12 @@ def compare(study: Path, size: str, config: dict, experiment: str, control: str,
     e = cfg.experiment(config, experiment)
     ref = study / size / "results" / TASK / "data" / "text" / f"test.{e['pair']}.{e['tgt']}"
     refs = ref.read_text().splitlines() * len(seeds)
-    result = paired_bootstrap(hypotheses(study, size, control, seeds), hypotheses(study, size, experiment, seeds),
-                              [refs], ScoreConfig.from_dict(e["score"]))
+    result = paired_bootstrap(
+        hypotheses(study, size, control, seeds),
+        hypotheses(study, size, experiment, seeds),
+        [refs],
+        ScoreConfig.from_dict(e["score"]),
+    )
     return {"p_value": result["p_value"], "seeds": seeds}
 
 
@@ -134,10 +146,15 @@ def summary_rows(study: Path, size: str, extra: list[str], config: dict | None =
         needed = [s for _, e, s in runs(size, extra, config) if e == row["experiment"]]
         bleu = {s: v["bleu"] for s in needed if (v := scored(study, size, row["experiment"], s))}
         values = list(bleu.values())
-        line = {"label": row["label"], "experiment": row["experiment"], "n": len(values), "of": len(needed),
-                "mean": statistics.fmean(values) if values else None,
-                "sd": statistics.stdev(values) if len(values) > 1 else None,
-                "stopped_by": stopped_by(study, size, row["experiment"], sorted(bleu))}
+        line = {
+            "label": row["label"],
+            "experiment": row["experiment"],
+            "n": len(values),
+            "of": len(needed),
+            "mean": statistics.fmean(values) if values else None,
+            "sd": statistics.stdev(values) if len(values) > 1 else None,
+            "stopped_by": stopped_by(study, size, row["experiment"], sorted(bleu)),
+        }
         control = row.get("compare_to")
         if control:
             theirs = {s: v["bleu"] for s in needed if (v := scored(study, size, control, s))}
@@ -161,15 +178,21 @@ def stopped_by(study: Path, size: str, experiment: str, seeds: list[int]) -> str
 
 
 def summary_table(rows: list[dict]) -> list[str]:
-    lines = ["| row | BLEU, mean ± sd (seeds) | training stopped by | vs control: Δ BLEU, bootstrap p | "
-             "the paper's claim at this size |", "|---|---:|---|---:|---|"]
+    lines = [
+        "| row | BLEU, mean ± sd (seeds) | training stopped by | vs control: Δ BLEU, bootstrap p | "
+        "the paper's claim at this size |",
+        "|---|---:|---|---:|---|",
+    ]
     for r in rows:
         mean = "—" if r["mean"] is None else f"{r['mean']:.2f}" + (f" ± {r['sd']:.2f}" if r["sd"] is not None else "")
         cell = f"{mean} ({r['n']} of {r['of']})"
         vs, claim = "", ""
         if "control" in r:
-            vs = (f"{r['delta']:+.2f}, p = {r['p_value']:.3f} (`{r['control']}`, "
-                  f"seeds {', '.join(map(str, r['seeds']))})" if "delta" in r else f"not yet (`{r['control']}`)")
+            vs = (
+                f"{r['delta']:+.2f}, p = {r['p_value']:.3f} (`{r['control']}`, seeds {', '.join(map(str, r['seeds']))})"
+                if "delta" in r
+                else f"not yet (`{r['control']}`)"
+            )
             claim = r.get("claim", "—")
         lines.append(f"| {r['label']} (`{r['experiment']}`) | {cell} | {r['stopped_by']} | {vs} | {claim} |")
     return lines
@@ -177,9 +200,30 @@ def summary_table(rows: list[dict]) -> list[str]:
 
 def build_report(study: Path, size: str, extra: list[str]) -> bool:
     """The table and figures through the workflow's report rules, with the scores that came back."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(study / size), "tables",
-           "--config", "models_elsewhere=True", "--cores", "2", "--allowed-rules", "table", "figure", "summary",
-           "tables", "--quiet", "rules", "--configfile", str(ROOT / "config.yaml"), *overlays(size, extra)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(study / size),
+        "tables",
+        "--config",
+        "models_elsewhere=True",
+        "--cores",
+        "2",
+        "--allowed-rules",
+        "table",
+        "figure",
+        "summary",
+        "tables",
+        "--quiet",
+        "rules",
+        "--configfile",
+        str(ROOT / "config.yaml"),
+        *overlays(size, extra),
+    ]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if result.returncode:
@@ -201,10 +245,13 @@ def size_section(study: Path, docs: Path, size: str, extra: list[str], report: b
         lines.append(f"| {label} (`{experiment}`) | " + " | ".join(cells) + " |")
     lines.append("")
     if count:
-        lines += [f"Over the seeds scored; a claim holds when the method's mean beats its control's and the paired "
-                  f"bootstrap (1,000 samples over the seeds' test sets together) gives p < {P_VALUE}. "
-                  f"A training stopped by `patience` converged; one stopped by `max_minutes` was cut by the "
-                  f"node's time budget, and its claim is about that budget:", ""]
+        lines += [
+            f"Over the seeds scored; a claim holds when the method's mean beats its control's and the paired "
+            f"bootstrap (1,000 samples over the seeds' test sets together) gives p < {P_VALUE}. "
+            f"A training stopped by `patience` converged; one stopped by `max_minutes` was cut by the "
+            f"node's time budget, and its claim is about that budget:",
+            "",
+        ]
         lines += summary_table(summary_rows(study, size, extra, config)) + [""]
     if count == len(needed) and report and build_report(study, size, extra):
         out = docs / size
@@ -231,10 +278,14 @@ def main(argv=None) -> int:
         return 0
     study, docs = Path(args.study), Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
-    lines = ["# The converged study on a GPU: what is done", "",
-             "Generated by `scripts/study_gpu.sh collect` (scripts/study_status.py) from the runs that came back from "
-             "the GPU node; how to run it: docs/usage.md, \"On a GPU node without internet\". A cell without a BLEU "
-             "was not run yet (—). Lowercased tokenized BLEU on Multi30k test2016, per seed.", ""]
+    lines = [
+        "# The converged study on a GPU: what is done",
+        "",
+        "Generated by `scripts/study_gpu.sh collect` (scripts/study_status.py) from the runs that came back from "
+        'the GPU node; how to run it: docs/usage.md, "On a GPU node without internet". A cell without a BLEU '
+        "was not run yet (—). Lowercased tokenized BLEU on Multi30k test2016, per seed.",
+        "",
+    ]
     gpu = ROOT / "benchmarks" / "results" / "gpu.json"
     if gpu.exists():
         device = json.loads(gpu.read_text()).get("device", "?")

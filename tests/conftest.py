@@ -34,24 +34,32 @@ def mirror() -> Path:
     return MIRROR
 
 
-def snakemake(workdir: Path, *args: str, mirror: Path | None = None, check: bool = True,
-              timeout: int = 600) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, mirror: Path | None = None, check: bool = True, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """Run the project's Snakefile in `workdir` with this interpreter's environment (its bin dir first on PATH)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("LWNMT_DATA_MIRROR", None)
     if mirror is not None:
         env["LWNMT_DATA_MIRROR"] = str(mirror)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2",
-           *args]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2", *args]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-5000:]}")
+        raise AssertionError(
+            f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+        )
     return result
 
 
-TOY_ARCH = {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2, "tie": "all",
-            "dropout": 0.1}
+TOY_ARCH = {
+    "d_model": 32,
+    "d_ff": 64,
+    "heads": 4,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "tie": "all",
+    "dropout": 0.1,
+}
 
 
 @pytest.fixture(scope="session")
@@ -82,8 +90,11 @@ def toy_data(tmp_path_factory) -> Path:
 
 
 def toy_spec(**train) -> dict:
-    return {"model": "transformer", "arch": TOY_ARCH,
-            "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, **train}}
+    return {
+        "model": "transformer",
+        "arch": TOY_ARCH,
+        "train": {"max_tokens": 200, "lr": 0.003, "warmup_updates": 5, "log_interval": 1000, **train},
+    }
 
 
 def toy_batch(src_vocab: int = 40, tgt_vocab: int = 40):
@@ -102,15 +113,44 @@ def toy_batch(src_vocab: int = 40, tgt_vocab: int = 40):
 
 # The model tests' small models: family → settings (a test's own settings update them)
 TINY = {
-    "transformer": dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, encoder_layers=2, decoder_layers=3,
-                        dropout=0.0, tie="all"),
+    "transformer": dict(
+        src_vocab=50,
+        tgt_vocab=50,
+        d_model=32,
+        d_ff=64,
+        heads=4,
+        encoder_layers=2,
+        decoder_layers=3,
+        dropout=0.0,
+        tie="all",
+    ),
     "lwc": dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, layers=3, dropout=0.0),
-    "cross_view": dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
-                       dropout=0.0, tie="all"),
-    "deep": dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=4, decoder_layers=4,
-                 dropout=0.0),
-    "mlrf": dict(src_vocab=40, tgt_vocab=30, d_model=16, d_ff=32, heads=2, encoder_layers=3, decoder_layers=3,
-                 d_a=24, d_f=20, dropout=0.0),
+    "cross_view": dict(
+        src_vocab=40,
+        tgt_vocab=40,
+        d_model=16,
+        d_ff=32,
+        heads=2,
+        encoder_layers=3,
+        decoder_layers=3,
+        dropout=0.0,
+        tie="all",
+    ),
+    "deep": dict(
+        src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, encoder_layers=4, decoder_layers=4, dropout=0.0
+    ),
+    "mlrf": dict(
+        src_vocab=40,
+        tgt_vocab=30,
+        d_model=16,
+        d_ff=32,
+        heads=2,
+        encoder_layers=3,
+        decoder_layers=3,
+        d_a=24,
+        d_f=20,
+        dropout=0.0,
+    ),
 }
 
 
@@ -144,8 +184,10 @@ def assert_cached_beam_equals_recompute(model, src) -> None:
 
     from layerwise_nmt.inference.decode import BeamConfig, Recompute, beam_search
 
-    for cfg in (BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
-                BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6)):
+    for cfg in (
+        BeamConfig(beam=4, max_len_a=1.0, max_len_b=4),
+        BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6),
+    ):
         cached, full = beam_search(model, src, cfg), beam_search(Recompute(model), src, cfg)
         for a, b in zip(cached, full):
             assert [h.tokens for h in a] == [h.tokens for h in b]
@@ -156,7 +198,6 @@ def assert_autoregressive(model, src, prev, position: int = 4) -> None:
     """The decoder contract every model keeps: causal in the target, and cached beam search = recomputation."""
     assert_target_prefix_only(model, src, prev, position)
     assert_cached_beam_equals_recompute(model, src)
-
 
 
 def make_tgz(path: Path, members: dict[str, bytes]) -> Path:
@@ -179,9 +220,26 @@ def training_in_the_background(spec: dict, data: Path, tmp_path: Path) -> tuple[
     import time
 
     save_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data),
-           "--src", "de", "--tgt", "en", "--save-dir", str(save_dir), "--final", str(tmp_path / "model.pt"),
-           "--threads", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "layerwise_nmt",
+        "train",
+        "--spec",
+        json.dumps(spec),
+        "--data",
+        str(data),
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--save-dir",
+        str(save_dir),
+        "--final",
+        str(tmp_path / "model.pt"),
+        "--threads",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:  # at least one epoch done

@@ -30,6 +30,7 @@ def _range_start(handler) -> int | None:
 def full(data: bytes, content_type: str = "application/octet-stream", pause: float = 0.0) -> Behaviour:
     """The file, honouring `Range: bytes=N-` (206 + Content-Range; 416 + `bytes */size` past the end). `pause`:
     seconds between 1 KiB pieces (a slow host)."""
+
     def serve(handler):
         start = _range_start(handler)
         if start is not None and start >= len(data):
@@ -38,7 +39,7 @@ def full(data: bytes, content_type: str = "application/octet-stream", pause: flo
             handler.send_header("Content-Length", "0")
             handler.end_headers()
             return
-        body = data[start or 0:]
+        body = data[start or 0 :]
         handler.send_response(206 if start else 200)
         if start:
             handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -46,13 +47,15 @@ def full(data: bytes, content_type: str = "application/octet-stream", pause: flo
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         for i in range(0, len(body), 1024):
-            handler.wfile.write(body[i:i + 1024])
+            handler.wfile.write(body[i : i + 1024])
             time.sleep(pause)
+
     return serve
 
 
 def short(data: bytes, sent: int) -> Behaviour:
     """Announces the whole file (Content-Length), sends `sent` bytes of it, then closes the connection."""
+
     def serve(handler):
         handler.send_response(200)
         handler.send_header("Content-Type", "application/octet-stream")
@@ -60,12 +63,14 @@ def short(data: bytes, sent: int) -> Behaviour:
         handler.end_headers()
         handler.wfile.write(data[:sent])
         handler.close_connection = True
+
     return serve
 
 
 def chunked(data: bytes, sent: int | None = None, content_type: str = "application/octet-stream") -> Behaviour:
     """Transfer-Encoding: chunked, no Content-Length; with `sent`, one chunk of that many bytes and then the
     connection drops without the final chunk (http.client: IncompleteRead)."""
+
     def serve(handler):
         handler.send_response(200)
         handler.send_header("Content-Type", content_type)
@@ -77,6 +82,7 @@ def chunked(data: bytes, sent: int | None = None, content_type: str = "applicati
         if sent is None:
             handler.wfile.write(b"0\r\n\r\n")
         handler.close_connection = True
+
     return serve
 
 

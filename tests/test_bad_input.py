@@ -59,12 +59,16 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
 
 
 def _spec(tmp_path, train_src, train_tgt, test_src, test_tgt):
-    files = {name: write(tmp_path / name, text) for name, text in
-             [("tr.de", train_src), ("tr.en", train_tgt), ("te.de", test_src), ("te.en", test_tgt)]}
+    files = {
+        name: write(tmp_path / name, text)
+        for name, text in [("tr.de", train_src), ("tr.en", train_tgt), ("te.de", test_src), ("te.en", test_tgt)]
+    }
     part = lambda s, t: [[str(files[s]), str(files[t]), str(files[s]), str(files[t]), "plain"]]  # noqa: E731
-    return {"train": {"parts": part("tr.de", "tr.en"), "clean": None},
-            "valid": {"hold_out_every": 2},
-            "test": {"parts": part("te.de", "te.en")}}
+    return {
+        "train": {"parts": part("tr.de", "tr.en"), "clean": None},
+        "valid": {"hold_out_every": 2},
+        "test": {"parts": part("te.de", "te.en")},
+    }
 
 
 def _outputs(tmp_path):
@@ -87,7 +91,6 @@ def test_empty_test_line_is_an_error_naming_the_line(tmp_path):
     assert not (tmp_path / "stats.json").exists()
 
 
-
 def test_truncated_archive(tmp_path):
     archive = make_tgz(tmp_path / "x.tgz", {"x/a.txt": b"hello\n" * 20000})
     data = archive.read_bytes()
@@ -100,8 +103,18 @@ def test_truncated_archive(tmp_path):
 def test_checksum_mismatch_of_extracted_member(tmp_path):
     archive = make_tgz(tmp_path / "x.tgz", {"x/a.txt": b"hello\n"})
     wrong = "0" * 64
-    result = lwnmt("extract", archive, tmp_path / "a.txt", "--archive", "--member", "x/a.txt", "--sha256", wrong,
-                   "--where", "https://example.org/x.tgz")
+    result = lwnmt(
+        "extract",
+        archive,
+        tmp_path / "a.txt",
+        "--archive",
+        "--member",
+        "x/a.txt",
+        "--sha256",
+        wrong,
+        "--where",
+        "https://example.org/x.tgz",
+    )
     line = one_line_error(result)
     assert f"expected {wrong}" in line and "https://example.org/x.tgz" in line
     assert not (tmp_path / "a.txt").exists()
@@ -185,26 +198,65 @@ def test_a_partial_file_from_another_url_is_not_resumed(server, tmp_path):
 def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
     root, url = server
     (root / "corpus.tgz").write_bytes(b"not what we expected")
-    result = lwnmt("fetch", tmp_path / "corpus.tgz", "--url", f"{url}/corpus.tgz", "--sha256", "1" * 64,
-                   "--checksum-source", "the publisher's list")
+    result = lwnmt(
+        "fetch",
+        tmp_path / "corpus.tgz",
+        "--url",
+        f"{url}/corpus.tgz",
+        "--sha256",
+        "1" * 64,
+        "--checksum-source",
+        "the publisher's list",
+    )
     error = one_line_error(result)
     assert "sha256 is" in error and f"expected {'1' * 64} (from the publisher's list)" in error
     assert list(tmp_path.iterdir()) == [root]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["status", "--config", "nope.yaml"], "config file nope.yaml: No such file or directory; expected a YAML file"),
-    (["status", "--config", "config/demo.yaml"], "an overlay such as config/demo.yaml goes after the full config"),
-    (["params", "--config", "config.yaml", "no.such.experiment"], "unknown experiment 'no.such.experiment'"),
-    (["translate", "/dev/null", "--model", "m.pt", "--data", "/nope", "--src", "de", "--tgt", "en", "--out-prefix",
-      "x"], "--data /nope: expected a binarized data directory"),
-    (["average", "/nope", "--out", "x.pt", "--num", "2"], "/nope: No such file or directory"),
-    (["translate", "in.bpe", "--model", "m.pt"], "missing --data, --src, --tgt"),
-    (["translate", "-", "--experiment", "no.such"], "--experiment 'no.such': not an experiment of the config"),
-    (["translate", "-", "--experiment", "demo.transformer", "--seed", "99", "--config", "config.yaml", "--config",
-      "config/demo.yaml"], "not trained yet; run `snakemake results/multi30k_deen/demo.transformer/seed99/model.pt "
-     "--configfile config/demo.yaml` first"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["status", "--config", "nope.yaml"], "config file nope.yaml: No such file or directory; expected a YAML file"),
+        (["status", "--config", "config/demo.yaml"], "an overlay such as config/demo.yaml goes after the full config"),
+        (["params", "--config", "config.yaml", "no.such.experiment"], "unknown experiment 'no.such.experiment'"),
+        (
+            [
+                "translate",
+                "/dev/null",
+                "--model",
+                "m.pt",
+                "--data",
+                "/nope",
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--out-prefix",
+                "x",
+            ],
+            "--data /nope: expected a binarized data directory",
+        ),
+        (["average", "/nope", "--out", "x.pt", "--num", "2"], "/nope: No such file or directory"),
+        (["translate", "in.bpe", "--model", "m.pt"], "missing --data, --src, --tgt"),
+        (["translate", "-", "--experiment", "no.such"], "--experiment 'no.such': not an experiment of the config"),
+        (
+            [
+                "translate",
+                "-",
+                "--experiment",
+                "demo.transformer",
+                "--seed",
+                "99",
+                "--config",
+                "config.yaml",
+                "--config",
+                "config/demo.yaml",
+            ],
+            "not trained yet; run `snakemake results/multi30k_deen/demo.transformer/seed99/model.pt "
+            "--configfile config/demo.yaml` first",
+        ),
+    ],
+)
 def test_command_line_mistakes_get_one_line(args, expected):
     from conftest import ROOT
 
@@ -214,11 +266,14 @@ def test_command_line_mistakes_get_one_line(args, expected):
 
 
 def test_lwnmt_status_outside_the_checkout_says_where_the_config_is(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status"], capture_output=True, text=True,
-                            cwd=tmp_path)
-    assert result.stderr.strip() == ("lwnmt status: error: config file config.yaml: No such file or directory; "
-                                     "expected a YAML file (run from the checkout, or pass --config "
-                                     "path/to/config.yaml)")
+    result = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", "status"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.stderr.strip() == (
+        "lwnmt status: error: config file config.yaml: No such file or directory; "
+        "expected a YAML file (run from the checkout, or pass --config "
+        "path/to/config.yaml)"
+    )
 
 
 def test_an_unknown_table_is_named_with_the_ones_that_exist(tmp_path):
@@ -226,8 +281,10 @@ def test_an_unknown_table_is_named_with_the_ones_that_exist(tmp_path):
 
     result = snakemake(tmp_path, "-n", "results/tables/lwc/T9.md", check=False)
     assert result.returncode != 0
-    assert "results/tables/lwc/T9: paper lwc has no table 'T9'; expected one of S5_4, T1, T2, T3, T4" in \
-        result.stdout + result.stderr
+    assert (
+        "results/tables/lwc/T9: paper lwc has no table 'T9'; expected one of S5_4, T1, T2, T3, T4"
+        in result.stdout + result.stderr
+    )
 
 
 def test_a_workflow_jobs_one_line_error_reaches_the_console_not_only_its_log(tmp_path):
@@ -238,13 +295,27 @@ def test_a_workflow_jobs_one_line_error_reaches_the_console_not_only_its_log(tmp
     src.write_text("eins\nzwei\ndrei\n")
     tgt.write_text("one\ntwo\n")
     spec = {"train": {"parts": [[str(src), str(tgt), str(src), str(tgt), "plain"]]}}
-    command = (f"{sys.executable} -m layerwise_nmt assemble --spec '{json.dumps(spec)}' --src de --tgt en "
-               f"--out-dir {tmp_path} --stats {tmp_path / 'stats.json'} 2> {tmp_path / 'job.log'}")
-    job = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
-                         env={**os.environ, "LWNMT_ERRORS_ON_STDOUT": "1"})
+    command = (
+        f"{sys.executable} -m layerwise_nmt assemble --spec '{json.dumps(spec)}' --src de --tgt en "
+        f"--out-dir {tmp_path} --stats {tmp_path / 'stats.json'} 2> {tmp_path / 'job.log'}"
+    )
+    job = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env={**os.environ, "LWNMT_ERRORS_ON_STDOUT": "1"}
+    )
     line = f"lwnmt assemble: error: {src} has 3 segments but {tgt} has 2"
     assert job.returncode == 1 and job.stdout.startswith(line) and job.stdout.count("\n") == 1
     assert line in (tmp_path / "job.log").read_text()
-    by_hand = lwnmt("assemble", "--spec", json.dumps(spec), "--src", "de", "--tgt", "en", "--out-dir", tmp_path,
-                    "--stats", tmp_path / "stats.json")
+    by_hand = lwnmt(
+        "assemble",
+        "--spec",
+        json.dumps(spec),
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--out-dir",
+        tmp_path,
+        "--stats",
+        tmp_path / "stats.json",
+    )
     assert one_line_error(by_hand).startswith(line) and by_hand.stdout == ""

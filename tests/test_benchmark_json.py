@@ -16,9 +16,19 @@ spec = importlib.util.spec_from_file_location("train_decode", ROOT / "benchmarks
 train_decode = sys.modules["train_decode"] = importlib.util.module_from_spec(spec)  # its dataclass looks it up
 spec.loader.exec_module(train_decode)
 
-TINY = {"title": "a toy Transformer (32/64/4, 1+1)", "max_tokens": 200,
-        "ours": {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1, "tie": "all",
-                 "dropout": 0.1}}
+TINY = {
+    "title": "a toy Transformer (32/64/4, 1+1)",
+    "max_tokens": 200,
+    "ours": {
+        "d_model": 32,
+        "d_ff": 64,
+        "heads": 4,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "tie": "all",
+        "dropout": 0.1,
+    },
+}
 
 
 @pytest.fixture
@@ -37,8 +47,11 @@ def test_a_train_part_is_written_to_json_and_reported(work, tmp_path, monkeypatc
     monkeypatch.setattr(train_decode, "THREADS", 1)  # it sets its threads for the process: one, as the suite's
     peak = {"fp32": np.float64(1e10), "bf16": np.float64(2e10), "method": "a number for the test"}
     part = train_decode.train_part(work, "tiny", updates=2, warmup=1, peak=peak, precisions=["fp32"])
-    run = {"machine": {"cpu": "test CPU", "load_average_at_start": (0.5, 0.4, 0.3), "cores": np.int64(2)},
-           "peak_flops_per_s": peak, "train": {"tiny": part}}
+    run = {
+        "machine": {"cpu": "test CPU", "load_average_at_start": (0.5, 0.4, 0.3), "cores": np.int64(2)},
+        "peak_flops_per_s": peak,
+        "train": {"tiny": part},
+    }
     out = tmp_path / "results" / "train_decode.json"
     out.parent.mkdir()
     out.write_text(json.dumps({"runs": {"another CPU": {"train": {}}}}))
@@ -63,6 +76,7 @@ def test_a_value_json_cannot_hold_leaves_the_earlier_file_whole(tmp_path):
     with pytest.raises(TypeError, match="object in the benchmark's results"):
         train_decode.record(out, {"runs": {"kept": {}, "new": {"rate": object()}}})
     assert json.loads(out.read_text()) == {"runs": {"kept": {}}}
-    train_decode.record(out, {"runs": {"new": {"rate": torch.tensor(2.5), "shape": np.array([1, 2]),
-                                               "count": np.int64(3)}}})
+    train_decode.record(
+        out, {"runs": {"new": {"rate": torch.tensor(2.5), "shape": np.array([1, 2]), "count": np.int64(3)}}}
+    )
     assert json.loads(out.read_text()) == {"runs": {"new": {"rate": 2.5, "shape": [1, 2], "count": 3}}}

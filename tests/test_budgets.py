@@ -24,8 +24,13 @@ def test_cost_is_six_n_d_over_the_assumed_throughput():
 
 
 def test_plan_prints_every_table_of_the_full_config():
-    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "plan", "--tflops", "50"], capture_output=True,
-                         text=True, check=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", "plan", "--tflops", "50"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
     config = grid.load(ROOT / "config.yaml")
     for paper, table in grid.tables(config):
         assert f"\n{paper} {table} " in out

@@ -48,9 +48,25 @@ def test_a_planted_checkpoint_is_refused_and_runs_nothing(tmp_path, legacy):
 
 def test_translate_refuses_a_planted_model_in_one_line(tmp_path):
     path, marker = planted(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "--model", path, "--data",
-                             FAIRSEQ / "shared_post", "--src", "de", "--tgt", "en"], input="hallo welt\n",
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "translate",
+            "--model",
+            path,
+            "--data",
+            FAIRSEQ / "shared_post",
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+        ],
+        input="hallo welt\n",
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(f"lwnmt translate: error: {path}: refused")
     assert not marker.exists()
@@ -65,8 +81,9 @@ def test_an_omegaconf_config_is_refused_naming_what_it_needs(tmp_path, monkeypat
     monkeypatch.setitem(sys.modules, "omegaconf.dictconfig", module)
     path = tmp_path / "checkpoint_best.pt"
     torch.save({"cfg": DictConfig(model={"arch": "transformer"})}, path)
-    with pytest.raises(UserError, match=f"{path}: refused: it needs omegaconf.dictconfig.DictConfig, which needs "
-                                        f"omegaconf"):
+    with pytest.raises(
+        UserError, match=f"{path}: refused: it needs omegaconf.dictconfig.DictConfig, which needs omegaconf"
+    ):
         checkpoint.load(path)
 
 
@@ -80,8 +97,9 @@ def test_the_fairseq_fixtures_and_our_checkpoints_still_load(toy_data, tmp_path)
         state = checkpoint.load(FAIRSEQ / name / "checkpoint.pt")
         assert "encoder.embed_tokens.weight" in state["model"]
         assert state["cfg"]["model"].arch.startswith("transformer")  # an argparse.Namespace
-        imported = import_fairseq(str(FAIRSEQ / name / "checkpoint.pt"), str(FAIRSEQ / name), "de", "en",
-                                  str(tmp_path / name))
+        imported = import_fairseq(
+            str(FAIRSEQ / name / "checkpoint.pt"), str(FAIRSEQ / name), "de", "en", str(tmp_path / name)
+        )
         load_model(imported)
     run = tmp_path / "run"
     train(toy_spec(max_update=4, save_interval_updates=2), str(toy_data), "de", "en", str(run), str(tmp_path / "m.pt"))

@@ -21,8 +21,24 @@ from layerwise_nmt.training.loop import train
 
 
 def train_command(spec: dict, data: Path, save_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec), "--data", str(data),
-            "--src", "de", "--tgt", "en", "--save-dir", str(save_dir), "--threads", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "layerwise_nmt",
+        "train",
+        "--spec",
+        json.dumps(spec),
+        "--data",
+        str(data),
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--save-dir",
+        str(save_dir),
+        "--threads",
+        "1",
+    ]
 
 
 def assert_same_weights(a: dict, b: dict) -> None:
@@ -62,8 +78,12 @@ def test_with_the_default_settings_a_kill_mid_epoch_loses_at_most_five_minutes(t
     all of it. checkpoint_last.pt is refreshed every save_interval_minutes, by default 5, whatever the run's size."""
     spec = toy_spec(max_tokens=None, max_sentences=1, max_update=100000)  # no save setting: the defaults
     run = tmp_path / "killed"
-    killed = subprocess.run([sys.executable, "-c", ONE_MINUTE_PER_UPDATE, *train_command(spec, toy_data, run)[3:]],
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", ONE_MINUTE_PER_UPDATE, *train_command(spec, toy_data, run)[3:]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     kept = load(run / LAST)["progress"]
     assert kept["epoch"] == 1 and 0 < kept["next_batch"] < 240  # mid-epoch: only the clock writes those
@@ -77,8 +97,7 @@ def test_with_the_default_settings_a_kill_mid_epoch_loses_at_most_five_minutes(t
 
 def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_path):
     minutes = 0.005  # 0.3 s; one-sentence batches make an epoch 240 updates long, so the kill lands mid-epoch
-    spec = toy_spec(max_tokens=None, max_sentences=1, max_update=100000, save_interval_minutes=minutes,
-                    log_interval=1)
+    spec = toy_spec(max_tokens=None, max_sentences=1, max_update=100000, save_interval_minutes=minutes, log_interval=1)
     run, log = tmp_path / "killed", tmp_path / "killed.log"
     with open(log, "w") as stderr:
         proc = subprocess.Popen(train_command(spec, toy_data, run), stderr=stderr)
@@ -95,12 +114,17 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
         proc.wait(timeout=30)
     saved = load(run / LAST)
     kept = saved["progress"]
-    logged = [int(line.split(" update ")[1].split(":")[0]) for line in log.read_text().splitlines()
-              if "reporting: epoch 1 update" in line]
+    logged = [
+        int(line.split(" update ")[1].split(":")[0])
+        for line in log.read_text().splitlines()
+        if "reporting: epoch 1 update" in line
+    ]
     lost_seconds = killed_at - (run / LAST).stat().st_mtime
-    print(f"SIGKILL at update {logged[-1]}: checkpoint_last.pt holds update {kept['update']} "
-          f"(batch {kept['next_batch']} of epoch {kept['epoch']}); lost {logged[-1] - kept['update']} updates, "
-          f"{lost_seconds:.2f} s with save_interval_minutes {minutes}")
+    print(
+        f"SIGKILL at update {logged[-1]}: checkpoint_last.pt holds update {kept['update']} "
+        f"(batch {kept['next_batch']} of epoch {kept['epoch']}); lost {logged[-1] - kept['update']} updates, "
+        f"{lost_seconds:.2f} s with save_interval_minutes {minutes}"
+    )
     assert kept["epoch"] == 1 and kept["next_batch"] > 0  # a mid-epoch checkpoint: only the clock writes those
     assert logged[-1] > kept["update"]  # the kill did lose work, …
     assert lost_seconds <= minutes * 60 + 1.0  # … at most one interval of it (+ the time a save takes)
@@ -111,8 +135,9 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resumed from {run / LAST}: epoch 1, update {kept['update']}" in resumed.stderr
     assert not list(run.glob(".tmp-*"))  # the dead writer's half-written file is gone
-    straight = subprocess.run(train_command(total, toy_data, tmp_path / "straight"), capture_output=True,
-                              text=True, timeout=300)
+    straight = subprocess.run(
+        train_command(total, toy_data, tmp_path / "straight"), capture_output=True, text=True, timeout=300
+    )
     assert straight.returncode == 0, straight.stderr[-2000:]
     assert_same_weights(load(run / LAST), load(tmp_path / "straight" / LAST))  # bit for bit from the checkpoint on
 
@@ -188,8 +213,11 @@ def test_nonfinite_updates_are_skipped(toy_data, tmp_path, monkeypatch, caplog, 
 def test_a_diverged_run_stops_with_its_last_good_checkpoint(toy_data, tmp_path, monkeypatch):
     poison(monkeypatch, set(range(7, 1000)))
     run = tmp_path / "run"
-    with pytest.raises(UserError, match=r"training diverged: 9 updates in a row .* after update 6; "
-                                        r"checkpoint_last.pt \(update 6\) is the last good state"):
+    with pytest.raises(
+        UserError,
+        match=r"training diverged: 9 updates in a row .* after update 6; "
+        r"checkpoint_last.pt \(update 6\) is the last good state",
+    ):
         train(toy_spec(max_update=50, save_interval_updates=3), str(toy_data), "de", "en", str(run))
     kept = load(run / LAST)
     assert kept["progress"]["update"] == 6
@@ -220,17 +248,35 @@ def test_a_row_cut_by_the_clock_says_so_in_its_table(toy_data, tmp_path):
     from layerwise_nmt.report.tables import write
 
     run = tmp_path / "seed1"
-    train(toy_spec(max_update=1000, max_minutes=0.0001), str(toy_data), "de", "en", str(run / "checkpoints"),
-          final=str(run / "model.pt"))
+    train(
+        toy_spec(max_update=1000, max_minutes=0.0001),
+        str(toy_data),
+        "de",
+        "en",
+        str(run / "checkpoints"),
+        final=str(run / "model.pt"),
+    )
     summary = json.loads((run / "checkpoints" / "training.json").read_text())
     assert summary["stopped_by"] == "max_minutes" and 0 < summary["updates"] < 1000
     assert summary["budget"] == {"max_update": 1000, "max_epoch": 0, "max_minutes": 0.0001}
     (run / "test.score.json").write_text(json.dumps({"bleu": 1.0}))
-    spec = {"paper": "demo", "table": "T1", "metric": "bleu", "rows": [
-        {"label": "cut", "state": "ok", "scores": {"test": [str(run / "test.score.json")]}, "runs": [str(run)]}]}
+    spec = {
+        "paper": "demo",
+        "table": "T1",
+        "metric": "bleu",
+        "rows": [
+            {"label": "cut", "state": "ok", "scores": {"test": [str(run / "test.score.json")]}, "runs": [str(run)]}
+        ],
+    }
     status = write(spec, str(tmp_path / "T1")).to_dict("records")[0]["status"]
     assert status == f"ours; cut by max_minutes: seed1 at update {summary['updates']} of max_update 1,000"
 
-    train(toy_spec(max_update=3), str(toy_data), "de", "en", str(tmp_path / "full" / "checkpoints"),
-          final=str(tmp_path / "full" / "model.pt"))
+    train(
+        toy_spec(max_update=3),
+        str(toy_data),
+        "de",
+        "en",
+        str(tmp_path / "full" / "checkpoints"),
+        final=str(tmp_path / "full" / "model.pt"),
+    )
     assert json.loads((tmp_path / "full" / "checkpoints" / "training.json").read_text())["stopped_by"] == "max_update"

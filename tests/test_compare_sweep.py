@@ -17,8 +17,9 @@ from layerwise_nmt import UserError, grid
 
 
 def overlay(tmp_path: Path, **top) -> Path:
-    spec = {"compare": {"deep": {"task": "multi30k_deen", "preset": "demo", "seeds": [1, 2],
-                                 "sweep": {"depth": [2, 6]}}}}
+    spec = {
+        "compare": {"deep": {"task": "multi30k_deen", "preset": "demo", "seeds": [1, 2], "sweep": {"depth": [2, 6]}}}
+    }
     for key, value in top.items():
         if key == "deep":
             spec["compare"]["deep"].update(value)
@@ -40,8 +41,10 @@ def test_a_depth_sweep_is_every_depths_comparison_in_one_table_and_one_figure(tm
     assert names == [f"deep.d{d}.{s}" for d in (2, 6) for s in suffixes]
     for depth, shared in ((2, 5), (6, 14)):  # LWC's shared layers keep the baseline's parameters: round(7d/3)
         e = config["experiments"]
-        assert e[f"deep.d{depth}.transformer"]["arch"] | {"encoder_layers": depth, "decoder_layers": depth} == \
-            e[f"deep.d{depth}.transformer"]["arch"]
+        assert (
+            e[f"deep.d{depth}.transformer"]["arch"] | {"encoder_layers": depth, "decoder_layers": depth}
+            == e[f"deep.d{depth}.transformer"]["arch"]
+        )
         assert e[f"deep.d{depth}.lwc"]["arch"]["layers"] == shared
         assert "encoder_layers" not in e[f"deep.d{depth}.lwc"]["arch"]
         assert e[f"deep.d{depth}.gca_full"]["warm_start"] == f"deep.d{depth}.transformer"
@@ -60,8 +63,15 @@ def test_a_depth_sweep_is_every_depths_comparison_in_one_table_and_one_figure(tm
     figure = paper["figures"]["delta"]
     assert figure["kind"] == "delta_sweep" and figure["xlabel"] == "depth (encoder layers = decoder layers)"
     drawn = {r["experiment"]: r for r in figure["rows"]}
-    assert drawn["deep.d6.lwc"] | {"x": 6, "series": "LWC, He et al. 2018 (shared layers over [source; target])",
-                                   "compare_to": "deep.d6.transformer"} == drawn["deep.d6.lwc"]
+    assert (
+        drawn["deep.d6.lwc"]
+        | {
+            "x": 6,
+            "series": "LWC, He et al. 2018 (shared layers over [source; target])",
+            "compare_to": "deep.d6.transformer",
+        }
+        == drawn["deep.d6.lwc"]
+    )
     assert "series" not in drawn["deep.d2.transformer"]  # the zero line each method is drawn against
     assert config["targets"] == {"tasks": ["multi30k_deen"], "tables": ["deep/T1"], "figures": ["deep/delta"]}
     assert load(tmp_path / "sweep.yaml") == config  # the same however often it runs
@@ -71,7 +81,8 @@ def test_an_arch_or_train_key_sweeps_every_run_the_papers_settings_included(tmp_
     config = load(overlay(tmp_path, deep={"sweep": {"arch": {"dropout": [0.1, 0.3]}}, "methods": ["lwc", "mlrf"]}))
     e = config["experiments"]
     assert [n for n in e if n.startswith("deep.")] == [
-        f"deep.dropout{v}.{s}" for v in ("0.1", "0.3") for s in ("transformer", "lwc", "mlrf_dec_sa")]
+        f"deep.dropout{v}.{s}" for v in ("0.1", "0.3") for s in ("transformer", "lwc", "mlrf_dec_sa")
+    ]
     assert e["deep.dropout0.3.lwc"]["arch"]["dropout"] == 0.3 and e["deep.dropout0.3.lwc"]["arch"]["layers"] == 7
     assert e["deep.dropout0.1.mlrf_dec_sa"]["arch"]["decoder_fusion"] == "sa"
     figure = config["papers"]["deep"]["figures"]["delta"]
@@ -92,22 +103,35 @@ def test_comparisons_without_a_sweep_expand_as_before(tmp_path):
     path.write_text(yaml.safe_dump({"compare": {"mine": {"task": "multi30k_deen", "preset": "demo"}}}))
     config = load(path)
     assert [n for n in config["experiments"] if n.startswith("mine.")] == [
-        "mine.transformer", "mine.lwc", "mine.mlrf_dec_sa", "mine.gca_full", "mine.dou_deep", "mine.transformer_longer"]
+        "mine.transformer",
+        "mine.lwc",
+        "mine.mlrf_dec_sa",
+        "mine.gca_full",
+        "mine.dou_deep",
+        "mine.transformer_longer",
+    ]
     assert list(config["papers"]["mine"]["figures"]) == ["buckets"]
     assert config["experiments"]["mine.lwc"]["arch"]["layers"] == 7
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"sweep": {"depth": [2], "arch": {"dropout": [0.1]}}}, "config key compare/deep/sweep: "),
-    ({"sweep": {"arch": {"dropout": [0.1], "heads": [2]}}}, "config key compare/deep/sweep/arch: "),
-    ({"sweep": {"depth": []}}, "config key compare/deep/sweep/depth: "),
-    ({"sweep": {"depth": [2, 2]}}, "config key compare/deep/sweep/depth: "),
-    ({"sweep": {"depth": [2, 3]}, "lwc_layers": 7},
-     "config key compare/deep/lwc_layers: a depth sweep sets LWC's shared layers per depth"),
-    ({"sweep": {"arch": {"encoder_layers": [2, 3]}}},
-     "config key compare/deep/sweep/arch/encoder_layers: sweep: {depth: [...]} sets the layers"),
-    ({"sweep": {"arch": {"activation": ["re/lu"]}}}, "config key compare/deep/sweep/arch/activation/0: "),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sweep": {"depth": [2], "arch": {"dropout": [0.1]}}}, "config key compare/deep/sweep: "),
+        ({"sweep": {"arch": {"dropout": [0.1], "heads": [2]}}}, "config key compare/deep/sweep/arch: "),
+        ({"sweep": {"depth": []}}, "config key compare/deep/sweep/depth: "),
+        ({"sweep": {"depth": [2, 2]}}, "config key compare/deep/sweep/depth: "),
+        (
+            {"sweep": {"depth": [2, 3]}, "lwc_layers": 7},
+            "config key compare/deep/lwc_layers: a depth sweep sets LWC's shared layers per depth",
+        ),
+        (
+            {"sweep": {"arch": {"encoder_layers": [2, 3]}}},
+            "config key compare/deep/sweep/arch/encoder_layers: sweep: {depth: [...]} sets the layers",
+        ),
+        ({"sweep": {"arch": {"activation": ["re/lu"]}}}, "config key compare/deep/sweep/arch/activation/0: "),
+    ],
+)
 def test_a_bad_sweep_is_one_line_naming_the_key(tmp_path, change, message):
     with pytest.raises(UserError) as err:
         load(overlay(tmp_path, deep=change))
@@ -124,7 +148,7 @@ def test_targets_listed_by_hand_keep_a_comparisons_figures_with_its_table(tmp_pa
     assert untargeted_comparisons(config) == []
     config = load(ROOT / "config" / "demo.yaml", overlay(tmp_path))
     assert config["targets"]["tables"] == ["demo/T1"] and "deep/delta" not in config["targets"]["figures"]
-    line, = untargeted_comparisons(config)
+    (line,) = untargeted_comparisons(config)
     assert line.startswith("compare/deep: table deep/T1 and figure deep/delta are not among the targets")
     assert "add deep/T1 to targets: tables" in line
 
@@ -143,25 +167,35 @@ def test_the_delta_figure_draws_each_methods_gain_over_its_own_baseline(tmp_path
         return {"label": f"depth {x}: {label}", "experiment": experiment, "x": x, "scores": scores} | extra
 
     lwc = {"series": "LWC"}
-    spec = {"paper": "deep", "figure": "delta", "kind": "delta_sweep", "xlabel": "depth", "rows": [
-        row("baseline", "b2", 2, [30, 32]), row("LWC", "l2", 2, [31, 35], compare_to="b2", **lwc),
-        row("baseline", "b6", 6, [33, 33]), row("LWC", "l6", 6, [32, 34], compare_to="b6", **lwc),
-        row("baseline", "b3", 3, []) | {"scores": None, "reason": "not run yet"},
-        row("LWC", "l3", 3, [30, 30], compare_to="b3", **lwc)]}
+    spec = {
+        "paper": "deep",
+        "figure": "delta",
+        "kind": "delta_sweep",
+        "xlabel": "depth",
+        "rows": [
+            row("baseline", "b2", 2, [30, 32]),
+            row("LWC", "l2", 2, [31, 35], compare_to="b2", **lwc),
+            row("baseline", "b6", 6, [33, 33]),
+            row("LWC", "l6", 6, [32, 34], compare_to="b6", **lwc),
+            row("baseline", "b3", 3, []) | {"scores": None, "reason": "not run yet"},
+            row("LWC", "l3", 3, [30, 30], compare_to="b3", **lwc),
+        ],
+    }
     missing = draw(spec, str(tmp_path / "delta"))
     assert "depth 3: baseline: not run yet" in missing
     assert any(m.startswith("depth 3: LWC: its baseline b3 has no scores") for m in missing)
     drawn = pd.read_csv(tmp_path / "delta.csv").set_index("x")
     assert list(drawn.index) == [2, 6] and set(drawn["series"]) == {"LWC"}
-    assert drawn.loc[2, "delta_mean"] == 2 and drawn.loc[2, "delta_sd"] == pytest.approx(2 ** 0.5)  # +1, +3
+    assert drawn.loc[2, "delta_mean"] == 2 and drawn.loc[2, "delta_sd"] == pytest.approx(2**0.5)  # +1, +3
     assert drawn.loc[6, "delta_mean"] == 0 and drawn.loc[6, "seeds"] == 2 and drawn.loc[6, "compare_to"] == "b6"
     assert (tmp_path / "delta.png").stat().st_size > 0 and (tmp_path / "delta.pdf").is_file()
 
 
 def test_the_dry_run_lists_every_depths_jobs_and_the_figure(tmp_path, mirror):
     path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump({"compare": {"deep": {"task": "multi30k_deen", "preset": "demo",
-                                                          "sweep": {"depth": [2, 3]}}}}))
+    path.write_text(
+        yaml.safe_dump({"compare": {"deep": {"task": "multi30k_deen", "preset": "demo", "sweep": {"depth": [2, 3]}}}})
+    )
     out = snakemake(tmp_path, "-n", "--configfile", str(path), mirror=mirror).stdout
     for depth in (2, 3):
         for suffix in ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "dou_deep", "transformer_longer"):
@@ -170,7 +204,8 @@ def test_the_dry_run_lists_every_depths_jobs_and_the_figure(tmp_path, mirror):
     assert "results/tables/deep/T1.md" in out and "results/figures/deep/delta.png" in out
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.split("Job stats:")[1].split("total")[0], re.M))
     assert counts["train"] == "12" and counts["figure"] == "1" and counts["table"] == "1"
-    over_demo = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "demo.yaml"), str(path),
-                          mirror=mirror)
-    assert "targets: compare/deep: table deep/T1 and figure deep/delta are not among the targets" in \
-        over_demo.stdout + over_demo.stderr
+    over_demo = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "demo.yaml"), str(path), mirror=mirror)
+    assert (
+        "targets: compare/deep: table deep/T1 and figure deep/delta are not among the targets"
+        in over_demo.stdout + over_demo.stderr
+    )

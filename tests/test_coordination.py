@@ -5,8 +5,13 @@ from functools import partial
 import pytest
 import torch
 
-from conftest import (assert_autoregressive, assert_cached_beam_equals_recompute, assert_target_prefix_only,
-                      tiny_batch, tiny_model)
+from conftest import (
+    assert_autoregressive,
+    assert_cached_beam_equals_recompute,
+    assert_target_prefix_only,
+    tiny_batch,
+    tiny_model,
+)
 from layerwise_nmt.models import build
 from layerwise_nmt.models.transformer import count_parameters
 
@@ -126,8 +131,17 @@ def test_parameter_counts_beside_the_papers():
 
 @torch.no_grad()
 def test_context_gate_starts_as_the_baseline_and_stays_causal():
-    settings = dict(src_vocab=50, tgt_vocab=50, d_model=32, d_ff=64, heads=4, encoder_layers=2, decoder_layers=2,
-                    dropout=0.0, tie="all")
+    settings = dict(
+        src_vocab=50,
+        tgt_vocab=50,
+        d_model=32,
+        d_ff=64,
+        heads=4,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        tie="all",
+    )
     torch.manual_seed(0)
     gated = build("context_gate", settings).eval()
     plain = build("transformer", settings).eval()

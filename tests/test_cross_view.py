@@ -17,8 +17,9 @@ batch = partial(tiny_batch, "cross_view")
 def memories(model, src, prev):
     """Each decoder layer's cross-attention memory in a forward pass, captured with hooks; and S_0 … S_N."""
     seen = []
-    hooks = [layer.register_forward_pre_hook(lambda module, args: seen.append(args[1]))
-             for layer in model.decoder.layers]
+    hooks = [
+        layer.register_forward_pre_hook(lambda module, args: seen.append(args[1])) for layer in model.decoder.layers
+    ]
     model(src, prev)
     for hook in hooks:
         hook.remove()
@@ -26,8 +27,9 @@ def memories(model, src, prev):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("strategy, expected", [("gca", [3, 2, 1]), ("gpa", [1, 2, 3]), ("fga", [1, 1, 1]),
-                                                ("top", [3, 3, 3])])
+@pytest.mark.parametrize(
+    "strategy, expected", [("gca", [3, 2, 1]), ("gpa", [1, 2, 3]), ("fga", [1, 1, 1]), ("top", [3, 3, 3])]
+)
 def test_each_decoder_layer_reads_its_view(strategy, expected):
     model = tiny(strategy=strategy)
     seen, states = memories(model, *batch())
@@ -61,8 +63,15 @@ def test_soft_integration_starts_layer_one_exactly_at_the_baseline_under_gca():
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("kw", [dict(strategy="gca"), dict(strategy="gca", soft_integration=True),
-                                dict(strategy="fma"), dict(strategy="ama", soft_integration=True)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(strategy="gca"),
+        dict(strategy="gca", soft_integration=True),
+        dict(strategy="fma"),
+        dict(strategy="ama", soft_integration=True),
+    ],
+)
 def test_causal_and_cached_decoding(kw):
     model = tiny(**kw)
     src, prev = batch()
@@ -75,7 +84,8 @@ def test_parameter_counts():
     d, N = 512, 6
     assert count_parameters(build("cross_view", {**base, "strategy": "gca"})) == plain
     assert count_parameters(build("cross_view", {**base, "strategy": "gca", "soft_integration": True})) == (
-        plain + N * 2 * d)
+        plain + N * 2 * d
+    )
     assert count_parameters(build("cross_view", {**base, "strategy": "fma"})) == plain + N * N * (d * d + d)
     assert count_parameters(build("cross_view", {**base, "strategy": "ama"})) == plain + N * N * d
     with pytest.raises(Exception, match="needs as many encoder as decoder layers"):
@@ -122,16 +132,25 @@ def test_cross_view_strategies_apply_to_dynamic_conv():
 
 def test_dynamic_conv_parameter_count():
     d, H, ffn = 512, 4, 1024
-    base = dict(src_vocab=10000, tgt_vocab=10000, preset="iwslt", tie="decoder", backbone="dynamic_conv",
-                kernel_sizes=[3, 7, 15, 31, 31, 31])
+    base = dict(
+        src_vocab=10000,
+        tgt_vocab=10000,
+        preset="iwslt",
+        tie="decoder",
+        backbone="dynamic_conv",
+        kernel_sizes=[3, 7, 15, 31, 31, 31],
+    )
+
     def conv(K: int) -> int:
         return (d * 2 * d + 2 * d) + d * H * K + d + (d * d + d)  # GLU input, kernel predictor, bias, output
 
     ffn_ln = (d * ffn + ffn + ffn * d + d) + 2 * 2 * d
     cross = 4 * (d * d + d) + 2 * d
-    expected = (2 * 10000 * d  # source table; target table = output projection
-                + sum(conv(K) + ffn_ln for K in base["kernel_sizes"])
-                + sum(conv(K) + ffn_ln + cross for K in base["kernel_sizes"]))
+    expected = (
+        2 * 10000 * d  # source table; target table = output projection
+        + sum(conv(K) + ffn_ln for K in base["kernel_sizes"])
+        + sum(conv(K) + ffn_ln + cross for K in base["kernel_sizes"])
+    )
     assert count_parameters(build("transformer", base)) == expected
 
 

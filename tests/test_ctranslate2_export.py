@@ -30,8 +30,10 @@ LIMIT = 60  # our max_len_b (with max_len_a 0); every hypothesis compared must e
 # Ours (fairseq's recipe: shared, post-norm) and the other corner (separate vocabularies and embeddings, pre-norm,
 # an output bias, unscaled embeddings); fairseq's two fixture models give the other two corners with fairseq's
 # position table and offset.
-OURS = {"ours_shared_post": ({"tie": "all", "norm": "post"}, False),
-        "ours_separate_pre": ({"tie": "none", "norm": "pre", "output_bias": True, "scale_embedding": False}, True)}
+OURS = {
+    "ours_shared_post": ({"tie": "all", "norm": "post"}, False),
+    "ours_separate_pre": ({"tie": "none", "norm": "pre", "output_bias": True, "scale_embedding": False}, True),
+}
 CASES = [*OURS, "fairseq_shared_post", "fairseq_separate_pre"]
 
 
@@ -76,11 +78,27 @@ def model_dir(model, src: Dictionary, tgt: Dictionary, where: Path, name: str = 
     where.mkdir(parents=True)
     src.save(where / "dict.src.txt")
     tgt.save(where / "dict.tgt.txt")
-    checkpoint.save(where / "model.pt", {"model": model.state_dict(), "model_name": name,
-                                         "model_config": model.config.to_dict(),
-                                         "dictionaries": checkpoint.dictionaries(src, tgt)})
-    return export.write(where / "model.pt", where / "dir", "de", "en", where / "dict.src.txt", where / "dict.tgt.txt",
-                        None, {}, {"beam": 5}, {})
+    checkpoint.save(
+        where / "model.pt",
+        {
+            "model": model.state_dict(),
+            "model_name": name,
+            "model_config": model.config.to_dict(),
+            "dictionaries": checkpoint.dictionaries(src, tgt),
+        },
+    )
+    return export.write(
+        where / "model.pt",
+        where / "dir",
+        "de",
+        "en",
+        where / "dict.src.txt",
+        where / "dict.tgt.txt",
+        None,
+        {},
+        {"beam": 5},
+        {},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +116,18 @@ def converted(tmp_path_factory):
         made[name] = (model, src, tgt, convert(model_dir(model, src, tgt, root / name), root / f"{name}-ct2"), sources)
     lines = list(read_lines(FIXTURE / "test.de"))
     for name in ("shared_post", "separate_pre"):
-        model_pt = import_fairseq(str(FIXTURE / name / "checkpoint.pt"), str(FIXTURE / name), "de", "en",
-                                  str(root / name))
+        model_pt = import_fairseq(
+            str(FIXTURE / name / "checkpoint.pt"), str(FIXTURE / name), "de", "en", str(root / name)
+        )
         src, tgt = (Dictionary.load(root / name / f"dict.{lang}.txt") for lang in ("de", "en"))
         exported = export.write(model_pt, root / f"{name}-dir", "de", "en", src.path, tgt.path, None, {}, {}, {})
-        made[f"fairseq_{name}"] = (load_model(model_pt), src, tgt, convert(exported, root / f"{name}-ct2"),
-                                   [line.split() for line in lines[:8]])
+        made[f"fairseq_{name}"] = (
+            load_model(model_pt),
+            src,
+            tgt,
+            convert(exported, root / f"{name}-ct2"),
+            [line.split() for line in lines[:8]],
+        )
     return made
 
 
@@ -136,8 +160,9 @@ def test_per_token_log_probabilities_agree_with_ours(converted, name):
 def test_greedy_and_beam_search_find_our_hypotheses(converted, name):
     model, src, tgt, directory, sources = converted[name]
     ct2 = translator(directory)
-    batch = torch.nn.utils.rnn.pad_sequence([torch.tensor(src.encode(" ".join(s))) for s in sources],
-                                            batch_first=True, padding_value=src.pad)
+    batch = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(src.encode(" ".join(s))) for s in sources], batch_first=True, padding_value=src.pad
+    )
     for beam in (1, 5):
         for lenpen in (1.0, 0.6):
             # min_len 0: scores too, exactly; min_len 1 bars </s> at the first step, which CTranslate2 does before its
@@ -146,15 +171,21 @@ def test_greedy_and_beam_search_find_our_hypotheses(converted, name):
             for min_len in (0, 1):
                 cfg = BeamConfig(beam=beam, lenpen=lenpen, max_len_a=0, max_len_b=LIMIT, min_len=min_len)
                 ours = [hyps[0] for hyps in beam_search(model, batch, cfg, eos=tgt.eos, pad=tgt.pad)]
-                theirs = ct2.translate_batch(sources, beam_size=beam, length_penalty=lenpen,
-                                             max_decoding_length=LIMIT + 1, min_decoding_length=min_len,
-                                             return_scores=True)
+                theirs = ct2.translate_batch(
+                    sources,
+                    beam_size=beam,
+                    length_penalty=lenpen,
+                    max_decoding_length=LIMIT + 1,
+                    min_decoding_length=min_len,
+                    return_scores=True,
+                )
                 # at the limit we end with </s> and CTranslate2 without: only hypotheses that ended before compare
                 # (one greedy decoding of the fairseq models' sources loops)
                 ended = [(h, r) for h, r in zip(ours, theirs) if len(h.tokens) <= LIMIT]
                 assert len(ended) >= len(sources) - 1
-                assert [tgt.decode(h.tokens).split() for h, _ in ended] == [r.hypotheses[0] for _, r in ended], \
+                assert [tgt.decode(h.tokens).split() for h, _ in ended] == [r.hypotheses[0] for _, r in ended], (
                     f"{name}: beam {beam}, lenpen {lenpen}, min_len {min_len}"
+                )
                 if min_len == 0:
                     gap = max(abs(h.score - r.scores[0]) for h, r in ended)
                     assert gap < 1e-4, f"{name}: scores differ by up to {gap:.2e}"
@@ -168,10 +199,18 @@ def test_imported_fairseq_models_translate_as_fairseq_generate_did(converted, na
     options = expected["options"]
     sources = [line.split() for line in read_lines(FIXTURE / "test.de")]
     results = translator(converted[f"fairseq_{name}"][3]).translate_batch(
-        sources, beam_size=options["beam"], length_penalty=options["lenpen"], return_scores=True,
-        max_decoding_length=options["max_len_b"] + 1, max_batch_size=options["batch_size"])
-    pairs = [(" ".join(r.hypotheses[0]), r.scores[0] / math.log(2), h["text"], h["score_log2"])
-             for r, h in zip(results, expected["hypotheses"]) if len(h["text"].split()) < options["max_len_b"]]
+        sources,
+        beam_size=options["beam"],
+        length_penalty=options["lenpen"],
+        return_scores=True,
+        max_decoding_length=options["max_len_b"] + 1,
+        max_batch_size=options["batch_size"],
+    )
+    pairs = [
+        (" ".join(r.hypotheses[0]), r.scores[0] / math.log(2), h["text"], h["score_log2"])
+        for r, h in zip(results, expected["hypotheses"])
+        if len(h["text"].split()) < options["max_len_b"]
+    ]
     assert len(pairs) >= len(sources) - 1
     assert [p[0] for p in pairs] == [p[2] for p in pairs]
     # fairseq bars </s> at step 0 after its softmax, CTranslate2 before it: log(1 - p(</s>)) apart at that step
@@ -180,8 +219,10 @@ def test_imported_fairseq_models_translate_as_fairseq_generate_did(converted, na
 
 def test_papers_models_and_conv_backbones_are_refused_in_one_line(tmp_path):
     vocab = vocabulary("w", 44)
-    for family, settings, said in (("cross_view", {"strategy": "gca"}, "model 'cross_view'"),
-                                   ("transformer", {"backbone": "dynamic_conv"}, "backbone 'dynamic_conv'")):
+    for family, settings, said in (
+        ("cross_view", {"strategy": "gca"}, "model 'cross_view'"),
+        ("transformer", {"backbone": "dynamic_conv"}, "backbone 'dynamic_conv'"),
+    ):
         torch.manual_seed(0)
         model = build(family, {**TINY[family], "src_vocab": len(vocab), "tgt_vocab": len(vocab), **settings})
         directory = model_dir(model, vocab, vocab, tmp_path / family, name=family)
@@ -199,8 +240,11 @@ def test_without_ctranslate2_the_error_says_how_to_install_it(tmp_path, monkeypa
     model = build("transformer", {**TINY["transformer"], "src_vocab": len(vocab), "tgt_vocab": len(vocab)})
     directory = model_dir(model, vocab, vocab, tmp_path / "model")
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
-    with pytest.raises(UserError, match=r"needs the ctranslate2 package, which is not installed: pip install "
-                                        r"'layerwise-nmt\[ctranslate2\]'$"):
+    with pytest.raises(
+        UserError,
+        match=r"needs the ctranslate2 package, which is not installed: pip install "
+        r"'layerwise-nmt\[ctranslate2\]'$",
+    ):
         convert(directory, tmp_path / "ct2")
     assert INSTALL_HINT == "pip install 'layerwise-nmt[ctranslate2]'" and not (tmp_path / "ct2").exists()
 
@@ -211,32 +255,81 @@ def test_cli_exports_a_model_file_and_a_model_directory(converted, tmp_path, cap
     imported = Path(converted["fairseq_shared_post"][3]).parent / "shared_post"
     (tmp_path / "codes").write_text("#version: 0.2\nq z\n")
     out = tmp_path / "int8"
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "export", str(imported / "model.pt"), "--data",
-                             str(imported), "--src", "de", "--tgt", "en", "--codes", str(tmp_path / "codes"),
-                             "--tokenize", '{"lowercase": true}', "--decode", '{"beam": 4, "lenpen": 0.6}',
-                             "--format", "ctranslate2", "--quantization", "int8", "--out", str(out)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "export",
+            str(imported / "model.pt"),
+            "--data",
+            str(imported),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--codes",
+            str(tmp_path / "codes"),
+            "--tokenize",
+            '{"lowercase": true}',
+            "--decode",
+            '{"beam": 4, "lenpen": 0.6}',
+            "--format",
+            "ctranslate2",
+            "--quantization",
+            "int8",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "serve it with ctranslate2.Translator" in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["bpecodes", "config.json", "lwnmt.json", "model.bin",
-                                                     "shared_vocabulary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bpecodes",
+        "config.json",
+        "lwnmt.json",
+        "model.bin",
+        "shared_vocabulary.json",
+    ]
     about = json.loads((out / "lwnmt.json").read_text())
-    assert (about["format"], about["src"], about["tgt"], about["model"]) == ("lwnmt-ctranslate2-dir/1", "de", "en",
-                                                                             "transformer")
+    assert (about["format"], about["src"], about["tgt"], about["model"]) == (
+        "lwnmt-ctranslate2-dir/1",
+        "de",
+        "en",
+        "transformer",
+    )
     assert about["tokenize"] == {"lowercase": True} and about["bpe"]["kind"] == "subword-nmt"
     assert about["ctranslate2"]["quantization"] == "int8"
-    assert about["ctranslate2"]["translate_options"] == {"beam_size": 4, "min_decoding_length": 1,
-                                                         "length_penalty": 0.6}
+    assert about["ctranslate2"]["translate_options"] == {
+        "beam_size": 4,
+        "min_decoding_length": 1,
+        "length_penalty": 0.6,
+    }
     assert set(about["sha256"]) == {"bpecodes", "config.json", "model.bin", "shared_vocabulary.json"}
     config = json.loads((out / "config.json").read_text())
     assert (config["decoder_start_token"], config["add_source_eos"]) == ("</s>", True)
     sources = converted["fairseq_shared_post"][4]
-    assert all(r.hypotheses[0] for r in translator(out).translate_batch(
-        sources, **about["ctranslate2"]["translate_options"]))
+    assert all(
+        r.hypotheses[0] for r in translator(out).translate_batch(sources, **about["ctranslate2"]["translate_options"])
+    )
 
     # an existing model directory converts as it is; `lwnmt translate --model` refuses the result by its format
-    main(["export", str(imported / "model.pt"), "--data", str(imported), "--src", "de", "--tgt", "en", "--out",
-          str(tmp_path / "dir")])
+    main(
+        [
+            "export",
+            str(imported / "model.pt"),
+            "--data",
+            str(imported),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--out",
+            str(tmp_path / "dir"),
+        ]
+    )
     main(["export", str(tmp_path / "dir"), "--format", "ctranslate2", "--out", str(tmp_path / "float32")])
     assert json.loads((tmp_path / "float32/lwnmt.json").read_text())["ctranslate2"]["quantization"] == "none"
     with pytest.raises(UserError, match=r"format 'lwnmt-ctranslate2-dir/1'; this lwnmt reads lwnmt-model-dir/1"):

@@ -27,9 +27,11 @@ def test_sgml_reader_equals_the_plain_release_up_to_doubled_spaces(mirror):
     """newstest2014 (full): the official SGML against the plain text extracted from it (OPUS-MT-testsets). The
     plain copy collapsed 4 doubled spaces in the English source; otherwise every segment is identical."""
     base = mirror / "wmt14-en-de"
-    for sgm, plain, whitespace_only in [("test-full/newstest2014-deen-src.en.sgm", "plain/newstest2014.en", 4),
-                                        ("test-full/newstest2014-deen-ref.de.sgm", "plain/newstest2014.de", 0),
-                                        ("test-full/newstest2014-deen-src.de.sgm", "plain/newstest2014.de", 0)]:
+    for sgm, plain, whitespace_only in [
+        ("test-full/newstest2014-deen-src.en.sgm", "plain/newstest2014.en", 4),
+        ("test-full/newstest2014-deen-ref.de.sgm", "plain/newstest2014.de", 0),
+        ("test-full/newstest2014-deen-src.de.sgm", "plain/newstest2014.de", 0),
+    ]:
         segments, ids = readers.read_xml(str(base / sgm))
         lines = list(read_lines(base / plain))
         assert len(segments) == len(lines) == 3003 and len(ids) == 3003
@@ -38,8 +40,10 @@ def test_sgml_reader_equals_the_plain_release_up_to_doubled_spaces(mirror):
         assert all(a.split() == b.split() and "  " in a for a, b in differ)
     # format "wmt" reads either form: a mirror may hold the plain text where the release has SGML
     assert list(readers.read_wmt(str(base / "plain/newstest2014.en"))[0]) == lines_of(base / "plain/newstest2014.en")
-    assert readers.read_wmt(str(base / "test-full/newstest2014-deen-src.de.sgm"))[0][:3] == lines_of(
-        base / "plain/newstest2014.de")[:3]
+    assert (
+        readers.read_wmt(str(base / "test-full/newstest2014-deen-src.de.sgm"))[0][:3]
+        == lines_of(base / "plain/newstest2014.de")[:3]
+    )
 
 
 def lines_of(path):
@@ -48,8 +52,12 @@ def lines_of(path):
 
 def test_sgml_sides_pair_up_and_mismatches_are_named(mirror, tmp_path):
     base = mirror / "wmt14-en-de/test-full"
-    assert readers.check_parallel(str(base / "newstest2014-deen-src.en.sgm"),
-                                  str(base / "newstest2014-deen-ref.de.sgm"), "xml") == 3003
+    assert (
+        readers.check_parallel(
+            str(base / "newstest2014-deen-src.en.sgm"), str(base / "newstest2014-deen-ref.de.sgm"), "xml"
+        )
+        == 3003
+    )
     shifted = tmp_path / "ref.sgm"
     text = (base / "newstest2014-deen-ref.de.sgm").read_text(encoding="utf-8")
     shifted.write_text(text.replace('<seg id="2">', '<seg id="99">', 1), encoding="utf-8")
@@ -113,11 +121,15 @@ def test_fairseq_wmt_test_recipe_on_newstest2014(mirror, tmp_path):
 
 def test_jieba_segments_chinese_and_moses_tokenizes_the_rest():
     segment = TokenizeOptions("zh", tokenizer="jieba").build()
-    assert segment("我们在2017年去了New York，看了“自由女神像”。") == \
-        "我们 在 2017 年 去 了 New York ， 看 了 “ 自由 女神像 ” 。"
+    assert (
+        segment("我们在2017年去了New York，看了“自由女神像”。")
+        == "我们 在 2017 年 去 了 New York ， 看 了 “ 自由 女神像 ” 。"
+    )
     assert segment("U.S.-based公司") == "U.S.-based 公司"
-    assert TokenizeOptions("de", tokenizer="none").build()("schon  tokenisiert ##AT##-##AT## ja ") == \
-        "schon tokenisiert ##AT##-##AT## ja"
+    assert (
+        TokenizeOptions("de", tokenizer="none").build()("schon  tokenisiert ##AT##-##AT## ja ")
+        == "schon tokenisiert ##AT##-##AT## ja"
+    )
 
 
 NIST_REF = """<refset setid="mt04" srclang="zh" trglang="en">
@@ -220,13 +232,26 @@ def test_disk_space_is_checked_before_writing(tmp_path, monkeypatch):
 
 
 def test_manual_downloads_say_what_to_do(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "fetch", str(tmp_path / "2014-01-test.tgz"),
-                             "--manual", "accept the terms, download it",
-                             "--expected-at", "/mirror/x/2014-01-test.tgz"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "fetch",
+            str(tmp_path / "2014-01-test.tgz"),
+            "--manual",
+            "accept the terms, download it",
+            "--expected-at",
+            "/mirror/x/2014-01-test.tgz",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1 and not (tmp_path / "2014-01-test.tgz").exists()
-    assert ("2014-01-test.tgz: no source gave the file (no URL configured); accept the terms, download it and put "
-            "it at /mirror/x/2014-01-test.tgz") in result.stderr
+    assert (
+        "2014-01-test.tgz: no source gave the file (no URL configured); accept the terms, download it and put "
+        "it at /mirror/x/2014-01-test.tgz"
+    ) in result.stderr
 
 
 def test_assemble_streams_cleaning_and_the_every_kth_hold_out(tmp_path):
@@ -240,8 +265,11 @@ def test_assemble_streams_cleaning_and_the_every_kth_hold_out(tmp_path):
         raw[lang].write_text("\n".join(lines) + "\n")
         tok[lang].write_text("\n".join(lines) + "\n")
     part = [str(raw["de"]), str(raw["en"]), str(tok["de"]), str(tok["en"]), "plain"]
-    splits = {"train": {"parts": [part], "clean": {"ratio": 9.0, "min_len": 1, "max_len": 80}},
-              "valid": {"hold_out_every": 3}, "test": {"parts": [part], "max_lines": 2}}
+    splits = {
+        "train": {"parts": [part], "clean": {"ratio": 9.0, "min_len": 1, "max_len": 80}},
+        "valid": {"hold_out_every": 3},
+        "test": {"parts": [part], "max_lines": 2},
+    }
     outputs = {s: (str(tmp_path / f"{s}.de"), str(tmp_path / f"{s}.en")) for s in splits}
     stats = assemble(splits, outputs, str(tmp_path / "stats.json"))
     assert (tmp_path / "valid.de").read_text().split("\n")[:-1] == ["de 3", "de 6"]
@@ -258,7 +286,10 @@ def test_the_cli_accepts_every_corpus_format_the_readers_know(tmp_path):
     ref = tmp_path / "ref.sgm"
     ref.write_text(NIST_REF, encoding="utf-8")
     out = tmp_path / "ref.en"
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "tokenize", str(ref), str(out), "--lang", "en",
-                             "--format", "nist"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", "tokenize", str(ref), str(out), "--lang", "en", "--format", "nist"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert out.read_text() == "the cat sat\non the mat\n"

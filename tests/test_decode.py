@@ -49,8 +49,13 @@ class ToyDecoder:
 
 def test_beam_finds_the_better_long_hypothesis_and_scores_exactly():
     # start (</s>) → 3 (0.6) | 4 (0.4); after 3: </s> 0.5, 5 0.5; after 4: 5 (1.0) then </s> (1.0)
-    table = {(EOS,): {3: 0.6, 4: 0.4}, (EOS, 3): {EOS: 0.6, 5: 0.4}, (EOS, 4): {5: 1.0}, (EOS, 4, 5): {EOS: 1.0},
-             (EOS, 3, 5): {EOS: 1.0}}
+    table = {
+        (EOS,): {3: 0.6, 4: 0.4},
+        (EOS, 3): {EOS: 0.6, 5: 0.4},
+        (EOS, 4): {5: 1.0},
+        (EOS, 4, 5): {EOS: 1.0},
+        (EOS, 3, 5): {EOS: 1.0},
+    }
     src = torch.tensor([[3, 3, EOS]])
     greedyish = beam_search(ToyDecoder(table), src, BeamConfig(beam=1, lenpen=0.0, max_len_a=0, max_len_b=5))[0]
     assert greedyish[0].tokens == [3, EOS] and math.isclose(greedyish[0].raw_score, math.log(0.6 * 0.6), rel_tol=1e-6)
@@ -60,13 +65,21 @@ def test_beam_finds_the_better_long_hypothesis_and_scores_exactly():
 
 
 def test_length_penalties():
-    table = {(EOS,): {3: 0.6, 4: 0.4}, (EOS, 3): {EOS: 0.6, 5: 0.4}, (EOS, 4): {5: 1.0}, (EOS, 4, 5): {EOS: 1.0},
-             (EOS, 3, 5): {EOS: 1.0}}
+    table = {
+        (EOS,): {3: 0.6, 4: 0.4},
+        (EOS, 3): {EOS: 0.6, 5: 0.4},
+        (EOS, 4): {5: 1.0},
+        (EOS, 4, 5): {EOS: 1.0},
+        (EOS, 3, 5): {EOS: 1.0},
+    }
     src = torch.tensor([[3, EOS]])
-    for name, alpha, expected in [("fairseq", 1.0, lambda s, n: s / n),
-                                  ("gnmt", 0.6, lambda s, n: s / ((5 + n) / 6) ** 0.6)]:
-        hyps = beam_search(ToyDecoder(table), src, BeamConfig(beam=2, lenpen=alpha, length_penalty=name,
-                                                             max_len_a=0, max_len_b=5))[0]
+    for name, alpha, expected in [
+        ("fairseq", 1.0, lambda s, n: s / n),
+        ("gnmt", 0.6, lambda s, n: s / ((5 + n) / 6) ** 0.6),
+    ]:
+        hyps = beam_search(
+            ToyDecoder(table), src, BeamConfig(beam=2, lenpen=alpha, length_penalty=name, max_len_a=0, max_len_b=5)
+        )[0]
         for h in hyps:
             assert math.isclose(h.score, expected(h.raw_score, len(h.tokens)), rel_tol=1e-6)
 
@@ -90,11 +103,13 @@ def test_length_limit_forces_eos():
 def small_model_and_sources(seed: int, n: int, length: int, padded: int):
     """A random 2+2-layer model and n sources ending in </s>; sentence `padded` is shorter (right-padded)."""
     torch.manual_seed(seed)
-    model = build("transformer", dict(src_vocab=40, tgt_vocab=40, d_model=32, d_ff=64, heads=4, encoder_layers=2,
-                                      decoder_layers=2, tie="all")).eval()
+    model = build(
+        "transformer",
+        dict(src_vocab=40, tgt_vocab=40, d_model=32, d_ff=64, heads=4, encoder_layers=2, decoder_layers=2, tie="all"),
+    ).eval()
     src = torch.randint(4, 40, (n, length))
     src[:, -1] = EOS
-    src[padded, length // 2:] = PAD
+    src[padded, length // 2 :] = PAD
     src[padded, length // 2 - 1] = EOS
     return model, src
 
@@ -104,7 +119,7 @@ def test_batched_beam_equals_one_sentence_at_a_time():
     cfg = BeamConfig(beam=3, max_len_a=1.0, max_len_b=3)
     together = beam_search(model, src, cfg)
     for i in range(4):
-        alone = beam_search(model, src[i:i + 1, : int((src[i] != PAD).sum())], cfg)[0]
+        alone = beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], cfg)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
         assert all(math.isclose(a.score, b.score, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(alone, together[i]))
 
@@ -160,11 +175,29 @@ def test_lenpen_tuning_picks_the_argmax_and_the_first_alpha_of_a_tie(tmp_path):
         paths.append(tmp_path / f"valid.{alpha}.score.json")
         paths[-1].write_text(json.dumps({"bleu": bleu}))
     out = tmp_path / "tuned_lenpen.json"
-    subprocess.run([sys.executable, "-m", "layerwise_nmt", "pick-lenpen", *map(str, paths), "--lenpen", "0.6", "1.3",
-                    "2", "--out", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "pick-lenpen",
+            *map(str, paths),
+            "--lenpen",
+            "0.6",
+            "1.3",
+            "2",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     tuned = json.loads(out.read_text())
-    assert tuned["lenpen"] == 1.3 and tuned["bleu"] == 32.5 and tuned["bleu_by_lenpen"] == {"0.6": 30.0, "1.3": 32.5,
-                                                                                            "2": 32.0}
+    assert (
+        tuned["lenpen"] == 1.3
+        and tuned["bleu"] == 32.5
+        and tuned["bleu_by_lenpen"] == {"0.6": 30.0, "1.3": 32.5, "2": 32.0}
+    )
 
 
 def test_best_candidates_equal_topk_over_all_sums():

@@ -14,10 +14,17 @@ from layerwise_nmt.models.transformer import count_parameters
 BASE = dict(src_vocab=30000, tgt_vocab=30000, preset="base")
 
 
-@pytest.mark.parametrize("settings, printed", [
-    ({"aggregation": "dense"}, 0.0), ({"aggregation": "dense", "dense_norm": True}, 0.0),
-    ({"aggregation": "iterative"}, 31.5), ({"aggregation": "hierarchical"}, 23.1),
-    ({"mla_k": 2}, 33.6), ({"mla_k": 3}, 37.8)])
+@pytest.mark.parametrize(
+    "settings, printed",
+    [
+        ({"aggregation": "dense"}, 0.0),
+        ({"aggregation": "dense", "dense_norm": True}, 0.0),
+        ({"aggregation": "iterative"}, 31.5),
+        ({"aggregation": "hierarchical"}, 23.1),
+        ({"mla_k": 2}, 33.6),
+        ({"mla_k": 3}, 37.8),
+    ],
+)
 def test_increments_over_transformer_base_equal_the_printed_ones(settings, printed):
     base = count_parameters(build("deep", BASE))
     assert round((count_parameters(build("deep", {**BASE, **settings})) - base) / 1e6, 1) == printed
@@ -41,12 +48,41 @@ def test_lwnmt_params_prints_the_other_readings_beside_the_paper():
 
     from conftest import ROOT
 
-    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),
-                          "--vocab", "30000", "dou.ende.linear"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "params",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--vocab",
+            "30000",
+            "dou.ende.linear",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "93,364,736" in out and "102.70M" in out and "[linear_form=factorised: 104,899,072]" in out
-    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),
-                          "--src-vocab", "8389", "--tgt-vocab", "6428", "mlrf.t2.dec_sa6"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "params",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--src-vocab",
+            "8389",
+            "--tgt-vocab",
+            "6428",
+            "mlrf.t2.dec_sa6",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "12,162,076" in out and "13.47M" in out and "[w1_per_hop=true: 13,472,796]" in out
 
 
@@ -66,10 +102,28 @@ def test_dou_counts_are_the_printed_ones_with_thumts_two_vocabularies():
     assert {grid.experiment(config, name)["vocab"] for name in names} == {"separate"}
 
     def counts(*vocab: str) -> list[tuple[int, str]]:
-        out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "params", "--config", str(ROOT / "config.yaml"),
-                              *vocab, "--format", "csv", *names], capture_output=True, text=True, check=True).stdout
-        return [(int(row["params"]), row["paper_params"]) for row in csv.DictReader(io.StringIO(out))
-                if row["paper_params"] and row["table"] in ("T1", "T2")]
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "layerwise_nmt",
+                "params",
+                "--config",
+                str(ROOT / "config.yaml"),
+                *vocab,
+                "--format",
+                "csv",
+                *names,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return [
+            (int(row["params"]), row["paper_params"])
+            for row in csv.DictReader(io.StringIO(out))
+            if row["paper_params"] and row["table"] in ("T1", "T2")
+        ]
 
     def printed(params: int, paper: str) -> bool:  # equal to the digits the paper prints
         digits = len(paper.partition(".")[2])
@@ -158,13 +212,22 @@ def test_auxiliary_loss_only_when_training_with_diversity():
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("settings", [
-    dict(aggregation="dense"), dict(aggregation="dense", dense_norm=True), dict(aggregation="linear"),
-    dict(aggregation="linear", linear_form="factorised"),
-    dict(aggregation="iterative"),
-    dict(aggregation="hierarchical"), dict(mla_k=2), dict(mla_k=3),
-    dict(aggregation="hierarchical", apply_to="decoder"),
-    dict(aggregation="hierarchical", agg_function="attention"), dict(aggregation="hierarchical", agg_residual="top")])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(aggregation="dense"),
+        dict(aggregation="dense", dense_norm=True),
+        dict(aggregation="linear"),
+        dict(aggregation="linear", linear_form="factorised"),
+        dict(aggregation="iterative"),
+        dict(aggregation="hierarchical"),
+        dict(mla_k=2),
+        dict(mla_k=3),
+        dict(aggregation="hierarchical", apply_to="decoder"),
+        dict(aggregation="hierarchical", agg_function="attention"),
+        dict(aggregation="hierarchical", agg_residual="top"),
+    ],
+)
 def test_causal_and_cached_decoding_for_every_variant(settings):
     model = tiny(**settings)
     src, prev = batch()
@@ -173,8 +236,9 @@ def test_causal_and_cached_decoding_for_every_variant(settings):
 
 @torch.no_grad()
 @pytest.mark.parametrize("backbone", ["dynamic_conv", "lightweight_conv"])
-@pytest.mark.parametrize("settings", [dict(aggregation="hierarchical"), dict(aggregation="iterative", apply_to="both"),
-                                      dict(mla_k=2)])
+@pytest.mark.parametrize(
+    "settings", [dict(aggregation="hierarchical"), dict(aggregation="iterative", apply_to="both"), dict(mla_k=2)]
+)
 def test_cached_decoding_keeps_the_convolution_history_on_conv_backbones(backbone, settings):
     model = tiny(backbone=backbone, kernel_sizes=[3, 5, 7, 7, 7, 7], weight_dropout=0.0, **settings)
     src, prev = batch()

@@ -44,8 +44,10 @@ def test_config_yaml_defaults_equal_the_settings_classes(stage):
 def test_the_schemas_defaults_equal_the_code_that_reads_them():
     defs = SCHEMA["$defs"]
     average = defs["average"]["oneOf"][1]["properties"]
-    assert {k: average[k]["default"] for k in ("num", "by")} == {"num": class_default(AverageConfig, "num"),
-                                                                 "by": class_default(AverageConfig, "by")}
+    assert {k: average[k]["default"] for k in ("num", "by")} == {
+        "num": class_default(AverageConfig, "num"),
+        "by": class_default(AverageConfig, "by"),
+    }
     task = defs["task"]["properties"]
     assert task["bpe"]["properties"]["min_frequency"]["default"] == bpe.MIN_FREQUENCY
     assert task["vocab"]["properties"]["padding_factor"]["default"] == vocab.PADDING_FACTOR
@@ -89,8 +91,24 @@ def test_lwnmt_train_without_a_budget_says_what_it_needs(tmp_path):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "train", "--data", str(tmp_path), "--src", "de",
-                             "--tgt", "en", "--save-dir", str(tmp_path / "run")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "train",
+            "--data",
+            str(tmp_path),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--save-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode != 0
     line = result.stderr.strip().splitlines()[-1]
     assert "no training budget" in line and "--max-update N" in line and "max_epoch 100, patience 10" in line

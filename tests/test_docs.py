@@ -21,8 +21,9 @@ def test_every_generated_block_is_what_lwnmt_docs_writes_now():
 
 def test_the_demo_parameter_counts_are_lwnmt_params():
     demo = grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
-    counts = {r["experiment"]: r["params"]
-              for r in parameter_rows(demo, ["demo.lwc", "demo.transformer"], (7880, 7880))}
+    counts = {
+        r["experiment"]: r["params"] for r in parameter_rows(demo, ["demo.lwc", "demo.transformer"], (7880, 7880))
+    }
     description = yaml.safe_load((ROOT / "config/demo.yaml").read_text())["experiments"]["demo.lwc"]["description"]
     assert f"({counts['demo.lwc']:,} vs {counts['demo.transformer']:,} with the 7,880-symbol dictionary" in description
 
@@ -39,11 +40,18 @@ def test_the_readmes_first_screen_says_what_it_reproduces_and_how_to_run_it():
         assert paper["citation"].split(",")[0].split(" (")[0] in first_screen, key
         if "arxiv" in paper:
             assert f"[{paper['arxiv']}](https://arxiv.org/abs/{paper['arxiv']})" in first_screen, key
-    for command in ("make demo", "make test", "snakemake --cores all --use-conda", "--profile profiles/slurm",
-                    "--conda-create-envs-only", "pip install -e ."):
+    for command in (
+        "make demo",
+        "make test",
+        "snakemake --cores all --use-conda",
+        "--profile profiles/slurm",
+        "--conda-create-envs-only",
+        "pip install -e .",
+    ):
         assert command in first_screen, command
-    pinned = next(line for line in (ROOT / "constraints.txt").read_text().splitlines()
-                  if line.startswith("snakemake=="))
+    pinned = next(
+        line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("snakemake==")
+    )
     assert f"pip install {pinned}" in first_screen
 
 

@@ -20,8 +20,9 @@ DRIVER = ROOT / ".venv-driver"
 
 
 def pinned_snakemake() -> str:
-    return next(line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()
-                if line.startswith("snakemake=="))
+    return next(
+        line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("snakemake==")
+    )
 
 
 # Named apart from the fixture, so that a test module importing it does not see each test's `driver` parameter
@@ -44,9 +45,19 @@ def driver_fixture() -> Path:
 def make_driver(stamp: Path, pins: str) -> None:
     """`python -m venv --clear`, then pip installs the pinned Snakemake; the stamp is written last."""
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(DRIVER)], check=True)
-    result = subprocess.run([str(DRIVER / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                             "-c", str(ROOT / "constraints.txt"), pinned_snakemake()],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            str(DRIVER / "bin" / "pip"),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-c",
+            str(ROOT / "constraints.txt"),
+            pinned_snakemake(),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         reason = f"could not install {pinned_snakemake()} from the package index: {result.stderr[-500:]}"
         if os.environ.get("CI"):
@@ -58,8 +69,13 @@ def make_driver(stamp: Path, pins: str) -> None:
 def run(driver: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{driver / 'bin'}{os.pathsep}/usr/bin:/bin"  # no other Python before the driver's
-    return subprocess.run([str(driver / "bin" / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-                           "--cores", "2", *args], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(driver / "bin" / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_driver_env_holds_neither_torch_nor_numpy(driver):
@@ -68,8 +84,7 @@ def test_the_driver_env_holds_neither_torch_nor_numpy(driver):
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("configfile", [[], ["--configfile", str(ROOT / "config" / "demo.yaml")]],
-                         ids=["full", "demo"])
+@pytest.mark.parametrize("configfile", [[], ["--configfile", str(ROOT / "config" / "demo.yaml")]], ids=["full", "demo"])
 def test_dry_run_and_lint_with_snakemake_alone(driver, tmp_path, configfile):
     dry = run(driver, tmp_path, "-n", "--quiet", "rules", *configfile)
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-3000:]

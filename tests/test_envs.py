@@ -14,8 +14,10 @@ ALIASES = {"pytorch": "torch"}
 
 def pins():
     lines = (ROOT / "constraints.txt").read_text().splitlines()
-    return {name.lower(): version for name, version in (line.split("==") for line in lines
-                                                          if line and not line.startswith("#"))}
+    return {
+        name.lower(): version
+        for name, version in (line.split("==") for line in lines if line and not line.startswith("#"))
+    }
 
 
 def test_pyproject_ranges_admit_the_pinned_versions_and_pytorch_2_11():
@@ -49,13 +51,38 @@ def test_env_pins_match_constraints():
 # What each conda env must be able to import: the package modules its rules run (import statements anywhere in
 # them, lazy ones included), mapped from import names to distribution names.
 ENV_MODULES = {
-    "preprocess.yaml": ["data/[!b]*.py", "data/bpe.py", "data/binarize.py", "config.py", "settings.py",
-                        "__init__.py"],  # data/batching.py is training's
-    "train.yaml": ["training/loop.py", "training/progress.py", "training/reporting.py", "training/average.py",
-                   "inference/decode.py", "grid/parameter_table.py", "models/*.py",
-                   "data/batching.py", "data/binarize.py", "data/vocab.py", "data/io.py", "settings.py"],
-    "report.yaml": ["scoring/score.py", "report/*.py", "inference/decode.py", "models/*.py", "data/vocab.py",
-                    "data/io.py", "config.py", "settings.py"],
+    "preprocess.yaml": [
+        "data/[!b]*.py",
+        "data/bpe.py",
+        "data/binarize.py",
+        "config.py",
+        "settings.py",
+        "__init__.py",
+    ],  # data/batching.py is training's
+    "train.yaml": [
+        "training/loop.py",
+        "training/progress.py",
+        "training/reporting.py",
+        "training/average.py",
+        "inference/decode.py",
+        "grid/parameter_table.py",
+        "models/*.py",
+        "data/batching.py",
+        "data/binarize.py",
+        "data/vocab.py",
+        "data/io.py",
+        "settings.py",
+    ],
+    "report.yaml": [
+        "scoring/score.py",
+        "report/*.py",
+        "inference/decode.py",
+        "models/*.py",
+        "data/vocab.py",
+        "data/io.py",
+        "config.py",
+        "settings.py",
+    ],
 }
 DISTRIBUTIONS = {"yaml": "pyyaml", "subword_nmt": "subword-nmt", "torch": "torch", "tensorboardX": "tensorboardx"}
 
@@ -89,8 +116,9 @@ def test_every_import_of_a_rule_is_in_its_conda_env():
 
 
 def test_pytorch_builds_are_the_ones_the_comments_promise():
-    deps = {env: yaml.safe_load((ROOT / "envs" / env).read_text())["dependencies"] for env in ("train.yaml",
-                                                                                               "report.yaml")}
+    deps = {
+        env: yaml.safe_load((ROOT / "envs" / env).read_text())["dependencies"] for env in ("train.yaml", "report.yaml")
+    }
     assert "pytorch=2.13.0=cuda*" in deps["train.yaml"]
     cuda = [d for d in deps["train.yaml"] if isinstance(d, str) and d.startswith("cuda-version")]
     assert cuda and "<" in cuda[0], "train.yaml: the CUDA runtime needs an upper bound the cluster's drivers meet"

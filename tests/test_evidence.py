@@ -38,9 +38,16 @@ def fake_run(results, name, seed, hyps, curve, bleu, minutes=10.0):
     (run / "checkpoints").mkdir(parents=True)
     (run / "test.txt").write_text("\n".join(hyps) + "\n")
     (run / "test.score.json").write_text(json.dumps({"bleu": bleu, "chrf": bleu + 20}))
-    (run / "checkpoints" / "training.json").write_text(json.dumps(
-        {"updates": curve[-1][0], "target_tokens": 600_000, "minutes": minutes,
-         "precision": {"amp": "bf16", "device": "cpu: Test CPU"}}))
+    (run / "checkpoints" / "training.json").write_text(
+        json.dumps(
+            {
+                "updates": curve[-1][0],
+                "target_tokens": 600_000,
+                "minutes": minutes,
+                "precision": {"amp": "bf16", "device": "cpu: Test CPU"},
+            }
+        )
+    )
     with open(run / "checkpoints" / "metrics.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["epoch", "update", "valid_loss"])
         w.writeheader()
@@ -95,9 +102,11 @@ def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path):
 
 def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, monkeypatch):
     results, out = tmp_path / "run", tmp_path / "docs"
-    monkeypatch.setattr(evidence, "machine", lambda: {"cpu": "Test CPU", "features": ["avx2", "avx512f",
-                                                                                      "avx512_bf16", "amx_bf16"],
-                                                      "python": "3.11.7"})
+    monkeypatch.setattr(
+        evidence,
+        "machine",
+        lambda: {"cpu": "Test CPU", "features": ["avx2", "avx512f", "avx512_bf16", "amx_bf16"], "python": "3.11.7"},
+    )
     for seed in (1, 2):
         fake_seed(results, seed)
         evidence.copy(config, TABLE, seed, out, results)
@@ -133,14 +142,17 @@ def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, 
     # a resumed run's benchmark times only its last job: the column says so, and the page explains it
     assert "| last job's wall, min |" in page and "resumed" in page
     # what one seed costs, for whoever runs the next: 10 minutes per fake run
-    assert ("Training per seed, summed over its runs: seed 1, 7 of 7 runs, 1.2 h on CPU; seed 2, 6 of 6 runs, "
-            "1.0 h on CPU; seed 3, 0 of 6 runs.") in page
+    assert (
+        "Training per seed, summed over its runs: seed 1, 7 of 7 runs, 1.2 h on CPU; seed 2, 6 of 6 runs, "
+        "1.0 h on CPU; seed 3, 0 of 6 runs."
+    ) in page
     assert json.loads((out / "summary.json").read_text())["table"] == TABLE
 
     block = evidence_page.readme_block(out)
     assert "-10.00 BLEU against `study_cpu.transformer` over 2 seed(s): worse on every seed, significantly" in block
-    assert ("+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly"
-            in block)
+    assert (
+        "+4.00 BLEU against `study_cpu.transformer_longer` over 2 seed(s): better on every seed, significantly" in block
+    )
 
 
 def test_an_inconclusive_gain_and_a_missing_reference(config, tmp_path):
@@ -158,13 +170,31 @@ def test_an_inconclusive_gain_and_a_missing_reference(config, tmp_path):
 
 
 def test_the_cli_lists_one_seeds_targets_for_snakemake():
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "evidence", "targets", "--config",
-                             str(ROOT / "config.yaml"), "--config", str(ROOT / "config" / "study_cpu.yaml"),
-                             "--table", TABLE, "--seed", "2"], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "evidence",
+            "targets",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--config",
+            str(ROOT / "config" / "study_cpu.yaml"),
+            "--table",
+            TABLE,
+            "--seed",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
-                                     ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer",
-                                      "dou_deep")]
+    assert result.stdout.split() == [
+        f"results/{TASK}/study_cpu.{n}/seed2/test.score.json"
+        for n in ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")
+    ]
 
 
 def test_make_study_cpu_gives_snakemake_its_targets_as_targets(tmp_path):
@@ -188,17 +218,31 @@ sys.exit(3)  # no training here: make stops before copying
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env = {k: v for k, v in env.items() if not k.startswith("MAKE")}
-    result = subprocess.run(["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0 and seen.exists(), result.stdout + result.stderr
     args = json.loads(seen.read_text())
-    assert args["targets"] == [f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in
-                               ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")]
+    assert args["targets"] == [
+        f"results/{TASK}/study_cpu.{n}/seed2/test.score.json"
+        for n in ("transformer", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer", "dou_deep")
+    ]
     assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1}
     assert args["configfile"] == ["config/study_cpu.yaml"]
     # collecting in a checkout that has the committed runs but not the data: the references are prepared first
-    result = subprocess.run(["make", "-o", ".venv/.installed", "study-cpu-collect"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["make", "-o", ".venv/.installed", "study-cpu-collect"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0, result.stdout + result.stderr
     args = json.loads(seen.read_text())
     assert args["targets"] == [f"results/{TASK}/data/text/test.de-en.en"], args
@@ -211,8 +255,10 @@ def test_the_budget_checks_words_follow_which_way_it_went():
 
     lost = {"same_model": True, "delta": -1.10, "seeds": [1], "bootstrap_p": [0.013], "claim": None}
     gained = {**lost, "delta": 1.91, "bootstrap_p": [0.2]}
-    assert plain_words(lost) == ("training longer loses BLEU here (significant by the paired bootstrap): the budget "
-                                 "is past where more training helps")
+    assert plain_words(lost) == (
+        "training longer loses BLEU here (significant by the paired bootstrap): the budget "
+        "is past where more training helps"
+    )
     assert plain_words(gained) == "what training longer still buys (not significant by the paired bootstrap)"
 
 
@@ -221,17 +267,34 @@ def test_a_claim_not_held_says_seed_by_seed_what_the_tests_found():
     significantly different', which seed 1 contradicts."""
     from layerwise_nmt.report.evidence_page import plain_words
 
-    mlrf = {"delta": -1.20, "deltas": [-2.16, -0.24], "seeds": [1, 2], "bootstrap_p": [0.001, 0.222],
-            "t_test_p": 0.428, "claim": "not held"}
-    assert plain_words(mlrf) == ("worse on average; worse on 2 of 2 seeds, significantly on 1 (paired bootstrap, "
-                                 "p < 0.05); the t-test over seeds p 0.428: the claim does not hold at this size")
-    dou = {"delta": -0.09, "deltas": [-0.49, 0.32], "seeds": [1, 2], "bootstrap_p": [0.073, 0.160],
-           "t_test_p": 0.865, "claim": "not held"}
-    assert plain_words(dou) == ("worse on average; worse on 1 of 2 seeds, significantly on none (paired bootstrap, "
-                                "p < 0.05); the t-test over seeds p 0.865: the claim does not hold at this size")
+    mlrf = {
+        "delta": -1.20,
+        "deltas": [-2.16, -0.24],
+        "seeds": [1, 2],
+        "bootstrap_p": [0.001, 0.222],
+        "t_test_p": 0.428,
+        "claim": "not held",
+    }
+    assert plain_words(mlrf) == (
+        "worse on average; worse on 2 of 2 seeds, significantly on 1 (paired bootstrap, "
+        "p < 0.05); the t-test over seeds p 0.428: the claim does not hold at this size"
+    )
+    dou = {
+        "delta": -0.09,
+        "deltas": [-0.49, 0.32],
+        "seeds": [1, 2],
+        "bootstrap_p": [0.073, 0.160],
+        "t_test_p": 0.865,
+        "claim": "not held",
+    }
+    assert plain_words(dou) == (
+        "worse on average; worse on 1 of 2 seeds, significantly on none (paired bootstrap, "
+        "p < 0.05); the t-test over seeds p 0.865: the claim does not hold at this size"
+    )
     worse = {**mlrf, "deltas": [-2.16, -1.5], "bootstrap_p": [0.001, 0.02], "delta": -1.83}
-    assert plain_words(worse) == ("worse on every seed, significantly (paired bootstrap, p < 0.05): the claim does not "
-                                  "hold at this size")
+    assert plain_words(worse) == (
+        "worse on every seed, significantly (paired bootstrap, p < 0.05): the claim does not hold at this size"
+    )
     unscored = {**dou, "bootstrap_p": None, "t_test_p": None, "seeds": [1], "deltas": [0.0], "delta": 0.0}
     assert plain_words(unscored) == "no better on average; worse on 0 of 1 seed: the claim does not hold at this size"
 
@@ -241,10 +304,20 @@ def test_an_inconclusive_claim_says_seed_by_seed_what_the_tests_found():
     better on none; 'not significantly on every seed' hid that one seed went the other way."""
     from layerwise_nmt.report.evidence_page import plain_words
 
-    dou = {"delta": 0.17, "deltas": [-0.49, 0.32, 0.68], "seeds": [1, 2, 3], "bootstrap_p": [0.073, 0.160, 0.062],
-           "t_test_p": 0.674, "claim": "inconclusive"}
-    assert plain_words(dou) == ("better on average; better on 2 of 3 seeds, significantly on none (paired bootstrap, "
-                                "p < 0.05); the t-test over seeds p 0.674: inconclusive at this size")
+    dou = {
+        "delta": 0.17,
+        "deltas": [-0.49, 0.32, 0.68],
+        "seeds": [1, 2, 3],
+        "bootstrap_p": [0.073, 0.160, 0.062],
+        "t_test_p": 0.674,
+        "claim": "inconclusive",
+    }
+    assert plain_words(dou) == (
+        "better on average; better on 2 of 3 seeds, significantly on none (paired bootstrap, "
+        "p < 0.05); the t-test over seeds p 0.674: inconclusive at this size"
+    )
     mostly = {**dou, "deltas": [0.9, 0.32, 0.68], "bootstrap_p": [0.01, 0.160, 0.02], "delta": 0.63}
-    assert plain_words(mostly) == ("better on average; better on 3 of 3 seeds, significantly on 2 (paired bootstrap, "
-                                   "p < 0.05); the t-test over seeds p 0.674: inconclusive at this size")
+    assert plain_words(mostly) == (
+        "better on average; better on 3 of 3 seeds, significantly on 2 (paired bootstrap, "
+        "p < 0.05); the t-test over seeds p 0.674: inconclusive at this size"
+    )

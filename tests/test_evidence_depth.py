@@ -34,15 +34,27 @@ def config():
     return load(ROOT / "config.yaml", ROOT / "config" / "study_cpu6.yaml")
 
 
-RUNS = {"transformer": CURVE, "lwc": CURVE, "mlrf_dec_sa": CURVE, "transformer_longer": CONTINUE,
-        "gca_full": CONTINUE, "dou_deep": CONTINUE}
+RUNS = {
+    "transformer": CURVE,
+    "lwc": CURVE,
+    "mlrf_dec_sa": CURVE,
+    "transformer_longer": CONTINUE,
+    "gca_full": CONTINUE,
+    "dou_deep": CONTINUE,
+}
 
 
 def fake_seed(results, seed, device="cpu: Test CPU", heldout=True, bleu=None):
     names = list(RUNS) + (["transformer_dropout3", "transformer_2x"] if seed == 1 else [])
     for name in names:
-        run = fake_run(results, f"study_cpu6.{name}", seed, degrade(REFS, 4), RUNS.get(name, CURVE),
-                       (bleu or {}).get(name, 40.0 + seed))
+        run = fake_run(
+            results,
+            f"study_cpu6.{name}",
+            seed,
+            degrade(REFS, 4),
+            RUNS.get(name, CURVE),
+            (bleu or {}).get(name, 40.0 + seed),
+        )
         training = json.loads((run / "checkpoints/training.json").read_text())
         training["precision"]["device"] = device
         (run / "checkpoints/training.json").write_text(json.dumps(training))
@@ -81,8 +93,9 @@ def test_held_out_hypotheses_are_copied_beside_test_txt_and_counted(config, held
     summary = evidence.summarise(config, TABLE, out, None)
     assert all(r["heldout"] == sorted(SETS) for r in summary["runs"])
     page = evidence_page.write(summary, out).read_text()
-    assert "| held-out sets translated |" in page and all(line.endswith("| 3 | — |") for line in page.splitlines()
-                                                          if line.startswith("| `study_cpu6."))
+    assert "| held-out sets translated |" in page and all(
+        line.endswith("| 3 | — |") for line in page.splitlines() if line.startswith("| `study_cpu6.")
+    )
 
 
 def test_one_seed_on_one_kind_of_machine(config, heldout, tmp_path, monkeypatch):
@@ -93,9 +106,12 @@ def test_one_seed_on_one_kind_of_machine(config, heldout, tmp_path, monkeypatch)
     assert "| CPU or GPU |" in page and "| NVIDIA H100 80GB HBM3 |" in page
     # the seed's baseline trained on a GPU: its warm starts may not continue on a CPU
     monkeypatch.setattr(evidence, "this_machine_kind", lambda: "cpu")
-    with pytest.raises(UserError, match=r"seed 2: this machine trained on cpu, study_cpu6.transformer \(in .*\) on "
-                                        r"cuda; every run of one seed trains on one kind of machine .* run seed 2 on "
-                                        r"cuda"):
+    with pytest.raises(
+        UserError,
+        match=r"seed 2: this machine trained on cpu, study_cpu6.transformer \(in .*\) on "
+        r"cuda; every run of one seed trains on one kind of machine .* run seed 2 on "
+        r"cuda",
+    ):
         evidence.targets(config, TABLE, 2, out)
     assert evidence.targets(config, TABLE, 3, out)  # another seed is free to run here
     monkeypatch.setattr(evidence, "this_machine_kind", lambda: "cuda")
@@ -123,41 +139,95 @@ def test_a_half_written_run_is_named_not_tabulated(config, heldout, tmp_path):
 
 def study(folder, depth, deltas, base):
     """A summary.json as `collect` writes it: per method its per-seed Δs against its control."""
-    rows = [{"label": f"Transformer baseline ({depth}, d=256)", "experiment": f"s{depth}.transformer", "n": len(base),
-             "mean": sum(base) / len(base), "sd": 0.3, "warm_start": None}]
+    rows = [
+        {
+            "label": f"Transformer baseline ({depth}, d=256)",
+            "experiment": f"s{depth}.transformer",
+            "n": len(base),
+            "mean": sum(base) / len(base),
+            "sd": 0.3,
+            "warm_start": None,
+        }
+    ]
     for key, label, values in deltas:
-        rows.append({"label": f"{label} (some detail)", "experiment": f"s{depth}.{key}", "n": len(values),
-                     "warm_start": None,
-                     "compare": {"control": f"s{depth}.transformer", "seeds": list(range(1, len(values) + 1)),
-                                 "deltas": values, "delta": sum(values) / len(values),
-                                 "bootstrap_p": [0.01] * len(values), "t_test_p": 0.2 if len(values) > 1 else None,
-                                 "claim": "held" if min(values) > 0 else "not held", "same_model": False}})
-    rows.append({"label": "Baseline at twice the budget", "experiment": f"s{depth}.transformer_2x", "n": 1,
-                 "warm_start": None, "compare": {"control": f"s{depth}.transformer", "seeds": [1], "deltas": [-1.0],
-                                                 "delta": -1.0, "same_model": True, "claim": "not held"}})
+        rows.append(
+            {
+                "label": f"{label} (some detail)",
+                "experiment": f"s{depth}.{key}",
+                "n": len(values),
+                "warm_start": None,
+                "compare": {
+                    "control": f"s{depth}.transformer",
+                    "seeds": list(range(1, len(values) + 1)),
+                    "deltas": values,
+                    "delta": sum(values) / len(values),
+                    "bootstrap_p": [0.01] * len(values),
+                    "t_test_p": 0.2 if len(values) > 1 else None,
+                    "claim": "held" if min(values) > 0 else "not held",
+                    "same_model": False,
+                },
+            }
+        )
+    rows.append(
+        {
+            "label": "Baseline at twice the budget",
+            "experiment": f"s{depth}.transformer_2x",
+            "n": 1,
+            "warm_start": None,
+            "compare": {
+                "control": f"s{depth}.transformer",
+                "seeds": [1],
+                "deltas": [-1.0],
+                "delta": -1.0,
+                "same_model": True,
+                "claim": "not held",
+            },
+        }
+    )
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text(json.dumps({"rows": rows}))
 
 
 def test_each_method_side_by_side_at_both_depths_with_a_sentence_and_a_figure(tmp_path):
-    study(tmp_path / "cpu", "3+3", [("lwc", "LWC, He et al. 2018", [-1.5, -1.4, -1.6]),
-                                    ("gca_full", "GCA full model", [-0.2, 0.3, -0.4]),
-                                    ("dou_deep", "Dou et al.", [0.1, 0.2, 0.3])], [41.5, 41.7, 41.8])
-    study(tmp_path / "cpu6", "6+6", [("lwc", "LWC, He et al. 2018", [1.0, 1.2, 1.1]),
-                                     ("gca_full", "GCA full model", [0.3, -0.5, 0.1]),
-                                     ("dou_deep", "Dou et al.", [0.2])], [43.0, 43.5, 43.1])
+    study(
+        tmp_path / "cpu",
+        "3+3",
+        [
+            ("lwc", "LWC, He et al. 2018", [-1.5, -1.4, -1.6]),
+            ("gca_full", "GCA full model", [-0.2, 0.3, -0.4]),
+            ("dou_deep", "Dou et al.", [0.1, 0.2, 0.3]),
+        ],
+        [41.5, 41.7, 41.8],
+    )
+    study(
+        tmp_path / "cpu6",
+        "6+6",
+        [
+            ("lwc", "LWC, He et al. 2018", [1.0, 1.2, 1.1]),
+            ("gca_full", "GCA full model", [0.3, -0.5, 0.1]),
+            ("dou_deep", "Dou et al.", [0.2]),
+        ],
+        [43.0, 43.5, 43.1],
+    )
     summary = depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")])
     assert list(summary["methods"]) == ["lwc", "gca_full", "dou_deep"]  # the budget's check is no method
     block = depth.depth_block(summary)
-    assert ("| LWC, He et al. 2018 | -1.50 ± 0.10 (n=3) | 0.010, 0.010, 0.010 | 0.200 | not held | "
-            "+1.10 ± 0.10 (n=3) |") in block
+    assert (
+        "| LWC, He et al. 2018 | -1.50 ± 0.10 (n=3) | 0.010, 0.010, 0.010 | 0.200 | not held | +1.10 ± 0.10 (n=3) |"
+    ) in block
     assert "**What depth buys the baseline**: 41.67 at 3+3 → 43.20 at 6+6 (+1.53 BLEU; n=3 and 3 seeds)." in block
-    assert "**LWC, He et al. 2018**: its gain grows with depth, as its paper says (-1.50 at 3+3 (3 seeds) → +1.10 at " \
-           "6+6 (3 seeds); Welch's t-test over the seeds' Δs p 0.000); at 6+6 the claim is held." in block
-    assert "**GCA full model**: its Δ rises with depth (-0.10 at 3+3 (3 seeds) → -0.03 at 6+6 (3 seeds)) but not " \
-           "beyond what the seeds' spread allows" in block
-    assert "**Dou et al.**: its Δ does not grow with depth (+0.20 at 3+3 (3 seeds) → +0.20 at 6+6 (1 seeds); too few " \
-           "seeds to test the change)" in block
+    assert (
+        "**LWC, He et al. 2018**: its gain grows with depth, as its paper says (-1.50 at 3+3 (3 seeds) → +1.10 at "
+        "6+6 (3 seeds); Welch's t-test over the seeds' Δs p 0.000); at 6+6 the claim is held." in block
+    )
+    assert (
+        "**GCA full model**: its Δ rises with depth (-0.10 at 3+3 (3 seeds) → -0.03 at 6+6 (3 seeds)) but not "
+        "beyond what the seeds' spread allows" in block
+    )
+    assert (
+        "**Dou et al.**: its Δ does not grow with depth (+0.20 at 3+3 (3 seeds) → +0.20 at 6+6 (1 seeds); too few "
+        "seeds to test the change)" in block
+    )
     figure = depth.depth_figure(summary, tmp_path / "depth.png")
     assert figure.stat().st_size > 10_000
 
@@ -171,15 +241,17 @@ def test_a_depth_not_collected_yet_is_said_so(tmp_path):
     assert "**LWC**: run at 3+3 only; no trend with depth yet." in block
 
 
-def test_held_out_translations_made_elsewhere_are_copied_without_the_folder_here(config, heldout, tmp_path,
-                                                                                 monkeypatch):
+def test_held_out_translations_made_elsewhere_are_copied_without_the_folder_here(
+    config, heldout, tmp_path, monkeypatch
+):
     """A GPU node translated the held-out sets; the checkout that collects them has no held-out folder."""
     results, out = tmp_path / "run", tmp_path / "docs"
     fake_seed(results, 3)
     monkeypatch.delenv("LWNMT_HELDOUT_DIR")
     evidence.copy(config, TABLE, 3, out, results)
-    assert {p.name for p in (out / "study_cpu6.transformer" / "seed3").glob("heldout.*.txt")} == \
-        {f"heldout.{s}.txt" for s in SETS}
+    assert {p.name for p in (out / "study_cpu6.transformer" / "seed3").glob("heldout.*.txt")} == {
+        f"heldout.{s}.txt" for s in SETS
+    }
 
 
 def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_out_sets(heldout):
@@ -188,14 +260,17 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
 
     listed = subprocess.run(["bash", str(ROOT / "scripts/study_gpu.sh"), "shards"], capture_output=True, text=True)
     assert listed.stdout.split()[-3:] == ["depth6-seed1", "depth6-seed2", "depth6-seed3"]
-    code = (f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; "
-            f"TASK=multi30k_deen; shard_targets depth6-seed2")
+    code = (
+        f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; "
+        f"TASK=multi30k_deen; shard_targets depth6-seed2"
+    )
     import os
     import sys
 
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}  # its python3
-    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                         env=env).stdout.split()
+    out = subprocess.run(
+        ["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    ).stdout.split()
     runs = {t.split("/")[2] for t in out if t.endswith("test.score.json")}
     assert runs == {f"study_cpu6.{e}" for e in RUNS} and all("/seed2/" in t for t in out)
     assert len([t for t in out if "/heldout." in t]) == 6 * 3

@@ -17,8 +17,9 @@ from layerwise_nmt.training.loop import train
 
 
 def lwnmt(*args, cwd, stdin: str | None = None):
-    return subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, text=True, cwd=cwd, input=stdin
+    )
 
 
 def one_line(result) -> str:
@@ -39,9 +40,21 @@ def checkout(toy_data, tmp_path_factory) -> dict:
     run = root / "results/multi30k_deen/toy.exp/seed1"
     train(toy_spec(max_update=3), str(data / "bin-joint"), "de", "en", str(run / "checkpoints"), str(run / "model.pt"))
     overlay = root / "toy.yaml"
-    overlay.write_text(yaml.safe_dump({"experiments": {"toy.exp": {
-        "task": "multi30k_deen", "model": "transformer", "arch": TOY_ARCH, "average": None,
-        "decode": {"beam": 2, "batch_size": 8}}}}))
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "experiments": {
+                    "toy.exp": {
+                        "task": "multi30k_deen",
+                        "model": "transformer",
+                        "arch": TOY_ARCH,
+                        "average": None,
+                        "decode": {"beam": 2, "batch_size": 8},
+                    }
+                }
+            }
+        )
+    )
     config = ["--config", ROOT / "config.yaml", "--config", ROOT / "config/demo.yaml", "--config", overlay]
     return {"root": root, "run": run, "config": config, "overlay": overlay}
 
@@ -50,8 +63,7 @@ def test_export_then_translate_raw_text_from_anywhere(checkout, tmp_path):
     out = tmp_path / "toy-de-en"
     result = lwnmt("export", "toy.exp", "--out", out, *checkout["config"], cwd=checkout["root"])
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["bpecodes", "dict.de.txt", "dict.en.txt", "lwnmt.json",
-                                                      "model.pt"]
+    assert sorted(p.name for p in out.iterdir()) == ["bpecodes", "dict.de.txt", "dict.en.txt", "lwnmt.json", "model.pt"]
     manifest = json.loads((out / "lwnmt.json").read_text())
     assert (manifest["src"], manifest["tgt"], manifest["experiment"], manifest["seed"]) == ("de", "en", "toy.exp", 1)
     assert manifest["tokenize"]["lowercase"] and manifest["lowercase"]  # multi30k_deen is lowercased
@@ -72,27 +84,64 @@ def test_export_then_translate_raw_text_from_anywhere(checkout, tmp_path):
     root = checkout["root"] / "results/multi30k_deen/data"
     bpe = prepare_raw(["W1 W2 W3", "", "W4 W5 ."], "de", manifest["tokenize"], str(root / "bpe/code"))
     assert bpe[0] == "w@@ 1 w@@ 2 w@@ 3"  # lowercased, then segmented by the codes (which have no toy word)
-    direct = lwnmt("translate", "--model", checkout["run"] / "model.pt", "--data", root / "bin-joint", "--src", "de",
-                   "--tgt", "en", "--options", json.dumps(manifest["decode"]), "--detokenize", cwd=elsewhere,
-                   stdin="".join(f"{line}\n" for line in bpe))
+    direct = lwnmt(
+        "translate",
+        "--model",
+        checkout["run"] / "model.pt",
+        "--data",
+        root / "bin-joint",
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--options",
+        json.dumps(manifest["decode"]),
+        "--detokenize",
+        cwd=elsewhere,
+        stdin="".join(f"{line}\n" for line in bpe),
+    )
     assert direct.stdout == translated.stdout
 
 
 def test_languages_are_checked_against_the_model(checkout, tmp_path):
     out = tmp_path / "dir"
     assert lwnmt("export", "toy.exp", "--out", out, *checkout["config"], cwd=checkout["root"]).returncode == 0
-    assert "--src en: the model in" in one_line(lwnmt("translate", "--model", out, "--src", "en", cwd=tmp_path,
-                                                      stdin="w1\n"))
-    assert "--tgt de: the model in" in one_line(lwnmt("translate", "--model", out, "--tgt", "de", cwd=tmp_path,
-                                                      stdin="w1\n"))
+    assert "--src en: the model in" in one_line(
+        lwnmt("translate", "--model", out, "--src", "en", cwd=tmp_path, stdin="w1\n")
+    )
+    assert "--tgt de: the model in" in one_line(
+        lwnmt("translate", "--model", out, "--tgt", "de", cwd=tmp_path, stdin="w1\n")
+    )
     assert lwnmt("translate", "--model", out, "--src", "de", "--tgt", "en", cwd=tmp_path, stdin="w1\n").returncode == 0
     # its model.pt with a joint dictionary (dict.en.txt = dict.de.txt): the direction is still checked
-    swapped = lwnmt("translate", "-", "--model", out / "model.pt", "--data", out, "--src", "en", "--tgt", "de",
-                    cwd=tmp_path, stdin="w1\n")
+    swapped = lwnmt(
+        "translate",
+        "-",
+        "--model",
+        out / "model.pt",
+        "--data",
+        out,
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        cwd=tmp_path,
+        stdin="w1\n",
+    )
     assert f"--src en --tgt de: {out / 'model.pt'} translates de→en" in one_line(swapped)
     # an experiment's languages
-    line = one_line(lwnmt("translate", "--experiment", "toy.exp", "--src", "fr", *checkout["config"],
-                          cwd=checkout["root"], stdin="w1\n"))
+    line = one_line(
+        lwnmt(
+            "translate",
+            "--experiment",
+            "toy.exp",
+            "--src",
+            "fr",
+            *checkout["config"],
+            cwd=checkout["root"],
+            stdin="w1\n",
+        )
+    )
     assert "--src fr: experiment toy.exp translates de→en" in line
 
 
@@ -116,8 +165,19 @@ def test_an_edited_experiment_is_checked_against_the_model_it_loads(checkout, tm
 
 
 def test_the_not_trained_hint_names_the_overlay_it_needs(checkout, tmp_path):
-    line = one_line(lwnmt("translate", "--experiment", "toy.exp", "--seed", "7", *checkout["config"],
-                          cwd=checkout["root"], stdin="w1\n"))
+    line = one_line(
+        lwnmt(
+            "translate",
+            "--experiment",
+            "toy.exp",
+            "--seed",
+            "7",
+            *checkout["config"],
+            cwd=checkout["root"],
+            stdin="w1\n",
+        )
+    )
     overlays = f"{ROOT / 'config/demo.yaml'} {checkout['overlay']}"
-    assert f"not trained yet; run `snakemake results/multi30k_deen/toy.exp/seed7/model.pt --configfile {overlays}`" \
-        in line
+    assert (
+        f"not trained yet; run `snakemake results/multi30k_deen/toy.exp/seed7/model.pt --configfile {overlays}`" in line
+    )

@@ -31,8 +31,10 @@ CASES = [(model, setting) for model in MANIFEST["models"] for setting in MANIFES
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     out = tmp_path_factory.mktemp("imported")
-    return {name: import_fairseq(str(FIXTURE / name / "checkpoint.pt"), str(FIXTURE / name), "de", "en",
-                                 str(out / name)) for name in MANIFEST["models"]}
+    return {
+        name: import_fairseq(str(FIXTURE / name / "checkpoint.pt"), str(FIXTURE / name), "de", "en", str(out / name))
+        for name in MANIFEST["models"]
+    }
 
 
 def decode_all(model_path: Path, options: dict) -> list:
@@ -42,7 +44,7 @@ def decode_all(model_path: Path, options: dict) -> list:
     lines = list(read_lines(FIXTURE / "test.de"))
     best = []
     for start in range(0, len(lines), cfg.batch_size):
-        batch = [np.asarray(src_vocab.encode(line)) for line in lines[start:start + cfg.batch_size]]
+        batch = [np.asarray(src_vocab.encode(line)) for line in lines[start : start + cfg.batch_size]]
         results = beam_search(model, pad_batch(batch, src_vocab.pad), cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)
         best += [(tgt_vocab.decode(r[0].tokens), r[0].score / math.log(2)) for r in results]
     return best
@@ -55,22 +57,58 @@ def test_imported_fairseq_models_decode_exactly_as_fairseq_generate(imported, na
     theirs = [(h["text"], h["score_log2"]) for h in expected["hypotheses"]]
     assert len(ours) == len(theirs) == MANIFEST["sentences"]
     differing = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0] != b[0]]
-    assert not differing, f"{len(differing)} of {len(ours)} hypotheses differ, e.g. #{differing[0]}: " \
-                          f"{ours[differing[0]]} vs fairseq's {theirs[differing[0]]}"
+    assert not differing, (
+        f"{len(differing)} of {len(ours)} hypotheses differ, e.g. #{differing[0]}: "
+        f"{ours[differing[0]]} vs fairseq's {theirs[differing[0]]}"
+    )
     gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
     assert gap < 1e-4, f"scores differ by up to {gap:.2e} (log2)"
 
 
 def test_translate_cli_reads_the_import_like_a_fairseq_data_directory(tmp_path):
     name, setting = "shared_post", "beam5"
-    main(["import-fairseq", str(FIXTURE / name / "checkpoint.pt"), "--data", str(FIXTURE / name), "--src", "de",
-          "--tgt", "en", "--out", str(tmp_path / "model")])
+    main(
+        [
+            "import-fairseq",
+            str(FIXTURE / name / "checkpoint.pt"),
+            "--data",
+            str(FIXTURE / name),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--out",
+            str(tmp_path / "model"),
+        ]
+    )
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["dict.de.txt", "dict.en.txt", "model.pt"]
     options = json.loads((FIXTURE / name / f"{setting}.json").read_text())["options"]
-    main(["translate", str(FIXTURE / "test.de"), "--model", str(tmp_path / "model/model.pt"), "--data",
-          str(tmp_path / "model"), "--src", "de", "--tgt", "en", "--out-prefix", str(tmp_path / "hyp"),
-          "--beam", str(options["beam"]), "--lenpen", str(options["lenpen"]), "--max-len-a", "0",
-          "--max-len-b", "200", "--amp", "none"])  # fairseq-generate computed in fp32
+    main(
+        [
+            "translate",
+            str(FIXTURE / "test.de"),
+            "--model",
+            str(tmp_path / "model/model.pt"),
+            "--data",
+            str(tmp_path / "model"),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--out-prefix",
+            str(tmp_path / "hyp"),
+            "--beam",
+            str(options["beam"]),
+            "--lenpen",
+            str(options["lenpen"]),
+            "--max-len-a",
+            "0",
+            "--max-len-b",
+            "200",
+            "--amp",
+            "none",
+        ]
+    )  # fairseq-generate computed in fp32
     expected = [h["text"] for h in json.loads((FIXTURE / name / f"{setting}.json").read_text())["hypotheses"]]
     assert list(read_lines(tmp_path / "hyp.bpe")) == expected
     decoding = json.loads((tmp_path / "hyp.json").read_text())
@@ -99,8 +137,11 @@ def test_import_checks_the_dictionaries_against_the_checkpoint(tmp_path):
     shutil.copytree(FIXTURE / "separate_pre", data)
     lines = (data / "dict.en.txt").read_text().splitlines()
     (data / "dict.en.txt").write_text("\n".join(lines[:-8]) + "\n")
-    with pytest.raises(UserError, match=rf"dict\.en\.txt: {len(lines) - 4} symbols, but the checkpoint's decoder "
-                                        rf"embedding has {len(lines) + 4} rows"):
+    with pytest.raises(
+        UserError,
+        match=rf"dict\.en\.txt: {len(lines) - 4} symbols, but the checkpoint's decoder "
+        rf"embedding has {len(lines) + 4} rows",
+    ):
         import_fairseq(str(data / "checkpoint.pt"), str(data), "de", "en", str(tmp_path / "o"))
     with pytest.raises(UserError, match=r"dict\.fr\.txt: missing; --data must be the fairseq data directory"):
         import_fairseq(str(data / "checkpoint.pt"), str(data), "de", "fr", str(tmp_path / "o"))
@@ -122,8 +163,11 @@ def test_gca_continues_from_an_imported_fairseq_baseline(imported):
     assert all(torch.equal(state[k], v) for k, v in base.state_dict().items())
 
     plain = build("cross_view", {**arch, "strategy": "gca", "sinusoid": "vaswani"})
-    with pytest.raises(UserError, match=r"model\.pt: trained with sinusoid='fairseq', but this experiment's arch "
-                                        r"has sinusoid='vaswani'; set arch: \{sinusoid: fairseq\}"):
+    with pytest.raises(
+        UserError,
+        match=r"model\.pt: trained with sinusoid='fairseq', but this experiment's arch "
+        r"has sinusoid='vaswani'; set arch: \{sinusoid: fairseq\}",
+    ):
         warm_start(plain, str(imported["shared_post"]), {"de": vocab, "en": vocab})
     other = Dictionary(vocab.symbols[5:] + ["extra"], vocab.counts[4:])
     with pytest.raises(UserError, match=r"dict\.de\.txt: not the task's de vocabulary \(symbol 4: "):

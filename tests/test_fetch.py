@@ -96,8 +96,9 @@ def test_a_mirror_with_the_wrong_file_is_skipped_and_every_failure_named(url, tm
     checksum = checksums.Checksum("sha256", SHA.value, "TFDS url_checksums")
     assert fetch.download([wrong.as_uri(), f"{url}/file"], out, checksum) == f"{url}/file"
     with pytest.raises(UserError) as err:
-        fetch.download([wrong.as_uri(), f"{url}/gone"], tmp_path / "dl" / "again.tgz", checksum,
-                       manual="ask the organisers for it")
+        fetch.download(
+            [wrong.as_uri(), f"{url}/gone"], tmp_path / "dl" / "again.tgz", checksum, manual="ask the organisers for it"
+        )
     message = str(err.value)
     assert f"expected {SHA.value} (from TFDS url_checksums)" in message and "HTTP 404" in message
     assert message.endswith(f"ask the organisers for it and put it at {tmp_path / 'dl' / 'again.tgz'}")
@@ -125,9 +126,23 @@ def test_drive_confirm_token_from_a_link_or_the_cookie():
 
 def test_the_fetch_command_names_the_mirror_location_and_what_to_do(url, tmp_path):
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "fetch", str(tmp_path / "casia2015.zip"),
-                             "--url", f"{url}/gone", "--manual", "get it from the CWMT organisers", "--expected-at",
-                             "/m/wmt17-zh-en/casia2015.zip"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "fetch",
+            str(tmp_path / "casia2015.zip"),
+            "--url",
+            f"{url}/gone",
+            "--manual",
+            "get it from the CWMT organisers",
+            "--expected-at",
+            "/m/wmt17-zh-en/casia2015.zip",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert time.perf_counter() - start < 20  # was 46 s: 4 tries × 3 Snakemake attempts
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and last.startswith("lwnmt fetch: error: casia2015.zip: no source gave the file")
@@ -141,15 +156,21 @@ def test_an_archive_several_datasets_name_is_downloaded_once(monkeypatch):
     ende = grid.file_source(config, "wmt14-en-de", "europarl-v7.de-en.en")
     enfr = grid.file_source(config, "wmt14-en-fr", "europarl-v7.fr-en.fr")
     assert ende.path == enfr.path and ende.path.startswith("results/downloads/")
-    campaign = {grid.file_source(config, d, f"{p}.tgz").path for d, p in (("iwslt14-ro-en", "ro-en"),
-                                                                         ("iwslt14-es-en", "es-en"))}
+    campaign = {
+        grid.file_source(config, d, f"{p}.tgz").path
+        for d, p in (("iwslt14-ro-en", "ro-en"), ("iwslt14-es-en", "es-en"))
+    }
     assert len(campaign) == 1  # the WIT3 2014-01 archive, for Ro-En and Es-En
-    dev = {grid.file_source(config, d, f).path for d, f in (("wmt14-en-de", "newstest2013.en"),
-                                                          ("wmt17-zh-en", "newsdev2017.zh"))}
+    dev = {
+        grid.file_source(config, d, f).path
+        for d, f in (("wmt14-en-de", "newstest2013.en"), ("wmt17-zh-en", "newsdev2017.zh"))
+    }
     assert len(dev) == 1  # both name https://data.statmt.org/wmt17/translation-task/dev.tgz
     key, name = Path(ende.path).parent.name, Path(ende.path).name
     datasets, entry = grid.download_spec(config, key, name)
-    assert datasets == ["wmt14-en-de", "wmt14-en-fr"] and grid.urls_of(entry) == ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"]
+    assert datasets == ["wmt14-en-de", "wmt14-en-fr"] and grid.urls_of(entry) == [
+        "http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"
+    ]
 
 
 def test_the_extract_jobs_of_a_shared_archive_download_it_into_one_place(tmp_path):
@@ -187,10 +208,16 @@ def cwmt_zip(path: Path, files: dict[str, bytes]) -> Path:
 
 
 def test_cwmt_members_are_line_ended_and_read_pairwise(tmp_path):
-    archive = cwmt_zip(tmp_path / "datum2017.zip", {
-        "datum2017/Book1_cn.txt": "甲\n乙".encode(), "datum2017/Book1_en.txt": b"a\nb\n",  # no final newline
-        "datum2017/Book2_cn.txt": "丙\n".encode(), "datum2017/Book2_en.txt": b"c",
-        "datum2017/readme.txt": b"not a side"})
+    archive = cwmt_zip(
+        tmp_path / "datum2017.zip",
+        {
+            "datum2017/Book1_cn.txt": "甲\n乙".encode(),
+            "datum2017/Book1_en.txt": b"a\nb\n",  # no final newline
+            "datum2017/Book2_cn.txt": "丙\n".encode(),
+            "datum2017/Book2_en.txt": b"c",
+            "datum2017/readme.txt": b"not a side",
+        },
+    )
     zh, en = tmp_path / "datum2017.zh", tmp_path / "datum2017.en"
     extract.extract_member(archive, "datum2017/*_c[hn].txt", zh, None, "here", pair_member="datum2017/*_en.txt")
     extract.extract_member(archive, "datum2017/*_en.txt", en, None, "here", pair_member="datum2017/*_c[hn].txt")
@@ -198,13 +225,23 @@ def test_cwmt_members_are_line_ended_and_read_pairwise(tmp_path):
 
 
 def test_cwmt_pairs_with_different_line_counts_are_named(tmp_path):
-    archive = cwmt_zip(tmp_path / "casict2011.zip", {
-        "casict2011/casict-A_ch.txt": "一\n二\n".encode(), "casict2011/casict-A_en.txt": b"one\ntwo\n",
-        "casict2011/casict-B_ch.txt": "三\n".encode(), "casict2011/casict-B_en.txt": b"three\nfour\n"})
-    with pytest.raises(UserError, match=r"casict2011/casict-B_ch.txt has 1 lines but casict2011/casict-B_en.txt "
-                                        r"has 2"):
-        extract.extract_member(archive, "casict2011/*_c[hn].txt", tmp_path / "out", None, "here",
-                             pair_member="casict2011/*_en.txt")
+    archive = cwmt_zip(
+        tmp_path / "casict2011.zip",
+        {
+            "casict2011/casict-A_ch.txt": "一\n二\n".encode(),
+            "casict2011/casict-A_en.txt": b"one\ntwo\n",
+            "casict2011/casict-B_ch.txt": "三\n".encode(),
+            "casict2011/casict-B_en.txt": b"three\nfour\n",
+        },
+    )
+    with pytest.raises(
+        UserError,
+        match=r"casict2011/casict-B_ch.txt has 1 lines but casict2011/casict-B_en.txt "
+        r"has 2",
+    ):
+        extract.extract_member(
+            archive, "casict2011/*_c[hn].txt", tmp_path / "out", None, "here", pair_member="casict2011/*_en.txt"
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -242,8 +279,10 @@ def test_a_checksum_error_says_which_file_to_replace_and_from_where(tmp_path):
     assert source.path == str(copy) and source.where == "https://data.statmt.org/wmt16/translation-task/test.tgz"
     with pytest.raises(UserError) as err:
         checksums.Checksum(*source.checksum, "PROVENANCE.md").verify(copy, copy.name, source.where)
-    assert f"(from PROVENANCE.md); the file is corrupt or a different version: delete {copy} and replace it with a " \
-           f"copy from https://data.statmt.org/wmt16/translation-task/test.tgz" in str(err.value)
+    assert (
+        f"(from PROVENANCE.md); the file is corrupt or a different version: delete {copy} and replace it with a "
+        f"copy from https://data.statmt.org/wmt16/translation-task/test.tgz" in str(err.value)
+    )
 
 
 def test_status_lists_the_files_no_checksum_pins(capsys):
@@ -252,9 +291,16 @@ def test_status_lists_the_files_no_checksum_pins(capsys):
     cli.main(["status", "--config", str(ROOT / "config.yaml")])
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("unpinned: "))
-    listed = {line.split()[1]: line for line in lines[start + 1:] if line.startswith("  unpinned ")}
-    assert set(listed) == {"2014-01.tgz", "2014-01-test.tgz", "newstest2012.en", "newstest2012.de",
-                           "SETIMES2.en-ro.txt.zip", "corpus.bt.en-ro.en.gz", "corpus.bt.en-ro.ro.gz"}
+    listed = {line.split()[1]: line for line in lines[start + 1 :] if line.startswith("  unpinned ")}
+    assert set(listed) == {
+        "2014-01.tgz",
+        "2014-01-test.tgz",
+        "newstest2012.en",
+        "newstest2012.de",
+        "SETIMES2.en-ro.txt.zip",
+        "corpus.bt.en-ro.en.gz",
+        "corpus.bt.en-ro.ro.gz",
+    }
     assert "(iwslt14-ro-en, iwslt14-es-en): none published" in listed["2014-01.tgz"]
     assert "not newstest2012" in listed["newstest2012.en"]  # why no reference pins it
 
@@ -273,10 +319,30 @@ def test_an_extract_whose_source_is_missing_makes_it_first(tmp_path, monkeypatch
         tar.add(inner, "2014-01/ro-en.tgz")
     monkeypatch.chdir(tmp_path)
     fetch_first = ["fetch", "results/downloads/k/2014-01.tgz", "--url", outer.as_uri()]
-    outer_first = ["extract", "results/downloads/k/2014-01.tgz", "results/raw/d/ro-en.tgz", "--archive", "--member",
-                   "2014-01/ro-en.tgz", "--where", "here", "--make-input", json.dumps(fetch_first)]
-    command = ["extract", "results/raw/d/ro-en.tgz", "results/raw/d/train.ro", "--archive", "--member",
-               "ro-en/train.ro", "--where", "here", "--make-input", json.dumps(outer_first)]
+    outer_first = [
+        "extract",
+        "results/downloads/k/2014-01.tgz",
+        "results/raw/d/ro-en.tgz",
+        "--archive",
+        "--member",
+        "2014-01/ro-en.tgz",
+        "--where",
+        "here",
+        "--make-input",
+        json.dumps(fetch_first),
+    ]
+    command = [
+        "extract",
+        "results/raw/d/ro-en.tgz",
+        "results/raw/d/train.ro",
+        "--archive",
+        "--member",
+        "ro-en/train.ro",
+        "--where",
+        "here",
+        "--make-input",
+        json.dumps(outer_first),
+    ]
     run = subprocess.run([sys.executable, "-m", "layerwise_nmt", *command], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "results/raw/d/train.ro").read_bytes() == b"a\nb\n"

@@ -32,17 +32,22 @@ def test_a_length_bucket_figure_compares_each_row_with_its_tables_control(demo):
     broken = copy.deepcopy(demo)
     figure = broken["papers"]["demo"]["figures"]["buckets"]
     figure["rows"] = [r for r in figure["rows"] if r["experiment"] != "demo.transformer_longer"]
-    with pytest.raises(UserError, match=r"figure demo/buckets, row 'GCA full model': compared with "
-                                        r"demo\.transformer_longer in table T1, which the figure lacks"):
+    with pytest.raises(
+        UserError,
+        match=r"figure demo/buckets, row 'GCA full model': compared with "
+        r"demo\.transformer_longer in table T1, which the figure lacks",
+    ):
         grid.figure_spec(broken, "demo", "buckets")
 
 
 def test_a_validation_curves_figure_is_checked_like_the_others(tmp_path):
     overlay = tmp_path / "curves.yaml"
-    overlay.write_text("papers:\n  demo:\n    figures:\n      curves:\n        kind: validation_curves\n"
-                       "        metric: bleu\n        rows:\n"
-                       "          - {label: baseline, experiment: demo.transformer}\n"
-                       "          - {label: MLRF Dec-SA, experiment: demo.mlrf_dec_sa}\n")
+    overlay.write_text(
+        "papers:\n  demo:\n    figures:\n      curves:\n        kind: validation_curves\n"
+        "        metric: bleu\n        rows:\n"
+        "          - {label: baseline, experiment: demo.transformer}\n"
+        "          - {label: MLRF Dec-SA, experiment: demo.mlrf_dec_sa}\n"
+    )
     config = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)
     spec = grid.figure_spec(config, "demo", "curves")
     assert spec["kind"] == "validation_curves" and spec["metric"] == "bleu"
@@ -50,7 +55,10 @@ def test_a_validation_curves_figure_is_checked_like_the_others(tmp_path):
     overlay.write_text(overlay.read_text().replace("metric: bleu", "metric: perplexity"))
     with pytest.raises(UserError, match="curves.*metric.*perplexity"):
         grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)
-    overlay.write_text(overlay.read_text().replace("metric: perplexity", "metric: bleu").replace(
-        "kind: validation_curves", "kind: loss_curves"))
+    overlay.write_text(
+        overlay.read_text()
+        .replace("metric: perplexity", "metric: bleu")
+        .replace("kind: validation_curves", "kind: loss_curves")
+    )
     with pytest.raises(UserError, match="loss_curves"):
         grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)

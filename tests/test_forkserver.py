@@ -25,8 +25,15 @@ def server(tmp_path_factory):
 
 
 def lwnmt(args, cwd, env, **kwargs):
-    return subprocess.run([sys.executable, "-m", "layerwise_nmt", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kwargs,
+    )
 
 
 def children(pid):
@@ -52,10 +59,14 @@ def _ppid(pid):
 def test_a_served_job_ends_as_a_fresh_process(server, tmp_path):
     started, work, env = server
     (work / "in.txt").write_text("Hello, world!\nA second line.\n")
-    commands = [["--version"], ["bogus-command"], ["extract", str(tmp_path / "missing"), "out.txt"],
-                ["tokenize", "in.txt", "tok.txt", "--lang", "en"],
-                ["tokenize", "/dev/stdin", "/dev/stdout", "--lang", "en"],
-                ["average", str(tmp_path / "no-checkpoints"), "--num", "2", "--by", "epoch", "--out", "avg.pt"]]
+    commands = [
+        ["--version"],
+        ["bogus-command"],
+        ["extract", str(tmp_path / "missing"), "out.txt"],
+        ["tokenize", "in.txt", "tok.txt", "--lang", "en"],
+        ["tokenize", "/dev/stdin", "/dev/stdout", "--lang", "en"],
+        ["average", str(tmp_path / "no-checkpoints"), "--num", "2", "--by", "epoch", "--out", "avg.pt"],
+    ]
     for args in commands:
         fresh = lwnmt(args, work, env, input="Stdin's line, read.\n")
         fresh_file = (work / "tok.txt").read_text() if args[1:2] == ["in.txt"] else None
@@ -75,9 +86,14 @@ def test_a_served_job_ends_as_a_fresh_process(server, tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_the_client_dies_as_the_job_does_and_takes_it_along(server, signum):
     started, work, env = server
-    client = subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "tokenize", "/dev/stdin", "out.txt", "--lang",
-                               "en"], cwd=work, env={**env, ENV: started.socket}, stdin=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "layerwise_nmt", "tokenize", "/dev/stdin", "out.txt", "--lang", "en"],
+        cwd=work,
+        env={**env, ENV: started.socket},
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while not children(started.process.pid) and time.time() < deadline:
         time.sleep(0.05)

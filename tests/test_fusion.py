@@ -55,9 +55,15 @@ def test_avg_is_the_mean_of_the_layers_and_sa_weights_are_distributions():
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("fusion", [dict(decoder_fusion="sa"), dict(decoder_fusion="fnn"),
-                                    dict(encoder_fusion="fnn", decoder_fusion="sa"),
-                                    dict(encoder_fusion="avg", decoder_fusion="avg", word_embedding=False)])
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        dict(decoder_fusion="sa"),
+        dict(decoder_fusion="fnn"),
+        dict(encoder_fusion="fnn", decoder_fusion="sa"),
+        dict(encoder_fusion="avg", decoder_fusion="avg", word_embedding=False),
+    ],
+)
 def test_decoder_fusion_stays_causal_and_decodes_incrementally(fusion):
     model = tiny(**fusion)
     src, prev = batch()
@@ -90,8 +96,9 @@ def test_fan_in_initialisation_and_untied_output():
             if module.bias is not None:
                 assert module.bias.abs().max() <= bound and module.bias.abs().max() > 0, name
     assert model.output.weight is not model.decoder.embed.tokens.weight and model.output.bias is not None
-    tied = build("transformer", dict(src_vocab=30, tgt_vocab=30, d_model=16, d_ff=32, heads=2, tie="all",
-                                     init="fan_in"))
+    tied = build(
+        "transformer", dict(src_vocab=30, tgt_vocab=30, d_model=16, d_ff=32, heads=2, tie="all", init="fan_in")
+    )
     assert tied.output.weight is tied.encoder.embed.tokens.weight
     assert tied.output.weight.std() > 16**-0.5 * 0.8  # the embedding's N(0, d^-0.5), not U(±1/sqrt(d))
 

@@ -66,8 +66,16 @@ def test_missing_data_is_one_line_naming_the_file(tmp_path):
 def test_a_speed_row_is_measured_with_real_dictionaries():
     """measure() once handed ranges to the trainer as vocabularies: every speed row raised, and the script still
     said all checks passed."""
-    row = gpu_check.measure("transformer_iwslt_de_en", gpu_check.read_config(ROOT / "config.yaml"),
-                            torch.device("cpu"), "fp32", max_tokens=0, updates=1, warmup=0, compile_model=False)
+    row = gpu_check.measure(
+        "transformer_iwslt_de_en",
+        gpu_check.read_config(ROOT / "config.yaml"),
+        torch.device("cpu"),
+        "fp32",
+        max_tokens=0,
+        updates=1,
+        warmup=0,
+        compile_model=False,
+    )
     assert "error" not in row and row["target_tokens_per_second"] > 0 and row["max_tokens"] == 4096
     assert row["parameters"] > 30_000_000 and row["precision"] == "fp32"
 
@@ -77,19 +85,36 @@ def test_a_speed_row_times_the_updates_asked_for_however_few_batches_there_are(m
     4 updates (9 less the 5 warm-up ones) instead of 30."""
     real = gpu_check.real_batches
     monkeypatch.setattr(gpu_check, "real_batches", lambda *args, **kwargs: real(*args, **kwargs)[:2])
-    row = gpu_check.measure("transformer_iwslt_de_en", gpu_check.read_config(ROOT / "config.yaml"),
-                            torch.device("cpu"), "fp32", max_tokens=0, updates=3, warmup=1, compile_model=False)
+    row = gpu_check.measure(
+        "transformer_iwslt_de_en",
+        gpu_check.read_config(ROOT / "config.yaml"),
+        torch.device("cpu"),
+        "fp32",
+        max_tokens=0,
+        updates=3,
+        warmup=1,
+        compile_model=False,
+    )
     assert "error" not in row and row["updates_timed"] == 3
 
 
 def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: 1 / 0)
-    monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a, **k: results.checks.update(
-        {"families": {"transformer_post/fp32": {"overfit": {"ok": True}}}, "ddp": {"ok": True},
-         "gpu_lock": {"ok": True}}))
+    monkeypatch.setattr(
+        gpu_check,
+        "correctness",
+        lambda device, work, results, *a, **k: results.checks.update(
+            {
+                "families": {"transformer_post/fp32": {"overfit": {"ok": True}}},
+                "ddp": {"ok": True},
+                "gpu_lock": {"ok": True},
+            }
+        ),
+    )
     out = tmp_path / "gpu.json"
-    code = gpu_check.main(["--device", "cpu", "--json", str(out), "--speed-rows", "transformer_base",
-                           "--precisions", "fp32"])
+    code = gpu_check.main(
+        ["--device", "cpu", "--json", str(out), "--speed-rows", "transformer_base", "--precisions", "fp32"]
+    )
     result = json.loads(out.read_text())
     assert code == 1 and result["all_checks_ok"] is False
     assert result["speed"][0]["error"].startswith("ZeroDivisionError") and result["speed"][0]["ok"] is False
@@ -112,8 +137,20 @@ def test_results_are_on_disk_after_every_check(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "check_beam", lambda *a: {"ok": True})
     out = tmp_path / "gpu.json"
     with pytest.raises(KeyboardInterrupt):
-        gpu_check.main(["--device", "cpu", "--json", str(out), "--families", "transformer_post", "lwc",
-                        "--precisions", "fp32", "--skip-speed"])
+        gpu_check.main(
+            [
+                "--device",
+                "cpu",
+                "--json",
+                str(out),
+                "--families",
+                "transformer_post",
+                "lwc",
+                "--precisions",
+                "fp32",
+                "--skip-speed",
+            ]
+        )
     saved = json.loads(out.read_text())
     assert list(saved["checks"]["families"]) == ["transformer_post/fp32"] and saved["device"].startswith("cpu")
 
@@ -121,10 +158,15 @@ def test_results_are_on_disk_after_every_check(tmp_path, monkeypatch):
 def test_without_cuda_it_says_so_and_exits_0(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("CUDA is visible here")
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--json",
-                             str(tmp_path / "gpu.json")], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--json", str(tmp_path / "gpu.json")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0 and result.stdout.strip().splitlines() == [
-        "gpu-check: no CUDA device visible to PyTorch; nothing checked (run it on a GPU machine)"]
+        "gpu-check: no CUDA device visible to PyTorch; nothing checked (run it on a GPU machine)"
+    ]
     assert not (tmp_path / "gpu.json").exists()
 
 
@@ -143,8 +185,11 @@ def test_checks_pass_on_the_cpu_in_every_precision(tmp_path, label):
 def test_checks_fail_when_the_model_is_broken(tmp_path, monkeypatch):
     device = torch.device("cpu")
     data = gpu_check.toy_data(tmp_path / "toy")
-    assert gpu_check.check_ddp(device, data, tmp_path) == {"ok": True, "how": "one-rank gloo group",
-                                                           "max_grad_diff": 0.0}
+    assert gpu_check.check_ddp(device, data, tmp_path) == {
+        "ok": True,
+        "how": "one-rank gloo group",
+        "max_grad_diff": 0.0,
+    }
     # a cache that drops the last step's token: the beam check must catch it
     from layerwise_nmt.inference.decode import Recompute
 
@@ -158,13 +203,15 @@ def test_checks_fail_when_the_model_is_broken(tmp_path, monkeypatch):
 
 
 def test_report_shape(tmp_path):
-    checks = {"families": {"transformer_post/fp32": {"overfit": {"ok": True}, "resume": {"ok": False}}},
-              "ddp": {"ok": True}, "gpu_lock": {"ok": True, "skipped": "no CUDA device"}}
+    checks = {
+        "families": {"transformer_post/fp32": {"overfit": {"ok": True}, "resume": {"ok": False}}},
+        "ddp": {"ok": True},
+        "gpu_lock": {"ok": True, "skipped": "no CUDA device"},
+    }
     result = json.loads(json.dumps(gpu_check.report(torch.device("cpu"), checks, [{"model": "x"}])))
     assert result["all_checks_ok"] is False and result["speed"] == [{"model": "x"}]
     assert result["device"].startswith("cpu: ") and result["peak_bf16_tflops"] is None
-    assert set(result) >= {"device", "torch", "mfu_formula", "peak_source", "checks", "speed", "gpus_visible",
-                           "probe"}
+    assert set(result) >= {"device", "torch", "mfu_formula", "peak_source", "checks", "speed", "gpus_visible", "probe"}
 
 
 def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
@@ -176,17 +223,34 @@ def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "check_ddp", lambda *a: {"ok": True})
     for asked in (["fp32"], ["fp16", "fp32"]):
         seen.clear()
-        assert gpu_check.main(["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--families",
-                               "transformer_post", "--precisions", *asked, "--skip-speed"]) == 0
+        assert (
+            gpu_check.main(
+                [
+                    "--device",
+                    "cpu",
+                    "--json",
+                    str(tmp_path / "gpu.json"),
+                    "--families",
+                    "transformer_post",
+                    "--precisions",
+                    *asked,
+                    "--skip-speed",
+                ]
+            )
+            == 0
+        )
         assert seen == asked
 
 
-@pytest.mark.parametrize("picked, rates, fails", [
-    ("bf16", {"bf16": 100_000, "tf32": 60_000}, False),  # Transformer big on an H100: bf16 the faster
-    ("bf16", {"bf16": 53_000, "tf32": 118_000}, True),   # IWSLT-sized on an H100: bf16 picked, TF32 2.2x faster
-    ("none", {"bf16": 53_000, "tf32": 118_000}, False),
-    ("none", {"bf16": 110_000, "tf32": 100_000}, False),  # within the probe's margin: either is right
-])
+@pytest.mark.parametrize(
+    "picked, rates, fails",
+    [
+        ("bf16", {"bf16": 100_000, "tf32": 60_000}, False),  # Transformer big on an H100: bf16 the faster
+        ("bf16", {"bf16": 53_000, "tf32": 118_000}, True),  # IWSLT-sized on an H100: bf16 picked, TF32 2.2x faster
+        ("none", {"bf16": 53_000, "tf32": 118_000}, False),
+        ("none", {"bf16": 110_000, "tf32": 100_000}, False),  # within the probe's margin: either is right
+    ],
+)
 def test_the_auto_row_fails_where_auto_picked_the_clearly_slower_precision(monkeypatch, picked, rates, fails):
     """The speed rows measure bf16 and TF32; the auto row then starts the trainer with `amp: auto` and compares its
     pick with them."""
@@ -194,8 +258,9 @@ def test_the_auto_row_fails_where_auto_picked_the_clearly_slower_precision(monke
     from layerwise_nmt.training.precision import Precision
 
     config = gpu_check.read_config(ROOT / "config.yaml")
-    monkeypatch.setattr(loop, "resolve", lambda amp, device, workload, tf32=True: Precision(
-        picked, amp, "stand-in probe", "gpu"))
+    monkeypatch.setattr(
+        loop, "resolve", lambda amp, device, workload, tf32=True: Precision(picked, amp, "stand-in probe", "gpu")
+    )
     measured = [{"precision": label, "target_tokens_per_second": rate} for label, rate in rates.items()]
     monkeypatch.setattr(gpu_check, "_label_of_none", lambda device: "tf32")  # the GPU's name for amp: none
     row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, measured)
@@ -224,8 +289,13 @@ def test_the_probe_sizes_the_small_study():
 def test_a_probe_that_raises_is_kept_and_fails_the_run(tmp_path, monkeypatch):
     """A probe that raised was dropped: gpu.json had no probe rows and the script said all checks passed."""
     monkeypatch.setattr(gpu_check, "probe", lambda *a, **k: 1 / 0)
-    monkeypatch.setattr(gpu_check, "correctness", lambda device, work, results, *a, **k: results.checks.update(
-        {"families": {"transformer_post/fp32": {"overfit": {"ok": True}}}, "ddp": {"ok": True}}))
+    monkeypatch.setattr(
+        gpu_check,
+        "correctness",
+        lambda device, work, results, *a, **k: results.checks.update(
+            {"families": {"transformer_post/fp32": {"overfit": {"ok": True}}}, "ddp": {"ok": True}}
+        ),
+    )
     out = tmp_path / "gpu.json"
     code = gpu_check.main(["--device", "cpu", "--json", str(out), "--skip-speed", "--probe", str(tmp_path)])
     result = json.loads(out.read_text())
@@ -242,8 +312,22 @@ def test_data_parallel_runs_after_the_speed_rows_and_the_probe(tmp_path, monkeyp
     monkeypatch.setattr(gpu_check, "check_ddp", lambda *a: order.append("ddp") or {"ok": True})
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: order.append("speed") or {"model": "x"})
     monkeypatch.setattr(gpu_check, "probe", lambda *a, **k: order.append("probe") or {})
-    gpu_check.main(["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--families", "transformer_post",
-                    "--precisions", "fp32", "--speed-rows", "transformer_base", "--probe", str(tmp_path)])
+    gpu_check.main(
+        [
+            "--device",
+            "cpu",
+            "--json",
+            str(tmp_path / "gpu.json"),
+            "--families",
+            "transformer_post",
+            "--precisions",
+            "fp32",
+            "--speed-rows",
+            "transformer_base",
+            "--probe",
+            str(tmp_path),
+        ]
+    )
     assert order == ["family", "speed", "probe", "ddp"]
 
 
@@ -285,8 +369,12 @@ def test_the_update_profile_times_and_names_where_the_time_goes(tmp_path):
     profile_update = importlib.util.module_from_spec(_profile_spec)
     _profile_spec.loader.exec_module(profile_update)
     out = tmp_path / "profile.json"
-    assert profile_update.main(["--device", "cpu", "--precisions", "fp32", "--updates", "1", "--max-tokens", "128",
-                                "--json", str(out)]) == 0
+    assert (
+        profile_update.main(
+            ["--device", "cpu", "--precisions", "fp32", "--updates", "1", "--max-tokens", "128", "--json", str(out)]
+        )
+        == 0
+    )
     [row] = json.loads(out.read_text())
     assert row["precision"] == "fp32" and row["target_tokens_per_second"] > 0
     assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in row["top_device_ops"])

@@ -18,8 +18,9 @@ def fake_nvidia_smi(folder, gpus_listed: int):
     """An `nvidia-smi` that lists `gpus_listed` devices for -L, as the real one prints them."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "nvidia-smi"
-    lines = "\n".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d}-0000-0000-0000-000000000000)"
-                      for i in range(gpus_listed))
+    lines = "\n".join(
+        f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d}-0000-0000-0000-000000000000)" for i in range(gpus_listed)
+    )
     script.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] || exit 9\ncat <<'EOF'\n{lines}\nEOF\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return folder
@@ -28,6 +29,7 @@ def fake_nvidia_smi(folder, gpus_listed: int):
 @pytest.fixture
 def no_torch_cuda(monkeypatch):
     """Any question to torch.cuda fails the test: claiming must not initialise CUDA."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("gpu_lock.claim asked torch.cuda, which initialises CUDA with every device visible")
 
@@ -46,12 +48,19 @@ def test_claiming_reads_the_driver_list_not_torch_cuda(tmp_path, monkeypatch, no
     assert len(held) == 1 and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
     # a second job on the same machine (another process, as Snakemake runs them) gets the other device
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    code = ("import os; from layerwise_nmt.training.gpu_lock import claim;"
-            " h = claim(1, os.environ['LOCKS'], timeout=0);"
-            " import torch; print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.is_initialized())")
+    code = (
+        "import os; from layerwise_nmt.training.gpu_lock import claim;"
+        " h = claim(1, os.environ['LOCKS'], timeout=0);"
+        " import torch; print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.is_initialized())"
+    )
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    other = subprocess.run([sys.executable, "-c", code], env={**env, "LOCKS": str(tmp_path / "locks")},
-                           capture_output=True, text=True, timeout=120)
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "LOCKS": str(tmp_path / "locks")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert other.returncode == 0, other.stderr
     assert other.stdout.split() == ["1", "False"]
 
@@ -64,8 +73,12 @@ def test_without_a_driver_nothing_is_claimed(tmp_path, monkeypatch, no_torch_cud
 
 def test_nvml_is_asked_first_when_installed(tmp_path, monkeypatch, no_torch_cuda):
     calls = []
-    nvml = types.SimpleNamespace(NVMLError=RuntimeError, nvmlInit=lambda: calls.append("init"),
-                                 nvmlDeviceGetCount=lambda: 3, nvmlShutdown=lambda: calls.append("shutdown"))
+    nvml = types.SimpleNamespace(
+        NVMLError=RuntimeError,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlDeviceGetCount=lambda: 3,
+        nvmlShutdown=lambda: calls.append("shutdown"),
+    )
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpu_lock.visible_devices() == ["0", "1", "2"] and calls == ["init", "shutdown"]
@@ -82,8 +95,11 @@ def test_a_data_parallel_rank_selects_its_gpu_before_the_process_group(monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", str(device))))
     monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(distributed.dist, "init_process_group",
-                        lambda backend, **kw: calls.append(("init_process_group", backend, str(kw.get("device_id")))))
+    monkeypatch.setattr(
+        distributed.dist,
+        "init_process_group",
+        lambda backend, **kw: calls.append(("init_process_group", backend, str(kw.get("device_id")))),
+    )
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert distributed.init_distributed() == torch.device("cuda", 1)

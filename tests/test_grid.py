@@ -28,8 +28,10 @@ def run(task="multi30k_deen", experiment="demo.transformer", seed="1", **more):
 
 def test_table_spec_resolves_rows_to_every_seeds_score_files(demo):
     spec = grid.table_spec(demo, "demo", "T1")
-    assert [r["label"] for r in spec["rows"]][:2] == ["Transformer baseline (3+3 layers, d=256)",
-                                                       "LWC, He et al. 2018 (7 shared layers, same parameters)"]
+    assert [r["label"] for r in spec["rows"]][:2] == [
+        "Transformer baseline (3+3 layers, d=256)",
+        "LWC, He et al. 2018 (7 shared layers, same parameters)",
+    ]
     baseline, lwc = spec["rows"][:2]
     assert baseline["scores"] == {"test": ["results/multi30k_deen/demo.transformer/seed1/test.score.json"]}
     assert lwc["compare_to"] == "demo.transformer"
@@ -61,7 +63,8 @@ def test_rule_inputs_for_training_decoding_and_warm_starts(demo):
     assert inputs.train_inputs(run())[0] == "results/multi30k_deen/data/vocab/dict.joint.txt"
     assert f"{bin_dir}/valid.de-en.en.offsets.npy" in inputs.train_inputs(run())
     assert inputs.warm_start_model(run(experiment="demo.gca_full")) == [
-        "results/multi30k_deen/demo.transformer/seed1/model.pt"]
+        "results/multi30k_deen/demo.transformer/seed1/model.pt"
+    ]
     assert inputs.warm_start_model(run()) == []
     decoding = inputs.decoding_inputs(run(split="test"))
     assert decoding["src"] == "results/multi30k_deen/data/bpe/test.de-en.de"
@@ -90,14 +93,18 @@ def test_assemble_spec_resolves_every_part_of_each_split(demo):
     spec = RuleInputs(demo).assemble_spec(SimpleNamespace(task="multi30k_deen"))
     assert set(spec) == {"train", "valid", "test"}
     raw_src, raw_tgt, tok_src, tok_tgt, fmt = spec["test"]["parts"][0]
-    assert (raw_src, raw_tgt) == ("results/raw/multi30k/test_2016_flickr.de",
-                                  "results/raw/multi30k/test_2016_flickr.en")
+    assert (raw_src, raw_tgt) == (
+        "results/raw/multi30k/test_2016_flickr.de",
+        "results/raw/multi30k/test_2016_flickr.en",
+    )
     assert tok_src == "results/multi30k_deen/data/tok/test_2016_flickr.de" and fmt == "plain"
 
 
 def test_the_grid_imports_neither_torch_nor_numpy():
-    code = ("import sys; from layerwise_nmt import grid; from layerwise_nmt.grid import stage_checks; "
-            "c = grid.load('config.yaml', 'config/demo.yaml'); grid.all_statuses(c); "
-            "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'sacrebleu') if m in sys.modules))")
+    code = (
+        "import sys; from layerwise_nmt import grid; from layerwise_nmt.grid import stage_checks; "
+        "c = grid.load('config.yaml', 'config/demo.yaml'); grid.all_statuses(c); "
+        "print(sorted(m for m in ('torch', 'numpy', 'pandas', 'sacrebleu') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

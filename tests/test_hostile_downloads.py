@@ -42,6 +42,7 @@ def one_line(result) -> str:
 
 # 1. A body shorter than its Content-Length: resumed, never accepted short -----------------------------------------
 
+
 def test_an_unpinned_download_cut_short_is_never_accepted(hostile, tmp_path):
     url = hostile.route("/newstest2012.en", short(PAYLOAD, 1000))
     out = tmp_path / "newstest2012.en"
@@ -65,6 +66,7 @@ def test_a_short_body_is_resumed_with_a_range_request(hostile, tmp_path):
 
 # 2. A dropped chunked body or a broken HTTP exchange: the next URL, never a traceback ------------------------------
 
+
 def test_a_chunked_body_cut_mid_stream_falls_through_to_the_mirror(hostile, tmp_path):
     official = hostile.route("/official/en-ro.txt.zip", chunked(PAYLOAD, sent=500))
     mirror = hostile.route("/mirror/en-ro.txt.zip", full(PAYLOAD))
@@ -73,10 +75,8 @@ def test_a_chunked_body_cut_mid_stream_falls_through_to_the_mirror(hostile, tmp_
     assert out.read_bytes() == PAYLOAD
 
 
-@pytest.mark.parametrize("behaviour, named", [(chunked(PAYLOAD, sent=0), "IncompleteRead"),
-                                              (garbage, "BadStatusLine")])
-def test_a_broken_exchange_on_every_url_is_one_line_and_leaves_nothing(hostile, tmp_path, capsys, behaviour,
-                                                                       named):
+@pytest.mark.parametrize("behaviour, named", [(chunked(PAYLOAD, sent=0), "IncompleteRead"), (garbage, "BadStatusLine")])
+def test_a_broken_exchange_on_every_url_is_one_line_and_leaves_nothing(hostile, tmp_path, capsys, behaviour, named):
     from layerwise_nmt import cli
 
     a, b = hostile.route("/a/2014-01.tgz", behaviour), hostile.route("/b/2014-01.tgz", behaviour)
@@ -95,16 +95,25 @@ def test_a_broken_exchange_on_every_url_is_one_line_and_leaves_nothing(hostile, 
 def failing_write(code):
     def fail(*args, **kwargs):
         raise OSError(code, os.strerror(code))
+
     return fail
 
 
-@pytest.mark.parametrize("code, named", [(errno.ENOSPC, "no space left on the device (ENOSPC)"),
-                                         (errno.EACCES, "permission denied (EACCES)"),
-                                         (errno.EROFS, "read-only file system (EROFS)")])
+@pytest.mark.parametrize(
+    "code, named",
+    [
+        (errno.ENOSPC, "no space left on the device (ENOSPC)"),
+        (errno.EACCES, "permission denied (EACCES)"),
+        (errno.EROFS, "read-only file system (EROFS)"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["tgz", "gz"])
 def test_a_disk_error_during_extraction_is_named_and_the_archive_kept(tmp_path, monkeypatch, code, named, kind):
-    archive = (make_tgz(tmp_path / "training-parallel-un.tgz", {"un/undoc.2000.fr-en.fr": PAYLOAD}) if kind == "tgz"
-               else tmp_path / "giga-fren.release2.fixed.fr.gz")
+    archive = (
+        make_tgz(tmp_path / "training-parallel-un.tgz", {"un/undoc.2000.fr-en.fr": PAYLOAD})
+        if kind == "tgz"
+        else tmp_path / "giga-fren.release2.fixed.fr.gz"
+    )
     if kind == "gz":
         archive.write_bytes(gzip.compress(PAYLOAD))
     monkeypatch.setattr("shutil.copyfileobj", failing_write(code))
@@ -150,6 +159,7 @@ def test_a_full_disk_during_a_download_is_named_and_the_bytes_kept(hostile, tmp_
 
 # 4. Corrupt compressed data: one line naming the archive, not a zlib.error traceback -------------------------------
 
+
 def damaged(good: bytes, read) -> bytes:
     """`good` with one byte flipped where `read` (the plain library call) raises zlib.error mid-stream."""
     for pos in range(len(good) // 4, len(good) - 100, 97):
@@ -189,8 +199,15 @@ def test_corrupt_compressed_data_is_one_line_naming_the_archive(tmp_path, kind):
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(member, text)
         archive.write_bytes(damaged(buffer.getvalue(), read_zip))
-    result = lwnmt("extract", archive, tmp_path / "out", "--archive", *(["--member", member] if member else []),
-                   "--where", "https://example.org/its-url")
+    result = lwnmt(
+        "extract",
+        archive,
+        tmp_path / "out",
+        "--archive",
+        *(["--member", member] if member else []),
+        "--where",
+        "https://example.org/its-url",
+    )
     line = one_line(result)
     assert line.startswith(f"lwnmt extract: error: {archive}: truncated or corrupt archive (zlib.error: ")
     assert line.endswith("delete it and fetch it again from https://example.org/its-url")
@@ -198,6 +215,7 @@ def test_corrupt_compressed_data_is_one_line_naming_the_archive(tmp_path, kind):
 
 
 # 5. A truncated pinned download is resumed, not called "a different file" -----------------------------------------
+
 
 def test_a_truncated_pinned_download_is_resumed_not_deleted(hostile, tmp_path):
     url = hostile.route("/training-parallel-ep-v8.tgz", short(PAYLOAD, 5000), full(PAYLOAD))
@@ -207,6 +225,7 @@ def test_a_truncated_pinned_download_is_resumed_not_deleted(hostile, tmp_path):
 
 
 # 6. A complete .part (killed between the last byte and the rename): HTTP 416 is not a failure ---------------------
+
 
 @pytest.mark.parametrize("checksum", [SHA, None])
 def test_a_complete_part_file_and_http_416_finish_the_download(hostile, tmp_path, checksum):
@@ -229,16 +248,28 @@ def test_a_part_file_longer_than_the_file_is_downloaded_again(hostile, tmp_path)
 
 # 7. A member checksum error names the archive, not a temporary file ------------------------------------------------
 
+
 def test_a_member_checksum_error_names_the_archive_to_replace(tmp_path):
     archive = make_tgz(tmp_path / "test.tgz", {"test/newstest2016-enro-ref.ro.sgm": b"<srcset>\n"})
-    result = lwnmt("extract", archive, tmp_path / "raw" / "newstest2016.ro", "--archive", "--member",
-                   "test/newstest2016-enro-ref.ro.sgm", "--sha256", "0" * 64, "--where", "https://data.statmt.org/x")
+    result = lwnmt(
+        "extract",
+        archive,
+        tmp_path / "raw" / "newstest2016.ro",
+        "--archive",
+        "--member",
+        "test/newstest2016-enro-ref.ro.sgm",
+        "--sha256",
+        "0" * 64,
+        "--where",
+        "https://data.statmt.org/x",
+    )
     line = one_line(result)
     assert f"delete {archive} and replace it with a copy from https://data.statmt.org/x" in line
     assert ".tmp-" not in line
 
 
 # 8. The data mirror: an empty, HTML or different unpinned file, a directory where a file should be ----------------
+
 
 @pytest.mark.parametrize("content, problem", [(b"", "is empty"), (b"<!DOCTYPE html><title>404</title>", "HTML page")])
 def test_a_bad_unpinned_mirror_file_is_refused(tmp_path, content, problem):
@@ -284,6 +315,7 @@ def test_an_unpinned_download_must_match_its_first_download(hostile, tmp_path):
 
 # 9. The smaller ones --------------------------------------------------------------------------------------------
 
+
 def test_free_space_is_printed_in_a_unit_that_shows_it(tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.disk_usage", lambda path: type("Usage", (), {"free": 1_200_000})())
     with pytest.raises(UserError) as err:
@@ -300,18 +332,27 @@ def test_html_sent_chunked_as_octet_stream_is_refused(hostile, tmp_path):
 
 def special_tgz(path: Path) -> Path:
     with tarfile.open(path, "w:gz") as tar:
-        for name, kind, link in [("x/link.txt", tarfile.SYMTYPE, "../../etc/passwd"),
-                                 ("x/hard.txt", tarfile.LNKTYPE, "x/other.txt"),
-                                 ("x/dir", tarfile.DIRTYPE, ""), ("x/fifo", tarfile.FIFOTYPE, "")]:
+        for name, kind, link in [
+            ("x/link.txt", tarfile.SYMTYPE, "../../etc/passwd"),
+            ("x/hard.txt", tarfile.LNKTYPE, "x/other.txt"),
+            ("x/dir", tarfile.DIRTYPE, ""),
+            ("x/fifo", tarfile.FIFOTYPE, ""),
+        ]:
             info = tarfile.TarInfo(name)
             info.type, info.linkname = kind, link
             tar.addfile(info)
     return path
 
 
-@pytest.mark.parametrize("member, kind", [("x/link.txt", "a symbolic link to ../../etc/passwd"),
-                                          ("x/hard.txt", "a hard link to x/other.txt"),
-                                          ("x/dir", "a directory"), ("x/fifo", "a FIFO")])
+@pytest.mark.parametrize(
+    "member, kind",
+    [
+        ("x/link.txt", "a symbolic link to ../../etc/passwd"),
+        ("x/hard.txt", "a hard link to x/other.txt"),
+        ("x/dir", "a directory"),
+        ("x/fifo", "a FIFO"),
+    ],
+)
 def test_a_member_that_is_not_a_file_is_named_not_called_corrupt(tmp_path, member, kind):
     archive = special_tgz(tmp_path / "odd.tgz")
     result = lwnmt("extract", archive, tmp_path / "out", "--archive", "--member", member)
@@ -331,8 +372,21 @@ cli.main(sys.argv[1:])
 def test_sigterm_during_extraction_leaves_no_temporary_file(tmp_path):
     archive = make_tgz(tmp_path / "dev.tgz", {"dev/newstest2012.en": PAYLOAD})
     out = tmp_path / "raw" / "newstest2012.en"
-    job = subprocess.run([sys.executable, "-c", KILLED_MID_COPY, "extract", archive, out, "--archive", "--member",
-                          "dev/newstest2012.en"], capture_output=True, text=True)
+    job = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            KILLED_MID_COPY,
+            "extract",
+            archive,
+            out,
+            "--archive",
+            "--member",
+            "dev/newstest2012.en",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert job.returncode == 128 + signal.SIGTERM, job.stderr  # an exit, not death by the signal (-15)
     assert list(out.parent.iterdir()) == []
 
@@ -385,8 +439,17 @@ def test_snakemake_through_a_mirror_resumes_a_short_download(hostile, tmp_path):
     mirror = tmp_path / "mirror"
     (mirror / "wmt14-en-de").mkdir(parents=True)
     work = tmp_path / "work"
-    snakemake(work, "--configfile", str(ROOT / "config.yaml"), str(overlay), "--cores", "1",
-              "results/raw/wmt14-en-de-luong/newstest2012.en", mirror=mirror, timeout=120)
+    snakemake(
+        work,
+        "--configfile",
+        str(ROOT / "config.yaml"),
+        str(overlay),
+        "--cores",
+        "1",
+        "results/raw/wmt14-en-de-luong/newstest2012.en",
+        mirror=mirror,
+        timeout=120,
+    )
     assert (work / "results/raw/wmt14-en-de-luong/newstest2012.en").read_bytes() == text
     assert [r for _, r in hostile.requests] == [None, "bytes=1000-"]
     download = next((work / "results/downloads").glob("*/newstest2012.en"))

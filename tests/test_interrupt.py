@@ -23,8 +23,9 @@ TARGET = str(RUN / "model.pt")
 
 def budget(tmp_path: Path, max_update: int) -> list[str]:
     overlay = tmp_path / f"budget-{max_update}.yaml"
-    overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {
-        "max_epoch": 0, "max_update": max_update}}}}))
+    overlay.write_text(
+        yaml.safe_dump({"experiments": {"ci.transformer": {"train": {"max_epoch": 0, "max_update": max_update}}}})
+    )
     return ["--configfile", str(ROOT / "config/ci.yaml"), str(overlay)]
 
 
@@ -32,8 +33,12 @@ def budget(tmp_path: Path, max_update: int) -> list[str]:
 def prepared(tmp_path_factory, mirror) -> Path:
     """The task's data, made once (copied into each test's directory, times kept: Snakemake takes it as made)."""
     root = tmp_path_factory.mktemp("prepared")
-    snakemake(root, str(RUN.parent.parent / "data/bin-separate/valid.de-en.en.tokens.npy"), *budget(root, 100000),
-              mirror=mirror)
+    snakemake(
+        root,
+        str(RUN.parent.parent / "data/bin-separate/valid.de-en.en.tokens.npy"),
+        *budget(root, 100000),
+        mirror=mirror,
+    )
     return root / "results"
 
 
@@ -47,12 +52,31 @@ def start_a_long_training(tmp_path, mirror, prepared, preexec_fn=default_sigint)
     """Snakemake in its own process group, training far past the test's end, returned once the training is
     mid-epoch (its first checkpoint written): the process and the run's checkpoint folder."""
     shutil.copytree(prepared, tmp_path / "results")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               LWNMT_DATA_MIRROR=str(mirror))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
-           TARGET, *budget(tmp_path, 100000)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=preexec_fn)
+    env = dict(
+        os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", LWNMT_DATA_MIRROR=str(mirror)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--cores",
+        "2",
+        TARGET,
+        *budget(tmp_path, 100000),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
     save_dir = tmp_path / RUN / "checkpoints"
     deadline = time.time() + 120
     while not (save_dir / "checkpoint1.pt").exists():
@@ -81,8 +105,12 @@ def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, p
             proc.wait()
 
     assert proc.returncode != 0, out[-3000:]
-    stopped = re.findall(r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
-                         r"rerun the same command to resume$", out, flags=re.M)
+    stopped = re.findall(
+        r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
+        r"rerun the same command to resume$",
+        out,
+        flags=re.M,
+    )
     assert len(stopped) == 1, out[-3000:]  # one line for the one training
     update = int(stopped[0])
     assert torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["progress"]["update"] == update
@@ -123,8 +151,10 @@ def test_a_stop_sent_to_snakemake_alone_stops_the_training_with_its_checkpoint(t
         try:
             out, _ = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{signal.Signals(signum).name} to Snakemake alone: still running after 30 s: "
-                        f"{group_processes(proc.pid)}")
+            pytest.fail(
+                f"{signal.Signals(signum).name} to Snakemake alone: still running after 30 s: "
+                f"{group_processes(proc.pid)}"
+            )
         took = time.time() - sent
         left = group_processes(proc.pid)
     finally:
@@ -134,8 +164,12 @@ def test_a_stop_sent_to_snakemake_alone_stops_the_training_with_its_checkpoint(t
 
     assert not left, left
     assert proc.returncode != 0 and took < 30, out[-3000:]
-    stopped = re.findall(r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
-                         r"rerun the same command to resume$", out, flags=re.M)
+    stopped = re.findall(
+        r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
+        r"rerun the same command to resume$",
+        out,
+        flags=re.M,
+    )
     assert len(stopped) == 1, out[-3000:]
     assert torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["progress"]["update"] == int(stopped[0])
     assert not (tmp_path / TARGET).exists()
@@ -152,8 +186,10 @@ def test_forcerun_of_a_trained_model_trains_it_again_from_update_0(tmp_path, mir
     log = (tmp_path / RUN / "train.log").read_text()  # the rerun's stderr
     assert "resumed from" not in log, log[-3000:]
     aside = tmp_path / RUN / "checkpoints.superseded-1"
-    assert (f"its run finished at update 3 (max_update) and wrote its final model; run again, it is trained again; "
-            f"moved them to {aside.relative_to(tmp_path)} and starting afresh from update 0") in log, log[-3000:]
+    assert (
+        f"its run finished at update 3 (max_update) and wrote its final model; run again, it is trained again; "
+        f"moved them to {aside.relative_to(tmp_path)} and starting afresh from update 0"
+    ) in log, log[-3000:]
     again = torch.load(tmp_path / TARGET, weights_only=False)
     assert again["progress"]["update"] == 3 and (aside / "checkpoint_last.pt").exists()
     for key, tensor in first["model"].items():  # the same three updates from the same seed, trained anew

@@ -13,8 +13,13 @@ import pytest
 from conftest import IWSLT_FAIRSEQ, ROOT, snakemake
 from layerwise_nmt import grid
 
-PARTS = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011",
-         "IWSLT14.TED.tst2012"]
+PARTS = [
+    "IWSLT14.TED.dev2010",
+    "IWSLT14.TEDX.dev2012",
+    "IWSLT14.TED.tst2010",
+    "IWSLT14.TED.tst2011",
+    "IWSLT14.TED.tst2012",
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,21 @@ def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang)
     assert test == expected
 
     (tmp_path / "test.tok").write_bytes(test)
-    subprocess.run([sys.executable, "-m", "layerwise_nmt", "apply-bpe", str(tmp_path / "test.tok"),
-                    str(tmp_path / "test.bpe"), "--codes", str(IWSLT_FAIRSEQ / "code"), "--workers", "2"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "apply-bpe",
+            str(tmp_path / "test.tok"),
+            str(tmp_path / "test.bpe"),
+            "--codes",
+            str(IWSLT_FAIRSEQ / "code"),
+            "--workers",
+            "2",
+        ],
+        check=True,
+    )
     assert (tmp_path / "test.bpe").read_bytes() == (IWSLT_FAIRSEQ / f"test.{lang}").read_bytes()
 
     # the git blob ids in config.yaml (what `lwnmt check-reference` compares for users with the full archive)
@@ -50,8 +68,20 @@ def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang)
     (data / "bpe").mkdir(parents=True)
     (data / "bpe" / f"test.de-en.{lang}").write_bytes((tmp_path / "test.bpe").read_bytes())
     expected = {f"bpe/test.de-en.{lang}": reference[f"bpe/test.de-en.{lang}"]}
-    subprocess.run([sys.executable, "-m", "layerwise_nmt", "check-reference", str(data), "--expected",
-                    json.dumps(expected), "--out", str(tmp_path / "check.json")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "check-reference",
+            str(data),
+            "--expected",
+            json.dumps(expected),
+            "--out",
+            str(tmp_path / "check.json"),
+        ],
+        check=True,
+    )
     assert json.loads((tmp_path / "check.json").read_text())["identical"] == 1
 
 
@@ -59,8 +89,21 @@ def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang)
 def test_valid_bpe_equals_fairseq(mirror, tmp_path, lang):
     """fairseq's valid set is held-out training text; BPE with its code must reproduce valid.{lang} exactly."""
     out = tmp_path / "valid.bpe"
-    subprocess.run([sys.executable, "-m", "layerwise_nmt", "apply-bpe", str(IWSLT_FAIRSEQ / "tmp" / f"valid.{lang}"),
-                    str(out), "--codes", str(IWSLT_FAIRSEQ / "code"), "--workers", "2"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "apply-bpe",
+            str(IWSLT_FAIRSEQ / "tmp" / f"valid.{lang}"),
+            str(out),
+            "--codes",
+            str(IWSLT_FAIRSEQ / "code"),
+            "--workers",
+            "2",
+        ],
+        check=True,
+    )
     assert out.read_bytes() == (IWSLT_FAIRSEQ / f"valid.{lang}").read_bytes()
 
 
@@ -69,8 +112,10 @@ def test_lwc_test_set_is_the_papers_5585_sentences(tmp_path, mirror):
     task = grid.load(ROOT / "config.yaml")["tasks"]["iwslt14_deen_bpe32k"]
     parts = [template.split(".de-en.")[0] for template in task["splits"]["test"]["parts"]]
     assert parts == [p for p in PARTS if p != "IWSLT14.TEDX.dev2012"]
-    targets = [f"results/iwslt14_deen_bpe32k/data/{kind}" for kind in
-               [f"ref/test.de-en.{lang}" for lang in ("de", "en")] + [f"tok/{p}.de-en.en" for p in parts]]
+    targets = [
+        f"results/iwslt14_deen_bpe32k/data/{kind}"
+        for kind in [f"ref/test.de-en.{lang}" for lang in ("de", "en")] + [f"tok/{p}.de-en.en" for p in parts]
+    ]
     snakemake(tmp_path, *targets, mirror=mirror)
     data = tmp_path / "results/iwslt14_deen_bpe32k/data"
     for lang in ("de", "en"):

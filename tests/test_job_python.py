@@ -27,8 +27,19 @@ def test_a_job_runs_the_workflows_python_with_another_python_first_on_path(tmp_p
     overlay.write_text(yaml.safe_dump({"datasets": {"nist-zh-en": {"user_path": str(ldc)}}}))
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "LWNMT_DATA_MIRROR")}
     env["PATH"] = os.pathsep.join([str(decoy), "/usr/local/bin", "/usr/bin", "/bin"])
-    cmd = [str(snakemake), "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "1",
-           "results/raw/nist-zh-en/train.en", "--configfile", str(ROOT / "config.yaml"), str(overlay)]
+    cmd = [
+        str(snakemake),
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--cores",
+        "1",
+        "results/raw/nist-zh-en/train.en",
+        "--configfile",
+        str(ROOT / "config.yaml"),
+        str(overlay),
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert (tmp_path / "results/raw/nist-zh-en/train.en").read_text() == "a small file\nof two lines\n"

@@ -41,26 +41,34 @@ def test_cwmt_wildcards_match_several_real_files_per_side_and_pair_up():
     _, en = real_members(listings, spec, "wmt17-zh-en", "datum2017.en")
     assert len(zh) == len(en) == 20 and zh[0] == "datum2017/Book10_cn.txt" and en[0] == "datum2017/Book10_en.txt"
     assert real_members(listings, spec, "wmt17-zh-en", "casict2011.zh")[1] == [
-        "casict2011/casict-A_ch.txt", "casict2011/casict-B_ch.txt"]
+        "casict2011/casict-A_ch.txt",
+        "casict2011/casict-B_ch.txt",
+    ]
 
 
-@pytest.mark.parametrize("dataset, name, wrong", [
-    ("wmt14-en-de", "europarl-v7.de-en.en", "europarl-v7.de-en.en"),  # the release has it under training/
-    ("wmt17-zh-en", "neu2017.zh", "neu2017/*_zh.txt"),  # NEU's Chinese side is NEU_cn.txt
-    ("iwslt14-ro-en", "IWSLT14.TED.tst2014.ro-en.ro.xml", "ro-en/IWSLT14.TED.tst2013.ro-en.ro.xml"),
-])
+@pytest.mark.parametrize(
+    "dataset, name, wrong",
+    [
+        ("wmt14-en-de", "europarl-v7.de-en.en", "europarl-v7.de-en.en"),  # the release has it under training/
+        ("wmt17-zh-en", "neu2017.zh", "neu2017/*_zh.txt"),  # NEU's Chinese side is NEU_cn.txt
+        ("iwslt14-ro-en", "IWSLT14.TED.tst2014.ro-en.ro.xml", "ro-en/IWSLT14.TED.tst2013.ro-en.ro.xml"),
+    ],
+)
 def test_a_planted_wrong_path_fails(dataset, name, wrong):
     config = copy.deepcopy(grid.load(ROOT / "config.yaml"))
     config["datasets"][dataset]["files"][name]["path"] = wrong
-    with pytest.raises(UserError, match=re.escape(f"datasets/{dataset}/files/{name}: path '{wrong}' is not in the "
-                                                  f"real listing of ")):
+    with pytest.raises(
+        UserError, match=re.escape(f"datasets/{dataset}/files/{name}: path '{wrong}' is not in the real listing of ")
+    ):
         real_members(load_listings(), config["datasets"][dataset], dataset, name)
 
 
 def test_every_listing_has_a_source_and_belongs_to_an_archive_of_the_config():
     config, listings = grid.load(ROOT / "config.yaml"), load_listings()
-    used = {listing_key(config["datasets"][d], config["datasets"][d]["files"][n]["archive"])
-            for d, n in archive_files(config)}
+    used = {
+        listing_key(config["datasets"][d], config["datasets"][d]["files"][n]["archive"])
+        for d, n in archive_files(config)
+    }
     assert set(listings) == used
     assert all(entry["source"].strip() and entry["members"] for entry in listings.values())
 

@@ -91,8 +91,18 @@ def test_tying_and_counts():
 
 def test_mlrf_backbone_count_is_the_papers():
     """MLRF T2: 3+3 layers, d=256, untied embeddings and output layer with bias: 10.97M with 8,389/6,428 types."""
-    model = build("transformer", dict(src_vocab=8389, tgt_vocab=6428, preset="small", encoder_layers=3,
-                                      decoder_layers=3, tie="none", output_bias=True))
+    model = build(
+        "transformer",
+        dict(
+            src_vocab=8389,
+            tgt_vocab=6428,
+            preset="small",
+            encoder_layers=3,
+            decoder_layers=3,
+            tie="none",
+            output_bias=True,
+        ),
+    )
     assert round(count_parameters(model) / 1e6, 2) == 10.97
 
 
@@ -100,19 +110,25 @@ def torch_reference(model, norm_first: bool):
     """PyTorch's own nn.Transformer stacks with our weights copied in: an independent statement of post-/pre-norm
     (norm_first), including the final LayerNorm a pre-norm stack ends with."""
     c = model.config
-    layer = dict(d_model=c.d_model, nhead=c.heads, dim_feedforward=c.d_ff, dropout=0.0, batch_first=True,
-                 norm_first=norm_first)
+    layer = dict(
+        d_model=c.d_model, nhead=c.heads, dim_feedforward=c.d_ff, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
     final = (lambda: nn.LayerNorm(c.d_model)) if norm_first else (lambda: None)
-    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), c.encoder_layers, final(),
-                                    enable_nested_tensor=False)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(**layer), c.encoder_layers, final(), enable_nested_tensor=False
+    )
     decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), c.decoder_layers, final())
     with torch.no_grad():
         for ours, theirs in zip(model.encoder.layers, encoder.layers):
             theirs.self_attn.in_proj_weight.copy_(ours.attn.qkv.weight)
             theirs.self_attn.in_proj_bias.copy_(ours.attn.qkv.bias)
             theirs.self_attn.out_proj.load_state_dict(ours.attn.out.state_dict())
-            for a, b in ((theirs.linear1, ours.ffn.fc1), (theirs.linear2, ours.ffn.fc2), (theirs.norm1, ours.norm1),
-                         (theirs.norm2, ours.norm2)):
+            for a, b in (
+                (theirs.linear1, ours.ffn.fc1),
+                (theirs.linear2, ours.ffn.fc2),
+                (theirs.norm1, ours.norm1),
+                (theirs.norm2, ours.norm2),
+            ):
                 a.load_state_dict(b.state_dict())
         for ours, theirs in zip(model.decoder.layers, decoder.layers):
             theirs.self_attn.in_proj_weight.copy_(ours.self_attn.qkv.weight)
@@ -122,8 +138,13 @@ def torch_reference(model, norm_first: bool):
             theirs.multihead_attn.in_proj_weight.copy_(torch.cat([x.q.weight, x.kv.weight]))
             theirs.multihead_attn.in_proj_bias.copy_(torch.cat([x.q.bias, x.kv.bias]))
             theirs.multihead_attn.out_proj.load_state_dict(x.out.state_dict())
-            for a, b in ((theirs.linear1, ours.ffn.fc1), (theirs.linear2, ours.ffn.fc2), (theirs.norm1, ours.norm1),
-                         (theirs.norm2, ours.norm2), (theirs.norm3, ours.norm3)):
+            for a, b in (
+                (theirs.linear1, ours.ffn.fc1),
+                (theirs.linear2, ours.ffn.fc2),
+                (theirs.norm1, ours.norm1),
+                (theirs.norm2, ours.norm2),
+                (theirs.norm3, ours.norm3),
+            ):
                 a.load_state_dict(b.state_dict())
         for stack, theirs in ((model.encoder, encoder), (model.decoder, decoder)):
             if norm_first:
@@ -141,8 +162,9 @@ def test_layers_equal_pytorchs_transformer_post_and_pre_norm(norm):
     memory = encoder(model.encoder.embed(src), src_key_padding_mask=pad)
     assert torch.allclose(model.encoder(src).states[-1][~pad], memory[~pad], atol=1e-5)
     causal = nn.Transformer.generate_square_subsequent_mask(prev.size(1))
-    hidden = decoder(model.decoder.embed(prev), memory, tgt_mask=causal, tgt_is_causal=True,
-                     memory_key_padding_mask=pad)
+    hidden = decoder(
+        model.decoder.embed(prev), memory, tgt_mask=causal, tgt_is_causal=True, memory_key_padding_mask=pad
+    )
     assert torch.allclose(model(src, prev), model.output(hidden), atol=1e-5)
 
 

@@ -42,16 +42,19 @@ def mismatches(model: str, settings: dict) -> list[str]:
     for variant in [settings] + [{**settings, **o} for o in config.other_readings().values()]:
         closed, real = model_sizes.parameter_count(model, variant), built(model, variant)
         if closed != real:
-            out.append(f"{model} {json.dumps(variant, sort_keys=True)}: closed form {closed:,}, built {real:,} "
-                       f"({closed - real:+,})")
+            out.append(
+                f"{model} {json.dumps(variant, sort_keys=True)}: closed form {closed:,}, built {real:,} "
+                f"({closed - real:+,})"
+            )
     return out
 
 
 def config_chains() -> list[tuple[str, ...]]:
     overlays = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
     assert overlays, "no overlay found under config/"
-    return [("config.yaml",)] + [("config.yaml", *(f"config/{p}" for p in PARENTS.get(o, ())), f"config/{o}")
-                                 for o in overlays]
+    return [("config.yaml",)] + [
+        ("config.yaml", *(f"config/{p}" for p in PARENTS.get(o, ())), f"config/{o}") for o in overlays
+    ]
 
 
 def test_every_model_has_a_closed_form():
@@ -76,15 +79,25 @@ def test_every_experiment_of_every_config():
 def backbone_options(rng: random.Random, family: str) -> dict:
     """Sizes, embeddings and layers every family shares; a convolutional backbone where the family builds one."""
     heads = rng.choice((1, 2, 4))
-    settings = {"heads": heads, "d_model": heads * rng.choice((2, 4, 6)), "d_ff": rng.choice((3, 8, 12)),
-                "encoder_layers": rng.randint(1, 5), "decoder_layers": rng.randint(1, 5),
-                "tie": rng.choice(("none", "decoder", "all")), "output_bias": rng.random() < 0.5,
-                "norm": rng.choice(("post", "pre"))}
+    settings = {
+        "heads": heads,
+        "d_model": heads * rng.choice((2, 4, 6)),
+        "d_ff": rng.choice((3, 8, 12)),
+        "encoder_layers": rng.randint(1, 5),
+        "decoder_layers": rng.randint(1, 5),
+        "tie": rng.choice(("none", "decoder", "all")),
+        "output_bias": rng.random() < 0.5,
+        "norm": rng.choice(("post", "pre")),
+    }
     if rng.random() < 0.5:  # GCA and GPA pair the layers, MLRF's shared layer embedding too
         settings["decoder_layers"] = settings["encoder_layers"]
     if family not in ("lwc", "context_gate") and rng.random() < 0.5:
-        settings.update(backbone=rng.choice(("dynamic_conv", "lightweight_conv")), norm="post",
-                        conv_glu=rng.random() < 0.5, kernel_sizes=[rng.choice((1, 2, 3, 5)) for _ in range(5)])
+        settings.update(
+            backbone=rng.choice(("dynamic_conv", "lightweight_conv")),
+            norm="post",
+            conv_glu=rng.random() < 0.5,
+            kernel_sizes=[rng.choice((1, 2, 3, 5)) for _ in range(5)],
+        )
     vocab = rng.randint(5, 30)
     other = vocab if settings["tie"] == "all" else rng.randint(5, 30)
     return {**settings, "src_vocab": vocab, "tgt_vocab": other}
@@ -94,18 +107,40 @@ def backbone_options(rng: random.Random, family: str) -> dict:
 FAMILY_OPTIONS = {
     "transformer": {},
     "context_gate": {},
-    "lwc": {"layers": (1, 2, 3, 4), "language_embeddings": (True, False), "share_layers": (True, False),
-            "mixed_attention": (True, False), "tie": ("all",)},
-    "cross_view": {"strategy": ("top", "gca", "gpa", "fga", "fma", "ama"), "soft_integration": (True, False),
-                   "norm": ("post",)},
-    "deep": {"aggregation": ("none", "dense", "linear", "iterative", "hierarchical"), "mla_k": (0, 1, 2, 3),
-             "apply_to": ("encoder", "decoder", "both"), "agg_function": ("sigmoid", "relu", "attention"),
-             "linear_form": ("square", "factorised"), "dense_norm": (True, False), "input_bias": (True, False),
-             "norm": ("post",)},
-    "mlrf": {"encoder_fusion": ("none", "avg", "fnn", "sa"), "decoder_fusion": ("none", "avg", "fnn", "sa"),
-             "n_hop": (1, 2, 3), "d_a": (3, 5), "d_f": (4, 7), "independent_w1": (True, False),
-             "w1_per_hop": (True, False), "word_embedding": (True, False), "layer_embedding": (True, False),
-             "norm": ("post",)},
+    "lwc": {
+        "layers": (1, 2, 3, 4),
+        "language_embeddings": (True, False),
+        "share_layers": (True, False),
+        "mixed_attention": (True, False),
+        "tie": ("all",),
+    },
+    "cross_view": {
+        "strategy": ("top", "gca", "gpa", "fga", "fma", "ama"),
+        "soft_integration": (True, False),
+        "norm": ("post",),
+    },
+    "deep": {
+        "aggregation": ("none", "dense", "linear", "iterative", "hierarchical"),
+        "mla_k": (0, 1, 2, 3),
+        "apply_to": ("encoder", "decoder", "both"),
+        "agg_function": ("sigmoid", "relu", "attention"),
+        "linear_form": ("square", "factorised"),
+        "dense_norm": (True, False),
+        "input_bias": (True, False),
+        "norm": ("post",),
+    },
+    "mlrf": {
+        "encoder_fusion": ("none", "avg", "fnn", "sa"),
+        "decoder_fusion": ("none", "avg", "fnn", "sa"),
+        "n_hop": (1, 2, 3),
+        "d_a": (3, 5),
+        "d_f": (4, 7),
+        "independent_w1": (True, False),
+        "w1_per_hop": (True, False),
+        "word_embedding": (True, False),
+        "layer_embedding": (True, False),
+        "norm": ("post",),
+    },
 }
 SAMPLES = 40  # valid settings per family
 
@@ -130,17 +165,20 @@ def test_a_random_sweep_of_each_familys_options(family):
     for key, values in options.items():  # every value of every option was counted at least once
         assert {s[key] for s in drawn} == set(values), key
     assert {s.get("backbone", "transformer") for s in drawn} == (
-        {"transformer"} if family in ("lwc", "context_gate") else {"transformer", "dynamic_conv", "lightweight_conv"})
+        {"transformer"} if family in ("lwc", "context_gate") else {"transformer", "dynamic_conv", "lightweight_conv"}
+    )
 
 
 def test_counting_every_experiments_cost_imports_no_torch():
     """What `snakemake -n` does to price and check every training: plan's parameter counts come from the closed
     form, in a driver environment that may hold no torch or numpy."""
-    code = ("import sys; from layerwise_nmt import grid; from layerwise_nmt.grid.budget_checks import "
-            "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; "
-            "config = grid.load('config.yaml'); "
-            "costs = [experiment_cost(config, n) for n in config['experiments']]; budget_warnings(config); "
-            "assert any(c.params for c in costs); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")
+    code = (
+        "import sys; from layerwise_nmt import grid; from layerwise_nmt.grid.budget_checks import "
+        "budget_warnings; from layerwise_nmt.grid.pricing import experiment_cost; "
+        "config = grid.load('config.yaml'); "
+        "costs = [experiment_cost(config, n) for n in config['experiments']]; budget_warnings(config); "
+        "assert any(c.params for c in costs); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"

@@ -8,9 +8,11 @@ import torch
 from layerwise_nmt.training.loop import TrainConfig, _adam
 
 LR, BETAS, EPS, WD = 0.1, (0.9, 0.98), 1e-8, 0.1
-GRADS = [torch.tensor([0.5, -0.2, 0.05, 0.0], dtype=torch.float64),
-         torch.tensor([0.3, 0.4, -0.05, 0.0], dtype=torch.float64),
-         torch.tensor([-0.1, 0.1, 0.2, 0.0], dtype=torch.float64)]
+GRADS = [
+    torch.tensor([0.5, -0.2, 0.05, 0.0], dtype=torch.float64),
+    torch.tensor([0.3, 0.4, -0.05, 0.0], dtype=torch.float64),
+    torch.tensor([-0.1, 0.1, 0.2, 0.0], dtype=torch.float64),
+]
 START = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)  # the last element never gets a gradient
 
 
@@ -31,8 +33,9 @@ def ours(grads, lr=LR, eps=EPS, wd=WD, fused=None):
     model = torch.nn.Linear(4, 1, bias=False).double()
     with torch.no_grad():
         model.weight.copy_(START)
-    cfg = TrainConfig.from_dict({"max_update": 1, "lr": lr, "adam_betas": list(BETAS), "adam_eps": eps,
-                                 "weight_decay": wd})
+    cfg = TrainConfig.from_dict(
+        {"max_update": 1, "lr": lr, "adam_betas": list(BETAS), "adam_eps": eps, "weight_decay": wd}
+    )
     opt = _adam(model, cfg, fused=fused)
     for g in grads:
         model.weight.grad = g.clone().view(1, 4)
@@ -60,5 +63,4 @@ def test_several_updates_follow_fairseqs_formula(eps, fused):
 
 
 def test_no_weight_decay_is_plain_adam():
-    torch.testing.assert_close(ours(GRADS, wd=0.0), fairseq_adam(START, GRADS, LR, BETAS, EPS, 0.0),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours(GRADS, wd=0.0), fairseq_adam(START, GRADS, LR, BETAS, EPS, 0.0), rtol=0, atol=1e-6)

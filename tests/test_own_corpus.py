@@ -40,8 +40,16 @@ def corpus(root: Path, sizes=(("train", 300), ("dev", 40), ("test", 40)), seed: 
 
 def overlay(tmp_path: Path, corpus_dir: Path, **compare) -> Path:
     spec = {
-        "datasets": {"my-corpus": {"local": {"dir": str(corpus_dir), "train": "train.{lang}.gz",
-                                             "valid": "dev.{lang}", "test": "test.{lang}"}}},
+        "datasets": {
+            "my-corpus": {
+                "local": {
+                    "dir": str(corpus_dir),
+                    "train": "train.{lang}.gz",
+                    "valid": "dev.{lang}",
+                    "test": "test.{lang}",
+                }
+            }
+        },
         "tasks": {"my_xxyy": {"dataset": "my-corpus", "src": "xx", "tgt": "yy", "bpe": {"merges": 200}}},
         "compare": {"mine": {"task": "my_xxyy", "preset": "demo", "seeds": [1], **compare}},
     }
@@ -63,23 +71,36 @@ def load(path: Path) -> dict:
 
 def test_the_example_overlay_expands_to_the_comparison():
     config = load(ROOT / "config" / "your-corpus.example.yaml")
-    (name, spec), = config["compare"].items()
+    ((name, spec),) = config["compare"].items()
     rows = config["papers"][name]["tables"]["T1"]["rows"]
     assert [r["experiment"].split(".", 1)[1] for r in rows] == [
-        "transformer", "lwc", "mlrf_dec_sa", "gca_full", "dou_deep", "transformer_longer"]
+        "transformer",
+        "lwc",
+        "mlrf_dec_sa",
+        "gca_full",
+        "dou_deep",
+        "transformer_longer",
+    ]
     assert config["targets"] == {"tasks": [spec["task"]], "tables": [f"{name}/T1"], "figures": [f"{name}/buckets"]}
     assert len((ROOT / "config" / "your-corpus.example.yaml").read_text().splitlines()) <= 60
 
 
 def test_expansion(tmp_path):
-    path = overlay(tmp_path, corpus(tmp_path / "corp", (("train", 300), ("dev", 40), ("test", 40), ("news", 20))),
-                   preset="iwslt", methods=["gca"])
+    path = overlay(
+        tmp_path,
+        corpus(tmp_path / "corp", (("train", 300), ("dev", 40), ("test", 40), ("news", 20))),
+        preset="iwslt",
+        methods=["gca"],
+    )
     config = load(edit(path, lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"})))
     assert config["datasets"]["my-corpus"]["files"]["train.xx"] == {"path": "train.xx.gz"}
     task = config["tasks"]["my_xxyy"]
     assert task["splits"]["valid"]["parts"] == ["valid.{lang}"] and task["estimate"]["train_pairs"] == 300
     assert sorted(n for n in config["experiments"] if n.startswith("mine.")) == [
-        "mine.gca_full", "mine.transformer", "mine.transformer_longer"]
+        "mine.gca_full",
+        "mine.transformer",
+        "mine.transformer_longer",
+    ]
     gca = config["experiments"]["mine.gca_full"]
     assert gca["warm_start"] == "mine.transformer" and gca["arch"]["preset"] == "iwslt"
     table = config["papers"]["mine"]["tables"]["T1"]
@@ -105,18 +126,29 @@ def test_status_says_what_is_missing_and_plan_prices_it(tmp_path, capsys):
     assert "mine T1       6    6" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda s: s["datasets"]["my-corpus"]["local"].update(train={"xx": "train.yy.gz", "yy": "train.xx.gz"}),
-     "config key datasets/my-corpus/local/train/xx: train.yy.gz is named for language 'yy', not 'xx'"),
-    (lambda s: s["datasets"]["my-corpus"]["local"].update(test={"xx": "test.xx", "en": "test.en"}),
-     "config key datasets/my-corpus/local/test: files for xx, en, but task my_xxyy translates xx→yy"),
-    (lambda s: s["tasks"]["my_xxyy"].update(tgt="zz"),
-     "has train.yy.gz but no train.zz.gz; task my_xxyy's languages are xx/zz"),
-    (lambda s: s["tasks"]["my_xxyy"].update(splits={"train": {}, "valid": {}, "test": {"empty_lines": "drop"}}),
-     "config key tasks/my_xxyy/splits/test/empty_lines: drop; an evaluation set's lines must stay aligned"),
-    (lambda s: s["compare"]["mine"].update(task="my_xxzz"), "config key compare/mine/task: unknown task 'my_xxzz'"),
-    (lambda s: s["compare"]["mine"].update(preset="huge"), "config key compare/mine/preset: 'huge' is not one of"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda s: s["datasets"]["my-corpus"]["local"].update(train={"xx": "train.yy.gz", "yy": "train.xx.gz"}),
+            "config key datasets/my-corpus/local/train/xx: train.yy.gz is named for language 'yy', not 'xx'",
+        ),
+        (
+            lambda s: s["datasets"]["my-corpus"]["local"].update(test={"xx": "test.xx", "en": "test.en"}),
+            "config key datasets/my-corpus/local/test: files for xx, en, but task my_xxyy translates xx→yy",
+        ),
+        (
+            lambda s: s["tasks"]["my_xxyy"].update(tgt="zz"),
+            "has train.yy.gz but no train.zz.gz; task my_xxyy's languages are xx/zz",
+        ),
+        (
+            lambda s: s["tasks"]["my_xxyy"].update(splits={"train": {}, "valid": {}, "test": {"empty_lines": "drop"}}),
+            "config key tasks/my_xxyy/splits/test/empty_lines: drop; an evaluation set's lines must stay aligned",
+        ),
+        (lambda s: s["compare"]["mine"].update(task="my_xxzz"), "config key compare/mine/task: unknown task 'my_xxzz'"),
+        (lambda s: s["compare"]["mine"].update(preset="huge"), "config key compare/mine/preset: 'huge' is not one of"),
+    ],
+)
 def test_config_errors_name_the_key(tmp_path, change, message):
     path = edit(overlay(tmp_path, corpus(tmp_path / "corp")), change)
     with pytest.raises(UserError) as err:
@@ -140,8 +172,9 @@ def test_invalid_utf8_is_named_by_the_users_file_and_line(tmp_path):
     assert not (tmp_path / "raw" / "train.xx").exists()
     gz = tmp_path / "train.yy.gz"
     gz.write_bytes(gzip.compress(b"good\nfine\nba\xe9d\n"))
-    assert f"{gz}:3: invalid UTF-8" in error_line(lwnmt("extract", gz, tmp_path / "raw" / "train.yy", "--text",
-                                                         "--archive"))
+    assert f"{gz}:3: invalid UTF-8" in error_line(
+        lwnmt("extract", gz, tmp_path / "raw" / "train.yy", "--text", "--archive")
+    )
 
 
 @pytest.mark.parametrize("name, archive", [("dev.xx", []), ("train.xx.gz", ["--archive"])])
@@ -164,8 +197,11 @@ def parts(tmp_path: Path, files: dict[str, str]) -> dict:
     def part(s: str, t: str) -> list:
         return [[str(tmp_path / s), str(tmp_path / t), str(tmp_path / s), str(tmp_path / t), "plain"]]
 
-    return {"train": {"parts": part("tr.xx", "tr.yy")}, "valid": {"parts": part("va.xx", "va.yy")},
-            "test": {"parts": part("te.xx", "te.yy"), "overlap_with_train": "warn"}}
+    return {
+        "train": {"parts": part("tr.xx", "tr.yy")},
+        "valid": {"parts": part("va.xx", "va.yy")},
+        "test": {"parts": part("te.xx", "te.yy"), "overlap_with_train": "warn"},
+    }
 
 
 def outputs(tmp_path: Path) -> dict:
@@ -173,16 +209,24 @@ def outputs(tmp_path: Path) -> dict:
 
 
 def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
-    spec = parts(tmp_path, {"tr.xx": "a\nb\nc\n", "tr.yy": "A\nB\n", "va.xx": "v\n", "va.yy": "V\n",
-                            "te.xx": "t\n", "te.yy": "T\n"})
+    spec = parts(
+        tmp_path,
+        {"tr.xx": "a\nb\nc\n", "tr.yy": "A\nB\n", "va.xx": "v\n", "va.yy": "V\n", "te.xx": "t\n", "te.yy": "T\n"},
+    )
     with pytest.raises(UserError, match=r"tr.xx has 3 segments but .*tr.yy has 2; parallel files must have equal"):
         assemble(spec, outputs(tmp_path), str(tmp_path / "stats.json"))
     assert not list(tmp_path.glob("out.*"))
 
 
 def test_empty_lines_dropped_and_counted_or_refused(tmp_path, caplog):
-    files = {"tr.xx": "a\n  \nc\nd\n", "tr.yy": "A\nB\n\t\nD\n", "va.xx": "v\n", "va.yy": "V\n",
-             "te.xx": "a\nnew\n", "te.yy": "A\nNEW\n"}
+    files = {
+        "tr.xx": "a\n  \nc\nd\n",
+        "tr.yy": "A\nB\n\t\nD\n",
+        "va.xx": "v\n",
+        "va.yy": "V\n",
+        "te.xx": "a\nnew\n",
+        "te.yy": "A\nNEW\n",
+    }
     stats = assemble(parts(tmp_path, files), outputs(tmp_path), str(tmp_path / "stats.json"))
     assert stats["train"]["empty"] == 2 and stats["train"]["kept"] == 2
     assert "train: dropped 2 pairs (empty)" in caplog.text
@@ -202,13 +246,16 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
     example = yaml.safe_load((ROOT / "examples" / "layer_mix" / "overlay.yaml").read_text())
     example["models"]["layer_mix"]["user_dir"] = str(ROOT / "examples" / "layer_mix")
     sizes = (("train", 300), ("dev", 40), ("test", 40), ("news", 30))  # news: a second test set, named
-    path = overlay(tmp_path, corpus(tmp_path / "corp", sizes),
-                   arch={"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2},
-                   lwc_layers=3, decode={"beam": 2, "batch_size": 64},
-                   train={"max_tokens": 500, "warmup_updates": 5, "total_num_update": 30, "max_update": 30,
-                          "log_interval": 10},
-                   own_methods=example["compare"]["mix"]["own_methods"],
-                   **{"continue": {"warmup_updates": 2, "total_num_update": 10, "max_update": 10}})
+    path = overlay(
+        tmp_path,
+        corpus(tmp_path / "corp", sizes),
+        arch={"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2},
+        lwc_layers=3,
+        decode={"beam": 2, "batch_size": 64},
+        train={"max_tokens": 500, "warmup_updates": 5, "total_num_update": 30, "max_update": 30, "log_interval": 10},
+        own_methods=example["compare"]["mix"]["own_methods"],
+        **{"continue": {"warmup_updates": 2, "total_num_update": 10, "max_update": 10}},
+    )
     edit(path, lambda s: s.update(models=example["models"]))
     edit(path, lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"}))
     snakemake(tmp_path / "run", "tables", "--configfile", str(path))
@@ -216,13 +263,23 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
     with open(results / "tables" / "mine" / "T1.csv", newline="") as f:
         table = list(csv.DictReader(f))
     assert [row["row"] for row in table] == [
-        "Transformer baseline", "LWC, He et al. 2018 (shared layers over [source; target])",
-        "MLRF Dec-SA, Wang et al. 2018 (4 hops)", "GCA full model, Liu et al. 2020 (from the baseline)",
+        "Transformer baseline",
+        "LWC, He et al. 2018 (shared layers over [source; target])",
+        "MLRF Dec-SA, Wang et al. 2018 (4 hops)",
+        "GCA full model, Liu et al. 2020 (from the baseline)",
         "Dou et al. 2018 + Deep Representations (from the baseline)",
         "Learned layer mix, ELMo's scalar mix per decoder layer (ours)",
-        "Baseline trained on as long (the warm-started rows' control)"]
-    for column in ("ours bleu", "ours chrf", "ours news_bleu", "ours news_chrf", "updates", "sentences seen",
-                   "target tokens"):
+        "Baseline trained on as long (the warm-started rows' control)",
+    ]
+    for column in (
+        "ours bleu",
+        "ours chrf",
+        "ours news_bleu",
+        "ours news_chrf",
+        "updates",
+        "sentences seen",
+        "target tokens",
+    ):
         assert all(row[column] != "—" for row in table), column
     for column in ("p vs bleu", "p vs chrf", "p vs news_bleu", "p vs news_chrf"):  # each method's own p-values
         assert all(row[column] != "—" for row in table[1:6]), column
@@ -232,10 +289,15 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
     assert table[5]["p vs bleu"].endswith(" mine.transformer)") and table[5]["p vs chrf"].endswith(" mine.transformer)")
     for row in table[1:6]:  # each method: who won, on every metric, against its own control, by the same test
         control = "mine.transformer_longer" if "(from the baseline)" in row["row"] else "mine.transformer"
-        assert row["verdict"].startswith(f"vs {control}, paired bootstrap resampling (Koehn 2004), first seeds at "
-                                         f"p < 0.05: BLEU "), row["verdict"]
+        assert row["verdict"].startswith(
+            f"vs {control}, paired bootstrap resampling (Koehn 2004), first seeds at p < 0.05: BLEU "
+        ), row["verdict"]
         assert [part.split(" (")[0].split(" ", 1)[0] for part in row["verdict"].split(": ", 1)[1].split("; ")] == [
-            "BLEU", "chrF", "news", "news"]
+            "BLEU",
+            "chrF",
+            "news",
+            "news",
+        ]
     assert table[0]["verdict"] == table[6]["verdict"] == "—"
     md = (results / "tables" / "mine" / "T1.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| row"))
@@ -255,8 +317,10 @@ def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
 def test_sides_that_come_tokenized_or_segmented_skip_those_steps(tmp_path):
     from types import SimpleNamespace
 
-    path = edit(overlay(tmp_path, corpus(tmp_path / "corp")),
-                lambda s: s["tasks"]["my_xxyy"].update(bpe={"merges": 200, "segmented": ["yy"]}))
+    path = edit(
+        overlay(tmp_path, corpus(tmp_path / "corp")),
+        lambda s: s["tasks"]["my_xxyy"].update(bpe={"merges": 200, "segmented": ["yy"]}),
+    )
     config = load(path)
     task = config["tasks"]["my_xxyy"]
     assert grid.tokenize_options(task, "yy", task["splits"]["train"])["tokenizer"] == "none"
@@ -286,25 +350,56 @@ def test_unequal_copies_name_the_users_files(tmp_path):
     assert lwnmt("extract", tmp_path / "mine" / "train.yy.gz", raw / "train.yy", "--text", "--archive").returncode == 0
     part = [str(raw / "train.xx"), str(raw / "train.yy"), str(raw / "train.xx"), str(raw / "train.yy"), "plain"]
     with pytest.raises(UserError) as err:
-        assemble({"train": {"parts": [part]}, "valid": {"hold_out_every": 2}}, outputs(tmp_path),
-                 str(tmp_path / "stats.json"))
-    assert str(err.value) == (f"{raw / 'train.xx'} has 3 segments but {raw / 'train.yy'} has 2; parallel files must "
-                              f"have equal counts (copies of {tmp_path / 'mine' / 'train.xx'} and "
-                              f"{tmp_path / 'mine' / 'train.yy.gz'})")
+        assemble(
+            {"train": {"parts": [part]}, "valid": {"hold_out_every": 2}},
+            outputs(tmp_path),
+            str(tmp_path / "stats.json"),
+        )
+    assert str(err.value) == (
+        f"{raw / 'train.xx'} has 3 segments but {raw / 'train.yy'} has 2; parallel files must "
+        f"have equal counts (copies of {tmp_path / 'mine' / 'train.xx'} and "
+        f"{tmp_path / 'mine' / 'train.yy.gz'})"
+    )
 
 
 def test_a_named_test_set_assembled_apart_from_train_counts_its_overlap_with_it(tmp_path):
     """A named test set is assembled after train, by its own job (`lwnmt assemble` with only that split): its
     overlap is counted against the training text in the same folder (it raised KeyError: 'train')."""
-    files = {"tr.xx": "a\nb\n", "tr.yy": "A\nB\n", "va.xx": "v\n", "va.yy": "V\n", "te.xx": "t\n", "te.yy": "T\n",
-             "ne.xx": "b\nnew\nb\n", "ne.yy": "B\nNEW\nB\n"}
+    files = {
+        "tr.xx": "a\nb\n",
+        "tr.yy": "A\nB\n",
+        "va.xx": "v\n",
+        "va.yy": "V\n",
+        "te.xx": "t\n",
+        "te.yy": "T\n",
+        "ne.xx": "b\nnew\nb\n",
+        "ne.yy": "B\nNEW\nB\n",
+    }
     spec = parts(tmp_path, files)
     out = tmp_path / "text"
-    run = lambda spec, stats: lwnmt("assemble", "--spec", json.dumps(spec), "--src", "xx", "--tgt", "yy",  # noqa: E731
-                                    "--out-dir", out, "--stats", out / stats)
+
+    def run(spec, stats):
+        return lwnmt(
+            "assemble",
+            "--spec",
+            json.dumps(spec),
+            "--src",
+            "xx",
+            "--tgt",
+            "yy",
+            "--out-dir",
+            out,
+            "--stats",
+            out / stats,
+        )
+
     assert run(spec, "stats.xx-yy.json").returncode == 0
-    news = {"news": {"parts": [[str(tmp_path / n) for n in ("ne.xx", "ne.yy", "ne.xx", "ne.yy")] + ["plain"]],
-                     "overlap_with_train": "warn"}}
+    news = {
+        "news": {
+            "parts": [[str(tmp_path / n) for n in ("ne.xx", "ne.yy", "ne.xx", "ne.yy")] + ["plain"]],
+            "overlap_with_train": "warn",
+        }
+    }
     result = run(news, "stats.news.xx-yy.json")
     assert result.returncode == 0, result.stderr
     assert json.loads((out / "stats.news.xx-yy.json").read_text())["news"]["in_train"] == 2
@@ -315,8 +410,12 @@ def test_a_named_test_sets_job_reads_the_training_text_it_is_checked_against(tmp
     from types import SimpleNamespace
 
     files = corpus(tmp_path / "corp", (("train", 300), ("dev", 40), ("test", 40), ("news", 20)))
-    config = load(edit(overlay(tmp_path, files),
-                       lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"})))
+    config = load(
+        edit(
+            overlay(tmp_path, files),
+            lambda s: s["datasets"]["my-corpus"]["local"].update(tests={"news": "news.{lang}"}),
+        )
+    )
     assert config["tasks"]["my_xxyy"]["splits"]["news"]["overlap_with_train"] == "warn"
     inputs = grid.RuleInputs(config)
     news = inputs.assemble_inputs(SimpleNamespace(task="my_xxyy", split="news"))

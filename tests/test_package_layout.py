@@ -30,8 +30,11 @@ NAMED_MODULE = re.compile(r"(layerwise_nmt(?:\.\w+)+)(?::\w+)?")
 
 def import_module_calls(tree: ast.AST):
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-                and node.args):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+        ):
             yield node
 
 
@@ -54,13 +57,18 @@ def import_graph(named: bool = True) -> dict[str, set[str]]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
                 target = ".".join(filter(None, [base, node.module]))
-                deps.update(f"{target}.{a.name}" if f"{target}.{a.name}" in known else owner(target)
-                            for a in node.names)
+                deps.update(
+                    f"{target}.{a.name}" if f"{target}.{a.name}" in known else owner(target) for a in node.names
+                )
             elif isinstance(node, ast.Import):
                 deps.update(owner(a.name) for a in node.names)
-            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) ==
-                  "import_module" and node.args and isinstance(node.args[0], ast.Constant)
-                  and isinstance(node.args[0].value, str)):
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 deps.add(owner(node.args[0].value))
             elif named and isinstance(node, ast.Constant) and isinstance(node.value, str):
                 module = NAMED_MODULE.fullmatch(node.value)
@@ -73,9 +81,12 @@ def import_graph(named: bool = True) -> dict[str, set[str]]:
 def test_no_module_is_imported_by_a_name_the_guard_cannot_read():
     """import_module's argument is a literal or a plain variable (a user's module, or an entry point spelt as a literal
     where the caller names it); a name assembled in an f-string or by concatenation would hide an import."""
-    hidden = [f"{path.relative_to(SOURCES)}:{call.lineno}" for path in PACKAGE.rglob("*.py")
-              for call in import_module_calls(ast.parse(path.read_text()))
-              if not isinstance(call.args[0], (ast.Constant, ast.Name, ast.Attribute))]
+    hidden = [
+        f"{path.relative_to(SOURCES)}:{call.lineno}"
+        for path in PACKAGE.rglob("*.py")
+        for call in import_module_calls(ast.parse(path.read_text()))
+        if not isinstance(call.args[0], (ast.Constant, ast.Name, ast.Attribute))
+    ]
     assert hidden == []
 
 
@@ -105,8 +116,12 @@ def test_folders_form_a_stack_in_the_readme_order():
     order = {folder: level for level, folder in enumerate(stack())}
     graph = import_graph()
     assert set(folder_graph(graph)) <= set(order), "a folder the README's layout block does not list"
-    upward = sorted(f"{module} -> {dep}" for module, deps in graph.items() for dep in deps
-                    if order[folder_of(dep)] > order[folder_of(module)])
+    upward = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        for dep in deps
+        if order[folder_of(dep)] > order[folder_of(module)]
+    )
     assert upward == [], "imports going up the stack (the README's layout block lists the folders bottom up)"
 
 
@@ -132,12 +147,18 @@ def test_the_guard_sees_lazy_loader_and_string_imports(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "PACKAGE", package)
     graph = import_graph()
     assert {m: graph[f"layerwise_nmt.low.{m}"] for m in "acde"} == {
-        "a": {"layerwise_nmt.high.b"}, "c": {"layerwise_nmt.high.b"}, "d": {"layerwise_nmt.high.b"},
-        "e": {"layerwise_nmt.high"}}
+        "a": {"layerwise_nmt.high.b"},
+        "c": {"layerwise_nmt.high.b"},
+        "d": {"layerwise_nmt.high.b"},
+        "e": {"layerwise_nmt.high"},
+    }
     assert folder_graph(graph) == {"": set(), "low": {"high"}, "high": set()}
     assert circles({**folder_graph(graph), "high": {"low"}}) == [["high", "low"]]
-    assert [call.lineno for call in import_module_calls(ast.parse((package / "low" / "f.py").read_text()))
-            if isinstance(call.args[0], ast.JoinedStr)] == [2]
+    assert [
+        call.lineno
+        for call in import_module_calls(ast.parse((package / "low" / "f.py").read_text()))
+        if isinstance(call.args[0], ast.JoinedStr)
+    ] == [2]
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -185,8 +206,11 @@ def test_the_circle_finder_finds_a_circle():
 
 def test_data_never_imports_the_grid():
     graph = import_graph()
-    offenders = {m: sorted(d for d in deps if d.startswith("layerwise_nmt.grid"))
-                 for m, deps in graph.items() if m.startswith("layerwise_nmt.data")}
+    offenders = {
+        m: sorted(d for d in deps if d.startswith("layerwise_nmt.grid"))
+        for m, deps in graph.items()
+        if m.startswith("layerwise_nmt.data")
+    }
     assert {m: d for m, d in offenders.items() if d} == {}
 
 

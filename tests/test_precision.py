@@ -20,11 +20,14 @@ from layerwise_nmt.grid.pricing import GPUS, Pricing, experiment_cost
 from layerwise_nmt.training.precision_probe import Workload
 
 
-@pytest.mark.parametrize("capability, native", [
-    ("AVX2", True),     # native bf16 in the CPU, but PyTorch's kernels restricted to AVX2: emulated
-    ("AVX512", False),  # AVX-512 without bf16 (Skylake-SP, Ice Lake)
-    ("AVX2", False),    # AVX2-only CPUs (AMD before Zen 4, most laptops)
-])
+@pytest.mark.parametrize(
+    "capability, native",
+    [
+        ("AVX2", True),  # native bf16 in the CPU, but PyTorch's kernels restricted to AVX2: emulated
+        ("AVX512", False),  # AVX-512 without bf16 (Skylake-SP, Ice Lake)
+        ("AVX2", False),  # AVX2-only CPUs (AMD before Zen 4, most laptops)
+    ],
+)
 def test_auto_on_cpu_without_native_bf16_is_fp32_without_a_probe(monkeypatch, capability, native):
     monkeypatch.setattr(precision, "cpu_capability", lambda: capability)
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
@@ -44,24 +47,32 @@ def compute(seconds: float) -> None:
 def fake_step(seconds: dict, calls: list, gpu: bool = False):
     """A probe step that computes for `seconds[amp]` (on a GPU: waits, as the host does for the device), recording
     each call's precision."""
+
     def step(amp):
         calls.append(amp)
         (time.sleep if gpu else compute)(seconds[amp])
+
     return step
 
 
-@pytest.mark.parametrize("fp32_s, bf16_s, expected", [
-    (0.03, 0.02, "bf16"),   # 1.5x: an AMX Xeon, a Zen 4 EPYC
-    (0.02, 0.031, "none"),  # bf16 0.64x fp32: a Xeon with AVX512_BF16 but no AMX
-    (0.02, 0.019, "none"),  # 1.05x: within the noise, fp32 kept
-])
+@pytest.mark.parametrize(
+    "fp32_s, bf16_s, expected",
+    [
+        (0.03, 0.02, "bf16"),  # 1.5x: an AMX Xeon, a Zen 4 EPYC
+        (0.02, 0.031, "none"),  # bf16 0.64x fp32: a Xeon with AVX512_BF16 but no AMX
+        (0.02, 0.019, "none"),  # 1.05x: within the noise, fp32 kept
+    ],
+)
 def test_auto_on_a_bf16_cpu_follows_the_probe_and_says_its_numbers(monkeypatch, tmp_path, fp32_s, bf16_s, expected):
     monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(precision, "cpu_capability", lambda: "AVX512")
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
     calls = []
-    chosen = precision.resolve("auto", torch.device("cpu"),
-                               Workload("train", {"model": "m"}, fake_step({"none": fp32_s, "bf16": bf16_s}, calls)))
+    chosen = precision.resolve(
+        "auto",
+        torch.device("cpu"),
+        Workload("train", {"model": "m"}, fake_step({"none": fp32_s, "bf16": bf16_s}, calls)),
+    )
     assert chosen.amp == expected and calls.count("none") >= 3 and calls.count("bf16") >= 3
     ratio = f"bf16 {fp32_s / bf16_s:.2f}x fp32"
     assert ratio[:-8] in chosen.measured and chosen.to_dict()["measured"] == chosen.measured
@@ -71,17 +82,22 @@ def test_auto_on_a_bf16_cpu_follows_the_probe_and_says_its_numbers(monkeypatch, 
 
 def timed_step(seconds: dict[str, list[float]], calls: list):
     """A probe step whose n-th call at `amp` takes seconds[amp][n] (the first call is the untimed warm-up)."""
+
     def step(amp):
         calls.append(amp)
         compute(seconds[amp][calls.count(amp) - 1])
+
     return step
 
 
-@pytest.mark.parametrize("fp32_s, bf16_s, timed_rounds", [
-    ([0.02, 0.020, 0.021], [0.04, 0.030, 0.031], 2),  # bf16 slower in every step: a clear cut after 2 rounds
-    ([0.03, 0.030, 0.031], [0.04, 0.020, 0.021], 2),  # bf16 1.5x faster in every step: likewise
-    ([0.02, 0.020, 0.030, 0.02, 0.02, 0.02], [0.03, 0.025, 0.018, 0.02, 0.02, 0.02], 5),  # the steps overlap
-])
+@pytest.mark.parametrize(
+    "fp32_s, bf16_s, timed_rounds",
+    [
+        ([0.02, 0.020, 0.021], [0.04, 0.030, 0.031], 2),  # bf16 slower in every step: a clear cut after 2 rounds
+        ([0.03, 0.030, 0.031], [0.04, 0.020, 0.021], 2),  # bf16 1.5x faster in every step: likewise
+        ([0.02, 0.020, 0.030, 0.02, 0.02, 0.02], [0.03, 0.025, 0.018, 0.02, 0.02, 0.02], 5),  # the steps overlap
+    ],
+)
 def test_the_probe_stops_early_only_on_a_clear_cut(monkeypatch, tmp_path, fp32_s, bf16_s, timed_rounds):
     monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
     calls = []
@@ -99,18 +115,26 @@ def spin(iterations: int) -> None:
 
 def busy_core(core: int) -> subprocess.Popen:
     """Another job on `core`: a process that computes without pause, stopped (SIGSTOP) until the probe asks."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {core})
+    )
     proc.send_signal(signal.SIGSTOP)
     return proc
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux's CPU affinity")
-@pytest.mark.parametrize("busy_during, bf16_work, expected", [
-    ("bf16", 0.7, "bf16"),   # bf16 1.43x faster (an AMX Xeon); the other job ran through its steps: in wall time fp32
-    ("none", 1.3, "none"),   # bf16 0.77x (AVX512_BF16 without AMX); the other job ran through the fp32 steps
-    ("both", 0.7, "bf16"),   # the other job ran through every step
-])
+@pytest.mark.parametrize(
+    "busy_during, bf16_work, expected",
+    [
+        (
+            "bf16",
+            0.7,
+            "bf16",
+        ),  # bf16 1.43x faster (an AMX Xeon); the other job ran through its steps: in wall time fp32
+        ("none", 1.3, "none"),  # bf16 0.77x (AVX512_BF16 without AMX); the other job ran through the fp32 steps
+        ("both", 0.7, "bf16"),  # the other job ran through every step
+    ],
+)
 def test_a_busy_core_picks_the_precision_a_quiet_one_does(monkeypatch, tmp_path, busy_during, bf16_work, expected):
     """Another process computing on the probe's core, through the steps of one precision: the load that comes
     and goes on a shared machine. The pick is the quiet core's."""
@@ -153,8 +177,10 @@ def test_the_probe_runs_once_per_machine_and_workload_and_its_choice_is_reused(m
     again = Workload("train", {"model": "m", "rows": 40}, fake_step({"none": 0.01, "bf16": 0.02}, calls))
     assert precision.resolve("auto", torch.device("cpu"), again) == chosen and len(calls) == probed
     # another shape, another kind, another PyTorch or CPU: measured afresh
-    for changed in (Workload("train", {"model": "m", "rows": 80}, again.step),
-                    Workload("decode", {"model": "m", "rows": 40}, again.step)):
+    for changed in (
+        Workload("train", {"model": "m", "rows": 80}, again.step),
+        Workload("decode", {"model": "m", "rows": 40}, again.step),
+    ):
         assert precision.resolve("auto", torch.device("cpu"), changed).amp == "none"
     monkeypatch.setattr(torch, "__version__", "9.9.9")
     assert precision.resolve("auto", torch.device("cpu"), again).amp == "none"
@@ -170,8 +196,9 @@ def test_an_unreadable_cache_is_measured_anew_not_fatal(monkeypatch, tmp_path):
     monkeypatch.setattr(precision, "cpu_capability", lambda: "AVX512")
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
     calls = []
-    chosen = precision.resolve("auto", torch.device("cpu"), Workload("decode", {}, fake_step(
-        {"none": 0.01, "bf16": 0.02}, calls)))
+    chosen = precision.resolve(
+        "auto", torch.device("cpu"), Workload("decode", {}, fake_step({"none": 0.01, "bf16": 0.02}, calls))
+    )
     assert chosen.amp == "none" and calls
     assert json.loads((tmp_path / precision_probe.CACHE_FILE).read_text())  # rewritten whole
 
@@ -227,18 +254,26 @@ def fake_gpu(monkeypatch, name="NVIDIA H100 80GB HBM3"):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
 
 
-@pytest.mark.parametrize("tf32_s, bf16_s, expected", [
-    (0.024, 0.055, "none"),  # an H100, transformer_iwslt_de_en at 4,096 tokens: host-bound, TF32 1.3-2.2x bf16
-    (0.085, 0.055, "bf16"),  # Transformer big at 12,288 tokens: bf16 1.55x TF32
-])
+@pytest.mark.parametrize(
+    "tf32_s, bf16_s, expected",
+    [
+        (0.024, 0.055, "none"),  # an H100, transformer_iwslt_de_en at 4,096 tokens: host-bound, TF32 1.3-2.2x bf16
+        (0.085, 0.055, "bf16"),  # Transformer big at 12,288 tokens: bf16 1.55x TF32
+    ],
+)
 def test_auto_on_a_bf16_gpu_follows_the_probe_and_calls_it_tf32(monkeypatch, tmp_path, tf32_s, bf16_s, expected):
     """Before: a bf16 GPU always trained in bf16, though on an H100 an IWSLT-sized model's updates ran 1.3-2.2x
     faster in TF32 (docs/benchmarks.md)."""
     monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
     fake_gpu(monkeypatch)
     calls = []
-    workload = Workload("train", {"model": "m"}, fake_step({"none": tf32_s, "bf16": bf16_s}, calls, gpu=True),
-                        torch.device("cuda"), "TF32")
+    workload = Workload(
+        "train",
+        {"model": "m"},
+        fake_step({"none": tf32_s, "bf16": bf16_s}, calls, gpu=True),
+        torch.device("cuda"),
+        "TF32",
+    )
     chosen = precision.resolve("auto", torch.device("cuda"), workload)
     assert chosen.amp == expected and calls.count("none") >= 3 and chosen.device == "NVIDIA H100 80GB HBM3"
     assert chosen.measured.startswith(f"bf16 {tf32_s / bf16_s:.2f}"[:-1]) and chosen.measured.endswith("x TF32")
@@ -246,9 +281,20 @@ def test_auto_on_a_bf16_gpu_follows_the_probe_and_calls_it_tf32(monkeypatch, tmp
     key = precision_probe.cache_key("train", {"model": "m"}, torch.device("cuda"))
     assert key["gpu"] == "NVIDIA H100 80GB HBM3" and key["compute_capability"] == [9, 0] and "cpu" not in key
     fake_gpu(monkeypatch, "NVIDIA A100-SXM4-80GB")  # another GPU: measured afresh, not the H100's answer reused
-    assert precision.resolve("auto", torch.device("cuda"), Workload(
-        "train", {"model": "m"}, fake_step({"none": 0.09, "bf16": 0.03}, calls, gpu=True), torch.device("cuda"), "TF32")
-    ).amp == "bf16"
+    assert (
+        precision.resolve(
+            "auto",
+            torch.device("cuda"),
+            Workload(
+                "train",
+                {"model": "m"},
+                fake_step({"none": 0.09, "bf16": 0.03}, calls, gpu=True),
+                torch.device("cuda"),
+                "TF32",
+            ),
+        ).amp
+        == "bf16"
+    )
 
 
 def test_a_tf32_step_out_of_gpu_memory_picks_bf16_and_one_in_bf16_is_not_cached(monkeypatch, tmp_path):
@@ -260,32 +306,52 @@ def test_a_tf32_step_out_of_gpu_memory_picks_bf16_and_one_in_bf16_is_not_cached(
         def step(amp):
             if amp == which:
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
         return step
 
-    chosen = precision.resolve("auto", torch.device("cuda"), Workload(
-        "train", {"rows": 512}, out_of_memory_in("none"), torch.device("cuda"), "TF32"))
+    chosen = precision.resolve(
+        "auto",
+        torch.device("cuda"),
+        Workload("train", {"rows": 512}, out_of_memory_in("none"), torch.device("cuda"), "TF32"),
+    )
     assert chosen.amp == "bf16" and chosen.measured == "TF32 out of memory"
-    assert precision.resolve("auto", torch.device("cuda"), Workload(  # cached, as any other answer
-        "train", {"rows": 512}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32")).amp == "bf16"
+    assert (
+        precision.resolve(
+            "auto",
+            torch.device("cuda"),
+            Workload(  # cached, as any other answer
+                "train", {"rows": 512}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32"
+            ),
+        ).amp
+        == "bf16"
+    )
     with pytest.raises(torch.cuda.OutOfMemoryError):  # fits in neither: not a choice to cache
         Workload("train", {"rows": 1024}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32").measure()
-    assert "probe failed (OutOfMemoryError)" in precision.resolve("auto", torch.device("cuda"), Workload(
-        "train", {"rows": 1024}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32")).reason
+    assert (
+        "probe failed (OutOfMemoryError)"
+        in precision.resolve(
+            "auto",
+            torch.device("cuda"),
+            Workload("train", {"rows": 1024}, out_of_memory_in("bf16"), torch.device("cuda"), "TF32"),
+        ).reason
+    )
 
 
 def test_a_probe_that_fails_on_a_gpu_leaves_bf16_and_says_why(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("LWNMT_CACHE_DIR", str(tmp_path))
     fake_gpu(monkeypatch)
-    chosen = precision.resolve("auto", torch.device("cuda"), Workload(
-        "decode", {}, lambda amp: 1 / 0, torch.device("cuda"), "TF32"))
+    chosen = precision.resolve(
+        "auto", torch.device("cuda"), Workload("decode", {}, lambda amp: 1 / 0, torch.device("cuda"), "TF32")
+    )
     assert chosen.amp == "bf16" and "the probe failed (ZeroDivisionError)" in chosen.reason
     assert "precision probe failed on NVIDIA H100 80GB HBM3 (ZeroDivisionError" in caplog.text
 
 
 def test_a_probe_step_on_a_gpu_waits_for_its_kernels_in_the_runs_kernels(monkeypatch):
     waited = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(
-        torch.get_float32_matmul_precision()))
+    monkeypatch.setattr(
+        torch.cuda, "synchronize", lambda device=None: waited.append(torch.get_float32_matmul_precision())
+    )
     before = torch.get_float32_matmul_precision()
     for tf32, inside in ((True, "high"), (False, "highest")):
         with precision_probe.probe_step(torch.device("cuda"), tf32):
@@ -329,9 +395,18 @@ def test_every_rank_trains_in_rank_0s_precision(tmp_path):
 def test_avx2_emulation_makes_auto_choose_fp32():
     """The real environment switch, in a fresh process: PyTorch's kernels at AVX2 → fp32 whatever the CPU has."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    out = subprocess.run([sys.executable, "-c", "import torch, json; from layerwise_nmt.training import precision; "
-                          "p = precision.resolve('auto', torch.device('cpu')); print(json.dumps(p.to_dict()))"],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch, json; from layerwise_nmt.training import precision; "
+            "p = precision.resolve('auto', torch.device('cpu')); print(json.dumps(p.to_dict()))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     chosen = json.loads(out)
     assert chosen["amp"] == "none" and "AVX2" in chosen["device"]
 
@@ -360,8 +435,11 @@ def test_plan_prices_each_row_in_the_precision_it_trains_in():
 
 
 def test_plan_cli_names_the_gpu_and_its_rates():
-    run = lambda *args: subprocess.run([sys.executable, "-m", "layerwise_nmt", "plan", *args],  # noqa: E731
-                                       capture_output=True, text=True, cwd=ROOT)
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "layerwise_nmt", "plan", *args], capture_output=True, text=True, cwd=ROOT
+        )
+
     out = run("--gpu", "v100").stdout
     assert "NVIDIA V100 SXM2 (--gpu v100)" in out and "sustained TFLOP/s fp16 41.2, fp32 5.18;" in out
     assert out.split("\ngca T2 ")[1].splitlines()[0].split()[-1] == "fp16"
@@ -377,8 +455,14 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
     from layerwise_nmt.training.loop import train
 
     with caplog.at_level(logging.INFO, logger="layerwise_nmt.training.loop"):
-        train(toy_spec(max_update=2, amp=amp), str(toy_data), "de", "en", str(tmp_path / "run" / "checkpoints"),
-              str(tmp_path / "model.pt"))
+        train(
+            toy_spec(max_update=2, amp=amp),
+            str(toy_data),
+            "de",
+            "en",
+            str(tmp_path / "run" / "checkpoints"),
+            str(tmp_path / "model.pt"),
+        )
     used = json.loads(next(tmp_path.rglob("training.json")).read_text())["precision"]
     assert used["requested"] == amp and used["device"] == precision.device_name(torch.device("cpu"))
     assert f"precision: {used['amp']} (amp: {amp}; {used['reason']}) on cpu: " in caplog.text
@@ -394,23 +478,43 @@ def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_pa
     runs = {}
     for name, amp, device in (("a", "bf16", "cpu: Xeon (AVX512)"), ("b", "none", "cpu: EPYC (AVX2)")):
         Path(save_dir(str(tmp_path / name))).mkdir(parents=True)
-        (Path(save_dir(str(tmp_path / name))) / "training.json").write_text(json.dumps(
-            {"precision": {"amp": amp, "requested": "auto", "reason": "", "device": device}}))
+        (Path(save_dir(str(tmp_path / name))) / "training.json").write_text(
+            json.dumps({"precision": {"amp": amp, "requested": "auto", "reason": "", "device": device}})
+        )
         runs[name] = [str(tmp_path / name)]
-    spec = {"precision": "The paper: fp32.", "rows": [
-        {"label": "baseline", "state": "ok", "runs": runs["a"]}, {"label": "LWC", "state": "ok", "runs": runs["b"]},
-        {"label": "quoted", "state": "quoted"}]}
+    spec = {
+        "precision": "The paper: fp32.",
+        "rows": [
+            {"label": "baseline", "state": "ok", "runs": runs["a"]},
+            {"label": "LWC", "state": "ok", "runs": runs["b"]},
+            {"label": "quoted", "state": "quoted"},
+        ],
+    }
     lines = precision_lines(spec)
-    assert lines[1] == ("Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512): baseline; "
-                        "fp32 (amp: auto) on cpu: EPYC (AVX2): LWC.")
+    assert lines[1] == (
+        "Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512): baseline; "
+        "fp32 (amp: auto) on cpu: EPYC (AVX2): LWC."
+    )
     assert lines[2] == "The paper's precision and ours: The paper: fp32."
     spec["rows"][1]["runs"] = runs["a"]  # one precision for every run: said once, without the row list
     assert precision_lines(spec)[1] == "Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512)."
     measured = Path(save_dir(runs["a"][0])) / "training.json"  # the probe's finding is part of what was used
-    measured.write_text(json.dumps({"precision": {"amp": "bf16", "requested": "auto", "reason": "",
-                                                  "device": "cpu: Xeon (AVX512)", "measured": "bf16 1.42x fp32"}}))
-    assert precision_lines(spec)[1] == ("Our runs' precision: bf16 (amp: auto; measured bf16 1.42x fp32) on "
-                                        "cpu: Xeon (AVX512).")
+    measured.write_text(
+        json.dumps(
+            {
+                "precision": {
+                    "amp": "bf16",
+                    "requested": "auto",
+                    "reason": "",
+                    "device": "cpu: Xeon (AVX512)",
+                    "measured": "bf16 1.42x fp32",
+                }
+            }
+        )
+    )
+    assert precision_lines(spec)[1] == (
+        "Our runs' precision: bf16 (amp: auto; measured bf16 1.42x fp32) on cpu: Xeon (AVX512)."
+    )
     fake_gpu(monkeypatch)
     on_gpu = precision.resolve("none", torch.device("cuda"))  # an fp32 row on a GPU computes in TF32, and says so
     assert on_gpu.computes == "TF32" and precision.resolve("none", torch.device("cuda"), tf32=False).computes == "fp32"

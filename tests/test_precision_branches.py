@@ -33,8 +33,7 @@ def start(toy_data, save_dir, amp: str, seed: int = 1, fused: bool = False, **tr
     spec["arch"] = {**spec["arch"], "dropout": 0.0}
     torch.manual_seed(seed)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
-    run = _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU,
-                 as_if_on_cuda(amp))
+    run = _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU, as_if_on_cuda(amp))
     if fused:
         run.optimizer = training._adam(run.model, run.cfg, fused=True)
     return run
@@ -232,8 +231,14 @@ def test_decoding_attends_without_cudnn(toy_data, tmp_path, monkeypatch):
     spec = toy_spec()
     model = build(spec["model"], {**spec["arch"], "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)})
     seen = attention_calls_seen(monkeypatch, decode)
-    results, _ = decode.decode_lines(model, ["ein kleines haus", "der hund"], src_vocab, tgt_vocab,
-                                     BeamConfig(beam=2, batch_size=2, amp="none"), "test")
+    results, _ = decode.decode_lines(
+        model,
+        ["ein kleines haus", "der hund"],
+        src_vocab,
+        tgt_vocab,
+        BeamConfig(beam=2, batch_size=2, amp="none"),
+        "test",
+    )
     assert len(results) == 2 and seen and not any(seen)
     assert torch.backends.cuda.cudnn_sdp_enabled()
 
@@ -258,8 +263,13 @@ def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch):
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    result = _update(run, run.model, [batch(toy_data, 4), batch(toy_data, 8), batch(toy_data, 6)], CPU,
-                     lambda: precision.autocast(CPU))
+    result = _update(
+        run,
+        run.model,
+        [batch(toy_data, 4), batch(toy_data, 8), batch(toy_data, 6)],
+        CPU,
+        lambda: precision.autocast(CPU),
+    )
     assert result is not None and reads == ["tolist in _update"]
 
 

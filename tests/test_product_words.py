@@ -16,6 +16,7 @@ import pytest
 
 from conftest import ROOT
 
+
 def _w(backwards: str) -> str:
     return backwards[::-1]
 
@@ -25,11 +26,17 @@ PATTERNS = {
     "a folder beside the checkout": re.compile(r"\.\./%s|[\"']%s[\"']\s*/\s*[\"']%s" % (SHARED, SHARED, MIRROR)),
     "the place it is built in": re.compile(r"\b" + _w("ecalpkrow"), re.IGNORECASE),
     "a sitting": re.compile(r"(?<!scope=\")(?<!scope=')\b%ss?\b" % _w("noisses")),
-    "a machine on loan": re.compile(r"\b(?:%s)\b" % "|".join(map(_w, ["?stisiv", "?sesael", "desael", "tnel",
-                                                                   "?sdnel"])), re.IGNORECASE),
+    "a machine on loan": re.compile(
+        r"\b(?:%s)\b" % "|".join(map(_w, ["?stisiv", "?sesael", "desael", "tnel", "?sdnel"])), re.IGNORECASE
+    ),
     "someone's device": re.compile(r"\bdevice (?:%s|%s)s?\b" % (_w("enihcam"), _w("loot")), re.IGNORECASE),
-    "notes no clone has": re.compile(r"\b(?:%s)" % "|".join(re.escape(_w(n)) for n in [
-        "dm.SDNIK", "dm.SREPOLEVED", "dm.ngised", "dm.sceps_tnemirepxe", "vsc.selbat_repap"])),
+    "notes no clone has": re.compile(
+        r"\b(?:%s)"
+        % "|".join(
+            re.escape(_w(n))
+            for n in ["dm.SDNIK", "dm.SREPOLEVED", "dm.ngised", "dm.sceps_tnemirepxe", "vsc.selbat_repap"]
+        )
+    ),
     "the project's own machine": re.compile(r"this project's (?:[\w-]+ )?(?:machine|CPU|box)", re.IGNORECASE),
 }
 EXEMPT = {".ci/run", "tests/test_product_words.py"}  # CI's wiring; this file lists the words
@@ -63,32 +70,52 @@ def hits(text: str):
 
 
 def test_no_tracked_file_speaks_of_where_or_how_it_is_built():
-    found = [f"{name}:{number}: {word} ({matched!r})" for name, text in tracked_text_files()
-             for number, word, matched in hits(text)]
+    found = [
+        f"{name}:{number}: {word} ({matched!r})"
+        for name, text in tracked_text_files()
+        for number, word, matched in hits(text)
+    ]
     assert not found, "the product speaks only of itself:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("line", [_w(line) for line in [
-    "'rorrim-atad' / 'derahs' / '..' / TOOR = RORRIM",
-    '"rorrim-atad" / "derahs" / TOOR = x',
-    'dm.x/srepap/derahs/.. ees',
-    'enihcam UPG a sdnel ecalpkrow sihT',
-    'setunim 51 fo tisiv a',
-    'ti nur sah UPG a htiw noisses on',
-    'gnihton evah senihcam ecived eht',
-    "tsil s'loot ecived eht morf",
-    'dm.SREPOLEVED ni seton',
-    "enihcam eroc-2 s'tcejorp siht no derusaem",
-    "UPC IC s'tcejorp siht no",
-]])
+@pytest.mark.parametrize(
+    "line",
+    [
+        _w(line)
+        for line in [
+            "'rorrim-atad' / 'derahs' / '..' / TOOR = RORRIM",
+            '"rorrim-atad" / "derahs" / TOOR = x',
+            "dm.x/srepap/derahs/.. ees",
+            "enihcam UPG a sdnel ecalpkrow sihT",
+            "setunim 51 fo tisiv a",
+            "ti nur sah UPG a htiw noisses on",
+            "gnihton evah senihcam ecived eht",
+            "tsil s'loot ecived eht morf",
+            "dm.SREPOLEVED ni seton",
+            "enihcam eroc-2 s'tcejorp siht no derusaem",
+            "UPC IC s'tcejorp siht no",
+        ]
+    ],
+)
 def test_the_patterns_catch_the_words_they_list(line):
     assert list(hits(line))
 
 
-@pytest.mark.parametrize("line", [
-    _w('")noisses"=epocs(erutxif.tsetyp@'), _w("()noisseS.stseuqer = s"), "shared layers", "the shared stack",
-    "outside this project's MT scope", "a borrowed GPU node", "the device's name", "torch.device('cuda')",
-    "data_mirror: /data/mirror", "silent", "talent",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        _w('")noisses"=epocs(erutxif.tsetyp@'),
+        _w("()noisseS.stseuqer = s"),
+        "shared layers",
+        "the shared stack",
+        "outside this project's MT scope",
+        "a borrowed GPU node",
+        "the device's name",
+        "torch.device('cuda')",
+        "data_mirror: /data/mirror",
+        "silent",
+        "talent",
+    ],
+)
 def test_the_patterns_leave_the_products_own_words_alone(line):
     assert not list(hits(line))

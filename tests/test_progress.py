@@ -23,8 +23,14 @@ VALID = {"loss": 3.0, "nll": 2.5, "accuracy": 0.5}
 
 def result(bits: float, accuracy: float, tokens: int) -> dict:
     """One update's sums as train._update returns them (loss in nats, summed over its target tokens)."""
-    return {"loss": bits * tokens * math.log(2), "nll": 0.9 * bits * tokens * math.log(2),
-            "correct": accuracy * tokens, "ntokens": tokens, "nsentences": 10, "grad_norm": 1.0}
+    return {
+        "loss": bits * tokens * math.log(2),
+        "nll": 0.9 * bits * tokens * math.log(2),
+        "correct": accuracy * tokens,
+        "ntokens": tokens,
+        "nsentences": 10,
+        "grad_norm": 1.0,
+    }
 
 
 def mean(updates: list[tuple]) -> tuple[float, float]:
@@ -33,8 +39,11 @@ def mean(updates: list[tuple]) -> tuple[float, float]:
 
 
 def logged(caplog, word: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "layerwise_nmt.training.reporting" and word in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "layerwise_nmt.training.reporting" and word in r.getMessage()
+    ]
 
 
 def test_log_lines_and_metrics_rows_give_each_intervals_mean(tmp_path, caplog):
@@ -98,12 +107,12 @@ def test_event_files_without_the_tensorboard_package(toy_data, tmp_path, monkeyp
     for name in ("tensorboard", "torch.utils.tensorboard"):
         monkeypatch.setitem(sys.modules, name, None)  # as where the optional package is not installed
     caplog.set_level(logging.INFO)
-    train(spec(max_update=4, log_interval=1), str(toy_data), "de", "en", str(tmp_path / "run"),
-          str(tmp_path / "model.pt"))
+    train(
+        spec(max_update=4, log_interval=1), str(toy_data), "de", "en", str(tmp_path / "run"), str(tmp_path / "model.pt")
+    )
     events = list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
-    assert any(f"TensorBoard event files: {tmp_path / 'run' / 'tensorboard'}" in r.getMessage()
-               for r in caplog.records)
+    assert any(f"TensorBoard event files: {tmp_path / 'run' / 'tensorboard'}" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()
 
     pytest.importorskip("tensorboard", reason="reading them back needs the tensorboard package")

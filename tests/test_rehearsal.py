@@ -27,9 +27,18 @@ ENFR_ROW = "gca T2 · En-Fr Transformer (re-implementation)"
 def enfr_mistake(path):
     """The full config with GCA En-Fr as it was: 30K updates of one GPU batch, averaged by epoch."""
     overlay = path / "mistake.yaml"
-    overlay.write_text(yaml.safe_dump({"experiments": {"gca.enfr.transformer": {
-        "train": {"update_freq": 1, "max_update": 30000, "save_interval_updates": 0},
-        "average": {"num": 10, "by": "epoch"}}}}))
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "experiments": {
+                    "gca.enfr.transformer": {
+                        "train": {"update_freq": 1, "max_update": 30000, "save_interval_updates": 0},
+                        "average": {"num": 10, "by": "epoch"},
+                    }
+                }
+            }
+        )
+    )
     return overlay
 
 
@@ -40,21 +49,49 @@ def test_static_check_names_the_row_that_cannot_average(tmp_path):
     assert b.epochs == pytest.approx(30000 * 3584 / (36_000_000 * 32)) and b.ends_mid_epoch
     [warning] = [w for w in budget_warnings(config) if w.startswith("gca.enfr.transformer ")]
     assert ENFR_ROW in warning and "no epoch checkpoint" in warning
-    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
-                          "--config", str(enfr_mistake(tmp_path))], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "status",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--config",
+            str(enfr_mistake(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "flagged gca.enfr.transformer" in out and ENFR_ROW in out
-    dry = subprocess.run(SNAKEMAKE + ["-d", str(tmp_path), "-n", "--cores", "1", "--configfile",
-                                      str(ROOT / "config.yaml"), str(enfr_mistake(tmp_path))],
-                         capture_output=True, text=True)
+    dry = subprocess.run(
+        SNAKEMAKE
+        + [
+            "-d",
+            str(tmp_path),
+            "-n",
+            "--cores",
+            "1",
+            "--configfile",
+            str(ROOT / "config.yaml"),
+            str(enfr_mistake(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert "budget: gca.enfr.transformer" in dry.stdout + dry.stderr  # at `snakemake -n` time too
 
 
-@pytest.mark.parametrize("change, phrase", [
-    ({"train": {"patience": 200}}, "early stopping cannot act"),
-    ({"train": {"warmup_updates": 500000}}, "the lr never peaks"),
-    ({"average": {"num": 80, "by": "epoch"}}, "average of 80 epoch checkpoints"),
-    ({"average": {"num": 10, "by": "update"}}, "no update checkpoint is saved"),
-])
+@pytest.mark.parametrize(
+    "change, phrase",
+    [
+        ({"train": {"patience": 200}}, "early stopping cannot act"),
+        ({"train": {"warmup_updates": 500000}}, "the lr never peaks"),
+        ({"average": {"num": 80, "by": "epoch"}}, "average of 80 epoch checkpoints"),
+        ({"average": {"num": 10, "by": "update"}}, "no update checkpoint is saved"),
+    ],
+)
 def test_static_check_flags_each_policy(tmp_path, change, phrase):
     overlay = tmp_path / "change.yaml"
     overlay.write_text(yaml.safe_dump({"experiments": {"gca.deen.transformer": change}}))
@@ -150,8 +187,14 @@ Error in rule average:
 """
     finished, failures = parse_log(log)
     assert finished["train"] == 2
-    assert failures == [{"rule": "average", "output": "results/wmt14_enfr/gca.enfr.transformer/seed1/averaged.pt",
-                         "log": "results/wmt14_enfr/gca.enfr.transformer/seed1/average.log", "attempts": 2}]
+    assert failures == [
+        {
+            "rule": "average",
+            "output": "results/wmt14_enfr/gca.enfr.transformer/seed1/averaged.pt",
+            "log": "results/wmt14_enfr/gca.enfr.transformer/seed1/average.log",
+            "attempts": 2,
+        }
+    ]
     name, rows = owner(failures[0]["output"], grid.load(ROOT / "config.yaml"))
     assert name == "gca.enfr.transformer" and ENFR_ROW in rows
 
@@ -185,24 +228,45 @@ def test_the_run_coalesces_snakemakes_reevaluation_timers():
         JobScheduler._schedule_reevalutation = original
 
 
-@pytest.mark.parametrize("train, phrase", [
-    ({"max_update": 100}, "total_num_update 1,000 > max_update 100: polynomial_decay's lr never decays (set "
-     "total_num_update: 100 with max_update)"),
-    ({"max_update": 700}, "total_num_update 1,000 > max_update 700: polynomial_decay's lr ends at 46% of its peak "
-     "(set total_num_update: 700 with max_update)"),
-    ({"max_update": 2000}, "total_num_update 1,000 < max_update 2,000: polynomial_decay's lr stays at its "
-     "end_learning_rate 0 for the last 1,000 updates (set total_num_update: 2000 with max_update)"),
-])
+@pytest.mark.parametrize(
+    "train, phrase",
+    [
+        (
+            {"max_update": 100},
+            "total_num_update 1,000 > max_update 100: polynomial_decay's lr never decays (set "
+            "total_num_update: 100 with max_update)",
+        ),
+        (
+            {"max_update": 700},
+            "total_num_update 1,000 > max_update 700: polynomial_decay's lr ends at 46% of its peak "
+            "(set total_num_update: 700 with max_update)",
+        ),
+        (
+            {"max_update": 2000},
+            "total_num_update 1,000 < max_update 2,000: polynomial_decay's lr stays at its "
+            "end_learning_rate 0 for the last 1,000 updates (set total_num_update: 2000 with max_update)",
+        ),
+    ],
+)
 def test_a_shortened_or_longer_run_names_its_decay_horizon(tmp_path, train, phrase):
     """fairseq's polynomial_decay takes its horizon from total_num_update alone, never from max_update (both
     explicit): an experiment that changes max_update over the demo's preset (1,000 and 1,000) keeps the old
     horizon, so the budget check names the two keys where they disagree."""
+
     def warnings(train: dict) -> list[str]:
         overlay = tmp_path / "short.yaml"
-        overlay.write_text(yaml.safe_dump({
-            "experiments": {"demo.short": {"extends": "demo.transformer", "train": train}},
-            "papers": {"demo": {"tables": {"T1": {"append_rows": {"short": {"label": "short",
-                                                                          "experiment": "demo.short"}}}}}}}))
+        overlay.write_text(
+            yaml.safe_dump(
+                {
+                    "experiments": {"demo.short": {"extends": "demo.transformer", "train": train}},
+                    "papers": {
+                        "demo": {
+                            "tables": {"T1": {"append_rows": {"short": {"label": "short", "experiment": "demo.short"}}}}
+                        }
+                    },
+                }
+            )
+        )
         config = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)
         return [w for w in budget_warnings(config) if w.startswith("demo.short ")]
 

@@ -19,13 +19,29 @@ def test_table_cells_from_fixture_scores(tmp_path):
         path = tmp_path / f"score{seed}.json"
         path.write_text(json.dumps({"bleu": bleu}))
         scores.append(str(path))
-    spec = {"paper": "lwc", "table": "T1", "caption": "test", "scale": "fixture", "metric": "bleu", "rows": [
-        {"label": "ours", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": scores},
-         "note": "pre-norm, as tensor2tensor"},
-        {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
-        {"label": "Ro-En", "paper": {"bleu": 30.72}, "state": "blocked",
-         "reason": "dataset pending (no public source)"},
-    ]}
+    spec = {
+        "paper": "lwc",
+        "table": "T1",
+        "caption": "test",
+        "scale": "fixture",
+        "metric": "bleu",
+        "rows": [
+            {
+                "label": "ours",
+                "paper": {"bleu": 35.07},
+                "state": "ok",
+                "scores": {"test": scores},
+                "note": "pre-norm, as tensor2tensor",
+            },
+            {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
+            {
+                "label": "Ro-En",
+                "paper": {"bleu": 30.72},
+                "state": "blocked",
+                "reason": "dataset pending (no public source)",
+            },
+        ],
+    }
     table = write(spec, str(tmp_path / "T1"))
     ours, quoted, blocked = table.to_dict("records")
     assert ours["ours"] == "35.00 ± 1.00 (n=3)" and ours["delta"] == "-0.07" and ours["paper"] == "35.07"
@@ -40,16 +56,27 @@ def test_table_cells_from_fixture_scores(tmp_path):
 def test_parameter_columns_when_the_paper_prints_counts(tmp_path):
     score = tmp_path / "score.json"
     score.write_text(json.dumps({"bleu": 33.0, "decoding": {"params": 19_077_120}}))
-    spec = {"paper": "lwc", "table": "T3", "metric": "bleu", "rows": [
-        {"label": "w/o mixed attention", "paper": {"bleu": 33.77, "params_m": 19.07}, "state": "ok",
-         "scores": {"test": [str(score)]}},
-        {"label": "w/o sharing", "paper": {"bleu": 33.96, "params_m": 19.07}, "state": "blocked", "reason": "x"},
-    ]}
+    spec = {
+        "paper": "lwc",
+        "table": "T3",
+        "metric": "bleu",
+        "rows": [
+            {
+                "label": "w/o mixed attention",
+                "paper": {"bleu": 33.77, "params_m": 19.07},
+                "state": "ok",
+                "scores": {"test": [str(score)]},
+            },
+            {"label": "w/o sharing", "paper": {"bleu": 33.96, "params_m": 19.07}, "state": "blocked", "reason": "x"},
+        ],
+    }
     ran, blocked = write(spec, str(tmp_path / "T3")).to_dict("records")
     assert ran["params (paper)"] == "19.07M" and ran["params (ours)"] == "19.08M"
     assert blocked["params (ours)"] == NOT_RUN
-    assert "| w/o mixed attention | 33.77 | 33.00 (n=1) | -0.77 | 19.07M | 19.08M | ours |" in (
-        tmp_path / "T3.md").read_text()
+    assert (
+        "| w/o mixed attention | 33.77 | 33.00 (n=1) | -0.77 | 19.07M | 19.08M | ours |"
+        in (tmp_path / "T3.md").read_text()
+    )
 
 
 def test_valid_and_test_columns_read_their_own_split(tmp_path):
@@ -57,10 +84,20 @@ def test_valid_and_test_columns_read_their_own_split(tmp_path):
     for split, bleu in (("valid", 34.5), ("test", 33.0)):
         paths[split] = tmp_path / f"{split}.score.json"
         paths[split].write_text(json.dumps({"bleu": bleu}))
-    spec = {"paper": "mlrf", "table": "T2", "metric": ["valid_bleu", "test_bleu"], "rows": [
-        {"label": "Dec-SA", "paper": {"valid_bleu": 34.83, "test_bleu": 33.29}, "state": "ok",
-         "scores": {split: [str(path)] for split, path in paths.items()}},
-        {"label": "RNN-MIXER", "paper": {"test_bleu": 20.73}, "state": "quoted", "reason": "quoted"}]}
+    spec = {
+        "paper": "mlrf",
+        "table": "T2",
+        "metric": ["valid_bleu", "test_bleu"],
+        "rows": [
+            {
+                "label": "Dec-SA",
+                "paper": {"valid_bleu": 34.83, "test_bleu": 33.29},
+                "state": "ok",
+                "scores": {split: [str(path)] for split, path in paths.items()},
+            },
+            {"label": "RNN-MIXER", "paper": {"test_bleu": 20.73}, "state": "quoted", "reason": "quoted"},
+        ],
+    }
     ours, quoted = write(spec, str(tmp_path / "T2")).to_dict("records")
     assert ours["ours valid_bleu"] == "34.50 (n=1)" and ours["delta valid_bleu"] == "-0.33"
     assert ours["ours test_bleu"] == "33.00 (n=1)" and ours["delta test_bleu"] == "-0.29"
@@ -73,12 +110,24 @@ def test_figures_draw_what_ran_and_name_what_did_not(tmp_path):
     from layerwise_nmt.report.figures import write as draw
 
     metrics = tmp_path / "metrics.csv"
-    pd.DataFrame({"epoch": [1, 2, 2, 3], "partial": [False, True, True, True], "update": [10, 15, 15, 20],
-                  "train_accuracy": [0.3, 0.4, 0.41, 0.5], "valid_accuracy": [0.35, 0.4, 0.41, 0.45]}).to_csv(
-        metrics, index=False)
-    spec = {"paper": "mlrf", "figure": "F4", "kind": "accuracy_curves", "rows": [
-        {"label": "baseline", "metrics": str(metrics)},
-        {"label": "Dec-SA", "state": "blocked", "reason": "dataset pending"}]}
+    pd.DataFrame(
+        {
+            "epoch": [1, 2, 2, 3],
+            "partial": [False, True, True, True],
+            "update": [10, 15, 15, 20],
+            "train_accuracy": [0.3, 0.4, 0.41, 0.5],
+            "valid_accuracy": [0.35, 0.4, 0.41, 0.45],
+        }
+    ).to_csv(metrics, index=False)
+    spec = {
+        "paper": "mlrf",
+        "figure": "F4",
+        "kind": "accuracy_curves",
+        "rows": [
+            {"label": "baseline", "metrics": str(metrics)},
+            {"label": "Dec-SA", "state": "blocked", "reason": "dataset pending"},
+        ],
+    }
     missing = draw(spec, str(tmp_path / "F4"))
     assert missing == ["Dec-SA: dataset pending"]
     assert (tmp_path / "F4.png").stat().st_size > 1000 and (tmp_path / "F4.pdf").exists()
@@ -89,11 +138,23 @@ def test_figures_draw_what_ran_and_name_what_did_not(tmp_path):
     for name, bleu in (("base", 30.0), ("h1", 29.0), ("h4a", 31.0), ("h4b", 32.0)):
         scores[name] = tmp_path / f"{name}.json"
         scores[name].write_text(json.dumps({"bleu": bleu}))
-    spec = {"paper": "mlrf", "figure": "F3", "kind": "sweep", "xlabel": "n_hop", "rows": [
-        {"label": "baseline", "series": "baseline", "baseline": True, "scores": [str(scores["base"])]},
-        {"label": "n_hop=4", "series": "Dec-SA", "x": 4, "paper": 33.29,
-         "scores": [str(scores["h4a"]), str(scores["h4b"])]},
-        {"label": "n_hop=1", "series": "Dec-SA", "x": 1, "scores": [str(scores["h1"])]}]}
+    spec = {
+        "paper": "mlrf",
+        "figure": "F3",
+        "kind": "sweep",
+        "xlabel": "n_hop",
+        "rows": [
+            {"label": "baseline", "series": "baseline", "baseline": True, "scores": [str(scores["base"])]},
+            {
+                "label": "n_hop=4",
+                "series": "Dec-SA",
+                "x": 4,
+                "paper": 33.29,
+                "scores": [str(scores["h4a"]), str(scores["h4b"])],
+            },
+            {"label": "n_hop=1", "series": "Dec-SA", "x": 1, "scores": [str(scores["h1"])]},
+        ],
+    }
     assert draw(spec, str(tmp_path / "F3")) == []
     points = pd.read_csv(tmp_path / "F3.csv").set_index("row")
     assert points.loc["n_hop=4", "ours_mean"] == 31.5 and points.loc["n_hop=4", "seeds"] == 2
@@ -105,13 +166,27 @@ def test_length_bucket_figure_averages_seeds_per_bucket(tmp_path):
 
     def score(name, bleus):
         path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"bleu": 0, "buckets": [
-            {"bucket": b, "sentences": n, "bleu": v} for b, n, v in zip(["[0, 10)", ">= 10"], [5, 3], bleus)]}))
+        path.write_text(
+            json.dumps(
+                {
+                    "bleu": 0,
+                    "buckets": [
+                        {"bucket": b, "sentences": n, "bleu": v} for b, n, v in zip(["[0, 10)", ">= 10"], [5, 3], bleus)
+                    ],
+                }
+            )
+        )
         return str(path)
 
-    spec = {"paper": "gca", "figure": "F3", "kind": "length_buckets", "rows": [
-        {"label": "baseline", "scores": [score("b1", [30, 20]), score("b2", [32, 22])]},
-        {"label": "full", "scores": [score("f1", [31, 25])]}]}
+    spec = {
+        "paper": "gca",
+        "figure": "F3",
+        "kind": "length_buckets",
+        "rows": [
+            {"label": "baseline", "scores": [score("b1", [30, 20]), score("b2", [32, 22])]},
+            {"label": "full", "scores": [score("f1", [31, 25])]},
+        ],
+    }
     assert draw(spec, str(tmp_path / "F3")) == []
     drawn = pd.read_csv(tmp_path / "F3.csv").set_index(["row", "bucket"])
     assert drawn.loc[("baseline", "[0, 10)"), "ours_mean"] == 31 and drawn.loc[("baseline", ">= 10"), "seeds"] == 2
@@ -132,8 +207,19 @@ def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):
 
     rows = []
     for layers in (6, 3):
-        model = build("deep", dict(src_vocab=40, tgt_vocab=40, d_model=16, d_ff=32, heads=2, aggregation="hierarchical",
-                                   encoder_layers=layers, decoder_layers=layers))
+        model = build(
+            "deep",
+            dict(
+                src_vocab=40,
+                tgt_vocab=40,
+                d_model=16,
+                d_ff=32,
+                heads=2,
+                aggregation="hierarchical",
+                encoder_layers=layers,
+                decoder_layers=layers,
+            ),
+        )
         path = tmp_path / f"deep{layers}.pt"
         torch.save({"model_name": "deep", "model_config": model.config.to_dict(), "model": model.state_dict()}, path)
         inspect("aggregation_shares", str(path), {}, str(tmp_path / f"deep{layers}.json"))
@@ -148,8 +234,7 @@ def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):
 
 def test_reports_never_load_models():
     """Tables and figures read files: importing the report package does not import torch."""
-    code = ("import sys, layerwise_nmt.report.figures, layerwise_nmt.report.tables; "
-            "sys.exit('torch' in sys.modules)")
+    code = "import sys, layerwise_nmt.report.figures, layerwise_nmt.report.tables; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
@@ -159,16 +244,27 @@ def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
     for name, minutes, sents in (("base", 10.0, 8.0), ("mla", 12.5, 6.0)):
         run = tmp_path / name
         (run / "checkpoints").mkdir(parents=True)
-        pd.DataFrame({"update": [500, 1000], "minutes": [5.0, minutes]}).to_csv(run / "checkpoints" / "metrics.csv",
-                                                                                 index=False)
+        pd.DataFrame({"update": [500, 1000], "minutes": [5.0, minutes]}).to_csv(
+            run / "checkpoints" / "metrics.csv", index=False
+        )
         (run / "test.score.json").write_text(json.dumps({"bleu": 27.0, "decoding": {"sentences_per_second": sents}}))
-        rows.append({"label": name, "state": "ok", "runs": [str(run)],
-                     "scores": {"test": [str(run / "test.score.json")]},
-                     "paper": {"bleu": 27.64, "train_steps_per_s": 1.82 if name == "base" else 1.19,
-                               "decode_sents_per_s": 1.33 if name == "base" else 1.05}})
+        rows.append(
+            {
+                "label": name,
+                "state": "ok",
+                "runs": [str(run)],
+                "scores": {"test": [str(run / "test.score.json")]},
+                "paper": {
+                    "bleu": 27.64,
+                    "train_steps_per_s": 1.82 if name == "base" else 1.19,
+                    "decode_sents_per_s": 1.33 if name == "base" else 1.05,
+                },
+            }
+        )
     rows.append({"label": "blocked", "state": "blocked", "reason": "no data", "paper": {"train_steps_per_s": 1.12}})
-    base, mla, blocked = write({"paper": "dou", "table": "T1", "speeds": True, "rows": rows},
-                               str(tmp_path / "T1")).to_dict("records")
+    base, mla, blocked = write(
+        {"paper": "dou", "table": "T1", "speeds": True, "rows": rows}, str(tmp_path / "T1")
+    ).to_dict("records")
     assert base["train speed (ours)"] == "1.00×" and mla["train speed (ours)"] == "0.80×"
     assert mla["decode speed (ours)"] == "0.75×" and mla["decode speed (paper)"] == "0.79×"  # 1.05 / 1.33
     assert mla["train speed (paper)"] == "0.65×" and blocked["train speed (ours)"] == NOT_RUN
@@ -195,14 +291,24 @@ def test_significance_marks_follow_the_declared_test(tmp_path):
     base = _scores(tmp_path, "base", [34.0, 34.1, 33.9, 34.0, 34.1])
     strong = _scores(tmp_path, "strong", [35.9, 36.0, 35.8, 36.1, 35.9])
     noisy = _scores(tmp_path, "noisy", [33.0, 36.0, 34.5, 35.5, 34.0])
-    spec = {"paper": "gca", "table": "T2", "metric": "bleu", "significance": {"test": "t_test", "p": 0.01, "mark": "†"},
-            "rows": [
-                {"label": "De-En Transformer", "paper": {"bleu": 34.7}, "state": "ok", "scores": base},
-                {"label": "De-En + Cross-View Dec. †", "paper": {"bleu": 35.9}, "state": "ok", "scores": strong,
-                 "baseline_scores": base},
-                {"label": "noisy", "paper": {"bleu": 35.0}, "state": "ok", "scores": noisy, "baseline_scores": base},
-                {"label": "worse", "paper": {"bleu": 30.0}, "state": "ok", "scores": base, "baseline_scores": strong},
-            ]}
+    spec = {
+        "paper": "gca",
+        "table": "T2",
+        "metric": "bleu",
+        "significance": {"test": "t_test", "p": 0.01, "mark": "†"},
+        "rows": [
+            {"label": "De-En Transformer", "paper": {"bleu": 34.7}, "state": "ok", "scores": base},
+            {
+                "label": "De-En + Cross-View Dec. †",
+                "paper": {"bleu": 35.9},
+                "state": "ok",
+                "scores": strong,
+                "baseline_scores": base,
+            },
+            {"label": "noisy", "paper": {"bleu": 35.0}, "state": "ok", "scores": noisy, "baseline_scores": base},
+            {"label": "worse", "paper": {"bleu": 30.0}, "state": "ok", "scores": base, "baseline_scores": strong},
+        ],
+    }
     table = write(spec, str(tmp_path / "T2")).set_index("row")
     assert table.loc["De-En + Cross-View Dec. †", "ours"] == "35.94 ± 0.11 † (n=5)"
     assert table.loc["De-En + Cross-View Dec. †", "delta"] == "+0.04"
@@ -218,14 +324,28 @@ def test_significance_marks_follow_the_declared_test(tmp_path):
     ref.write_text("\n".join(f"the cat number {i} sat on the mat" for i in range(30)) + "\n")
     good = [f"the cat number {i} sat on the mat" for i in range(30)]
     bad = [f"a cat {i} sat" for i in range(30)]
-    spec = {"paper": "dou", "table": "T2", "metric": "bleu", "significance": {"test": "sign_test"}, "rows": [
-        {"label": "base", "state": "ok", "scores": _scores(tmp_path, "b", [20.0], bad, ref)},
-        {"label": "deep †", "paper": {"bleu": 28.78}, "state": "ok",
-         "scores": _scores(tmp_path, "d", [90.0], good, ref),
-         "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
-        {"label": "deep, same output", "state": "ok", "scores": _scores(tmp_path, "s", [20.0], bad, ref),
-         "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref)},
-    ]}
+    spec = {
+        "paper": "dou",
+        "table": "T2",
+        "metric": "bleu",
+        "significance": {"test": "sign_test"},
+        "rows": [
+            {"label": "base", "state": "ok", "scores": _scores(tmp_path, "b", [20.0], bad, ref)},
+            {
+                "label": "deep †",
+                "paper": {"bleu": 28.78},
+                "state": "ok",
+                "scores": _scores(tmp_path, "d", [90.0], good, ref),
+                "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref),
+            },
+            {
+                "label": "deep, same output",
+                "state": "ok",
+                "scores": _scores(tmp_path, "s", [20.0], bad, ref),
+                "baseline_scores": _scores(tmp_path, "b", [20.0], bad, ref),
+            },
+        ],
+    }
     table = write(spec, str(tmp_path / "D2")).set_index("row")
     assert table.loc["deep †", "ours"] == "90.00 † (n=1)" and table.loc["deep †", "p"] < 1e-6
     assert table.loc["deep, same output", "p"] == 1.0 and "†" not in table.loc["deep, same output", "ours"]
@@ -240,8 +360,10 @@ def test_readme_results_section_is_replaced_between_its_markers(tmp_path):
 
     readme, table, figure = tmp_path / "README.md", tmp_path / "T1.md", tmp_path / "buckets.png"
     readme.write_text(f"# x\n\nbefore\n{START}\nold table\n{END}\nafter\n")
-    table.write_text("# demo T1: caption\n\nScale: demo\n\n| row | ours |\n|---|---|\n| baseline | 29.74 (n=1) |\n"
-                     "\nOur runs' precision: fp32 (amp: auto) on cpu: AMD EPYC (AVX2).\n")
+    table.write_text(
+        "# demo T1: caption\n\nScale: demo\n\n| row | ours |\n|---|---|\n| baseline | 29.74 (n=1) |\n"
+        "\nOur runs' precision: fp32 (amp: auto) on cpu: AMD EPYC (AVX2).\n"
+    )
     figure.write_bytes(b"\x89PNG fake")
     update(str(readme), str(table), [str(figure)], commit="abc1234", docs="docs")
     text = readme.read_text()
@@ -265,10 +387,13 @@ def test_a_mean_column_averages_its_test_sets_per_seed(tmp_path):
             path = tmp_path / f"{split}.{seed}.json"
             path.write_text(json.dumps({"bleu": bleu}))
             paths[split].append(str(path))
-    spec = {"paper": "mlrf", "table": "T3", "metric": ["mt04_bleu", "ave_bleu"],
-            "mean_of": {"ave_bleu": ["mt04_bleu", "mt05_bleu", "mt08_bleu"]},
-            "rows": [{"label": "Dec-SA", "paper": {"mt04_bleu": 48.48, "ave_bleu": 41.59}, "state": "ok",
-                      "scores": paths}]}
+    spec = {
+        "paper": "mlrf",
+        "table": "T3",
+        "metric": ["mt04_bleu", "ave_bleu"],
+        "mean_of": {"ave_bleu": ["mt04_bleu", "mt05_bleu", "mt08_bleu"]},
+        "rows": [{"label": "Dec-SA", "paper": {"mt04_bleu": 48.48, "ave_bleu": 41.59}, "state": "ok", "scores": paths}],
+    }
     row = write(spec, str(tmp_path / "T3")).to_dict("records")[0]
     assert row["ours ave_bleu"] == "40.83 ± 0.71 (n=2)" and row["delta ave_bleu"] == "-0.76"
     assert row["ours mt04_bleu"] == "47.50 ± 0.71 (n=2)"
@@ -281,9 +406,13 @@ def test_chrf_columns_beside_bleu_and_a_clear_error_for_old_scores(tmp_path):
 
     score = tmp_path / "test.score.json"
     score.write_text(json.dumps({"bleu": 33.0, "chrf": 55.5}))
-    spec = {"paper": "gca", "table": "T2", "metric": ["bleu", "chrf"], "rows": [
-        {"label": "Transformer", "paper": {"bleu": 34.7}, "state": "ok", "scores": {"test": [str(score)]}}]}
-    row, = write(spec, str(tmp_path / "T2")).to_dict("records")
+    spec = {
+        "paper": "gca",
+        "table": "T2",
+        "metric": ["bleu", "chrf"],
+        "rows": [{"label": "Transformer", "paper": {"bleu": 34.7}, "state": "ok", "scores": {"test": [str(score)]}}],
+    }
+    (row,) = write(spec, str(tmp_path / "T2")).to_dict("records")
     assert row["ours bleu"] == "33.00 (n=1)" and row["ours chrf"] == "55.50 (n=1)"
     assert row["paper chrf"] == NOT_RUN and row["delta chrf"] == NOT_RUN  # the paper printed no chrF
     score.write_text(json.dumps({"bleu": 33.0, "hyp": "run/test.txt"}))
@@ -296,18 +425,31 @@ def test_summary_lists_every_row_of_every_table_per_metric(tmp_path):
 
     score = tmp_path / "score.json"
     score.write_text(json.dumps({"bleu": 33.0, "chrf": 55.0}))
-    one = {"paper": "lwc", "table": "T1", "metric": "bleu", "rows": [
-        {"label": "LWC", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": [str(score)]}},
-        {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."}]}
-    two = {"paper": "mlrf", "table": "T2", "metric": ["valid_bleu", "chrf"], "rows": [
-        {"label": "Dec-SA", "paper": {"valid_bleu": 34.83}, "state": "blocked", "reason": "no data"}]}
+    one = {
+        "paper": "lwc",
+        "table": "T1",
+        "metric": "bleu",
+        "rows": [
+            {"label": "LWC", "paper": {"bleu": 35.07}, "state": "ok", "scores": {"test": [str(score)]}},
+            {"label": "MIXER", "paper": {"bleu": 21.83}, "state": "quoted", "reason": "quoted from Ranzato et al."},
+        ],
+    }
+    two = {
+        "paper": "mlrf",
+        "table": "T2",
+        "metric": ["valid_bleu", "chrf"],
+        "rows": [{"label": "Dec-SA", "paper": {"valid_bleu": 34.83}, "state": "blocked", "reason": "no data"}],
+    }
     for spec in (one, two):
         (tmp_path / spec["paper"]).mkdir()
         write(spec, str(tmp_path / spec["paper"] / spec["table"]))
     frame = summary([str(tmp_path / "lwc/T1.csv"), str(tmp_path / "mlrf/T2.csv")], str(tmp_path / "summary"))
     assert frame[["paper", "table", "row", "metric"]].values.tolist() == [
-        ["lwc", "T1", "LWC", "bleu"], ["lwc", "T1", "MIXER", "bleu"],
-        ["mlrf", "T2", "Dec-SA", "valid_bleu"], ["mlrf", "T2", "Dec-SA", "chrf"]]
+        ["lwc", "T1", "LWC", "bleu"],
+        ["lwc", "T1", "MIXER", "bleu"],
+        ["mlrf", "T2", "Dec-SA", "valid_bleu"],
+        ["mlrf", "T2", "Dec-SA", "chrf"],
+    ]
     assert frame.iloc[0][["paper_value", "ours", "delta"]].tolist() == ["35.07", "33.00 (n=1)", "-2.07"]
     md = (tmp_path / "summary.md").read_text()
     assert "1 of 4 row × metric cells have our number" in md
@@ -321,16 +463,30 @@ def test_budget_columns_and_the_p_values_direction_explain_the_table(tmp_path):
     for name, bleu, updates, loss in (("base", 30.0, 1000, 3.21), ("lwc", 28.0, 1300, 3.50)):
         run = tmp_path / name
         (run / "checkpoints").mkdir(parents=True)
-        (run / "checkpoints" / "training.json").write_text(json.dumps(
-            {"updates": updates, "sentences": 29 * updates, "target_tokens": 512 * updates}))
+        (run / "checkpoints" / "training.json").write_text(
+            json.dumps({"updates": updates, "sentences": 29 * updates, "target_tokens": 512 * updates})
+        )
         pd.DataFrame({"update": [updates // 2, updates], "valid_loss": [4.0, loss]}).to_csv(
-            run / "checkpoints" / "metrics.csv", index=False)
-        rows.append({"label": name, "state": "ok", "runs": [str(run)],
-                     "scores": _scores(tmp_path, name, [bleu, bleu + 0.1, bleu - 0.1])})
+            run / "checkpoints" / "metrics.csv", index=False
+        )
+        rows.append(
+            {
+                "label": name,
+                "state": "ok",
+                "runs": [str(run)],
+                "scores": _scores(tmp_path, name, [bleu, bleu + 0.1, bleu - 0.1]),
+            }
+        )
     rows[1].update(baseline_scores=rows[0]["scores"], compare_to="demo.transformer")
     rows.append({"label": "blocked", "state": "blocked", "reason": "no data"})
-    spec = {"paper": "demo", "table": "T1", "metric": "bleu", "budget": True,
-            "significance": {"test": "t_test", "p": 0.05, "mark": "*"}, "rows": rows}
+    spec = {
+        "paper": "demo",
+        "table": "T1",
+        "metric": "bleu",
+        "budget": True,
+        "significance": {"test": "t_test", "p": 0.05, "mark": "*"},
+        "rows": rows,
+    }
     base, lwc, blocked = write(spec, str(tmp_path / "T1")).to_dict("records")
     assert (lwc["updates"], lwc["sentences seen"], lwc["target tokens"]) == ("1,300", "37,700", "665,600")
     assert base["valid loss (end)"] == "3.210" and lwc["valid loss (end)"] == "3.500"
@@ -357,24 +513,37 @@ def test_a_table_of_ones_own_data_says_who_won(tmp_path):
 
     base, strong = scores("base", 5.0, 20.0, bad), scores("strong", 95.0, 97.0, good)
     same = scores("same", 5.0, 20.0, bad)
-    spec = {"paper": "mine", "table": "T1", "metric": ["bleu", "chrf"], "verdict": True,
-            "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"}, "rows": [
-                {"label": "baseline", "state": "ok", "scores": base},
-                {"label": "mine", "state": "ok", "scores": strong, "baseline_scores": base,
-                 "compare_to": "x.transformer"},
-                {"label": "unchanged", "state": "ok", "scores": same, "baseline_scores": base,
-                 "compare_to": "x.transformer"},
-                {"label": "worse", "state": "ok", "scores": base, "baseline_scores": strong,
-                 "compare_to": "x.mine"},
-                {"label": "blocked", "state": "blocked", "reason": "no data"}]}
+    spec = {
+        "paper": "mine",
+        "table": "T1",
+        "metric": ["bleu", "chrf"],
+        "verdict": True,
+        "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"},
+        "rows": [
+            {"label": "baseline", "state": "ok", "scores": base},
+            {"label": "mine", "state": "ok", "scores": strong, "baseline_scores": base, "compare_to": "x.transformer"},
+            {
+                "label": "unchanged",
+                "state": "ok",
+                "scores": same,
+                "baseline_scores": base,
+                "compare_to": "x.transformer",
+            },
+            {"label": "worse", "state": "ok", "scores": base, "baseline_scores": strong, "compare_to": "x.mine"},
+            {"label": "blocked", "state": "blocked", "reason": "no data"},
+        ],
+    }
     table = write(spec, str(tmp_path / "T1")).set_index("row")
     test = "paired bootstrap resampling (Koehn 2004), first seeds at p < 0.05"
-    assert table.loc["mine", "verdict"] == (f"vs x.transformer, {test}: BLEU better "
-                                            f"(p = {table.loc['mine', 'p bleu']:.3g}); chrF better "
-                                            f"(p = {table.loc['mine', 'p chrf']:.3g})")
+    assert table.loc["mine", "verdict"] == (
+        f"vs x.transformer, {test}: BLEU better "
+        f"(p = {table.loc['mine', 'p bleu']:.3g}); chrF better "
+        f"(p = {table.loc['mine', 'p chrf']:.3g})"
+    )
     assert table.loc["mine", "p chrf"] < 0.05 and table.loc["mine", "ours chrf"] == "97.00 * (n=1)"
-    assert table.loc["unchanged", "verdict"].endswith("BLEU no difference (the same score); chrF no difference (the "
-                                                      "same score)")
+    assert table.loc["unchanged", "verdict"].endswith(
+        "BLEU no difference (the same score); chrF no difference (the same score)"
+    )
     assert table.loc["unchanged", "p vs bleu"].endswith("(equal to x.transformer)")
     assert "BLEU worse" in table.loc["worse", "verdict"] and "chrF worse" in table.loc["worse", "verdict"]
     assert table.loc["baseline", "verdict"] == NOT_RUN and table.loc["blocked", "verdict"] == NOT_RUN
@@ -399,18 +568,31 @@ def test_a_first_seed_test_speaks_of_the_first_seeds_direction_not_the_means(tmp
             hyp = tmp_path / f"{name}{seed}.txt"
             hyp.write_text("\n".join(lines) + "\n")
             path = tmp_path / f"{name}{seed}.score.json"
-            path.write_text(json.dumps({"bleu": bleu, "hyp": str(hyp), "refs": [str(ref)],
-                                        "options": {"tokenize": "none", "lowercase": False, "buckets": []}}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "bleu": bleu,
+                        "hyp": str(hyp),
+                        "refs": [str(ref)],
+                        "options": {"tokenize": "none", "lowercase": False, "buckets": []},
+                    }
+                )
+            )
             paths.append(str(path))
         return {"test": paths}
 
     control = seeds("control", [(95.0, good), (5.0, bad)])  # mean 50.0
     method = seeds("method", [(5.0, bad), (96.0, good)])  # mean 50.5, its first seed far worse
-    spec = {"paper": "mine", "table": "T1", "metric": "bleu",
-            "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"}, "rows": [
-                {"label": "control", "state": "ok", "scores": control},
-                {"label": "method", "state": "ok", "scores": method, "baseline_scores": control,
-                 "compare_to": "x.control"}]}
+    spec = {
+        "paper": "mine",
+        "table": "T1",
+        "metric": "bleu",
+        "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"},
+        "rows": [
+            {"label": "control", "state": "ok", "scores": control},
+            {"label": "method", "state": "ok", "scores": method, "baseline_scores": control, "compare_to": "x.control"},
+        ],
+    }
     table = write(spec, str(tmp_path / "T1")).set_index("row")
     assert table.loc["method", "p"] < 0.05
     assert table.loc["method", "p vs"].endswith("(worse than x.control)")

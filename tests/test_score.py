@@ -6,8 +6,15 @@ import pytest
 import sacrebleu
 
 from layerwise_nmt import UserError
-from layerwise_nmt.scoring.score import (ScoreConfig, bleu, bucket_bleu, compound_split, paired_bootstrap,
-    seeds_summary, t_test)
+from layerwise_nmt.scoring.score import (
+    ScoreConfig,
+    bleu,
+    bucket_bleu,
+    compound_split,
+    paired_bootstrap,
+    seeds_summary,
+    t_test,
+)
 
 HYP = ["the cat sat on the mat .", "a well-known fact", "Hello World"]
 REF = ["the cat sat on a mat .", "a well-known fact", "hello world"]
@@ -93,9 +100,16 @@ DETOK = [f"A man rides horse number {i}." for i in range(20)]
 TOK = [f"A man rides horse number {i} ." for i in range(20)]
 
 
-@pytest.mark.parametrize("tokenize, hyps, warned", [
-    ("none", DETOK, "looks detokenized"), ("13a", TOK, "looks tokenized"), ("none", TOK, None), ("13a", DETOK, None),
-    ("none", DETOK[:5], None)])  # too few lines ending in a period to tell
+@pytest.mark.parametrize(
+    "tokenize, hyps, warned",
+    [
+        ("none", DETOK, "looks detokenized"),
+        ("13a", TOK, "looks tokenized"),
+        ("none", TOK, None),
+        ("13a", DETOK, None),
+        ("none", DETOK[:5], None),
+    ],
+)  # too few lines ending in a period to tell
 def test_score_warns_in_one_line_when_the_text_does_not_suit_the_metric(tmp_path, caplog, tokenize, hyps, warned):
     from layerwise_nmt.scoring.score import score_files
 

@@ -10,8 +10,9 @@ from layerwise_nmt.scoring.score import ScoreConfig
 from layerwise_nmt.settings import SettingError
 from layerwise_nmt.training.loop import TrainConfig
 
-CLASSES = sorted({TrainConfig, BeamConfig, ScoreConfig, *(m.config_class for m in MODELS.values())},
-                 key=lambda c: c.__name__)
+CLASSES = sorted(
+    {TrainConfig, BeamConfig, ScoreConfig, *(m.config_class for m in MODELS.values())}, key=lambda c: c.__name__
+)
 
 
 @pytest.mark.parametrize("settings", CLASSES, ids=lambda c: c.__name__)
@@ -21,17 +22,23 @@ def test_every_field_refuses_a_value_of_the_wrong_type(settings):
             settings.from_dict({f.name: {"x": 1}})
 
 
-@pytest.mark.parametrize("settings, values, expected", [
-    (BeamConfig, {"beam": 0}, "beam=0; expected an integer ≥ 1"),
-    (BeamConfig, {"beam": True}, "beam=True; expected an integer ≥ 1"),  # YAML's `yes`: not a beam size
-    (BeamConfig, {"tune_lenpen": [0.6, -1]}, "tune_lenpen=[0.6, -1]; expected a list of numbers ≥ 0"),
-    (TrainConfig, {"lr": 0}, "lr=0; expected a number > 0"),
-    (TrainConfig, {"adam_betas": [0.9]}, "adam_betas=[0.9]; expected a list of 2 numbers ≥ 0 and < 1"),
-    (TrainConfig, {"max_tokens": 4096.5}, "max_tokens=4096.5; expected an integer ≥ 1 or null"),
-    (ScoreConfig, {"lowercase": "yes"}, "lowercase='yes'; expected true or false"),
-    (MODELS["transformer"].config_class, {"attention_dropout": 1.0},
-     "attention_dropout=1.0; expected a number ≥ 0 and < 1"),
-])
+@pytest.mark.parametrize(
+    "settings, values, expected",
+    [
+        (BeamConfig, {"beam": 0}, "beam=0; expected an integer ≥ 1"),
+        (BeamConfig, {"beam": True}, "beam=True; expected an integer ≥ 1"),  # YAML's `yes`: not a beam size
+        (BeamConfig, {"tune_lenpen": [0.6, -1]}, "tune_lenpen=[0.6, -1]; expected a list of numbers ≥ 0"),
+        (TrainConfig, {"lr": 0}, "lr=0; expected a number > 0"),
+        (TrainConfig, {"adam_betas": [0.9]}, "adam_betas=[0.9]; expected a list of 2 numbers ≥ 0 and < 1"),
+        (TrainConfig, {"max_tokens": 4096.5}, "max_tokens=4096.5; expected an integer ≥ 1 or null"),
+        (ScoreConfig, {"lowercase": "yes"}, "lowercase='yes'; expected true or false"),
+        (
+            MODELS["transformer"].config_class,
+            {"attention_dropout": 1.0},
+            "attention_dropout=1.0; expected a number ≥ 0 and < 1",
+        ),
+    ],
+)
 def test_ranges_and_types_are_named_in_one_line(settings, values, expected):
     with pytest.raises(SettingError) as err:
         settings.from_dict(values)

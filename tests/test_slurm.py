@@ -23,8 +23,9 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture(scope="module")
 def cluster():
-    idle = shutil.which("sinfo") and subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
-                                                     text=True).stdout.split()[:1] == ["idle"]
+    idle = shutil.which("sinfo") and subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True
+    ).stdout.split()[:1] == ["idle"]
     if not idle:
         if os.environ.get("LWNMT_REQUIRE_SLURM"):
             pytest.fail("no idle SLURM node: `make test-slurm` starts one (scripts/slurm-up.sh)")
@@ -41,11 +42,30 @@ def through_slurm(tmp_path: Path, mirror: Path, **popen) -> tuple[subprocess.Pop
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.enro": {"train": {"max_epoch": 40}}}}))
     configs = ["--configfile", str(ROOT / "config.yaml"), str(ROOT / "config/ci.yaml"), str(overlay)]
     snakemake(tmp_path, *configs, "--omit-from", "train", TARGET, mirror=mirror)
-    env = dict(os.environ, LWNMT_SLURM_ACCOUNT="root", LWNMT_SLURM_PARTITION="debug", LWNMT_SLURM_FIRST_CHECK="2",
-               LWNMT_GPUS_PER_JOB="0", LWNMT_TRAIN_CPUS="1", LWNMT_TRAIN_MEM_MB="2000", LWNMT_DATA_MIRROR=str(mirror),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), TARGET,
-           "--profile", str(ROOT / "profiles/slurm"), *configs]
+    env = dict(
+        os.environ,
+        LWNMT_SLURM_ACCOUNT="root",
+        LWNMT_SLURM_PARTITION="debug",
+        LWNMT_SLURM_FIRST_CHECK="2",
+        LWNMT_GPUS_PER_JOB="0",
+        LWNMT_TRAIN_CPUS="1",
+        LWNMT_TRAIN_MEM_MB="2000",
+        LWNMT_DATA_MIRROR=str(mirror),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        TARGET,
+        "--profile",
+        str(ROOT / "profiles/slurm"),
+        *configs,
+    ]
     run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
     return run, tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/checkpoints"
 
@@ -86,9 +106,18 @@ def test_ci_workflow_through_sbatch_with_a_preempted_training(cluster, mirror, t
     submitted = list(dict.fromkeys(re.findall(r"SLURM jobid (\d+)", out)))
     assert len(submitted) == 4, out[-4000:]  # train (three times), translate; score and table are localrules
     assert re.search(r"localrule score:", out) and re.search(r"localrule table:", out), out[-4000:]
-    accounting = {job: fields for job, *fields in (line.split("|") for line in subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-o", "JobID,State,AllocCPUS", "-j", ",".join(submitted)],
-        capture_output=True, text=True, check=True).stdout.splitlines())}
+    accounting = {
+        job: fields
+        for job, *fields in (
+            line.split("|")
+            for line in subprocess.run(
+                ["sacct", "-n", "-X", "-P", "-o", "JobID,State,AllocCPUS", "-j", ",".join(submitted)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()
+        )
+    }
     states = {job: state for job, (state, _) in accounting.items()}
     assert states[train_job] == "FAILED" and states[retry_job].startswith("CANCELLED by ")
     assert list(states.values()).count("COMPLETED") == 2, states
@@ -118,8 +147,9 @@ def test_a_stop_sent_to_snakemake_alone_cancels_its_slurm_jobs_which_checkpoint(
     log = (tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/train.log").read_text()
     assert re.search(r"signal SIGTERM: saved checkpoint_last.pt at update \d+", log), log[-3000:]
     assert len(set(re.findall(r"SLURM jobid (\d+)", out))) == 1, out[-4000:]  # no retry submitted
-    state = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", train_job], capture_output=True,
-                           text=True, check=True).stdout.split("\n")[0]
+    state = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "State", "-j", train_job], capture_output=True, text=True, check=True
+    ).stdout.split("\n")[0]
     assert state.startswith("CANCELLED"), state
 
 
@@ -128,10 +158,10 @@ def wait_for_retry(run: subprocess.Popen, failed_job: str, checkpoints: Path) ->
     deadline, started = time.time() + 300, None
     while True:
         assert time.time() < deadline and run.poll() is None, "the retry never got going"
-        jobs = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %k"], capture_output=True,
-                              text=True).stdout.splitlines()
-        retry = next((line.split()[0] for line in jobs if "rule_train" in line and line.split()[0] != failed_job),
-                     None)
+        jobs = subprocess.run(
+            ["squeue", "-h", "-t", "RUNNING", "-o", "%i %k"], capture_output=True, text=True
+        ).stdout.splitlines()
+        retry = next((line.split()[0] for line in jobs if "rule_train" in line and line.split()[0] != failed_job), None)
         if retry and started is None:
             started = time.time()
         last = checkpoints / "checkpoint_last.pt"

@@ -21,8 +21,10 @@ from layerwise_nmt.snakemake_glue.job_env import WORKFLOW_PID, WORKFLOW_RUN
 
 RULE_FILES = sorted([*(ROOT / "workflow" / "rules").glob("*.smk"), ROOT / "workflow" / "Snakefile", ROOT / "Snakefile"])
 # Snakemake's own syntax: a rule and what it says, and the directives; every other line is Python
-DIRECTIVE = re.compile(r"(rule\s+\w+|use\s+rule\s.*|checkpoint\s+\w+|localrules|wildcard_constraints|ruleorder|"
-                       r"configfile|include|report|envvars|workdir|container|containerized|module\s+\w+)\s*:")
+DIRECTIVE = re.compile(
+    r"(rule\s+\w+|use\s+rule\s.*|checkpoint\s+\w+|localrules|wildcard_constraints|ruleorder|"
+    r"configfile|include|report|envvars|workdir|container|containerized|module\s+\w+)\s*:"
+)
 MAX_PYTHON_LINES = 40
 
 
@@ -45,10 +47,18 @@ def test_the_rule_files_hold_little_python():
 
 
 def test_the_counter_skips_rules_and_directives_only():
-    text = ("import json\n\nX = 1  # a setting\nif X:\n    print(X)\n\n\nrule a:\n    input:\n        lambda w: 1,\n"
-            "\n\nwildcard_constraints:\n    seed=r'\\d+',\n\n\ndef f():\n    return 2\n")
-    assert python_lines(text) == ["import json", "X = 1  # a setting", "if X:", "    print(X)", "def f():",
-                                  "    return 2"]
+    text = (
+        "import json\n\nX = 1  # a setting\nif X:\n    print(X)\n\n\nrule a:\n    input:\n        lambda w: 1,\n"
+        "\n\nwildcard_constraints:\n    seed=r'\\d+',\n\n\ndef f():\n    return 2\n"
+    )
+    assert python_lines(text) == [
+        "import json",
+        "X = 1  # a setting",
+        "if X:",
+        "    print(X)",
+        "def f():",
+        "    return 2",
+    ]
 
 
 def test_every_rule_function_the_rules_name_is_bound():
@@ -81,8 +91,14 @@ def test_rule_functions_answer_as_the_grid_does():
     wildcards = SimpleNamespace(paper=paper, table=table)
     rows = grid.RuleInputs(config).table_spec(paper, table)["rows"]
     assert functions["table_inputs"](wildcards) == sorted(
-        {path for row in rows for key in ("scores", "baseline_scores") for paths in row.get(key, {}).values()
-         for path in paths})
+        {
+            path
+            for row in rows
+            for key in ("scores", "baseline_scores")
+            for paths in row.get(key, {}).values()
+            for path in paths
+        }
+    )
 
 
 def test_prepare_jobs_sets_what_jobs_inherit(monkeypatch):
@@ -90,8 +106,11 @@ def test_prepare_jobs_sets_what_jobs_inherit(monkeypatch):
     monkeypatch.setattr(snakefile, "forward_stops", lambda: stops.append(True))
     environ = {"PYTHONPATH": "/elsewhere", "PATH": "/usr/bin"}
     snakefile.prepare_jobs("/checkout/src", False, environ)
-    assert environ == {"PYTHONPATH": f"/checkout/src{os.pathsep}/elsewhere", "LWNMT_ERRORS_ON_STDOUT": "1",
-                       "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin"}
+    assert environ == {
+        "PYTHONPATH": f"/checkout/src{os.pathsep}/elsewhere",
+        "LWNMT_ERRORS_ON_STDOUT": "1",
+        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin",
+    }
     assert stops == []
     snakefile.prepare_jobs("/checkout/src", True, environ)
     assert environ[WORKFLOW_PID] == str(os.getpid()) and environ[WORKFLOW_RUN].startswith(f"{os.getpid()}-")
@@ -100,8 +119,9 @@ def test_prepare_jobs_sets_what_jobs_inherit(monkeypatch):
 
 def workflow_of(*overlays: Path) -> SimpleNamespace:
     """Snakemake's `workflow` as the glue reads it: the Snakefile's config.yaml, then each --configfile."""
-    return SimpleNamespace(configfiles=[ROOT / "config.yaml", *overlays], overwrite_configfiles=list(overlays),
-                           is_main_process=False)
+    return SimpleNamespace(
+        configfiles=[ROOT / "config.yaml", *overlays], overwrite_configfiles=list(overlays), is_main_process=False
+    )
 
 
 def layered(*paths: Path) -> dict:

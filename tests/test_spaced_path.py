@@ -13,10 +13,24 @@ import pytest
 
 from conftest import ROOT
 
-COPIED = ["Makefile", "pyproject.toml", "constraints.txt", "README.md", "LICENSE", "Snakefile", "config.yaml", "config",
-          "workflow", "src", "envs", "profiles", "scripts", "tests/conftest.py"]
+COPIED = [
+    "Makefile",
+    "pyproject.toml",
+    "constraints.txt",
+    "README.md",
+    "LICENSE",
+    "Snakefile",
+    "config.yaml",
+    "config",
+    "workflow",
+    "src",
+    "envs",
+    "profiles",
+    "scripts",
+    "tests/conftest.py",
+]
 # make test here runs only this, in the copy's venv: which Python and which package it got
-WHERE = '''import sys
+WHERE = """import sys
 from pathlib import Path
 
 import layerwise_nmt
@@ -26,7 +40,7 @@ def test_the_venv_and_the_package_are_this_checkouts():
     here = Path(__file__).resolve().parents[1]
     assert Path(sys.prefix) == here / ".venv"
     assert Path(layerwise_nmt.__file__).resolve().is_relative_to(here / "src")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +77,23 @@ echo "{site}" > "$purelib/project.pth"
     python.chmod(0o755)
     (tools / "dry").mkdir()
     (tools / "dry" / "config.yaml").write_text("dry-run: true\nquiet: [rules]\n")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "PYTEST_", "SNAKEMAKE_", "MAKE")) and k != "PYTHONPATH"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "PYTEST_", "SNAKEMAKE_", "MAKE")) and k != "PYTHONPATH"
+    }
     # PIP_NO_BUILD_ISOLATION=0 is pip's --no-build-isolation: the project venv's setuptools builds the copy
-    return {**env, "PYTHON": str(python), "PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0",
-            "SNAKEMAKE_PROFILE": str(tools / "dry"), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-            "PYTEST_XDIST_AUTO_NUM_WORKERS": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider tests/test_where.py"}
+    return {
+        **env,
+        "PYTHON": str(python),
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_DEPS": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
+        "SNAKEMAKE_PROFILE": str(tools / "dry"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+        "PYTEST_XDIST_AUTO_NUM_WORKERS": "1",
+        "PYTEST_ADDOPTS": "-p no:cacheprovider tests/test_where.py",
+    }
 
 
 def make(checkout: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -105,15 +130,21 @@ def test_the_node_script_keeps_paths_with_spaces_whole(checkout, tmp_path):
     (bin_dir / "python3").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')  # prints its arguments, one a line
     (bin_dir / "python3").chmod(0o755)
     extra = tmp_path / "my extra ü.yaml"
-    code = (functions("snake", "size_configs", "extra_configs", "in_bash", "setup_env")
-            + f"PATH='{bin_dir}':$PATH; ROOT='{checkout}'; STUDY='{tmp_path}/study'; SITE='{tmp_path}/my site'; "
-            + f"EXTRA='{extra}'; snake small -n; show() {{ echo \"ROOT=$ROOT SITE=$SITE\"; }}; "
-            + 'bash -c "$(in_bash show)"; setup_env > /dev/null; "$SITE/bin/python" shim')
+    code = (
+        functions("snake", "size_configs", "extra_configs", "in_bash", "setup_env")
+        + f"PATH='{bin_dir}':$PATH; ROOT='{checkout}'; STUDY='{tmp_path}/study'; SITE='{tmp_path}/my site'; "
+        + f"EXTRA='{extra}'; snake small -n; show() {{ echo \"ROOT=$ROOT SITE=$SITE\"; }}; "
+        + 'bash -c "$(in_bash show)"; setup_env > /dev/null; "$SITE/bin/python" shim'
+    )
     result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    configs = [str(checkout / "config.yaml"), str(checkout / "config/study.yaml"),
-               str(checkout / "config/study_small.yaml"), str(extra)]
+    configs = [
+        str(checkout / "config.yaml"),
+        str(checkout / "config/study.yaml"),
+        str(checkout / "config/study_small.yaml"),
+        str(extra),
+    ]
     assert lines[:6] == ["-m", "snakemake", "-s", str(checkout / "Snakefile"), "-d", f"{tmp_path}/study/small"]
     assert lines[6:12] == ["-n", "--configfile", *configs]
     assert lines[12] == f"ROOT={checkout} SITE={tmp_path}/my site" and lines[-1] == "shim"

@@ -23,8 +23,13 @@ def status_output(columns: int) -> str:
 
     leader, follower = pty.openpty()
     env = dict(os.environ, COLUMNS=str(columns))
-    with subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
-                          stdout=follower, stderr=subprocess.PIPE, env=env, cwd=ROOT) as process:
+    with subprocess.Popen(
+        [sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    ) as process:
         os.close(follower)
         chunks = []
         while True:
@@ -41,10 +46,19 @@ def status_output(columns: int) -> str:
 
 
 def test_piped_lines_stay_whole():
-    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert re.search(r"^  manual   iwslt14_roen +no working automatic source for 2014-01-test.tgz .* put it at "
-                     r"results/downloads/\w+/2014-01-test.tgz\)$", out, re.M)
+    out = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert re.search(
+        r"^  manual   iwslt14_roen +no working automatic source for 2014-01-test.tgz .* put it at "
+        r"results/downloads/\w+/2014-01-test.tgz\)$",
+        out,
+        re.M,
+    )
 
 
 def test_a_manual_download_is_its_own_state_counted_apart():
@@ -114,8 +128,13 @@ def test_a_run_speaks_only_of_what_its_targets_need(tmp_path, overlay, blocked):
 
 def test_status_lists_what_the_targets_need_and_all_with_all():
     def status(*args):
-        return subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", "config.yaml", *args],
-                              capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        return subprocess.run(
+            [sys.executable, "-m", "layerwise_nmt", "status", "--config", "config.yaml", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
 
     demo = status("--config", "config/demo.yaml")
     names = re.findall(r"^  \w+ +(\S+)", demo, re.M)

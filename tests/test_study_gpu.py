@@ -20,13 +20,26 @@ spec.loader.exec_module(node_wheels)
 
 
 def study(*args, env=None):
-    return subprocess.run(["bash", str(ROOT / "scripts" / "study_gpu.sh"), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "study_gpu.sh"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 def test_the_first_shard_is_the_whole_small_table():
-    assert study("shards").stdout.split() == ["small", "seed1", "seed2", "seed3", "lwc-mlrf", "depth6-seed1",
-                                              "depth6-seed2", "depth6-seed3"]
+    assert study("shards").stdout.split() == [
+        "small",
+        "seed1",
+        "seed2",
+        "seed3",
+        "lwc-mlrf",
+        "depth6-seed1",
+        "depth6-seed2",
+        "depth6-seed3",
+    ]
     bad = study("shard", "big")
     assert bad.returncode == 2
     assert "unknown shard big; known: small seed1 seed2 seed3 lwc-mlrf depth6-seed1" in bad.stderr
@@ -36,8 +49,10 @@ def test_shards_keep_a_baseline_with_the_rows_warm_started_from_it():
     """Models cannot travel back from the GPU machine: a warm-started row must be in its baseline's shard."""
     targets = {}
     for name in ("small", "seed1", "seed2", "seed3", "lwc-mlrf"):
-        code = (f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); TASK=multi30k_deen; "
-                f"shard_targets {name}")
+        code = (
+            f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); TASK=multi30k_deen; "
+            f"shard_targets {name}"
+        )
         out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True).stdout.split()
         targets[name] = {tuple(t.split("/")[2:4]) for t in out}
     assert len(targets["small"]) == 18
@@ -47,8 +62,12 @@ def test_shards_keep_a_baseline_with_the_rows_warm_started_from_it():
         for experiment, seed in targets[name]:
             assert seed == f"seed{name[-1]}"
         assert ("study.transformer", f"seed{name[-1]}") in targets[name]
-        assert {e for e, _ in targets[name]} == {"study.transformer", "study.gca_full", "study.dou_deep",
-                                                 "study.transformer_longer"}
+        assert {e for e, _ in targets[name]} == {
+            "study.transformer",
+            "study.gca_full",
+            "study.dou_deep",
+            "study.transformer_longer",
+        }
 
 
 def test_wheels_are_what_the_image_lacks_and_nothing_it_has(tmp_path):
@@ -61,11 +80,13 @@ def test_wheels_are_what_the_image_lacks_and_nothing_it_has(tmp_path):
 
 def test_a_machine_without_the_wheels_says_what_is_missing(tmp_path):
     """The node's step checks its imports before anything runs, and names the missing one."""
-    code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
-            f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env")
+    code = (
+        f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
+        f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env"
+    )
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "python3"  # a python3 with torch-less site-packages: every import but yaml fails
-    fake.write_text(f"#!/bin/sh\nif [ \"$2\" = 'import yaml' ]; then exec {sys.executable} \"$@\"; fi\nexit 1\n")
+    fake.write_text(f'#!/bin/sh\nif [ "$2" = \'import yaml\' ]; then exec {sys.executable} "$@"; fi\nexit 1\n')
     fake.chmod(0o755)
     result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
@@ -84,10 +105,12 @@ def test_wheels_of_another_prepare_are_installed_again_and_the_same_ones_once(tm
     (tmp_path / "bin").mkdir()
     calls = tmp_path / "pip-calls"
     fake = tmp_path / "bin" / "python3"  # records wheel installs; every import succeeds
-    fake.write_text(f"#!/bin/sh\nif [ \"$2\" = --install ]; then echo \"$@\" >> {calls}; fi\nexit 0\n")
+    fake.write_text(f'#!/bin/sh\nif [ "$2" = --install ]; then echo "$@" >> {calls}; fi\nexit 0\n')
     fake.chmod(0o755)
-    code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
-            f"SITE={site}; PATH={tmp_path}/bin:$PATH; setup_env && setup_env")
+    code = (
+        f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
+        f"SITE={site}; PATH={tmp_path}/bin:$PATH; setup_env && setup_env"
+    )
     result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(calls.read_text().splitlines()) == 1  # the second call found these wheels installed
@@ -139,7 +162,7 @@ def test_every_timeout_in_the_node_commands_is_a_budgeted_step():
 def test_the_node_commands_need_no_make_or_git():
     """The node's image has bash and python3; `make` and `git` are not known to exist there."""
     script = (ROOT / "scripts" / "study_gpu.sh").read_text()
-    node = script[script.index("tools() {"):script.index("collect() {")]
+    node = script[script.index("tools() {") : script.index("collect() {")]
     node = re.sub(r'"[^"\n]*"|#.*', "", node)  # what is said is not what is called
     assert not re.search(r"(^|[\s;(|&])(make|git)\s", node, re.M), "make or git called on the node"
     tools = re.search(r'TOOLS="([^"]+)"', script).group(1).split()
@@ -155,8 +178,10 @@ def test_a_collected_study_unpacks_its_data_again(tmp_path):
     collected = tmp_path / "small" / "results" / "multi30k_deen" / "data" / "text"
     collected.mkdir(parents=True)
     (collected / "test.de-en.en").write_text("a\n")
-    code = (f"source <(sed -n '/^unpack_data()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); STUDY={tmp_path}; "
-            f"TASK=multi30k_deen; unpack_data small")
+    code = (
+        f"source <(sed -n '/^unpack_data()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); STUDY={tmp_path}; "
+        f"TASK=multi30k_deen; unpack_data small"
+    )
     subprocess.run(["bash", "-c", code], check=True)
     assert (tmp_path / "small" / "results" / "multi30k_deen" / "data" / "bin-joint" / "train.de-en.de.bin").exists()
     assert (collected / "test.de-en.en").exists()
@@ -165,12 +190,16 @@ def test_a_collected_study_unpacks_its_data_again(tmp_path):
 def test_an_import_error_is_shown_not_only_named(tmp_path):
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "python3"  # jsonschema's import raises; the rest import
-    fake.write_text("#!/bin/sh\nif [ \"$2\" = 'import jsonschema' ]; then"
-                    " echo 'Traceback (most recent call last):' >&2;"
-                    " echo \"ModuleNotFoundError: No module named 'rpds.rpds'\" >&2; exit 1; fi\nexit 0\n")
+    fake.write_text(
+        "#!/bin/sh\nif [ \"$2\" = 'import jsonschema' ]; then"
+        " echo 'Traceback (most recent call last):' >&2;"
+        " echo \"ModuleNotFoundError: No module named 'rpds.rpds'\" >&2; exit 1; fi\nexit 0\n"
+    )
     fake.chmod(0o755)
-    code = (f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
-            f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env")
+    code = (
+        f"source <(sed -n '/^setup_env()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={tmp_path}; "
+        f"SITE={tmp_path}/site; PATH={tmp_path}/bin:$PATH; setup_env"
+    )
     result = subprocess.run(["bash", "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert "cannot import jsonschema" in result.stdout and "No module named 'rpds.rpds'" in result.stdout
@@ -205,9 +234,19 @@ def write_run(study_dir, experiment, seed, hyps, bleu, training=None):
     (run / "checkpoints").mkdir(parents=True)
     (run / "test.txt").write_text("\n".join(hyps) + "\n")
     (run / "test.score.json").write_text(json.dumps({"bleu": bleu}))
-    (run / "checkpoints" / "training.json").write_text(json.dumps(training or {
-        "updates": 400, "epochs_completed": 12, "target_tokens": 1_200_000, "minutes": 2.0, "stopped_by": "max_minutes",
-        "peak_gpu_memory_gib": 1.5}))
+    (run / "checkpoints" / "training.json").write_text(
+        json.dumps(
+            training
+            or {
+                "updates": 400,
+                "epochs_completed": 12,
+                "target_tokens": 1_200_000,
+                "minutes": 2.0,
+                "stopped_by": "max_minutes",
+                "peak_gpu_memory_gib": 1.5,
+            }
+        )
+    )
     (run / "train.benchmark.tsv").write_text("s\th:m:s\tmax_rss\n130.5\t0:02:10\t2048.5\n")
 
 
@@ -223,9 +262,19 @@ def test_the_results_file_lists_every_run_with_its_numbers(tmp_path):
     result = json.loads(out.read_text())
     assert result["scored"] == 1 and result["started"] == 2
     scored = next(r for r in result["runs"] if r["experiment"] == "study.transformer")
-    assert scored == {"experiment": "study.transformer", "seed": 1, "bleu": 31.23, "updates": 400, "epochs": 12,
-                      "stopped_by": "max_minutes", "train_seconds": 120, "peak_gpu_memory_gib": 1.5,
-                      "target_tokens_per_second": 10000, "job_wall_seconds": 130, "max_rss_mib": 2048}
+    assert scored == {
+        "experiment": "study.transformer",
+        "seed": 1,
+        "bleu": 31.23,
+        "updates": 400,
+        "epochs": 12,
+        "stopped_by": "max_minutes",
+        "train_seconds": 120,
+        "peak_gpu_memory_gib": 1.5,
+        "target_tokens_per_second": 10000,
+        "job_wall_seconds": 130,
+        "max_rss_mib": 2048,
+    }
     assert not list(tmp_path.glob(".results.json*"))  # written beside, then renamed
 
 

@@ -19,12 +19,15 @@ def before_torch(monkeypatch):
     monkeypatch.delenv(threads.WAIT_POLICY, raising=False)
 
 
-@pytest.mark.parametrize("elsewhere, requested, sleeps", [
-    (0.98, 2, True),    # one core busy with another process
-    (1.9, None, True),  # both busy, PyTorch's default count
-    (0.1, 2, False),    # quiet: spinning waits are faster
-    (0.98, 1, False),   # one thread never waits for another
-])
+@pytest.mark.parametrize(
+    "elsewhere, requested, sleeps",
+    [
+        (0.98, 2, True),  # one core busy with another process
+        (1.9, None, True),  # both busy, PyTorch's default count
+        (0.1, 2, False),  # quiet: spinning waits are faster
+        (0.98, 1, False),  # one thread never waits for another
+    ],
+)
 def test_idle_threads_sleep_only_beside_a_busy_core(monkeypatch, before_torch, elsewhere, requested, sleeps):
     monkeypatch.setattr(threads, "busy_elsewhere", lambda since, cores: elsewhere)
     assert threads.sleep_waits_if_busy(requested) is sleeps
@@ -41,40 +44,61 @@ def test_the_users_wait_policy_and_an_unreadable_proc_are_kept(monkeypatch, befo
     assert not threads.sleep_waits_if_busy(2)
 
 
-two_cores = pytest.mark.skipif(len(threads.allowed_cores()) < 2 or not os.path.exists("/proc/stat"),
-                               reason="needs two cores and /proc/stat")
+two_cores = pytest.mark.skipif(
+    len(threads.allowed_cores()) < 2 or not os.path.exists("/proc/stat"), reason="needs two cores and /proc/stat"
+)
 
 
 @two_cores
 def test_a_busy_core_changes_how_threads_wait_not_how_many_compute():
     """Before: a job beside a busy core computed with fewer threads than a quiet one, and so gave other numbers."""
     cores = sorted(threads.allowed_cores())
-    spinner = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cores[0]}}})\n"
-                                                      "while True: pass"])
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cores[0]}}})\nwhile True: pass"]
+    )
     env = {k: v for k, v in os.environ.items() if k != threads.WAIT_POLICY}
     try:
         time.sleep(0.5)
         assert threads.busy_elsewhere(threads.sample(), set(cores)) > 0.6
-        out = subprocess.run([sys.executable, "-c", "import os, torch\n"
-                              "from layerwise_nmt.training import threads\n"
-                              f"print(threads.set_threads({len(cores)}), torch.get_num_threads(), "
-                              "os.environ.get('OMP_WAIT_POLICY'))"],
-                             env=env, capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os, torch\n"
+                "from layerwise_nmt.training import threads\n"
+                f"print(threads.set_threads({len(cores)}), torch.get_num_threads(), "
+                "os.environ.get('OMP_WAIT_POLICY'))",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
     finally:
         spinner.kill()
         spinner.wait()
     # torch imported first: too late to choose the waits, the count is still the one asked for
     assert out == [str(len(cores)), str(len(cores)), "None"]
     try:
-        spinner = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cores[0]}}})\n"
-                                                          "while True: pass"])
+        spinner = subprocess.Popen(
+            [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cores[0]}}})\nwhile True: pass"]
+        )
         time.sleep(0.5)
-        out = subprocess.run([sys.executable, "-c", "import os\n"
-                              "from layerwise_nmt.training import threads\n"
-                              f"n = threads.set_threads({len(cores)})\n"
-                              "import torch\n"
-                              "print(n, torch.get_num_threads(), os.environ.get('OMP_WAIT_POLICY'))"],
-                             env=env, capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os\n"
+                "from layerwise_nmt.training import threads\n"
+                f"n = threads.set_threads({len(cores)})\n"
+                "import torch\n"
+                "print(n, torch.get_num_threads(), os.environ.get('OMP_WAIT_POLICY'))",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
     finally:
         spinner.kill()
         spinner.wait()
@@ -85,6 +109,7 @@ def test_a_busy_core_changes_how_threads_wait_not_how_many_compute():
 def test_the_jobs_own_start_up_does_not_count_as_busy():
     """What the job itself computes while the load is sampled is taken out: burning a core here reads as what the
     other processes keep busy anyway."""
+
     def elsewhere(burn: bool) -> float:
         since, end = threads.sample(), time.monotonic() + 0.5
         while time.monotonic() < end:

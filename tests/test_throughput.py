@@ -38,8 +38,14 @@ def start(toy_data, save_dir, **train):
     spec = no_dropout_spec(**train)
     torch.manual_seed(1)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
-    return _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU,
-                  Precision("none", "none", "fp32", "cpu"))
+    return _start(
+        spec,
+        cfg,
+        dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))),
+        save_dir,
+        CPU,
+        Precision("none", "none", "fp32", "cpu"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -154,8 +160,7 @@ def test_checkpoints_are_written_off_the_training_thread_from_a_copy(toy_data, t
     began = time.perf_counter()
     run.save(LAST)  # by default (a stopping process): written before save() returns
     assert time.perf_counter() - began >= 0.9 and writers[-1] is True
-    assert torch.equal(load(tmp_path / "run" / LAST)["model"]["output.weight"],
-                       run.model.state_dict()["output.weight"])
+    assert torch.equal(load(tmp_path / "run" / LAST)["model"]["output.weight"], run.model.state_dict()["output.weight"])
 
 
 def test_a_tied_matrix_is_copied_once(toy_data, tmp_path):
@@ -188,8 +193,13 @@ def test_merge_batches_keeps_every_sentence_once_within_the_budget():
 
 
 # every dropout off (the conv backbones drop kernel weights by default): the same arithmetic in both runs
-NO_DROPOUT = {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0, "weight_dropout": 0.0,
-              "input_dropout": 0.0}
+NO_DROPOUT = {
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "weight_dropout": 0.0,
+    "input_dropout": 0.0,
+}
 
 
 def family_updates(toy_data, name: str, arch: dict, budget: int):
@@ -202,14 +212,19 @@ def family_updates(toy_data, name: str, arch: dict, budget: int):
     results = []
     for micro_batch_tokens in (0, budget):
         torch.manual_seed(0)
-        model = build(model_name, {**gpu_check.TINY, **NO_DROPOUT, **extra, **arch, "src_vocab": vocab,
-                                   "tgt_vocab": vocab})
+        model = build(
+            model_name, {**gpu_check.TINY, **NO_DROPOUT, **extra, **arch, "src_vocab": vocab, "tgt_vocab": vocab}
+        )
         cfg = TrainConfig.from_dict({"max_update": 1, "micro_batch_tokens": micro_batch_tokens})
         micro = rank_batches(data, group, 4, micro_batch_tokens, CPU, 0)
         assert len(micro) == (4 if not micro_batch_tokens else 2)
         stats = accumulate(model.train(), micro, cfg, CPU, lambda: torch.autocast("cpu", enabled=False))
-        results.append(({k: float(v) for k, v in stats.items()},
-                        {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+        results.append(
+            (
+                {k: float(v) for k, v in stats.items()},
+                {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+            )
+        )
     return results
 
 
@@ -241,8 +256,9 @@ def test_a_per_pass_auxiliary_loss_refuses_merging(toy_data):
     model_name, extra = gpu_check.FAMILIES["deep"]
     assert extra["diversity"] > 0
     model = build(model_name, {**gpu_check.TINY, **extra, "src_vocab": 40, "tgt_vocab": 40})
-    with pytest.raises(UserError, match="micro_batch_tokens=4096: model DeepTransformer with diversity=1.0 .*set "
-                                        "micro_batch_tokens: 0"):
+    with pytest.raises(
+        UserError, match="micro_batch_tokens=4096: model DeepTransformer with diversity=1.0 .*set micro_batch_tokens: 0"
+    ):
         check_merging(model, TrainConfig.from_dict({"max_update": 1, "micro_batch_tokens": 4096}))
     check_merging(model, TrainConfig.from_dict({"max_update": 1}))  # off: fine
     with pytest.raises(UserError, match="per-pass auxiliary loss"):  # and the update itself, as a backstop
@@ -257,8 +273,9 @@ def test_merged_training_follows_the_unmerged_run_and_resumes_across_the_setting
     (fp32): in bf16 a pass's shape changes what is rounded where, and the runs agree only to bf16's precision."""
     runs = {}
     for label, budget in (("unmerged", 0), ("merged", 800)):
-        spec = no_dropout_spec(max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none",
-                               micro_batch_tokens=budget)
+        spec = no_dropout_spec(
+            max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none", micro_batch_tokens=budget
+        )
         train(spec, str(toy_data), "de", "en", str(tmp_path / label))
         runs[label] = load(tmp_path / label / LAST)
     a, b = runs["unmerged"], runs["merged"]
@@ -271,10 +288,15 @@ def test_merged_training_follows_the_unmerged_run_and_resumes_across_the_setting
         assert torch.allclose(b["model"][key], tensor, rtol=1e-4, atol=1e-6), key
 
     key = resume_key(no_dropout_spec(max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none"))
-    assert resume_key(no_dropout_spec(max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none",
-                                      micro_batch_tokens=800)) == key
-    spec = no_dropout_spec(max_update=8, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none",
-                           micro_batch_tokens=0)
+    assert (
+        resume_key(
+            no_dropout_spec(
+                max_update=6, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none", micro_batch_tokens=800
+            )
+        )
+        == key
+    )
+    spec = no_dropout_spec(max_update=8, update_freq=4, max_tokens=100, adam_eps=1e-3, amp="none", micro_batch_tokens=0)
     train(spec, str(toy_data), "de", "en", str(tmp_path / "merged"))  # resumed, not set aside
     assert load(tmp_path / "merged" / LAST)["progress"]["update"] == 8
     assert not list(tmp_path.glob("merged.superseded-*"))

@@ -49,8 +49,9 @@ def test_resume_is_bit_for_bit(data, tmp_path):
 
 
 def test_sigterm_saves_and_the_retry_resumes(data, tmp_path):
-    proc, cmd, save_dir = training_in_the_background(spec(max_update=100000, save_interval_updates=1000), data,
-                                                     tmp_path)
+    proc, cmd, save_dir = training_in_the_background(
+        spec(max_update=100000, save_interval_updates=1000), data, tmp_path
+    )
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 75, err[-2000:]
@@ -84,8 +85,13 @@ def _grads(data, rank_batches, world_size):
     batches = make_batches(pd.src.sizes, pd.tgt.sizes, 120, None, seed=1)[:2]
     net = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
     cfg = TrainConfig.from_dict({"max_update": 1})
-    stats = accumulate(net, [collate(pd, batches[i]) for i in rank_batches], cfg, torch.device("cpu"),
-                       lambda: torch.autocast("cpu", enabled=False))
+    stats = accumulate(
+        net,
+        [collate(pd, batches[i]) for i in rank_batches],
+        cfg,
+        torch.device("cpu"),
+        lambda: torch.autocast("cpu", enabled=False),
+    )
     return {"stats": stats, **{name: p.grad.clone() for name, p in model.named_parameters()}}
 
 
@@ -102,8 +108,13 @@ def test_ddp_two_gloo_processes_equal_one_process_with_both_batches(data, tmp_pa
 
 
 def test_restart_adam_resets_moments_and_switches_batches_and_lr(data, tmp_path):
-    train(spec(max_epoch=1, restart_after_epochs=1, restart_epochs=1, restart_lr=1e-5, restart_max_sentences=3),
-          str(data), "de", "en", str(tmp_path / "r"))
+    train(
+        spec(max_epoch=1, restart_after_epochs=1, restart_epochs=1, restart_lr=1e-5, restart_max_sentences=3),
+        str(data),
+        "de",
+        "en",
+        str(tmp_path / "r"),
+    )
     state = final_state(tmp_path / "r")
     history = state["progress"]["history"]
     assert [row["epoch"] for row in history] == [1, 2] and state["progress"]["restarted"]
@@ -132,8 +143,14 @@ def test_schedules():
 
 def test_average_is_the_mean_with_newest_metadata(tmp_path):
     for epoch, value in ((1, 1.0), (2, 2.0), (3, 6.0)):
-        torch.save({"model": {"w": torch.full((2,), value), "n": torch.tensor([epoch])}, "model_name": "transformer",
-                    "model_config": {"epoch": epoch}}, tmp_path / f"checkpoint{epoch}.pt")
+        torch.save(
+            {
+                "model": {"w": torch.full((2,), value), "n": torch.tensor([epoch])},
+                "model_name": "transformer",
+                "model_config": {"epoch": epoch},
+            },
+            tmp_path / f"checkpoint{epoch}.pt",
+        )
     paths = last_checkpoints(tmp_path, 2, "epoch")
     assert [p.name for p in paths] == ["checkpoint2.pt", "checkpoint3.pt"]
     average(paths, tmp_path / "avg.pt")
@@ -142,8 +159,14 @@ def test_average_is_the_mean_with_newest_metadata(tmp_path):
 
 
 def test_early_stopping_on_validation_bleu(data, tmp_path):
-    train(spec(max_epoch=30, patience=2, early_stop_metric="bleu", lr=1e-9, warmup_updates=1), str(data), "de",
-          "en", str(tmp_path / "e"), search=validation_search)
+    train(
+        spec(max_epoch=30, patience=2, early_stop_metric="bleu", lr=1e-9, warmup_updates=1),
+        str(data),
+        "de",
+        "en",
+        str(tmp_path / "e"),
+        search=validation_search,
+    )
     history = final_state(tmp_path / "e")["progress"]["history"]
     assert all(0.0 <= row["valid_bleu"] <= 100.0 for row in history)
     assert len(history) < 30  # a model that cannot learn (lr 1e-9) stops after `patience` epochs without gain
@@ -163,8 +186,16 @@ def test_warm_start_copies_every_tensor_and_leaves_new_ones_at_their_default(dat
 
     train(spec(max_epoch=1), str(data), "de", "en", str(tmp_path / "base"), str(tmp_path / "base.pt"))
     trained = torch.load(tmp_path / "base.pt", weights_only=False)["model"]
-    fusion = {**ARCH, "src_vocab": 40, "tgt_vocab": 40, "decoder_fusion": "sa", "d_a": 16, "d_f": 16,
-              "output_bias": False, "init": "xavier"}
+    fusion = {
+        **ARCH,
+        "src_vocab": 40,
+        "tgt_vocab": 40,
+        "decoder_fusion": "sa",
+        "d_a": 16,
+        "d_f": 16,
+        "output_bias": False,
+        "init": "xavier",
+    }
     torch.manual_seed(7)
     fresh = build("mlrf", fusion).state_dict()
     torch.manual_seed(7)
@@ -178,16 +209,29 @@ def test_warm_start_copies_every_tensor_and_leaves_new_ones_at_their_default(dat
         warm_start(build("mlrf", {**fusion, "d_model": 64, "d_ff": 64}), str(tmp_path / "base.pt"))
 
     # through the trainer: the run starts from the baseline and logs the new tensors
-    result = train({**spec(max_epoch=1), "model": "mlrf", "arch": fusion, "init_from": str(tmp_path / "base.pt")},
-                   str(data), "de", "en", str(tmp_path / "warm"), str(tmp_path / "warm.pt"))
+    result = train(
+        {**spec(max_epoch=1), "model": "mlrf", "arch": fusion, "init_from": str(tmp_path / "base.pt")},
+        str(data),
+        "de",
+        "en",
+        str(tmp_path / "warm"),
+        str(tmp_path / "warm.pt"),
+    )
     assert (tmp_path / "warm.pt").exists() and result is not None
 
 
 def test_the_models_auxiliary_loss_joins_the_gradient(data, tmp_path):
     from layerwise_nmt.models import build
 
-    arch = {**ARCH, "src_vocab": 40, "tgt_vocab": 40, "encoder_layers": 2, "decoder_layers": 2,
-            "aggregation": "hierarchical", "dropout": 0.0}
+    arch = {
+        **ARCH,
+        "src_vocab": 40,
+        "tgt_vocab": 40,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "aggregation": "hierarchical",
+        "dropout": 0.0,
+    }
     pd_ = ParallelData(data, "train", "de", "en")
     batch = collate(pd_, make_batches(pd_.src.sizes, pd_.tgt.sizes, 120, None, seed=1)[0])
     cfg = TrainConfig.from_dict({"max_update": 1, "label_smoothing": 0.0})
@@ -221,9 +265,11 @@ def test_gpu_claims_are_exclusive_and_released_with_the_process(tmp_path, monkey
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    code = ("import os, sys, time; from layerwise_nmt.training.gpu_lock import claim;"
-            " h = claim(int(sys.argv[1]), sys.argv[2]);"
-            " print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)")
+    code = (
+        "import os, sys, time; from layerwise_nmt.training.gpu_lock import claim;"
+        " h = claim(int(sys.argv[1]), sys.argv[2]);"
+        " print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)"
+    )
     first = subprocess.Popen([sys.executable, "-c", code, "2", str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert first.stdout.readline().strip() == "0,1"
     mine = claim(1, tmp_path, timeout=0, poll=0.01)
@@ -245,9 +291,28 @@ def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(
     """`lwnmt train --ranks 2`: torchrun, two gloo ranks, update_freq 4 → 2 batches per rank; a SIGTERM to the
     job reaches both ranks, which checkpoint and exit; the retry resumes."""
     save_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "layerwise_nmt", "train", "--spec", json.dumps(spec(max_update=100000,
-           update_freq=4, save_interval_updates=1000)), "--data", str(data), "--src", "de", "--tgt", "en",
-           "--save-dir", str(save_dir), "--final", str(tmp_path / "model.pt"), "--threads", "1", "--ranks", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "layerwise_nmt",
+        "train",
+        "--spec",
+        json.dumps(spec(max_update=100000, update_freq=4, save_interval_updates=1000)),
+        "--data",
+        str(data),
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--save-dir",
+        str(save_dir),
+        "--final",
+        str(tmp_path / "model.pt"),
+        "--threads",
+        "1",
+        "--ranks",
+        "2",
+    ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline and proc.poll() is None:
@@ -270,8 +335,17 @@ def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(
 
 def test_cosine_schedule_is_wu_et_al_recipe():
     """GCA's DynamicConv WMT rows: linear warm-up 1e-7 → 1e-3 over 10K updates, one 20K cosine period to 1e-7."""
-    cfg = TrainConfig.from_dict({"lr_scheduler": "cosine", "lr": 1e-3, "warmup_updates": 10000, "warmup_init_lr": 1e-7,
-                                 "min_lr": 1e-7, "lr_period_updates": 20000, "max_update": 30000})
+    cfg = TrainConfig.from_dict(
+        {
+            "lr_scheduler": "cosine",
+            "lr": 1e-3,
+            "warmup_updates": 10000,
+            "warmup_init_lr": 1e-7,
+            "min_lr": 1e-7,
+            "lr_period_updates": 20000,
+            "max_update": 30000,
+        }
+    )
     assert lr_at(5000, cfg, 1024) == pytest.approx(1e-7 + (1e-3 - 1e-7) / 2)
     assert lr_at(10000, cfg, 1024) == pytest.approx(1e-3)
     assert lr_at(20001, cfg, 1024) == pytest.approx((1e-3 + 1e-7) / 2)
@@ -286,8 +360,14 @@ def test_final_model_best_is_the_epoch_early_stopping_chose(data, tmp_path):
     import csv
 
     save = tmp_path / "run"
-    train(spec(max_epoch=4, patience=3, final_model="best", lr=0.02), str(data), "de", "en", str(save),
-          str(tmp_path / "model.pt"))
+    train(
+        spec(max_epoch=4, patience=3, final_model="best", lr=0.02),
+        str(data),
+        "de",
+        "en",
+        str(save),
+        str(tmp_path / "model.pt"),
+    )
     with open(save / "metrics.csv", newline="") as f:
         losses = [float(row["valid_loss"]) for row in csv.DictReader(f)]
     best_epoch = losses.index(min(losses)) + 1
@@ -303,14 +383,34 @@ def test_train_takes_fairseq_flags_over_the_spec():
     from layerwise_nmt.cli.train import train_spec
 
     base = ["train", "--data", "d", "--src", "de", "--tgt", "en", "--save-dir", "s"]
-    args = build_parser().parse_args(base + ["--spec", '{"train": {"lr": 1.0, "patience": 3}}', "--arch",
-                                             "transformer_iwslt_de_en", "--max-tokens", "2048", "--lr", "5e-4",
-                                             "--update-freq", "2", "--max-update", "100", "--dropout", "0.3"])
-    assert train_spec(args) == {"model": "transformer", "arch": {"preset": "iwslt", "dropout": 0.3},
-                                "train": {"lr": 5e-4, "patience": 3, "max_tokens": 2048, "update_freq": 2,
-                                          "max_update": 100}}
-    assert train_spec(build_parser().parse_args(base + ["--arch", "big"])) == {"model": "transformer",
-                                                                            "arch": {"preset": "big"}}
+    args = build_parser().parse_args(
+        base
+        + [
+            "--spec",
+            '{"train": {"lr": 1.0, "patience": 3}}',
+            "--arch",
+            "transformer_iwslt_de_en",
+            "--max-tokens",
+            "2048",
+            "--lr",
+            "5e-4",
+            "--update-freq",
+            "2",
+            "--max-update",
+            "100",
+            "--dropout",
+            "0.3",
+        ]
+    )
+    assert train_spec(args) == {
+        "model": "transformer",
+        "arch": {"preset": "iwslt", "dropout": 0.3},
+        "train": {"lr": 5e-4, "patience": 3, "max_tokens": 2048, "update_freq": 2, "max_update": 100},
+    }
+    assert train_spec(build_parser().parse_args(base + ["--arch", "big"])) == {
+        "model": "transformer",
+        "arch": {"preset": "big"},
+    }
 
 
 def test_tensorboard_event_files_hold_the_curves_of_metrics_csv(data, tmp_path):
@@ -339,14 +439,30 @@ def test_a_hand_run_writes_only_under_its_save_dir(data, tmp_path):
 
     for name in ("a", "b"):
         run = tmp_path / name
-        main(["train", "--spec", json.dumps(spec(max_update=2)), "--data", str(data), "--src", "de", "--tgt", "en",
-              "--save-dir", str(run), "--final", str(run / "model.pt")])
+        main(
+            [
+                "train",
+                "--spec",
+                json.dumps(spec(max_update=2)),
+                "--data",
+                str(data),
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--save-dir",
+                str(run),
+                "--final",
+                str(run / "model.pt"),
+            ]
+        )
         assert (run / "metrics.csv").is_file() and (run / "training.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
 
-def test_a_finished_training_run_again_trains_from_update_0_and_an_interrupted_one_resumes(data, tmp_path, caplog,
-                                                                                            monkeypatch):
+def test_a_finished_training_run_again_trains_from_update_0_and_an_interrupted_one_resumes(
+    data, tmp_path, caplog, monkeypatch
+):
     """`snakemake --forcerun` of a training that wrote its model reruns it with its checkpoints in place: that is a
     retrain, its checkpoints moved aside. A run stopped before its end (a kill, a preemption) resumes."""
     import logging
@@ -361,9 +477,11 @@ def test_a_finished_training_run_again_trains_from_update_0_and_an_interrupted_o
     with caplog.at_level(logging.INFO):
         train(settings, str(data), "de", "en", str(save), final)
     assert "resumed from" not in caplog.text
-    assert (f"{save}: its run finished at update 6 (max_update) and wrote its final model; run again, it is trained "
-            f"again; moved them to {save.parent / 'checkpoints.superseded-1'} and starting afresh from update 0"
-            in caplog.text)
+    assert (
+        f"{save}: its run finished at update 6 (max_update) and wrote its final model; run again, it is trained "
+        f"again; moved them to {save.parent / 'checkpoints.superseded-1'} and starting afresh from update 0"
+        in caplog.text
+    )
     again = torch.load(final, weights_only=False)
     assert again["progress"]["update"] == 6 and len(again["progress"]["history"]) == len(first["progress"]["history"])
     for key, tensor in first["model"].items():  # trained anew from the same seed: the same weights
@@ -409,8 +527,10 @@ def test_a_checkpoint_whose_tensors_no_longer_fit_the_model_is_refused_in_one_li
     with pytest.raises(UserError) as err:
         train(spec(max_update=4), str(data), "de", "en", str(save))
     line = str(err.value)
-    assert "\n" not in line and line.startswith(f"{save / 'checkpoint_last.pt'}: not resumed: its tensors do not fit "
-                                                f"model transformer as its code builds it now (")
+    assert "\n" not in line and line.startswith(
+        f"{save / 'checkpoint_last.pt'}: not resumed: its tensors do not fit "
+        f"model transformer as its code builds it now ("
+    )
     assert name in line and line.endswith(f"to train it from update 0, move {save} aside")
 
 
@@ -420,8 +540,7 @@ def test_a_resumed_run_computes_in_the_precision_its_checkpoint_was_trained_in(d
     from layerwise_nmt.training import loop
     from layerwise_nmt.training.precision import Precision, device_name
 
-    chosen = Precision("bf16", "auto", "measured: bf16 1.50x fp32", device_name(torch.device("cpu")),
-                       "bf16 1.50x fp32")
+    chosen = Precision("bf16", "auto", "measured: bf16 1.50x fp32", device_name(torch.device("cpu")), "bf16 1.50x fp32")
     monkeypatch.setattr(loop, "resolve", lambda *args, **kwargs: chosen)
     save = tmp_path / "run"
     train(spec(max_update=2, amp="auto"), str(data), "de", "en", str(save))

@@ -22,8 +22,9 @@ from layerwise_nmt.training.loop import train
 
 
 def lwnmt(*args, stdin: bytes | None = None, env: dict | None = None):
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True,
-                            input=stdin, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, input=stdin, env=env
+    )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
@@ -110,8 +111,15 @@ def test_stdout_and_fairseq_nbest_lines(trained, tmp_path):
 
 
 def test_raw_text_keeps_an_empty_line_empty_and_writes_what_help_promises(trained, tmp_path, monkeypatch, capsys):
-    setup = {"model": str(trained["model"]), "data": str(trained["data"]), "src": "de", "tgt": "en",
-             "tokenize": {"tokenizer": "moses"}, "codes": None, "decode": {"beam": 2}}
+    setup = {
+        "model": str(trained["model"]),
+        "data": str(trained["data"]),
+        "src": "de",
+        "tgt": "en",
+        "tokenize": {"tokenizer": "moses"},
+        "codes": None,
+        "decode": {"beam": 2},
+    }
     monkeypatch.setattr(cli.common, "load_config", lambda a: {})
     monkeypatch.setattr(config_module, "trained_model", lambda config, name, seed: setup)
     source = tmp_path / "raw.txt"
@@ -176,8 +184,19 @@ def test_a_trained_model_knows_its_direction(trained, tmp_path):
     averaged = tmp_path / "averaged.pt"
     average(sorted(run.glob("checkpoint_last.pt")), averaged)
     assert checkpoint.load(averaged)["languages"] == {"src": "de", "tgt": "en"}
-    code, out, err = lwnmt("translate", "-", "--model", trained["model"], "--data", trained["data"], "--src", "en",
-                           "--tgt", "de", stdin=b"w1 w2\n")
+    code, out, err = lwnmt(
+        "translate",
+        "-",
+        "--model",
+        trained["model"],
+        "--data",
+        trained["data"],
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        stdin=b"w1 w2\n",
+    )
     assert out == "" and f"--src en --tgt de: {trained['model']} translates de→en" in one_line_error(code, err)
 
 
@@ -189,8 +208,9 @@ def model_dir(trained, tmp_path) -> Path:
     from layerwise_nmt.inference.export import write
 
     dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
-    return write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None, {"tokenizer": "moses"},
-                 {"beam": 2}, {})
+    return write(
+        trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None, {"tokenizer": "moses"}, {"beam": 2}, {}
+    )
 
 
 def test_a_model_directory_that_is_not_there_is_named(tmp_path):
@@ -242,8 +262,11 @@ def imported_modules(*code: str) -> set[str]:
     """The top-level packages a fresh interpreter imports to run `code` (python -X importtime)."""
     result = subprocess.run([sys.executable, "-X", "importtime", *code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
-    return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines()
-            if line.startswith("import time:")}
+    return {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
 
 
 def test_help_and_data_commands_import_no_torch(tmp_path):
@@ -256,9 +279,11 @@ def test_help_and_data_commands_import_no_torch(tmp_path):
 
 def test_the_decoding_settings_need_neither_torch_nor_numpy():
     """A workflow driver without torch checks the config's decoding settings with BeamConfig."""
-    code = ("import sys; sys.modules['torch'] = sys.modules['numpy'] = None\n"
-            "from layerwise_nmt.inference.config import BeamConfig\n"
-            "assert BeamConfig.from_dict({'beam': 4, 'tune_lenpen': [0.6, 1]}).tune_lenpen == (0.6, 1.0)")
+    code = (
+        "import sys; sys.modules['torch'] = sys.modules['numpy'] = None\n"
+        "from layerwise_nmt.inference.config import BeamConfig\n"
+        "assert BeamConfig.from_dict({'beam': 4, 'tune_lenpen': [0.6, 1]}).tune_lenpen == (0.6, 1.0)"
+    )
     assert "torch" not in imported_modules("-c", code)
     from layerwise_nmt.inference import config as beam_config, decode
     from layerwise_nmt.training import precision
@@ -276,24 +301,33 @@ def test_one_setup_resolves_each_kind_of_request(trained, model_dir, tmp_path, m
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"W1 w2\n")))
     job = translation.prepare(translation.Request(model=str(model_dir)), {"lenpen": 0.6}, tmp_path)
     assert (job.model, job.data, job.src, job.tgt, job.detok, job.label) == (
-        str(model_dir / "model.pt"), str(model_dir), "de", "en", "en", "stdin")
+        str(model_dir / "model.pt"),
+        str(model_dir),
+        "de",
+        "en",
+        "en",
+        "stdin",
+    )
     assert job.options == {"beam": 2, "lenpen": 0.6} and Path(job.source).read_text() == "W1 w2\n"
     source = tmp_path / "in.bpe"
-    job = translation.prepare(translation.Request(str(source), str(trained["model"]), str(trained["data"]), "de",
-                                                  "en"), {}, tmp_path)
+    job = translation.prepare(
+        translation.Request(str(source), str(trained["model"]), str(trained["data"]), "de", "en"), {}, tmp_path
+    )
     assert (job.source, job.detok, job.experiment) == (str(source), None, None)
     with pytest.raises(translation.UserError, match="no such model directory"):
         translation.prepare(translation.Request(model=str(tmp_path / "gone")), {}, tmp_path)
-    assert translation.REQUEST_ARGUMENTS == tuple(f for f in translation.Request.__dataclass_fields__
-                                                  if f not in ("config", "config_files"))
+    assert translation.REQUEST_ARGUMENTS == tuple(
+        f for f in translation.Request.__dataclass_fields__ if f not in ("config", "config_files")
+    )
 
 
 # Input the model cannot read: said per line, on stderr, never in the translations
 
 
 def warnings_of(err: str) -> list[str]:
-    return [line.split(": ", 1)[1] for line in err.splitlines()
-            if " WARNING layerwise_nmt.inference.translation: " in line]
+    return [
+        line.split(": ", 1)[1] for line in err.splitlines() if " WARNING layerwise_nmt.inference.translation: " in line
+    ]
 
 
 def test_a_line_mostly_unknown_to_the_model_or_losing_characters_is_named(trained, tmp_path):
@@ -302,8 +336,17 @@ def test_a_line_mostly_unknown_to_the_model_or_losing_characters_is_named(traine
     from layerwise_nmt.inference.export import write
 
     dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
-    model_dir = write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, None,
-                      {"tokenizer": "moses", "remove_non_printing": True}, {"beam": 2}, {})
+    model_dir = write(
+        trained["model"],
+        tmp_path / "model-dir",
+        "de",
+        "en",
+        *dicts,
+        None,
+        {"tokenizer": "moses", "remove_non_printing": True},
+        {"beam": 2},
+        {},
+    )
     source = tmp_path / "raw.de"
     source.write_text("w1 w2 w3\nw1 😀 w2 & w3\n我 喜欢 猫 w1\nw1\u200b w2\x07 w3\n\u200b\nw4 w5\n", encoding="utf-8")
     code, out, err = lwnmt("translate", source, "--model", model_dir)
@@ -319,17 +362,20 @@ def test_a_line_mostly_unknown_to_the_model_or_losing_characters_is_named(traine
     # Moses splits every Han character (a Chinese model's tokenizer is jieba)
     assert chinese.startswith(f"{source}:3: 4 of 5 source tokens (80%) are unknown to the model's dictionary")
     assert chinese.endswith("so its translation cannot be of this line: 我, 喜, 欢, 猫")
-    assert removed == (f"{source}:4: U+200B ZERO WIDTH SPACE, U+0007 (a control character) removed by "
-                       "normalisation or tokenization")
+    assert removed == (
+        f"{source}:4: U+200B ZERO WIDTH SPACE, U+0007 (a control character) removed by normalisation or tokenization"
+    )
     assert blank == f"{source}:5: U+200B ZERO WIDTH SPACE removed by normalisation or tokenization"
 
 
 def test_a_bped_input_mostly_unknown_is_named(trained):
     code, out, err = lwnmt("translate", "-", *decode_args(trained), stdin=b"w1 w2\nx9@@ y8 w1\n")
     assert code == 0 and len(out.splitlines()) == 2, err
-    assert warnings_of(err) == ["stdin:2: 2 of 3 source tokens (67%) are unknown to the model's dictionary "
-                                f"({trained['data'] / 'dict.de.txt'}), so its translation cannot be of this line: "
-                                "x9@@, y8"]
+    assert warnings_of(err) == [
+        "stdin:2: 2 of 3 source tokens (67%) are unknown to the model's dictionary "
+        f"({trained['data'] / 'dict.de.txt'}), so its translation cannot be of this line: "
+        "x9@@, y8"
+    ]
 
 
 def test_characters_replaced_or_recased_are_not_counted_as_removed():
@@ -354,8 +400,9 @@ def test_a_line_longer_than_training_or_markup_escaped_into_pieces_is_named(trai
     codes = tmp_path / "bpecodes"
     codes.write_text("#version: 0.2\n" + "".join(f"w {i}</w>\n" for i in range(1, 10)))
     dicts = [trained["data"] / f"dict.{lang}.txt" for lang in ("de", "en")]
-    model_dir = write(trained["model"], tmp_path / "model-dir", "de", "en", *dicts, codes, {"tokenizer": "moses"},
-                      {"beam": 2}, {})
+    model_dir = write(
+        trained["model"], tmp_path / "model-dir", "de", "en", *dicts, codes, {"tokenizer": "moses"}, {"beam": 2}, {}
+    )
     assert checkpoint.load(model_dir / "model.pt")["trained_lengths"] == {"src": 9, "tgt": 9}
     source = tmp_path / "raw.de"
     long = " ".join(["w1 w2 w3"] * 10)
@@ -366,8 +413,12 @@ def test_a_line_longer_than_training_or_markup_escaped_into_pieces_is_named(trai
     [longer] = [w for w in warned if w.startswith(f"{source}:2: ")]
     assert "31 source tokens (with </s>), longer than any the model was trained on (at most 9)" in longer
     [markup] = [w for w in warned if w.startswith(f"{source}:3: ") and "markup" in w]
-    assert "markup translated as text, in tokens the model never saw as such: <p> (as &@@ l@@ t@@ ; p &@@ g@@ t@@ ;)" \
-        in markup and "&amp; (as &@@ a@@ m@@ p@@ ; a@@ m@@ p ;)" in markup and "</p> (as " in markup
+    assert (
+        "markup translated as text, in tokens the model never saw as such: <p> (as &@@ l@@ t@@ ; p &@@ g@@ t@@ ;)"
+        in markup
+        and "&amp; (as &@@ a@@ m@@ p@@ ; a@@ m@@ p ;)" in markup
+        and "</p> (as " in markup
+    )
     # the fragments are named by their tag, not one by one, nor counted as the line's unknown tokens
     assert "dropped from its translation" not in markup and "are unknown" not in markup
     assert not [w for w in warned if w.startswith(f"{source}:1: ")]
@@ -383,5 +434,6 @@ def test_an_output_far_shorter_than_its_source_is_named():
         "in.de:1: its translation has 3 tokens for the source's 12 (25%): far shorter, so part of the line is likely "
         "untranslated",
         "in.de:4: 31 source tokens (with </s>), longer than any the model was trained on (at most 20) (split it into "
-        "sentences)"]
+        "sentences)",
+    ]
     assert length_warnings(sources[3:], outputs[3:], "in.de", None, 1024) == []  # an older model: nothing to compare

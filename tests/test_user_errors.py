@@ -21,8 +21,9 @@ from layerwise_nmt.grid.stage_checks import check_experiments
 
 
 def lwnmt(*args, cwd=ROOT, **kw):
-    return subprocess.run([sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", *map(str, args)], capture_output=True, text=True, cwd=cwd, **kw
+    )
 
 
 def one_line(result) -> str:
@@ -43,7 +44,7 @@ def overlay(tmp_path: Path, data: dict, name: str = "mine.yaml") -> Path:
 
 def test_an_error_never_lands_in_the_translation_when_stderr_is_a_file(tmp_path):
     hyp, log = tmp_path / "hyp.txt", tmp_path / "err.log"
-    command = (f"{sys.executable} -m layerwise_nmt translate in.bpe --model m.pt > {hyp} 2> {log}")
+    command = f"{sys.executable} -m layerwise_nmt translate in.bpe --model m.pt > {hyp} 2> {log}"
     job = subprocess.run(["bash", "-c", command], cwd=tmp_path)
     assert job.returncode == 1
     assert hyp.read_text() == ""  # was: "lwnmt translate: error: missing --data, ..." as a hypothesis
@@ -87,12 +88,18 @@ def test_a_misspelled_model_is_a_config_error_with_did_you_mean_naming_the_overl
     assert dry.returncode == 1 and expected in dry.stdout + dry.stderr  # was: exit 0, 14 jobs dropped
 
 
-@pytest.mark.parametrize("data, key, hint", [
-    ({"experiment": {}}, "experiment", "did you mean 'experiments'?"),
-    ({"experiments": {"demo.lwc": {"trian": {"max_update": 3}}}}, "experiments/demo.lwc/trian",
-     "did you mean 'train'?"),
-    ({"experiments": {"demo.lwc": {"zzzz": 1}}}, "experiments/demo.lwc/zzzz", "expected one of description, "),
-])
+@pytest.mark.parametrize(
+    "data, key, hint",
+    [
+        ({"experiment": {}}, "experiment", "did you mean 'experiments'?"),
+        (
+            {"experiments": {"demo.lwc": {"trian": {"max_update": 3}}}},
+            "experiments/demo.lwc/trian",
+            "did you mean 'train'?",
+        ),
+        ({"experiments": {"demo.lwc": {"zzzz": 1}}}, "experiments/demo.lwc/zzzz", "expected one of description, "),
+    ],
+)
 def test_unknown_keys_get_a_did_you_mean_and_the_file_that_holds_them(tmp_path, data, key, hint):
     typo = overlay(tmp_path, data)
     with pytest.raises(UserError) as err:
@@ -113,8 +120,9 @@ def test_a_bad_setting_in_the_overlay_names_the_overlay_not_config_yaml(tmp_path
 
 
 def test_ctrl_c_checkpoints_like_sigterm_and_exits_with_one_line(toy_data, tmp_path):
-    proc, _, save_dir = training_in_the_background(toy_spec(max_update=100000, save_interval_updates=1000), toy_data,
-                                                   tmp_path)
+    proc, _, save_dir = training_in_the_background(
+        toy_spec(max_update=100000, save_interval_updates=1000), toy_data, tmp_path
+    )
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 75 and "Traceback" not in err, err[-3000:]
@@ -132,8 +140,11 @@ def as_in_a_terminal() -> None:
 def signal_dispositions(pid: int) -> str:
     """The blocked, ignored and caught signal masks of a process (for a failure's message)."""
     try:
-        return " ".join(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                        if line.startswith(("SigBlk", "SigIgn", "SigCgt", "ShdPnd", "SigPnd")))
+        return " ".join(
+            line
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith(("SigBlk", "SigIgn", "SigCgt", "ShdPnd", "SigPnd"))
+        )
     except OSError:
         return ""
 
@@ -160,9 +171,26 @@ def wait_until_reading_stdin(proc: subprocess.Popen, timeout: float = 120) -> No
 
 def test_ctrl_c_outside_training_is_one_line_not_a_traceback(tmp_path):
     """`lwnmt translate` waiting for its input on stdin, interrupted."""
-    proc = subprocess.Popen([sys.executable, "-m", "layerwise_nmt", "translate", "--model", "m.pt", "--data",
-                             str(tmp_path), "--src", "de", "--tgt", "en"], stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "translate",
+            "--model",
+            "m.pt",
+            "--data",
+            str(tmp_path),
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+        ],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_in_a_terminal,
+    )
     wait_until_reading_stdin(proc)
     dispositions = signal_dispositions(proc.pid)
     proc.send_signal(signal.SIGINT)
@@ -178,8 +206,11 @@ def test_ctrl_c_outside_training_is_one_line_not_a_traceback(tmp_path):
 def test_a_text_file_given_as_the_model_is_one_line(tmp_path, text):
     model = tmp_path / "model.pt"
     model.write_text(text)
-    with pytest.raises(UserError, match=rf"{model}: not a readable checkpoint.*not a PyTorch file: it begins "
-                                        rf"'{text[:5]}"):
+    with pytest.raises(
+        UserError,
+        match=rf"{model}: not a readable checkpoint.*not a PyTorch file: it begins "
+        rf"'{text[:5]}",
+    ):
         from layerwise_nmt.training.checkpoint import load
 
         load(model)
@@ -202,25 +233,36 @@ def snakemake_error(result) -> str:
 def test_a_yaml_syntax_error_in_an_overlay_names_file_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("targets:\n  tasks: [multi30k_deen]\n  tables: [demo/T1\nexperiments: {}\n")
-    line = snakemake_error(snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad),
-                                     check=False))
+    line = snakemake_error(
+        snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad), check=False)
+    )
     assert line.startswith(f"config file {bad}, line 4, column 12: not valid YAML: expected ',' or ']'"), line
     assert line.endswith("(while parsing a flow sequence at line 3, column 11)")  # where the list began
     assert one_line(lwnmt("status", "--config", "config.yaml", "--config", bad)) == f"lwnmt status: error: {line}"
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"experiments": {"demo.lwcc": {"train": {"lr": 0.001}}}},
-     "config key experiments/demo.lwcc: no experiment 'demo.lwcc' to change; did you mean 'demo.lwc'?"),
-    ({"papers": {"demo": {"figures": {"buckts": {"caption": "mine"}}}}},
-     "config key papers/demo/figures/buckts: no figure demo/buckts to change; did you mean 'buckets'?"),
-    ({"targets": {"tables": ["demo/T2"]}},
-     "config key targets/tables: unknown table 'demo/T2'; did you mean 'demo/T1'"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (
+            {"experiments": {"demo.lwcc": {"train": {"lr": 0.001}}}},
+            "config key experiments/demo.lwcc: no experiment 'demo.lwcc' to change; did you mean 'demo.lwc'?",
+        ),
+        (
+            {"papers": {"demo": {"figures": {"buckts": {"caption": "mine"}}}}},
+            "config key papers/demo/figures/buckts: no figure demo/buckts to change; did you mean 'buckets'?",
+        ),
+        (
+            {"targets": {"tables": ["demo/T2"]}},
+            "config key targets/tables: unknown table 'demo/T2'; did you mean 'demo/T1'",
+        ),
+    ],
+)
 def test_a_misspelt_name_in_an_overlay_is_one_line_with_the_closest_names(tmp_path, data, expected):
     typo = overlay(tmp_path, data)  # was: "is not valid under any of the given schemas", or a traceback
-    line = snakemake_error(snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(typo),
-                                     check=False))
+    line = snakemake_error(
+        snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(typo), check=False)
+    )
     assert line.startswith(f"{typo}: {expected}"), line
     status = lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", typo)
     assert one_line(status) == f"lwnmt status: error: {line}"
@@ -229,20 +271,34 @@ def test_a_misspelt_name_in_an_overlay_is_one_line_with_the_closest_names(tmp_pa
 def test_a_target_naming_no_experiment_is_one_line_with_the_closest_names(tmp_path):
     target = "results/multi30k_deen/demo.lwcc/seed1/test.score.json"
     result = snakemake(tmp_path, target, "-n", "--configfile", str(ROOT / "config/demo.yaml"), check=False)
-    assert snakemake_error(result) == ("results/multi30k_deen/demo.lwcc/…: no experiment 'demo.lwcc' in the config; "
-                                       "did you mean 'demo.lwc'?")  # was: ~12 lines of InputFunctionException
+    assert snakemake_error(result) == (
+        "results/multi30k_deen/demo.lwcc/…: no experiment 'demo.lwcc' in the config; did you mean 'demo.lwc'?"
+    )  # was: ~12 lines of InputFunctionException
 
 
 def test_a_config_error_in_a_training_job_is_not_retried(tmp_path):
     """The train rule retries a failed attempt (preemption resumes); a config error met by an attempt would be met by
     each retry, printing its line and paying torch's start three times. Its retry within the same workflow run exits
     at once with the same status; a later run (after a fix) trains again."""
-    args = ("train", "--spec", json.dumps({"model": "transformer"}), "--data", tmp_path / "bin", "--src", "de",
-            "--tgt", "en", "--save-dir", tmp_path / "run")
+    args = (
+        "train",
+        "--spec",
+        json.dumps({"model": "transformer"}),
+        "--data",
+        tmp_path / "bin",
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--save-dir",
+        tmp_path / "run",
+    )
     first = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-1"})
-    line = ("lwnmt train: error: no training budget: set at least one of max_update, max_epoch, max_minutes (`lwnmt "
-            "train --max-update N` or `--max-epoch N`, with `--patience N` for early stopping, as config.yaml's "
-            "defaults do: max_epoch 100, patience 10)")
+    line = (
+        "lwnmt train: error: no training budget: set at least one of max_update, max_epoch, max_minutes (`lwnmt "
+        "train --max-update N` or `--max-epoch N`, with `--patience N` for early stopping, as config.yaml's "
+        "defaults do: max_epoch 100, patience 10)"
+    )
     assert first.returncode == 78 and first.stderr.strip().splitlines()[-1] == line, first.stderr
     retry = lwnmt(*args, env={**os.environ, "LWNMT_WORKFLOW_RUN": "run-1"})
     assert retry.returncode == 78 and retry.stderr.strip() == f"{line} (not retried: the attempt before met it)"

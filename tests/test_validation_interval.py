@@ -16,8 +16,14 @@ def test_validating_every_few_updates_leaves_the_model_bit_for_bit(toy_data, tmp
     runs = {}
     for every in (0, 3):
         save_dir = tmp_path / f"every{every}"
-        train(spec(max_update=14, validate_interval_updates=every), str(toy_data), "de", "en",
-              str(save_dir), final=str(tmp_path / f"model{every}.pt"))
+        train(
+            spec(max_update=14, validate_interval_updates=every),
+            str(toy_data),
+            "de",
+            "en",
+            str(save_dir),
+            final=str(tmp_path / f"model{every}.pt"),
+        )
         runs[every] = pd.read_csv(save_dir / "metrics.csv")
     plain, frequent = runs[0], runs[3]
     assert len(frequent) > len(plain) >= 2  # several epochs, and points between their ends
@@ -27,8 +33,9 @@ def test_validating_every_few_updates_leaves_the_model_bit_for_bit(toy_data, tmp
     assert ends["valid_loss"].tolist() == plain["valid_loss"].tolist()  # the same model at every epoch's end
     a, b = (torch.load(tmp_path / f"model{every}.pt", weights_only=False)["model"] for every in (0, 3))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert digest(tmp_path / "every0" / "checkpoint_last.pt", "model") == \
-        digest(tmp_path / "every3" / "checkpoint_last.pt", "model")
+    assert digest(tmp_path / "every0" / "checkpoint_last.pt", "model") == digest(
+        tmp_path / "every3" / "checkpoint_last.pt", "model"
+    )
 
 
 def digest(path: Path, key: str) -> str:
@@ -46,8 +53,14 @@ def test_the_demo_baselines_training_gives_the_same_model_with_its_validations(t
     assert e["train"]["validate_interval_updates"] > 0
     shas = {}
     for every in (0, 1):
-        train_cfg = {**e["train"], "max_update": 6, "total_num_update": 6, "warmup_updates": 2, "max_tokens": 300,
-                     "validate_interval_updates": every}
+        train_cfg = {
+            **e["train"],
+            "max_update": 6,
+            "total_num_update": 6,
+            "warmup_updates": 2,
+            "max_tokens": 300,
+            "validate_interval_updates": every,
+        }
         spec = {"model": e["model"], "arch": e["arch"], "train": train_cfg}
         train(spec, str(toy_data), "de", "en", str(tmp_path / f"every{every}"), final=str(tmp_path / f"{every}.pt"))
         shas[every] = digest(tmp_path / f"{every}.pt", "model")
@@ -62,8 +75,15 @@ def test_validation_bleu_at_every_validation_leaves_the_model_bit_for_bit(toy_da
     from layerwise_nmt.training import checkpoint
 
     for bleu in (False, True):
-        train(spec(max_update=8, validate_interval_updates=3, valid_bleu=bleu), str(toy_data), "de", "en",
-              str(tmp_path / f"bleu{bleu}"), final=str(tmp_path / f"model{bleu}.pt"), search=validation_search)
+        train(
+            spec(max_update=8, validate_interval_updates=3, valid_bleu=bleu),
+            str(toy_data),
+            "de",
+            "en",
+            str(tmp_path / f"bleu{bleu}"),
+            final=str(tmp_path / f"model{bleu}.pt"),
+            search=validation_search,
+        )
     rows = pd.read_csv(tmp_path / "bleuTrue" / "metrics.csv")
     assert len(rows) >= 3 and (~rows["partial"]).any() and rows["partial"].any()
     assert pd.to_numeric(rows["valid_bleu"], errors="coerce").notna().all()  # every row, mid-epoch ones too

@@ -38,13 +38,19 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
     for kind in ("tables", "figures"):
         for p, t in grid.tables(config, kind):
             spec = config["papers"][p][kind][t]
-            splits = ({grid.split_of(m) for m in grid.metrics_of(spec) if m not in spec.get("mean_of", {})}
-                      | {grid.split_of(m) for ms in spec.get("mean_of", {}).values() for m in ms} if kind == "tables"
-                      else {"test"} if spec["kind"] in ("sweep", "length_buckets") else set())
+            splits = (
+                {grid.split_of(m) for m in grid.metrics_of(spec) if m not in spec.get("mean_of", {})}
+                | {grid.split_of(m) for ms in spec.get("mean_of", {}).values() for m in ms}
+                if kind == "tables"
+                else {"test"}
+                if spec["kind"] in ("sweep", "length_buckets")
+                else set()
+            )
             for row in spec["rows"]:
                 if "experiment" in row and grid.experiment_status(config, row["experiment"]).runnable:
                     needs.setdefault(row["experiment"], {"model.pt"}).update(
-                        {f"{split}.{ext}" for split in splits for ext in ("bpe", "score.json")})
+                        {f"{split}.{ext}" for split in splits for ext in ("bpe", "score.json")}
+                    )
     assert needs
     for name, outputs in needs.items():  # every runnable row: train → (average) → decode → score
         run = grid.experiment_dir(config, name, grid.experiment(config, name)["seeds"][0])
@@ -61,9 +67,14 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
             job = next(block for block in out.split("\nrule ") if f"output: {run}/model.pt" in block)
             assert f"{grid.experiment_dir(config, parent, 1)}/model.pt" in job.split("output:")[0]
     # With fewer slots than ready jobs: trainings before decodes, the longest chain of trainings first.
-    priority = {(rule, e): float(p) for rule, e, p in re.findall(
-        r"\n(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: task=\w+, experiment=([\w.]+),.*\n"
-        r"    priority: ([\d.]+)", out)}
+    priority = {
+        (rule, e): float(p)
+        for rule, e, p in re.findall(
+            r"\n(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: task=\w+, experiment=([\w.]+),.*\n"
+            r"    priority: ([\d.]+)",
+            out,
+        )
+    }
     trained = {e for _, e in priority}
     assert trained and {rule for rule, _ in priority} == {"train"}  # decodes keep Snakemake's default, 0
     for e in trained:
@@ -126,8 +137,10 @@ def test_ci_run_trains_averages_decodes_and_scores_each_seed(ci_run):
         assert len(list((run / "checkpoints").glob("checkpoint[0-9]*.pt"))) == 3
         metrics = (run / "checkpoints" / "metrics.csv").read_text().splitlines()
         assert len(metrics) == 4 and "valid_accuracy" in metrics[0]
-        assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == ["checkpoint2.pt",
-                                                                                       "checkpoint3.pt"]
+        assert torch.load(run / "averaged.pt", weights_only=False)["averaged_from"] == [
+            "checkpoint2.pt",
+            "checkpoint3.pt",
+        ]
 
 
 def test_ci_run_tables_give_mean_sd_quoted_rows_and_why_a_row_did_not_run(ci_run):
@@ -189,16 +202,41 @@ def test_ci_run_model_translates_raw_text_as_the_workflow_decoded_it_there_and_e
     """Raw text, translated with an experiment's trained model and its task's own preprocessing, comes out as the
     workflow's decoding of the test set, detokenized; the same from the run's model directory, anywhere."""
     raw = (ci_run / "results/raw/multi30k/test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:5]
-    result = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "-", "--experiment", "ci.transformer",
-                             "--seed", "2", "--config", str(ROOT / "config.yaml"), "--config",
-                             str(ROOT / "config/ci.yaml")], input="\n".join(raw) + "\n", capture_output=True,
-                            text=True, cwd=ci_run, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "translate",
+            "-",
+            "--experiment",
+            "ci.transformer",
+            "--seed",
+            "2",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--config",
+            str(ROOT / "config/ci.yaml"),
+        ],
+        input="\n".join(raw) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=ci_run,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        check=True,
+    )
     detok = MosesDetokenizer(lang="en")
     workflow = (ci_runs(ci_run)[1] / "test.txt").read_text(encoding="utf-8").splitlines()[:5]
     assert result.stdout.splitlines() == [detok.detokenize(line.split()) for line in workflow]
     moved = shutil.copytree(ci_runs(ci_run)[1] / "model_dir", tmp_path / "ci-de-en")
-    portable = subprocess.run([sys.executable, "-m", "layerwise_nmt", "translate", "--model", str(moved)],
-                              input="\n".join(raw) + "\n", capture_output=True, text=True, cwd=tmp_path, check=True)
+    portable = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", "translate", "--model", str(moved)],
+        input="\n".join(raw) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
     assert portable.stdout == result.stdout
 
 
@@ -217,8 +255,9 @@ def test_ci_run_translates_a_held_out_set_from_its_folder_as_it_decoded_the_test
     overlay.write_text(yaml.safe_dump({"tasks": {"multi30k_ci": {"heldout_sets": {"sample": "sample.de.gz"}}}}))
     run = ci_runs(ci_run)[0]
     target = f"{run.relative_to(ci_run)}/heldout.sample.txt"
-    snakemake(ci_run, target, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "--config",
-              f"heldout_dir={folder}")
+    snakemake(
+        ci_run, target, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "--config", f"heldout_dir={folder}"
+    )
     workflow = (run / "test.txt").read_text(encoding="utf-8").splitlines()[:6]
     assert (run / "heldout.sample.txt").read_text(encoding="utf-8").splitlines() == workflow
     assert (run / "heldout.sample.detok").exists() and (run / "translate.heldout.sample.log").exists()
@@ -228,18 +267,30 @@ def test_ci_run_translates_a_held_out_set_from_its_folder_as_it_decoded_the_test
     missing = snakemake(ci_run, target, "-n", "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), check=False)
     assert missing.returncode != 0 and "no held-out set 'sample'" in missing.stdout + missing.stderr
     (folder / "sample.de.gz").unlink()
-    gone = snakemake(ci_run, target, "-n", "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "--config",
-                     f"heldout_dir={folder}", check=False)
+    gone = snakemake(
+        ci_run,
+        target,
+        "-n",
+        "--configfile",
+        str(ROOT / "config/ci.yaml"),
+        str(overlay),
+        "--config",
+        f"heldout_dir={folder}",
+        check=False,
+    )
     assert gone.returncode != 0 and "tasks/multi30k_ci/heldout_sets/sample:" in gone.stdout + gone.stderr
 
 
-def test_ci_run_rerun_has_nothing_to_do_with_or_without_the_mirror_and_a_new_checksum_redoes_its_file(ci_run,
-                                                                                                      mirror, tmp_path):
+def test_ci_run_rerun_has_nothing_to_do_with_or_without_the_mirror_and_a_new_checksum_redoes_its_file(
+    ci_run, mirror, tmp_path
+):
     """Where a checksummed file came from is not what Snakemake compares (nothing is downloaded or retrained); a new
     checksum redoes that file, from its download, and everything made from it."""
     for where in (mirror, None):
-        assert "Nothing to be done" in snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), "-n",
-                                                 mirror=where).stdout
+        assert (
+            "Nothing to be done"
+            in snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), "-n", mirror=where).stdout
+        )
     release = tmp_path / "new-release.yaml"
     release.write_text(yaml.safe_dump({"datasets": {"multi30k": {"archives": {"train.de.gz": {"sha256": "0" * 64}}}}}))
     redo = snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(release), "-n", "-p").stdout
@@ -250,21 +301,31 @@ def test_ci_run_rerun_has_nothing_to_do_with_or_without_the_mirror_and_a_new_che
 def test_ci_run_decoding_and_scoring_settings_rerun_only_their_jobs(ci_run, mirror, tmp_path):
     """Never a training (a GPU-day each) for a decoding or scoring change; a training change retrains."""
     overlay = tmp_path / "decode-score.yaml"
-    overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {
-        "decode": {"lenpen": 0.7}, "score": {"buckets": [5, 10]}, "seeds": [1, 2, 3]}}}))
-    planned = jobs_planned(snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
-                                     mirror=mirror).stdout)
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "experiments": {
+                    "ci.transformer": {"decode": {"lenpen": 0.7}, "score": {"buckets": [5, 10]}, "seeds": [1, 2, 3]}
+                }
+            }
+        )
+    )
+    planned = jobs_planned(
+        snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n", mirror=mirror).stdout
+    )
     assert planned["train"] == 1  # seed 3's, and only it
     assert planned["translate"] == 2 * 3 + 2 + 2 + 1  # valid+test × 3 seeds; ci.lwc, ci.mlrf, ci.enro inherit it
     overlay.write_text(yaml.safe_dump({"experiments": {"ci.transformer": {"train": {"lr": 0.001}}}}))
-    planned = jobs_planned(snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n",
-                                     mirror=mirror).stdout)
+    planned = jobs_planned(
+        snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), str(overlay), "-n", mirror=mirror).stdout
+    )
     assert planned["train"] == 2 + 3  # a training change retrains both seeds and the 3 experiments extending it
 
 
 def test_ci_run_report_holds_every_table_and_figure_with_its_caption(ci_run, mirror, tmp_path):
-    snakemake(ci_run, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"),
-              mirror=mirror)
+    snakemake(
+        ci_run, "--configfile", str(ROOT / "config/ci.yaml"), "--report", str(tmp_path / "report.zip"), mirror=mirror
+    )
     with zipfile.ZipFile(tmp_path / "report.zip") as report:
         names = report.namelist()
         assert {"T1.html", "T2.html", "curves.png", "sweep.png"} <= {n.rsplit("/", 1)[-1] for n in names}
@@ -347,13 +408,15 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
 
 def test_the_workflow_is_snakefmt_clean():
     """Formatted as the Snakemake workflow catalog expects (line length in pyproject.toml's [tool.snakefmt])."""
-    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("path", ["config.yaml", "config/demo.yaml", "config/ci.yaml", "config/study.yaml",
-                                  "config/study_small.yaml"])
+@pytest.mark.parametrize(
+    "path", ["config.yaml", "config/demo.yaml", "config/ci.yaml", "config/study.yaml", "config/study_small.yaml"]
+)
 def test_no_two_experiments_share_a_settings_dict(path):
     """A YAML alias (`train: *x`) loads as one dict shared by every experiment that names it, and Snakemake merges
     an overlay into it in place: `--configfile` editing one experiment would silently edit them all. Merge keys
@@ -370,12 +433,15 @@ def test_no_two_experiments_share_a_settings_dict(path):
     walk(yaml.safe_load((ROOT / path).read_text()).get("experiments", {}), "experiments")
 
 
-@pytest.mark.parametrize("stage, key, hint", [
-    ("train", "max_tokenz", "did you mean max_tokens?"),
-    ("arch", "encoder_layer", "did you mean encoder_layers?"),
-    ("decode", "lenpen_", "did you mean lenpen?"),
-    ("score", "tokenise", "did you mean tokenize?"),
-])
+@pytest.mark.parametrize(
+    "stage, key, hint",
+    [
+        ("train", "max_tokenz", "did you mean max_tokens?"),
+        ("arch", "encoder_layer", "did you mean encoder_layers?"),
+        ("decode", "lenpen_", "did you mean lenpen?"),
+        ("score", "tokenise", "did you mean tokenize?"),
+    ],
+)
 def test_a_typo_in_any_stage_stops_the_dry_run_with_a_did_you_mean(tmp_path, stage, key, hint):
     bad = tmp_path / "typo.yaml"
     bad.write_text(yaml.safe_dump({"experiments": {"demo.lwc": {stage: {key: 1}}}}))
@@ -383,43 +449,78 @@ def test_a_typo_in_any_stage_stops_the_dry_run_with_a_did_you_mean(tmp_path, sta
     result = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad), check=False)
     out = result.stdout + result.stderr
     assert result.returncode != 0 and expected in out and hint in out
-    status = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
-                             "--config", str(ROOT / "config/demo.yaml"), "--config", str(bad)],
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "status",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--config",
+            str(ROOT / "config/demo.yaml"),
+            "--config",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert status.returncode == 1 and expected in status.stderr and hint in status.stderr
 
 
-@pytest.mark.parametrize("stage, key, value, expected", [
-    ("train", "lr", "fast", "a number > 0"),
-    ("arch", "dropout", "0.1", "a number ≥ 0 and < 1"),
-    ("decode", "beam", -3, "an integer ≥ 1"),
-    ("decode", "beam", 0, "an integer ≥ 1"),
-    ("train", "max_tokens", "4k", "an integer ≥ 1 or null"),  # was a TypeError traceback from the budget check
-])
-def test_a_wrong_type_or_range_stops_the_dry_run_naming_experiment_key_and_value(tmp_path, stage, key, value,
-                                                                                 expected):
+@pytest.mark.parametrize(
+    "stage, key, value, expected",
+    [
+        ("train", "lr", "fast", "a number > 0"),
+        ("arch", "dropout", "0.1", "a number ≥ 0 and < 1"),
+        ("decode", "beam", -3, "an integer ≥ 1"),
+        ("decode", "beam", 0, "an integer ≥ 1"),
+        ("train", "max_tokens", "4k", "an integer ≥ 1 or null"),  # was a TypeError traceback from the budget check
+    ],
+)
+def test_a_wrong_type_or_range_stops_the_dry_run_naming_experiment_key_and_value(tmp_path, stage, key, value, expected):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"experiments": {"demo.lwc": {stage: {key: value}}}}))
     line = f"config key experiments/demo.lwc/{stage}/{key}: {value!r}; expected {expected}"
     result = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(bad), check=False)
     assert result.returncode != 0 and line in result.stdout + result.stderr
-    status = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml"),
-                             "--config", str(ROOT / "config/demo.yaml"), "--config", str(bad)],
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "layerwise_nmt",
+            "status",
+            "--config",
+            str(ROOT / "config.yaml"),
+            "--config",
+            str(ROOT / "config/demo.yaml"),
+            "--config",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert status.returncode == 1 and status.stderr.strip() == f"lwnmt status: error: {bad}: {line}"
 
 
 def test_a_bad_default_is_named_with_the_experiment_that_reads_it(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"defaults": {"train": {"label_smoothing": 1.5}}}))
-    with pytest.raises(UserError, match=r"config key defaults/train \(experiment [^)]+\)/label_smoothing: 1\.5; "
-                                        r"expected a number ≥ 0 and < 1"):
+    with pytest.raises(
+        UserError,
+        match=r"config key defaults/train \(experiment [^)]+\)/label_smoothing: 1\.5; "
+        r"expected a number ≥ 0 and < 1",
+    ):
         check_experiments(grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", bad))
 
 
 def test_status_says_why_rows_cannot_run():
-    out = subprocess.run([sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "layerwise_nmt", "status", "--config", str(ROOT / "config.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "multi30k_deen" in out
     assert "blocked" in out and "nist_zhen" in out
     assert "needs licensed data the user must supply: set datasets/nist-zh-en/user_path" in out
@@ -464,8 +565,10 @@ def _nist_sgm(kind: str, docs: list[list[str]], refs: int = 1) -> str:
         for d, segments in enumerate(docs):
             sysid = f' sysid="ref{r + 1}"' if kind == "ref" else ""
             sets.append(f'<DOC docid="d{d}"{sysid}>')
-            sets += [f"<seg id={i + 1}>{text if kind == 'src' else f'{text} r{r + 1}'}</seg>"
-                     for i, text in enumerate(segments)]
+            sets += [
+                f"<seg id={i + 1}>{text if kind == 'src' else f'{text} r{r + 1}'}</seg>"
+                for i, text in enumerate(segments)
+            ]
             sets.append("</DOC>")
     return "\n".join(sets + [f"</{kind}set>"]) + "\n"
 
@@ -476,30 +579,49 @@ def test_nist_from_a_user_directory_is_scored_on_all_four_references(tmp_path, m
     import gzip
 
     english = gzip.open(mirror / "multi30k/train.en.gz", "rt", encoding="utf-8").read().splitlines()[:300]
-    chinese = ["".join("我们在" if i % 2 else "中国" for i in range(len(line.split()) // 2)) + " " + line.lower()
-               for line in english]
+    chinese = [
+        "".join("我们在" if i % 2 else "中国" for i in range(len(line.split()) // 2)) + " " + line.lower()
+        for line in english
+    ]
     ldc = tmp_path / "ldc"
     ldc.mkdir()
     (ldc / "train.zh").write_text("\n".join(chinese) + "\n", encoding="utf-8")
     (ldc / "train.en").write_text("\n".join(english) + "\n", encoding="utf-8")
     for k, name in enumerate(("mt04", "mt05", "mt06", "mt08")):
-        docs = [chinese[k * 10 + d * 5: k * 10 + d * 5 + 5] for d in range(2)]
-        refs = [english[k * 10 + d * 5: k * 10 + d * 5 + 5] for d in range(2)]
+        docs = [chinese[k * 10 + d * 5 : k * 10 + d * 5 + 5] for d in range(2)]
+        refs = [english[k * 10 + d * 5 : k * 10 + d * 5 + 5] for d in range(2)]
         (ldc / name).mkdir()
         (ldc / name / "src.sgm").write_text(_nist_sgm("src", docs), encoding="utf-8")
         (ldc / name / "ref.sgm").write_text(_nist_sgm("ref", refs, refs=4), encoding="utf-8")
     overlay = tmp_path / "nist.yaml"
-    overlay.write_text(yaml.safe_dump({
-        "datasets": {"nist-zh-en": {"user_path": str(ldc)}},
-        "experiments": {"ci.nist": {
-            "task": "nist_zhen", "model": "transformer", "vocab": "separate",
-            "arch": {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},
-            "train": {"max_tokens": 1000, "lr": 0.003, "warmup_updates": 10, "max_epoch": 1, "patience": 0},
-            "decode": {"beam": 2, "max_len_a": 1.0, "max_len_b": 5},
-            "score": {"tokenize": "13a", "lowercase": True}, "average": None}}}))
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "datasets": {"nist-zh-en": {"user_path": str(ldc)}},
+                "experiments": {
+                    "ci.nist": {
+                        "task": "nist_zhen",
+                        "model": "transformer",
+                        "vocab": "separate",
+                        "arch": {"d_model": 32, "d_ff": 64, "heads": 4, "encoder_layers": 1, "decoder_layers": 1},
+                        "train": {"max_tokens": 1000, "lr": 0.003, "warmup_updates": 10, "max_epoch": 1, "patience": 0},
+                        "decode": {"beam": 2, "max_len_a": 1.0, "max_len_b": 5},
+                        "score": {"tokenize": "13a", "lowercase": True},
+                        "average": None,
+                    }
+                },
+            }
+        )
+    )
     run = tmp_path / "results/nist_zhen/ci.nist/seed1"
-    snakemake(tmp_path, f"{run.relative_to(tmp_path)}/mt04.score.json", "--configfile", str(ROOT / "config.yaml"),
-              str(overlay), mirror=mirror)
+    snakemake(
+        tmp_path,
+        f"{run.relative_to(tmp_path)}/mt04.score.json",
+        "--configfile",
+        str(ROOT / "config.yaml"),
+        str(overlay),
+        mirror=mirror,
+    )
     score = json.loads((run / "mt04.score.json").read_text())
     assert score["references"] == 4 and "nrefs:4" in score["signature"] and "case:lc" in score["signature"]
     refs = (tmp_path / "results/nist_zhen/data/ref/mt04.zh-en.en").read_text().splitlines()

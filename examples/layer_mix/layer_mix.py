@@ -52,7 +52,7 @@ class LayerMixTransformer(Seq2Seq):
 
     def source_views(self, encoded: EncoderOutput) -> list[Tensor]:
         first = 0 if self.config.embeddings else 1
-        states = torch.stack(encoded.states[first:self.config.encoder_layers + 1], dim=0)  # (J, B, S, D)
+        states = torch.stack(encoded.states[first : self.config.encoder_layers + 1], dim=0)  # (J, B, S, D)
         shares = self.weights.softmax(dim=-1)  # (M, J)
         views = torch.einsum("mj,jbsd->mbsd", shares, states) * self.gamma[:, None, None, None]
         views = list(views.unbind(dim=0))

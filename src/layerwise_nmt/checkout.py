@@ -33,6 +33,7 @@ ROOT = source_tree() or Path(os.getcwd())
 def required() -> Path:
     """ROOT, or a one-line UserError when it is not a checkout."""
     if not is_checkout(ROOT):
-        raise UserError(f"{ROOT} is not a checkout of layerwise-nmt (no workflow/Snakefile and config.yaml); run it "
-                        f"in one")
+        raise UserError(
+            f"{ROOT} is not a checkout of layerwise-nmt (no workflow/Snakefile and config.yaml); run it in one"
+        )
     return ROOT

@@ -30,21 +30,26 @@ def copy_to_console(line: str) -> None:
         print(line, flush=True)
 
 
-def command(subparsers, name: str, help: str,
-            handler: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
+def command(subparsers, name: str, help: str, handler: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
     """A subcommand's parser, running `handler` with the parsed arguments; -v also after the subcommand
     (SUPPRESS keeps a -v given before it)."""
     parser = subparsers.add_parser(name, help=help)
-    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="debug logging and tracebacks")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging and tracebacks"
+    )
     parser.set_defaults(func=handler)
     return parser
 
 
 def add_config_files(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", action="append", metavar="FILE", help="a config file (default config.yaml); "
-                        "repeat the option for overlays, later ones override: --config config.yaml --config "
-                        "config/demo.yaml")
+    parser.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help="a config file (default config.yaml); "
+        "repeat the option for overlays, later ones override: --config config.yaml --config "
+        "config/demo.yaml",
+    )
 
 
 def config_files(a) -> list[str]:
@@ -69,10 +74,17 @@ def load_config(a) -> dict:
 
 
 def add_user_code_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--user-dir", metavar="FOLDER", help="a model from outside the package: the folder holding "
-                        "its module (put first on the import path); a model file never imports code on its own")
-    parser.add_argument("--user-module", metavar="MODULE", help="a model from outside the package: its module, "
-                        "importable as installed (instead of --user-dir)")
+    parser.add_argument(
+        "--user-dir",
+        metavar="FOLDER",
+        help="a model from outside the package: the folder holding "
+        "its module (put first on the import path); a model file never imports code on its own",
+    )
+    parser.add_argument(
+        "--user-module",
+        metavar="MODULE",
+        help="a model from outside the package: its module, importable as installed (instead of --user-dir)",
+    )
 
 
 def user_code(a):

@@ -19,12 +19,16 @@ FORMATS = ["plain", "xml", "wmt", "ted_tags", "nist"]  # = data.readers.READERS 
 def add_commands(sub) -> None:
     p = command(sub, "fetch", "download a file: each URL in order, resume, HTML refused, checksum", cmd_fetch)
     p.add_argument("out")
-    p.add_argument("--url", action="append", default=[], help="a source, tried in the order given (official first, "
-                   "then mirrors); none: the file needs a manual download (--manual says how)")
+    p.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="a source, tried in the order given (official first, "
+        "then mirrors); none: the file needs a manual download (--manual says how)",
+    )
     p.add_argument("--manual", help="what to do by hand when no URL gives the file")
     p.add_argument("--expected-at", help="where the data mirror would hold the file (named when every source fails)")
-    p.add_argument("--checksum-source", help="where the expected checksum was published (named when it does not "
-                   "match)")
+    p.add_argument("--checksum-source", help="where the expected checksum was published (named when it does not match)")
     add_checksums(p)
 
     p = command(sub, "extract", "take a raw file out of an archive (or copy it) and verify it", cmd_extract)
@@ -32,18 +36,25 @@ def add_commands(sub) -> None:
     p.add_argument("out")
     p.add_argument("--archive", action="store_true", help="input is an archive (.tgz/.tar/.zip/.gz)")
     p.add_argument("--member", help="path inside the archive (wildcards: the sorted matches, each line-ended)")
-    p.add_argument("--pair-member", help="the other side's wildcard member: files paired by name, line counts "
-                   "checked")
+    p.add_argument("--pair-member", help="the other side's wildcard member: files paired by name, line counts checked")
     p.add_argument("--archive-sha256")
     p.add_argument("--archive-git-blob")
     p.add_argument("--archive-md5")
     p.add_argument("--archive-checksum-source", help="where the archive's checksum was published")
     p.add_argument("--checksum-source", help="where the file's checksum was published")
     p.add_argument("--where", default="its official URL", help="where to get a good copy (for errors)")
-    p.add_argument("--text", action="store_true", help="the file is UTF-8 text, one sentence per line (a corpus of "
-                   "the user's own): every line checked, an invalid one named as file:line")
-    p.add_argument("--make-input", metavar="JSON", help="when INPUT is not there: the lwnmt command that makes it "
-                   "first, as a JSON list of arguments (a download into the cache, an outer archive's extraction)")
+    p.add_argument(
+        "--text",
+        action="store_true",
+        help="the file is UTF-8 text, one sentence per line (a corpus of "
+        "the user's own): every line checked, an invalid one named as file:line",
+    )
+    p.add_argument(
+        "--make-input",
+        metavar="JSON",
+        help="when INPUT is not there: the lwnmt command that makes it "
+        "first, as a JSON list of arguments (a download into the cache, an outer archive's extraction)",
+    )
     add_checksums(p)
 
     p = command(sub, "tokenize", "read segments of a raw file, normalise and tokenize them", cmd_tokenize)
@@ -51,10 +62,16 @@ def add_commands(sub) -> None:
     p.add_argument("out")
     p.add_argument("--lang", required=True)
     p.add_argument("--format", default="plain", choices=FORMATS)
-    p.add_argument("--options", default="{}",
-                   help='JSON, e.g. {"tokenizer": "moses", "aggressive_dash_splits": true, "lowercase": true}')
-    p.add_argument("--normalize-only", action="store_true",
-                   help="normalise without tokenizing (the references of detokenized BLEU)")
+    p.add_argument(
+        "--options",
+        default="{}",
+        help='JSON, e.g. {"tokenizer": "moses", "aggressive_dash_splits": true, "lowercase": true}',
+    )
+    p.add_argument(
+        "--normalize-only",
+        action="store_true",
+        help="normalise without tokenizing (the references of detokenized BLEU)",
+    )
     p.add_argument("--workers", "-j", type=int, default=1)
 
     p = command(sub, "concat", "concatenate files line by line (an evaluation split's references)", cmd_concat)
@@ -63,8 +80,12 @@ def add_commands(sub) -> None:
     p.add_argument("--max-lines", type=int)
 
     p = command(sub, "assemble", "pair, clean and split tokenized parts into train/valid/test", cmd_assemble)
-    p.add_argument("--spec", required=True, help="JSON: {split: {parts: [[raw_src, raw_tgt, tok_src, tok_tgt, "
-                   "format], ...], clean: {...}, hold_out_every: k}}")
+    p.add_argument(
+        "--spec",
+        required=True,
+        help="JSON: {split: {parts: [[raw_src, raw_tgt, tok_src, tok_tgt, "
+        "format], ...], clean: {...}, hold_out_every: k}}",
+    )
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
     p.add_argument("--out-dir", required=True)
@@ -97,8 +118,9 @@ def add_subword_commands(sub) -> None:
     p.add_argument("prefix")
     p.add_argument("--vocab", required=True)
 
-    p = command(sub, "check-reference", "compare outputs with a reference's git blob ids (e.g. fairseq)",
-                cmd_check_reference)
+    p = command(
+        sub, "check-reference", "compare outputs with a reference's git blob ids (e.g. fairseq)", cmd_check_reference
+    )
     p.add_argument("data_dir")
     p.add_argument("--expected", required=True, help='JSON {"relative/path": "git blob id"}')
     p.add_argument("--out", required=True)
@@ -163,8 +185,10 @@ def cmd_assemble(a) -> None:
 
     spec = json.loads(a.spec)
     # train's paths even when only an evaluation split is assembled: its overlap is checked against them
-    outputs = {split: tuple(os.path.join(a.out_dir, f"{split}.{a.src}-{a.tgt}.{lang}") for lang in (a.src, a.tgt))
-               for split in {"train", *spec}}
+    outputs = {
+        split: tuple(os.path.join(a.out_dir, f"{split}.{a.src}-{a.tgt}.{lang}") for lang in (a.src, a.tgt))
+        for split in {"train", *spec}
+    }
     assemble(spec, outputs, a.stats)
 
 

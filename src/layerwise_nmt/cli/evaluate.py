@@ -9,33 +9,46 @@ from .common import add_user_code_flags, command, user_code
 
 
 def add_commands(sub) -> None:
-    p = command(sub, "pick-lenpen", "the length penalty with the best validation BLEU (decode.tune_lenpen)",
-                cmd_pick_lenpen)
+    p = command(
+        sub, "pick-lenpen", "the length penalty with the best validation BLEU (decode.tune_lenpen)", cmd_pick_lenpen
+    )
     p.add_argument("scores", nargs="+", help="score.json of the validation set decoded at each α, in --lenpen order")
     p.add_argument("--lenpen", type=float, nargs="+", required=True, help="the α of each score file")
     p.add_argument("--out", required=True)
 
-    p = command(sub, "score", "BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)",
-                cmd_score)
+    p = command(sub, "score", "BLEU with sacrebleu (tokenized / detokenized / lowercased / compound-split)", cmd_score)
     p.add_argument("hyp")
-    p.add_argument("--ref", nargs="+", required=True, help="reference file(s), one per reference, each as long as "
-                   "HYP")
-    p.add_argument("--stacked-refs", action="store_true",
-                   help="each --ref file holds several references one after the other (a multiple of HYP's lines)")
+    p.add_argument("--ref", nargs="+", required=True, help="reference file(s), one per reference, each as long as HYP")
+    p.add_argument(
+        "--stacked-refs",
+        action="store_true",
+        help="each --ref file holds several references one after the other (a multiple of HYP's lines)",
+    )
     p.add_argument("--source", help="source text (tokenized, no BPE) for length buckets")
     p.add_argument("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}')
     p.add_argument("--meta", help="JSON merged into score.json (experiment, seed, ...)")
     p.add_argument("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json")
-    p.add_argument("--allow-bpe", action="store_true", help="score text that still has BPE's '@@ ' (refused by "
-                   "default: translate's .bpe output is not what BLEU compares)")
+    p.add_argument(
+        "--allow-bpe",
+        action="store_true",
+        help="score text that still has BPE's '@@ ' (refused by "
+        "default: translate's .bpe output is not what BLEU compares)",
+    )
     p.add_argument("--out", required=True)
 
-    p = command(sub, "inspect", "read what a figure shows out of a trained model into JSON (aggregation shares, "
-                "attention)", cmd_inspect)
+    p = command(
+        sub,
+        "inspect",
+        "read what a figure shows out of a trained model into JSON (aggregation shares, attention)",
+        cmd_inspect,
+    )
     p.add_argument("model")
     p.add_argument("--kind", required=True, choices=["aggregation_shares", "attention"])
-    p.add_argument("--options", default="{}", help='JSON, attention: {"data", "src", "tgt", "source", "hypothesis", '
-                   '"sentence", "module"}')
+    p.add_argument(
+        "--options",
+        default="{}",
+        help='JSON, attention: {"data", "src", "tgt", "source", "hypothesis", "sentence", "module"}',
+    )
     p.add_argument("--out", required=True)
     add_user_code_flags(p)
 
@@ -50,11 +63,20 @@ def cmd_pick_lenpen(a) -> None:
         raise UserError(f"{len(a.scores)} score files for {len(a.lenpen)} --lenpen values; expected one each")
     bleu = {alpha: json.loads(Path(path).read_text())["bleu"] for alpha, path in zip(a.lenpen, a.scores)}
     best = pick_lenpen(bleu)
-    print(f"lenpen {best:g}: valid BLEU {bleu[best]:.2f} (" + ", ".join(f"{k:g}: {v:.2f}" for k, v in bleu.items())
-          + ")")
+    print(
+        f"lenpen {best:g}: valid BLEU {bleu[best]:.2f} (" + ", ".join(f"{k:g}: {v:.2f}" for k, v in bleu.items()) + ")"
+    )
     with atomic_path(a.out) as tmp, open(tmp, "w") as f:
-        json.dump({"lenpen": best, "bleu": bleu[best], "bleu_by_lenpen": {f"{k:g}": v for k, v in bleu.items()},
-                   "scores": a.scores}, f, indent=2)
+        json.dump(
+            {
+                "lenpen": best,
+                "bleu": bleu[best],
+                "bleu_by_lenpen": {f"{k:g}": v for k, v in bleu.items()},
+                "scores": a.scores,
+            },
+            f,
+            indent=2,
+        )
 
 
 def cmd_score(a) -> None:

@@ -27,26 +27,45 @@ def add_commands(sub) -> None:
 
     p = command(sub, "plan", "GPU-hours each table needs, estimated before running anything", cmd_plan)
     add_config_files(p)
-    p.add_argument("--gpu", default=DEFAULT_GPU, help=f"the GPU to price on: {', '.join(GPUS)} (default "
-                   f"{DEFAULT_GPU})")
-    p.add_argument("--mfu", type=float, default=DEFAULT_MFU, help=f"assumed model FLOP utilisation: sustained / dense "
-                   f"peak ({DEFAULT_MFU})")
-    p.add_argument("--tflops", type=float, help="instead of --mfu: sustained mixed-precision TFLOP/s per GPU (tf32 "
-                   "and fp32 rows scaled by the GPU's peak ratios)")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help=f"the GPU to price on: {', '.join(GPUS)} (default {DEFAULT_GPU})")
+    p.add_argument(
+        "--mfu",
+        type=float,
+        default=DEFAULT_MFU,
+        help=f"assumed model FLOP utilisation: sustained / dense peak ({DEFAULT_MFU})",
+    )
+    p.add_argument(
+        "--tflops",
+        type=float,
+        help="instead of --mfu: sustained mixed-precision TFLOP/s per GPU (tf32 "
+        "and fp32 rows scaled by the GPU's peak ratios)",
+    )
     p.add_argument("--format", choices=["table", "csv"], default="table")
 
-    p = command(sub, "rehearse", "run every row of config.yaml at toy size on stand-in data, through Snakemake, and "
-                "summarise what ran and what failed", cmd_rehearse)
+    p = command(
+        sub,
+        "rehearse",
+        "run every row of config.yaml at toy size on stand-in data, through Snakemake, and "
+        "summarise what ran and what failed",
+        cmd_rehearse,
+    )
     p.add_argument("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)")
     p.add_argument("--mirror", help="the data mirror (default: $LWNMT_DATA_MIRROR)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
 
-    p = command(sub, "status", "which tasks, experiments and table rows the config's targets need can run, and why "
-                "not", cmd_status)
+    p = command(
+        sub,
+        "status",
+        "which tasks, experiments and table rows the config's targets need can run, and why not",
+        cmd_status,
+    )
     add_config_files(p)
-    p.add_argument("--all", action="store_true", help="every task, experiment and table row of the config, not "
-                   "only what its `targets:` need")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every task, experiment and table row of the config, not only what its `targets:` need",
+    )
 
 
 def cmd_params(a) -> None:
@@ -58,19 +77,25 @@ def cmd_params(a) -> None:
     if a.format == "csv":
         import csv
 
-        writer = csv.DictWriter(sys.stdout, fieldnames=["experiment", "paper", "table", "row", "params",
-                                                        "paper_params", "other_readings"], extrasaction="ignore")
+        writer = csv.DictWriter(
+            sys.stdout,
+            fieldnames=["experiment", "paper", "table", "row", "params", "paper_params", "other_readings"],
+            extrasaction="ignore",
+        )
         writer.writeheader()
-        writer.writerows({**r, "other_readings": ";".join(f"{k}:{v}" for k, v in r["other_readings"].items())}
-                         for r in rows)
+        writer.writerows(
+            {**r, "other_readings": ";".join(f"{k}:{v}" for k, v in r["other_readings"].items())} for r in rows
+        )
         return
     print(f"{'experiment':<34} {'model':<12} {'vocab (src/tgt)':<16} {'params':>12} {'paper':>9}  row")
     for r in rows:
         paper = f"{r['paper_params']:.2f}M" if r["paper_params"] is not None else "—"
         count = f"{r['params']:,}" if r["params"] is not None else r["note"]
         readings = "".join(f"  [{k}: {v:,}]" for k, v in r["other_readings"].items())
-        print(f"{r['experiment']:<34} {r['model']:<12} {r['vocab']:<16} {count:>12} {paper:>9}  "
-              f"{r['paper']} {r['table']} {r['row']}{readings}".rstrip())
+        print(
+            f"{r['experiment']:<34} {r['model']:<12} {r['vocab']:<16} {count:>12} {paper:>9}  "
+            f"{r['paper']} {r['table']} {r['row']}{readings}".rstrip()
+        )
 
 
 def cmd_plan(a) -> None:
@@ -102,8 +127,10 @@ def cmd_rehearse(a) -> None:
 
     mirror = a.mirror or os.environ.get("LWNMT_DATA_MIRROR")
     if not mirror or not Path(mirror).is_dir():
-        raise UserError(f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
-                        f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)")
+        raise UserError(
+            f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
+            f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)"
+        )
     sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args, JOB_ENTRY))
 
 
@@ -114,8 +141,15 @@ def cmd_status(a) -> None:
     config = common.load_config(a)
     rows = grid.all_statuses(config) if a.all else targeted_statuses(config)
     columns = terminal_columns()
-    print(wrap("every task, experiment and table row of the config" if a.all else "what the config's targets need "
-               "(--all: every task, experiment and table row)", columns, indent=2))
+    print(
+        wrap(
+            "every task, experiment and table row of the config"
+            if a.all
+            else "what the config's targets need (--all: every task, experiment and table row)",
+            columns,
+            indent=2,
+        )
+    )
     for kind in ("task", "experiment", "row"):
         selected = [s for s in rows if s.kind == kind]
         # a name wider than a third of the line puts its reason below it, not off the screen
@@ -144,12 +178,11 @@ def wrap(text: str, columns: int | None, indent: int) -> str:
 
     if columns is None:
         return text
-    return textwrap.fill(text, columns, subsequent_indent=" " * indent, break_long_words=False,
-                         break_on_hyphens=False)
+    return textwrap.fill(text, columns, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False)
 
 
 def status_line(s, width: int, columns: int | None) -> str:
-    """"  manual   name  reason", the reason folded under itself (after a name wider than the column: below it).
+    """ "  manual   name  reason", the reason folded under itself (after a name wider than the column: below it).
     An experiment or row waiting for a manual download points to its task's line, which names the files."""
     head = f"  {s.state:<8} {s.name:<{width}}"
     reason = "" if s.state == "ok" else s.reason
@@ -170,14 +203,25 @@ def print_budgets_and_unpinned(config: dict, columns: int | None = None, dataset
 
     flagged = budget_warnings(config)
     print()
-    print(wrap(f"budgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "
-               f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)", columns, 2))
+    print(
+        wrap(
+            f"budgets: {len(flagged)} experiments whose averaging, early stopping, warm-up or restart cannot work "
+            f"as configured (estimated from each task's `estimate`; `lwnmt plan` lists every budget)",
+            columns,
+            2,
+        )
+    )
     for line in flagged:
         print(wrap(f"  flagged {line}", columns, 10))
     unpinned = [u for u in unpinned_downloads(config) if datasets is None or set(u[0]) & datasets]
     print()
-    print(wrap(f"unpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length "
-               f"and against the size and sha256 of their first copy, recorded beside it in <file>.sha256)",
-               columns, 2))
+    print(
+        wrap(
+            f"unpinned: {len(unpinned)} downloaded files no published checksum pins (checked by Content-Length "
+            f"and against the size and sha256 of their first copy, recorded beside it in <file>.sha256)",
+            columns,
+            2,
+        )
+    )
     for datasets, name, why in unpinned:
         print(wrap(f"  unpinned {name} ({', '.join(datasets)}): {why}", columns, 11))

@@ -30,31 +30,58 @@ def add_commands(sub) -> None:
     p.add_argument("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)")
     p.add_argument("--commit", help="the commit the run was made from (default: this checkout's HEAD)")
 
-    p = command(sub, "docs", "rewrite the generated blocks of README.md and docs/*.md (plan, parameter counts, "
-                "figure kinds) from config.yaml", cmd_docs)
+    p = command(
+        sub,
+        "docs",
+        "rewrite the generated blocks of README.md and docs/*.md (plan, parameter counts, "
+        "figure kinds) from config.yaml",
+        cmd_docs,
+    )
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 naming every stale block")
 
-    p = command(sub, "evidence", "a table's runs as small text in the repository (report/evidence.py): `targets` "
-                "(what Snakemake makes for one seed), `copy` (one seed's finished runs into --out), `collect` "
-                "(--out's README.md, summary.json and curves.png from the files there)", cmd_evidence)
+    p = command(
+        sub,
+        "evidence",
+        "a table's runs as small text in the repository (report/evidence.py): `targets` "
+        "(what Snakemake makes for one seed), `copy` (one seed's finished runs into --out), `collect` "
+        "(--out's README.md, summary.json and curves.png from the files there)",
+        cmd_evidence,
+    )
     p.add_argument("action", choices=["targets", "copy", "collect", "depth"])
     add_config_files(p)
     p.add_argument("--table", help="targets, copy, collect: paper/table, e.g. study_cpu/T1")
-    p.add_argument("--study", action="append", metavar="DEPTH=DIR", default=[],
-                   help="depth: a collected study and its depth, shallowest first, e.g. --study 3+3=docs/study/cpu "
-                   "--study 6+6=docs/study/cpu6")
+    p.add_argument(
+        "--study",
+        action="append",
+        metavar="DEPTH=DIR",
+        default=[],
+        help="depth: a collected study and its depth, shallowest first, e.g. --study 3+3=docs/study/cpu "
+        "--study 6+6=docs/study/cpu6",
+    )
     p.add_argument("--figure", help="depth: where to draw Δ BLEU against depth (PNG)")
     p.add_argument("--seed", type=int, help="targets, copy: the seed")
-    p.add_argument("--out", help="copy, collect: the evidence folder, e.g. docs/study/cpu; targets: refuse a seed "
-                   "whose runs there trained on another kind of machine (CPU, GPU)")
+    p.add_argument(
+        "--out",
+        help="copy, collect: the evidence folder, e.g. docs/study/cpu; targets: refuse a seed "
+        "whose runs there trained on another kind of machine (CPU, GPU)",
+    )
     p.add_argument("--results", default=".", help="copy: the folder Snakemake ran in (default: here)")
-    p.add_argument("--partial", action="store_true",
-                   help="copy: the seed's finished runs only (default: refuse while one is unfinished)")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="copy: the seed's finished runs only (default: refuse while one is unfinished)",
+    )
     p.add_argument("--ref", help="collect: the tokenized test references, for the paired bootstrap")
-    p.add_argument("--run-command", default="lwnmt evidence copy --seed <k>",
-                   help="collect: the command the page names for running a missing seed")
-    p.add_argument("--collect-command", default="lwnmt evidence collect",
-                   help="collect: the command the page names for rewriting it")
+    p.add_argument(
+        "--run-command",
+        default="lwnmt evidence copy --seed <k>",
+        help="collect: the command the page names for running a missing seed",
+    )
+    p.add_argument(
+        "--collect-command",
+        default="lwnmt evidence collect",
+        help="collect: the command the page names for rewriting it",
+    )
 
 
 def cmd_table(a) -> None:
@@ -86,8 +113,11 @@ def cmd_readme(a) -> None:
 
     from ..report.readme import update
 
-    commit = a.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip() or None
+    commit = (
+        a.commit
+        or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        or None
+    )
     update(a.readme, a.table, a.figure, commit)
 
 
@@ -97,8 +127,10 @@ def cmd_docs(a) -> None:
     stale = update(check=a.check)
     if a.check and stale:
         raise UserError(f"stale generated blocks: {'; '.join(stale)}; run `lwnmt docs` (or `make docs`)")
-    print(f"{len(stale)} generated block(s) {'stale' if a.check else 'rewritten'}"
-          + (f": {'; '.join(stale)}" if stale else ""))
+    print(
+        f"{len(stale)} generated block(s) {'stale' if a.check else 'rewritten'}"
+        + (f": {'; '.join(stale)}" if stale else "")
+    )
 
 
 def cmd_evidence(a) -> None:
@@ -109,8 +141,10 @@ def cmd_evidence(a) -> None:
 
         studies = [tuple(spec.split("=", 1)) for spec in a.study]
         if not studies or any(len(spec) != 2 for spec in studies) or not a.figure:
-            raise UserError("evidence depth: expected --study DEPTH=DIR for each study (e.g. --study "
-                            "3+3=docs/study/cpu) and --figure FILE.png")
+            raise UserError(
+                "evidence depth: expected --study DEPTH=DIR for each study (e.g. --study "
+                "3+3=docs/study/cpu) and --figure FILE.png"
+            )
         summary = depth.depth_summary(studies)
         print(depth.depth_block(summary), end="")
         print(f"wrote {depth.depth_figure(summary, a.figure)}")

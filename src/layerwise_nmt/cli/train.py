@@ -14,33 +14,55 @@ from .common import command, copy_to_console
 
 # fairseq-train flags `lwnmt train` takes as overrides of --spec: flag → (spec section, key, type)
 TRAIN_FLAGS = {
-    "--arch": ("arch", "preset", str), "--dropout": ("arch", "dropout", float),
-    "--max-tokens": ("train", "max_tokens", int), "--batch-size": ("train", "max_sentences", int),
-    "--update-freq": ("train", "update_freq", int), "--lr": ("train", "lr", float),
-    "--lr-scheduler": ("train", "lr_scheduler", str), "--warmup-updates": ("train", "warmup_updates", int),
-    "--max-update": ("train", "max_update", int), "--max-epoch": ("train", "max_epoch", int),
-    "--clip-norm": ("train", "clip_norm", float), "--label-smoothing": ("train", "label_smoothing", float),
-    "--patience": ("train", "patience", int), "--seed": ("train", "seed", int),
+    "--arch": ("arch", "preset", str),
+    "--dropout": ("arch", "dropout", float),
+    "--max-tokens": ("train", "max_tokens", int),
+    "--batch-size": ("train", "max_sentences", int),
+    "--update-freq": ("train", "update_freq", int),
+    "--lr": ("train", "lr", float),
+    "--lr-scheduler": ("train", "lr_scheduler", str),
+    "--warmup-updates": ("train", "warmup_updates", int),
+    "--max-update": ("train", "max_update", int),
+    "--max-epoch": ("train", "max_epoch", int),
+    "--clip-norm": ("train", "clip_norm", float),
+    "--label-smoothing": ("train", "label_smoothing", float),
+    "--patience": ("train", "patience", int),
+    "--seed": ("train", "seed", int),
 }
 
 
 def add_commands(sub) -> None:
     p = command(sub, "train", "train (resumes from SAVE_DIR/checkpoint_last.pt if present)", cmd_train)
-    p.add_argument("--spec", default="{}", help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
-                   'the transformer with default settings); a budget is needed, as fairseq-train runs until one: '
-                   '--max-update or --max-epoch (config.yaml\'s grid: --max-epoch 100 --patience 10), or the '
-                   'spec\'s max_minutes')
+    p.add_argument(
+        "--spec",
+        default="{}",
+        help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
+        "the transformer with default settings); a budget is needed, as fairseq-train runs until one: "
+        "--max-update or --max-epoch (config.yaml's grid: --max-epoch 100 --patience 10), or the "
+        "spec's max_minutes",
+    )
     add_fairseq_train_flags(p)
     p.add_argument("--data", required=True, help="binarized data directory (bin-joint or bin-separate)")
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
-    p.add_argument("--save-dir", required=True, help="everything the run writes: checkpoints, metrics.csv, "
-                   "training.json, tensorboard/")
+    p.add_argument(
+        "--save-dir",
+        required=True,
+        help="everything the run writes: checkpoints, metrics.csv, training.json, tensorboard/",
+    )
     p.add_argument("--final", help="where to write the final model (the rule's output)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch intra-op threads (0 = PyTorch default); fewer where cores are busy with other work")
-    p.add_argument("--gpus", type=int, default=0,
-                   help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads (0 = PyTorch default); fewer where cores are busy with other work",
+    )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=0,
+        help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun",
+    )
     p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
     p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
     p.set_defaults(error_status=CONFIG_ERROR)

@@ -18,17 +18,33 @@ SERVE_HINT = 'wrote {}; serve it with ctranslate2.Translator (docs/usage.md, "Se
 
 def add_commands(sub) -> None:
     add_translate(sub)
-    p = command(sub, "export", "a model directory that travels: weights, dictionaries, BPE codes, tokenizer, language "
-                "pair, decoding defaults and a manifest (lwnmt translate --model DIR)", cmd_export)
-    p.add_argument("target", help="an experiment of the config (its trained model: averaged or final, --seed's run), "
-                   "or a model.pt (with --data, --src, --tgt, and --codes and --tokenize for raw text); with --format "
-                   "ctranslate2 also a model directory `lwnmt export` wrote")
+    p = command(
+        sub,
+        "export",
+        "a model directory that travels: weights, dictionaries, BPE codes, tokenizer, language "
+        "pair, decoding defaults and a manifest (lwnmt translate --model DIR)",
+        cmd_export,
+    )
+    p.add_argument(
+        "target",
+        help="an experiment of the config (its trained model: averaged or final, --seed's run), "
+        "or a model.pt (with --data, --src, --tgt, and --codes and --tokenize for raw text); with --format "
+        "ctranslate2 also a model directory `lwnmt export` wrote",
+    )
     p.add_argument("--out", required=True, help="the directory to write (replaced whole)")
-    p.add_argument("--format", choices=("lwnmt", "ctranslate2"), default="lwnmt", help="lwnmt: a directory `lwnmt "
-                   "translate --model` serves; ctranslate2: a CTranslate2 model directory (the plain Transformer only; "
-                   "needs the ctranslate2 extra)")
-    p.add_argument("--quantization", choices=QUANTIZATIONS, help="with --format ctranslate2: CTranslate2's weight "
-                   "type (default none: float32, as trained)")
+    p.add_argument(
+        "--format",
+        choices=("lwnmt", "ctranslate2"),
+        default="lwnmt",
+        help="lwnmt: a directory `lwnmt "
+        "translate --model` serves; ctranslate2: a CTranslate2 model directory (the plain Transformer only; "
+        "needs the ctranslate2 extra)",
+    )
+    p.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        help="with --format ctranslate2: CTranslate2's weight type (default none: float32, as trained)",
+    )
     p.add_argument("--seed", type=int, help="with an experiment: which seed's run (default: its first)")
     add_config_files(p)
     p.add_argument("--spec", help="JSON (the workflow's export rule): what `export EXPERIMENT` reads from the config")
@@ -36,41 +52,71 @@ def add_commands(sub) -> None:
     p.add_argument("--src")
     p.add_argument("--tgt")
     p.add_argument("--codes", help="with a model.pt: subword-nmt BPE codes (none: a word-level model)")
-    p.add_argument("--tokenize", default="{}", help='with a model.pt: JSON TokenizeOptions of the source, e.g. '
-                   '{"tokenizer": "moses", "lowercase": true}')
+    p.add_argument(
+        "--tokenize",
+        default="{}",
+        help='with a model.pt: JSON TokenizeOptions of the source, e.g. {"tokenizer": "moses", "lowercase": true}',
+    )
     p.add_argument("--decode", default="{}", help='with a model.pt: JSON decoding defaults, e.g. {"beam": 5}')
 
-    p = command(sub, "import-fairseq", "convert a fairseq 0.12 Transformer checkpoint into our model.pt",
-                cmd_import_fairseq)
+    p = command(
+        sub, "import-fairseq", "convert a fairseq 0.12 Transformer checkpoint into our model.pt", cmd_import_fairseq
+    )
     p.add_argument("checkpoint")
     p.add_argument("--data", required=True, help="the fairseq data directory it was trained on (dict.*.txt)")
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
-    p.add_argument("--out", required=True, help="directory for model.pt and the dictionaries (a --data for "
-                   "lwnmt translate)")
+    p.add_argument(
+        "--out", required=True, help="directory for model.pt and the dictionaries (a --data for lwnmt translate)"
+    )
 
 
 def add_translate(sub) -> None:
-    p = command(sub, "translate", "beam-search decode raw text with a model directory (--model DIR) or an "
-                "experiment's model (--experiment), or a BPE'd source with --model FILE --data", cmd_translate)
-    p.add_argument("input", nargs="?", help="source text, one sentence per line, raw with --model DIR or "
-                   "--experiment, BPE'd with --model FILE: a file, or - / nothing for stdin")
-    p.add_argument("--experiment", help="translate raw text with this experiment's trained model: its task's "
-                   "tokenization, BPE, decoding settings and detokenization")
+    p = command(
+        sub,
+        "translate",
+        "beam-search decode raw text with a model directory (--model DIR) or an "
+        "experiment's model (--experiment), or a BPE'd source with --model FILE --data",
+        cmd_translate,
+    )
+    p.add_argument(
+        "input",
+        nargs="?",
+        help="source text, one sentence per line, raw with --model DIR or "
+        "--experiment, BPE'd with --model FILE: a file, or - / nothing for stdin",
+    )
+    p.add_argument(
+        "--experiment",
+        help="translate raw text with this experiment's trained model: its task's "
+        "tokenization, BPE, decoding settings and detokenization",
+    )
     p.add_argument("--seed", type=int, help="with --experiment: which seed's run (default: its first)")
     add_config_files(p)
-    p.add_argument("--model", help="a model directory (`lwnmt export`; translates raw text with nothing else), or a "
-                   "model.pt (with --data, --src, --tgt)")
-    p.add_argument("--data", help="with --model FILE: the binarized data directory the model was trained on (or a "
-                   "fairseq one)")
+    p.add_argument(
+        "--model",
+        help="a model directory (`lwnmt export`; translates raw text with nothing else), or a "
+        "model.pt (with --data, --src, --tgt)",
+    )
+    p.add_argument(
+        "--data", help="with --model FILE: the binarized data directory the model was trained on (or a fairseq one)"
+    )
     p.add_argument("--src", help="source language; with --model DIR or --experiment, checked against the model's")
     p.add_argument("--tgt", help="target language; with --model DIR or --experiment, checked against the model's")
-    p.add_argument("--out-prefix", help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok (with --detokenize, --model "
-                   "DIR or --experiment), PREFIX.nbest (with --nbest) and PREFIX.json (options, speed, model "
-                   "size); without it the translations go to stdout, one line per input line")
-    p.add_argument("--nbest", type=int, default=0, metavar="N", help="fairseq-generate's output: S- (source), H-/D- "
-                   "(score in base 2, text), P- (per-token scores) lines of the N best hypotheses, in PREFIX.nbest "
-                   "or on stdout instead of the plain lines")
+    p.add_argument(
+        "--out-prefix",
+        help="writes PREFIX.bpe, PREFIX.txt, PREFIX.detok (with --detokenize, --model "
+        "DIR or --experiment), PREFIX.nbest (with --nbest) and PREFIX.json (options, speed, model "
+        "size); without it the translations go to stdout, one line per input line",
+    )
+    p.add_argument(
+        "--nbest",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fairseq-generate's output: S- (source), H-/D- "
+        "(score in base 2, text), P- (per-token scores) lines of the N best hypotheses, in PREFIX.nbest "
+        "or on stdout instead of the plain lines",
+    )
     p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
     p.add_argument("--detokenize", action="store_true")
     p.add_argument("--threads", type=int, default=0)
@@ -82,13 +128,22 @@ def add_translate(sub) -> None:
 
 
 def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
-    for flag, kind in (("--beam", int), ("--lenpen", float), ("--max-len-a", float), ("--max-len-b", int),
-                       ("--min-len", int), ("--batch-size", int)):
+    for flag, kind in (
+        ("--beam", int),
+        ("--lenpen", float),
+        ("--max-len-a", float),
+        ("--max-len-b", int),
+        ("--min-len", int),
+        ("--batch-size", int),
+    ):
         parser.add_argument(flag, type=kind, help="as fairseq-generate's; overrides --options")
-    parser.add_argument("--amp", choices=AMP_CHOICES,
-                        help="precision (default auto: bf16 where a probe of a few beam steps finds it faster, "
-                             "else TF32 on a GPU, fp32 on a CPU; fp16 on GPUs without bf16; none = fp32, as "
-                             "fairseq-generate without --fp16/--bf16); overrides --options")
+    parser.add_argument(
+        "--amp",
+        choices=AMP_CHOICES,
+        help="precision (default auto: bf16 where a probe of a few beam steps finds it faster, "
+        "else TF32 on a GPU, fp32 on a CPU; fp16 on GPUs without bf16; none = fp32, as "
+        "fairseq-generate without --fp16/--bf16); overrides --options",
+    )
 
 
 def cmd_translate(a) -> None:
@@ -105,16 +160,20 @@ def cmd_translate(a) -> None:
     from ..data.io import atomic_path
     from ..grid import trained_model
 
-    options = translation.decoding_options(a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS},
-                                           a.lenpen_from)
-    request = translation.Request(**{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},
-                                  config=common.load_config(a) if a.experiment else None,
-                                  config_files=common.config_files(a))
+    options = translation.decoding_options(
+        a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS}, a.lenpen_from
+    )
+    request = translation.Request(
+        **{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},
+        config=common.load_config(a) if a.experiment else None,
+        config_files=common.config_files(a),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         job = translation.prepare(request, options, Path(tmp), trained_model)
         stats, cfg = translation.translate(job, a.out_prefix, a.nbest, user_code(a))
-    log.info("%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"],
-             stats["sentences_per_second"])
+    log.info(
+        "%d sentences in %.1f s (%.2f sentences/s)", stats["sentences"], stats["seconds"], stats["sentences_per_second"]
+    )
     if a.out_prefix:
         with atomic_path(f"{a.out_prefix}.json") as tmp_json, open(tmp_json, "w") as f:
             json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
@@ -133,8 +192,9 @@ def cmd_export(a) -> None:
     if a.spec:
         spec = json.loads(a.spec)
     elif Path(a.target).is_file():
-        spec = export.spec_for_file(a.target, a.data, a.src, a.tgt, a.codes, json.loads(a.tokenize),
-                                    json.loads(a.decode))
+        spec = export.spec_for_file(
+            a.target, a.data, a.src, a.tgt, a.codes, json.loads(a.tokenize), json.loads(a.decode)
+        )
     elif a.target.endswith(".pt"):
         raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")
     else:
@@ -162,5 +222,11 @@ def cmd_import_fairseq(a) -> None:
     from ..inference.fairseq_import import import_fairseq
 
     target = import_fairseq(a.checkpoint, a.data, a.src, a.tgt, a.out)
-    log.info("wrote %s; decode with: lwnmt translate INPUT --model %s --data %s --src %s --tgt %s --out-prefix OUT",
-             target, target, a.out, a.src, a.tgt)
+    log.info(
+        "wrote %s; decode with: lwnmt translate INPUT --model %s --data %s --src %s --tgt %s --out-prefix OUT",
+        target,
+        target,
+        a.out,
+        a.src,
+        a.tgt,
+    )

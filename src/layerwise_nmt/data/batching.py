@@ -46,8 +46,15 @@ class ParallelData:
         return max(self.src.sizes[i], self.tgt.sizes[i])
 
 
-def make_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int | None, max_sentences: int | None,
-                 seed: int, max_positions: int = 1024, skip_longer_than: int = 0) -> list[np.ndarray]:
+def make_batches(
+    src_sizes: np.ndarray,
+    tgt_sizes: np.ndarray,
+    max_tokens: int | None,
+    max_sentences: int | None,
+    seed: int,
+    max_positions: int = 1024,
+    skip_longer_than: int = 0,
+) -> list[np.ndarray]:
     """Length-sorted batches of sentence indices (fixed for a dataset and seed; shuffle them per epoch).
     skip_longer_than: leave out pairs with more than this many subword units on either side (</s> not counted;
     MLRF's "more than 100 sub-word units"); 0 keeps every pair."""
@@ -57,8 +64,10 @@ def make_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int |
     keep = sizes - 1 <= skip_longer_than if skip_longer_than else np.ones(len(sizes), dtype=bool)
     too_long = np.flatnonzero(keep & (sizes > max_positions))
     if len(too_long):
-        raise UserError(f"{len(too_long)} sentence pairs are longer than max_positions={max_positions} "
-                        f"(e.g. pair {too_long[0]} with {sizes[too_long[0]]} tokens); filter them or raise the limit")
+        raise UserError(
+            f"{len(too_long)} sentence pairs are longer than max_positions={max_positions} "
+            f"(e.g. pair {too_long[0]} with {sizes[too_long[0]]} tokens); filter them or raise the limit"
+        )
     order = np.random.RandomState(seed).permutation(len(sizes))
     order = order[keep[order]]
     order = order[np.lexsort((src_sizes[order], tgt_sizes[order]))]  # by target, then source length
@@ -93,13 +102,18 @@ class Batch:
         """On `device`. non_blocking: from pinned memory (`pin_memory`) the copy to a GPU is queued behind the
         running kernels instead of waiting for them (a blocking copy synchronises the stream); from pageable memory
         it is staged at once, and CPU to CPU is no copy at all, so it is safe everywhere."""
-        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.prev, self.tgt)), self.ids,
-                     self.ntokens, self.parts)
+        return Batch(
+            *(t.to(device, non_blocking=True) for t in (self.src, self.prev, self.tgt)),
+            self.ids,
+            self.ntokens,
+            self.parts,
+        )
 
     def pin_memory(self) -> "Batch":
         """In page-locked host memory, which a GPU can copy from asynchronously (needs CUDA)."""
-        return Batch(self.src.pin_memory(), self.prev.pin_memory(), self.tgt.pin_memory(), self.ids, self.ntokens,
-                     self.parts)
+        return Batch(
+            self.src.pin_memory(), self.prev.pin_memory(), self.tgt.pin_memory(), self.ids, self.ntokens, self.parts
+        )
 
 
 def pad(seqs: list[np.ndarray], pad_id: int) -> torch.Tensor:

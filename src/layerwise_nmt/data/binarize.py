@@ -45,4 +45,4 @@ class IndexedDataset:
         return len(self.sizes)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return np.asarray(self.tokens[self.offsets[i]:self.offsets[i + 1]], dtype=np.int64)
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]], dtype=np.int64)

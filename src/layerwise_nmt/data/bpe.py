@@ -17,6 +17,7 @@ from .parallel import blocks, map_lines
 
 MIN_FREQUENCY = 2  # subword-nmt learn_bpe's --min-frequency: a pair seen less often is never merged
 
+
 def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency: int = MIN_FREQUENCY) -> None:
     """Joint BPE as prepare-iwslt14.sh does it: `cat train.L1 train.L2 | learn_bpe.py -s MERGES`."""
     with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as joined:
@@ -24,9 +25,11 @@ def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency
             with open(path, "rb") as f:
                 shutil.copyfileobj(f, joined)
     try:
-        with atomic_path(codes_out) as tmp, codecs.open(joined.name, encoding="utf-8") as src, codecs.open(
-            tmp, "w", encoding="utf-8"
-        ) as dst:
+        with (
+            atomic_path(codes_out) as tmp,
+            codecs.open(joined.name, encoding="utf-8") as src,
+            codecs.open(tmp, "w", encoding="utf-8") as dst,
+        ):
             _learn_bpe(src, dst, merges, min_frequency=min_frequency)
     finally:
         os.unlink(joined.name)
@@ -44,8 +47,9 @@ class Segmenter:
         return lambda word: " ".join(bpe.segment_tokens([word]))
 
 
-def apply(codes: str, lines: Iterable[str], workers: int = 1, separator: str = "@@",
-          block_lines: int = 200_000) -> Iterator[str]:
+def apply(
+    codes: str, lines: Iterable[str], workers: int = 1, separator: str = "@@", block_lines: int = 200_000
+) -> Iterator[str]:
     """`apply_bpe.py -c codes` on every line, identical output, with each distinct word segmented once.
 
     subword-nmt segments words independently (it splits lines on single spaces), so the distinct words are
@@ -60,5 +64,5 @@ def apply(codes: str, lines: Iterable[str], workers: int = 1, separator: str = "
         table.update(zip(new, map_lines(Segmenter(codes, separator), new, workers)))
         for line, core in zip(block, cores):
             head = line[: len(line) - len(line.lstrip("\r\n "))]
-            tail = line[len(line.rstrip("\r\n ")):] if core else ""
+            tail = line[len(line.rstrip("\r\n ")) :] if core else ""
             yield head + " ".join(table[word] for word in core.split(" ") if word) + tail

@@ -54,30 +54,37 @@ class Checksum:
 KINDS = ("sha256", "md5", "git_blob")
 
 
-def checksum_from(sha256: str | None = None, git_blob: str | None = None, md5: str | None = None,
-                  source: str | None = None) -> Checksum | None:
+def checksum_from(
+    sha256: str | None = None, git_blob: str | None = None, md5: str | None = None, source: str | None = None
+) -> Checksum | None:
     given = [(kind, value) for kind, value in zip(KINDS, (sha256, md5, git_blob)) if value]
     if len(given) > 1:
         raise UserError("give one of sha256, md5 or git_blob for a file, not several")
     return Checksum(*given[0], source) if given else None
 
 
-def record_unpinned(path: str | os.PathLike, name: str, record: str | os.PathLike | None = None,
-                    origin: str | None = None, own: bool = False) -> str:
+def record_unpinned(
+    path: str | os.PathLike,
+    name: str,
+    record: str | os.PathLike | None = None,
+    origin: str | None = None,
+    own: bool = False,
+) -> str:
     """No published checksum: write `<record>.sha256` (default `<path>.sha256`) and say how to pin it (trust on
     first use). Its second line, a comment `sha256sum -c` skips, keeps the size and where the file came from: a later
     download or mirror copy of the same file is compared with both (`check_first_use`)."""
     value = Checksum("sha256", "").compute(path)
     size = os.path.getsize(path)
     came = f" from {origin}" if origin else ""
-    Path(f"{record or path}.sha256").write_text(f"{value}  {Path(record or path).name}\n"
-                                                f"# {size} bytes, first used {time.strftime('%Y-%m-%d')}{came}\n")
+    Path(f"{record or path}.sha256").write_text(
+        f"{value}  {Path(record or path).name}\n# {size} bytes, first used {time.strftime('%Y-%m-%d')}{came}\n"
+    )
     if own:  # the user's own corpus: nothing published to pin, the record is the reference from now on
-        log.info("%s: first use, sha256 %s recorded in %s.sha256; a later change is refused", name, value,
-                 record or path)
+        log.info(
+            "%s: first use, sha256 %s recorded in %s.sha256; a later change is refused", name, value, record or path
+        )
     else:
-        log.warning("%s has no checksum in the config; its sha256 is %s (pin it as `sha256: %s`)", name, value,
-                    value)
+        log.warning("%s has no checksum in the config; its sha256 is %s (pin it as `sha256: %s`)", name, value, value)
     return value
 
 
@@ -98,8 +105,12 @@ def first_use(out: str | os.PathLike) -> FirstUse | None:
     text = record.read_text()
     size = re.search(r"^# (\d+) bytes", text, re.MULTILINE)
     origin = re.search(r"^# \d+ bytes, first used \S+ from (.+)$", text, re.MULTILINE)
-    return FirstUse(text.split()[0] if text.split() else "", int(size.group(1)) if size else None, record,
-                    origin.group(1) if origin else None)
+    return FirstUse(
+        text.split()[0] if text.split() else "",
+        int(size.group(1)) if size else None,
+        record,
+        origin.group(1) if origin else None,
+    )
 
 
 def changed_since_first_use(path: str | os.PathLike, out: str | os.PathLike) -> str | None:

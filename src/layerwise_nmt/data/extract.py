@@ -24,16 +24,19 @@ from .fetch import HTML_START
 from .io import CHUNK, atomic_path, decode_lines, disk_errors, require_space
 
 
-def copy_verified(src: str | os.PathLike, out: str | os.PathLike, checksum: Checksum | None, where: str,
-                  text: bool = False) -> None:
+def copy_verified(
+    src: str | os.PathLike, out: str | os.PathLike, checksum: Checksum | None, where: str, text: bool = False
+) -> None:
     """Copy a local (mirror) file after checking it; a missing file names what was expected. A file no reference
     pins must not be empty or an HTML page, and must be the file first used (`<out>.sha256`, recorded here). `text`:
     the file is UTF-8 text, one sentence per line, checked line by line (an invalid line named as src:line)."""
     if not os.path.exists(src):
         raise UserError(f"{src}: missing; expected it there (data mirror or user directory): get it from {where}")
     if not os.path.isfile(src):
-        raise UserError(f"{src}: not a regular file (a directory?); expected the file itself there: replace it with "
-                        f"a copy from {where}")
+        raise UserError(
+            f"{src}: not a regular file (a directory?); expected the file itself there: replace it with "
+            f"a copy from {where}"
+        )
     if checksum is not None:
         checksum.verify(src, str(src), where)
     else:
@@ -54,26 +57,38 @@ def check_text(path: str | os.PathLike, name: str | os.PathLike) -> None:
             pass
 
 
-def _check_unchanged(path: str | os.PathLike, out: str | os.PathLike, source: str | os.PathLike, where: str,
-                     checksum: Checksum | None) -> None:
+def _check_unchanged(
+    path: str | os.PathLike, out: str | os.PathLike, source: str | os.PathLike, where: str, checksum: Checksum | None
+) -> None:
     changed = None if checksum is not None else changed_since_first_use(path, out)
     if changed:
-        raise UserError(f"{source} (decompressed) is {changed}; no checksum pins this file: replace it with the "
-                        f"copy first used, or, if this one is right, delete {out}.sha256 and rerun")
+        raise UserError(
+            f"{source} (decompressed) is {changed}; no checksum pins this file: replace it with the "
+            f"copy first used, or, if this one is right, delete {out}.sha256 and rerun"
+        )
 
 
 def _check_unpinned_copy(src: str | os.PathLike, out: str | os.PathLike, where: str) -> None:
     with open(src, "rb") as f:
         head = f.read(512)
-    problem = ("is empty" if not head else "is an HTML page (an error or login page saved as the file)"
-               if head.lstrip().lower().startswith(HTML_START) else None)
+    problem = (
+        "is empty"
+        if not head
+        else "is an HTML page (an error or login page saved as the file)"
+        if head.lstrip().lower().startswith(HTML_START)
+        else None
+    )
     if problem:
-        raise UserError(f"{src} {problem}; no checksum pins this file, so it was checked by size and content: "
-                        f"replace it with a copy from {where}")
+        raise UserError(
+            f"{src} {problem}; no checksum pins this file, so it was checked by size and content: "
+            f"replace it with a copy from {where}"
+        )
     changed = changed_since_first_use(src, out)
     if changed:
-        raise UserError(f"{src} is {changed}; no checksum pins this file: replace it with a copy from {where}, or, "
-                        f"if this one is right, delete {out}.sha256 and rerun")
+        raise UserError(
+            f"{src} is {changed}; no checksum pins this file: replace it with a copy from {where}, or, "
+            f"if this one is right, delete {out}.sha256 and rerun"
+        )
 
 
 @contextlib.contextmanager
@@ -103,8 +118,15 @@ def _sigterm_exits():
         signal.signal(signal.SIGTERM, previous)
 
 
-def extract_member(archive: str | os.PathLike, member: str | None, out: str | os.PathLike,
-                   checksum: Checksum | None, where: str, pair_member: str | None = None, text: bool = False) -> None:
+def extract_member(
+    archive: str | os.PathLike,
+    member: str | None,
+    out: str | os.PathLike,
+    checksum: Checksum | None,
+    where: str,
+    pair_member: str | None = None,
+    text: bool = False,
+) -> None:
     """Write one member of a .tgz/.tar/.zip archive (or the content of a .gz file) to `out`, then verify it.
 
     A member path with wildcards (`datum2017/Book*_cn.txt`) names several files: they are written in sorted order,
@@ -118,15 +140,20 @@ def extract_member(archive: str | os.PathLike, member: str | None, out: str | os
     archive = str(archive)
     name = f"{member or Path(archive).stem} (extracted from {archive})"
     try:
-        with _extraction(out, f"extracting {member or Path(archive).stem} from {archive}",
-                         f"the archive {archive} is fine: keep it") as tmp:
+        with _extraction(
+            out, f"extracting {member or Path(archive).stem} from {archive}", f"the archive {archive} is fine: keep it"
+        ) as tmp:
             if archive.endswith((".tgz", ".tar.gz", ".tar", ".zip")):
                 with _opened(archive) as (names, size, open_member):
                     members = _matching(names, member, archive)
                     require_space(Path(out).parent, sum(map(size, members)), f"extracting {member}")
                     with open(tmp, "wb") as dst:
-                        counts = [_copy_lines(open_member(name), dst) if _is_pattern(member)
-                                  else shutil.copyfileobj(open_member(name), dst, CHUNK) for name in members]
+                        counts = [
+                            _copy_lines(open_member(name), dst)
+                            if _is_pattern(member)
+                            else shutil.copyfileobj(open_member(name), dst, CHUNK)
+                            for name in members
+                        ]
                     if pair_member:
                         _check_pairs(archive, members, counts, _matching(names, pair_member, archive), open_member)
             elif archive.endswith(".gz"):
@@ -148,8 +175,10 @@ def extract_member(archive: str | os.PathLike, member: str | None, out: str | os
             f"{archive}: truncated or corrupt archive ({kind}: {err}); delete it and fetch it again from {where}"
         ) from None
     except OSError as err:  # reading the archive failed (disk errors of the output were named above)
-        raise UserError(f"{archive}: could not be read ({type(err).__name__}: {err}); if the file is damaged, delete "
-                        f"it and fetch it again from {where}") from None
+        raise UserError(
+            f"{archive}: could not be read ({type(err).__name__}: {err}); if the file is damaged, delete "
+            f"it and fetch it again from {where}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -157,34 +186,59 @@ def _opened(archive: str):
     """(member names, size of a member, open a member) of a tar or zip archive."""
     if archive.endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
+
             def open_zip(name: str):
                 info = zf.getinfo(name)
                 kind_bits = stat.S_IFMT(info.external_attr >> 16)  # Unix file type, where a zip records one
                 if info.is_dir() or (kind_bits and kind_bits != stat.S_IFREG):
                     kind = "a directory" if info.is_dir() else _KINDS.get(kind_bits, "not a regular file")
-                    raise UserError(f"{archive}: member {name} is {kind}, not a file; expected a regular file "
-                                    f"(check the member path in config.yaml)")
+                    raise UserError(
+                        f"{archive}: member {name} is {kind}, not a file; expected a regular file "
+                        f"(check the member path in config.yaml)"
+                    )
                 return zf.open(info)
+
             yield zf.namelist(), lambda name: zf.getinfo(name).file_size, open_zip
     else:
         with tarfile.open(archive) as tar:
+
             def open_tar(name: str):
                 info = tar.getmember(name)
                 if not info.isfile():  # links, directories, FIFOs, devices: never followed, never read
                     target = f" to {info.linkname}" if info.issym() or info.islnk() else ""
-                    raise UserError(f"{archive}: member {name} is {_tar_kind(info)}{target}, not a file; expected a "
-                                    f"regular file (check the member path in config.yaml)")
+                    raise UserError(
+                        f"{archive}: member {name} is {_tar_kind(info)}{target}, not a file; expected a "
+                        f"regular file (check the member path in config.yaml)"
+                    )
                 return tar.extractfile(info)
+
             yield tar.getnames(), lambda name: tar.getmember(name).size, open_tar
 
 
-_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:
-    return ("a symbolic link" if info.issym() else "a hard link" if info.islnk() else "a directory" if info.isdir()
-            else "a FIFO" if info.isfifo() else "a device" if info.isdev() else "not a regular file")
+    return (
+        "a symbolic link"
+        if info.issym()
+        else "a hard link"
+        if info.islnk()
+        else "a directory"
+        if info.isdir()
+        else "a FIFO"
+        if info.isfifo()
+        else "a device"
+        if info.isdev()
+        else "not a regular file"
+    )
 
 
 def _copy_lines(src, dst) -> int:
@@ -217,13 +271,17 @@ SIDE_SUFFIX = re.compile(r"_[A-Za-z]{2}(\.[^./]*)$")  # Book1_cn.txt, casia2015_
 def _check_pairs(archive: str, members: list[str], counts: list[int], others: list[str], open_member) -> None:
     stem = lambda name: SIDE_SUFFIX.sub(r"\1", name)  # noqa: E731
     if [stem(m) for m in members] != [stem(o) for o in others]:
-        raise UserError(f"{archive}: the files {members} and {others} do not pair up by name; expected one "
-                        f"_xx file per side for each name")
+        raise UserError(
+            f"{archive}: the files {members} and {others} do not pair up by name; expected one "
+            f"_xx file per side for each name"
+        )
     for name, count, other in zip(members, counts, others):
         other_count = _count_lines(open_member(other))
         if count != other_count:
-            raise UserError(f"{archive}: {name} has {count} lines but {other} has {other_count}; the files of a "
-                            f"parallel pair must have equal line counts")
+            raise UserError(
+                f"{archive}: {name} has {count} lines but {other} has {other_count}; the files of a "
+                f"parallel pair must have equal line counts"
+            )
 
 
 def _is_pattern(member: str | None) -> bool:

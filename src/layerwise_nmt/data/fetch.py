@@ -50,8 +50,13 @@ class Transient(Exception):
     """Worth another try of the same URL: a body shorter than announced, a resume at the wrong offset."""
 
 
-def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum | None, manual: str | None = None,
-             expected_at: str | None = None) -> str:
+def download(
+    urls: str | list[str],
+    out: str | os.PathLike,
+    checksum: Checksum | None,
+    manual: str | None = None,
+    expected_at: str | None = None,
+) -> str:
     """Fetch the file from the first of `urls` that gives it (official first, then mirrors); returns that URL ('' when
     another process fetched it meanwhile).
 
@@ -94,8 +99,9 @@ def download(urls: str | list[str], out: str | os.PathLike, checksum: Checksum |
                 _forget_origin(part)
     by_hand = manual or f"download it by hand from {urls[0] if urls else 'its publisher'}"
     where = f" and put it at {expected_at or out}"
-    raise UserError(f"{out.name}: no source gave the file ({'; '.join(failures) or 'no URL configured'}); "
-                    f"{by_hand}{where}")
+    raise UserError(
+        f"{out.name}: no source gave the file ({'; '.join(failures) or 'no URL configured'}); {by_hand}{where}"
+    )
 
 
 @contextlib.contextmanager
@@ -143,13 +149,16 @@ def _verify_download(checksum: Checksum | None, part: Path, out: Path) -> None:
     if checksum is None:
         changed = changed_since_first_use(part, out)
         if changed:
-            raise SourceFailed(f"{changed}; nothing was kept: if the new file is the right one, delete "
-                               f"{out}.sha256 and rerun")
+            raise SourceFailed(
+                f"{changed}; nothing was kept: if the new file is the right one, delete {out}.sha256 and rerun"
+            )
         return
     actual = checksum.compute(part)
     if actual != checksum.value:
-        raise SourceFailed(f"{checksum.kind} is {actual}, expected {checksum.value}{checksum.cited()} "
-                           f"(a different file or version; deleted)")
+        raise SourceFailed(
+            f"{checksum.kind} is {actual}, expected {checksum.value}{checksum.cited()} "
+            f"(a different file or version; deleted)"
+        )
 
 
 def _forget_origin(part: Path) -> None:
@@ -169,8 +178,11 @@ def _download_with_retry(url: str, part: Path, out: Path) -> None:
             reason = _describe(err)
             if attempt == ATTEMPTS:
                 kept = part.exists() and part.stat().st_size > 0
-                resume = (f"; the {part.stat().st_size:,} bytes received are kept in {part} and resumed on the next "
-                          f"run" if kept else "")
+                resume = (
+                    f"; the {part.stat().st_size:,} bytes received are kept in {part} and resumed on the next run"
+                    if kept
+                    else ""
+                )
                 raise SourceFailed(reason + resume, keep=kept) from None
         log.warning("download of %s failed (%s); retrying in %ds", url, reason, RETRY_WAIT)
         time.sleep(RETRY_WAIT)
@@ -206,19 +218,24 @@ def _download_once(url: str, part: Path, out: Path) -> None:
         if _is_html(response):
             page = response.read(1 << 20).decode("utf-8", "replace")
             response.close()
-            raise SourceFailed(f"the server sent an HTML page ({_page_title(page)}) even after Drive's confirmation "
-                               f"step, not the file; nothing was kept (Drive's daily quota: try again tomorrow, or "
-                               f"download it in a browser)")
+            raise SourceFailed(
+                f"the server sent an HTML page ({_page_title(page)}) even after Drive's confirmation "
+                f"step, not the file; nothing was kept (Drive's daily quota: try again tomorrow, or "
+                f"download it in a browser)"
+            )
     with response:
         start, total = _extent(response, have, part)
         if total is not None:
             require_space(part.parent, total - start, url)
         origin.write_text(url)
         received = start
-        with disk_errors(part, f"downloading {url}", f"the bytes received so far stay in {part} and the download "
-                                                      f"resumes"), \
-                open(part, "ab" if start else "wb") as f, tqdm(
-                    total=total, initial=start, unit="B", unit_scale=True, desc=out.name, mininterval=2.0) as bar:
+        with (
+            disk_errors(
+                part, f"downloading {url}", f"the bytes received so far stay in {part} and the download resumes"
+            ),
+            open(part, "ab" if start else "wb") as f,
+            tqdm(total=total, initial=start, unit="B", unit_scale=True, desc=out.name, mininterval=2.0) as bar,
+        ):
             while block := response.read(CHUNK):
                 if received == 0 and block.lstrip().lower().startswith(HTML_START):  # sniffing a chunked body
                     raise SourceFailed(_html_refused(block.decode("utf-8", "replace")))
@@ -241,8 +258,9 @@ def _open_resuming(opener, url: str, part: Path, have: int):
         if match and int(match.group(1)) == have:
             log.info("%s already holds all %s bytes of %s", part, f"{have:,}", url)
             return None
-        log.warning("%s (%s bytes) does not fit the file at %s (HTTP 416); downloading it again", part,
-                    f"{have:,}", url)
+        log.warning(
+            "%s (%s bytes) does not fit the file at %s (HTTP 416); downloading it again", part, f"{have:,}", url
+        )
         os.truncate(part, 0)
         return _open(opener, url, 0)
 
@@ -263,8 +281,10 @@ def _extent(response, have: int, part: Path) -> tuple[int, int | None]:
 
 
 def _html_refused(page: str) -> str:
-    return (f"the server sent an HTML page ({_page_title(page)}), not the file; nothing was kept (a quota, login or "
-            f"error page: try again later, or download it in a browser)")
+    return (
+        f"the server sent an HTML page ({_page_title(page)}), not the file; nothing was kept (a quota, login or "
+        f"error page: try again later, or download it in a browser)"
+    )
 
 
 def _open(opener: urllib.request.OpenerDirector, url: str, have: int):

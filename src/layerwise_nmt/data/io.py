@@ -71,7 +71,7 @@ def decode_lines(raw_lines: Iterable[bytes], name: str | os.PathLike) -> Iterato
         except UnicodeDecodeError as err:
             raise UserError(
                 f"{name}:{number}: invalid UTF-8 at byte {err.start} of the line "
-                f"({raw[max(0, err.start - 10):err.start + 10]!r}); expected UTF-8 text"
+                f"({raw[max(0, err.start - 10) : err.start + 10]!r}); expected UTF-8 text"
             ) from None
         yield line.rstrip("\n").rstrip("\r")
 
@@ -96,14 +96,19 @@ def require_space(directory: str | os.PathLike, needed: int, what: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(directory).free
     if needed * 1.1 > free:
-        raise UserError(f"{what}: needs {human_size(needed)} but {directory} has {human_size(free)} free; "
-                        f"free some space or point results/ to a larger disk")
+        raise UserError(
+            f"{what}: needs {human_size(needed)} but {directory} has {human_size(free)} free; "
+            f"free some space or point results/ to a larger disk"
+        )
 
 
 # Errors of the local disk, not of the data: named as what they are, never "corrupt archive" or "download by hand".
 DISK_ERRORS = {
-    errno.ENOSPC: ("no space left on the device", "free some space on that disk (or point results/ to a larger "
-                   "one; with several jobs at once, run fewer: --cores N) and rerun"),
+    errno.ENOSPC: (
+        "no space left on the device",
+        "free some space on that disk (or point results/ to a larger "
+        "one; with several jobs at once, run fewer: --cores N) and rerun",
+    ),
     errno.EDQUOT: ("disk quota exceeded", "free some space within your quota and rerun"),
     errno.EFBIG: ("file too large for the file system", "put results/ on a file system that holds large files"),
     errno.EROFS: ("read-only file system", "run where results/ is writable"),
@@ -122,5 +127,7 @@ def disk_errors(path: str | os.PathLike, doing: str, kept: str = ""):
         if err.errno not in DISK_ERRORS or isinstance(err, urllib.error.URLError):
             raise
         what, todo = DISK_ERRORS[err.errno]
-        raise UserError(f"{doing}: {what} ({errno.errorcode[err.errno]}) writing {err.filename or path}; "
-                        f"{kept + '; ' if kept else ''}{todo}") from None
+        raise UserError(
+            f"{doing}: {what} ({errno.errorcode[err.errno]}) writing {err.filename or path}; "
+            f"{kept + '; ' if kept else ''}{todo}"
+        ) from None

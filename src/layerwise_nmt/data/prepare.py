@@ -1,7 +1,7 @@
 """The preprocessing steps the workflow runs, one function per Snakemake rule (fairseq's prepare-iwslt14.sh order):
 
-    tokenize (per raw file and side) → assemble (pair, clean, hold out, concatenate: train/valid/test)
-    → learn BPE → apply BPE → vocabularies → binarize
+tokenize (per raw file and side) → assemble (pair, clean, hold out, concatenate: train/valid/test)
+→ learn BPE → apply BPE → vocabularies → binarize
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from .vocab import PADDING_FACTOR, THRESHOLD, Dictionary, count_tokens
 log = logging.getLogger(__name__)
 
 
-def tokenize_file(raw: str, out: str, fmt: str, options: TokenizeOptions, workers: int = 1,
-                  normalize_only: bool = False) -> int:
+def tokenize_file(
+    raw: str, out: str, fmt: str, options: TokenizeOptions, workers: int = 1, normalize_only: bool = False
+) -> int:
     """Tokenize (or, with normalize_only, only normalise: the references of detokenized BLEU, all of them for a
     multi-reference set) a raw file."""
     segments = readers.read_all_references(raw, fmt) if normalize_only else readers.READERS[fmt](raw)[0]
@@ -45,11 +46,15 @@ def log_tokenizer(options: TokenizeOptions, raw: str) -> None:
     """What the log must say about a side's tokenizer: skipped (already tokenized), or Moses without rules of its
     own for the language."""
     if options.tokenizer == "none":
-        log.info("%s: tokenizer none: the text comes tokenized (or BPE-segmented); only its whitespace is "
-                 "normalised", raw)
+        log.info(
+            "%s: tokenizer none: the text comes tokenized (or BPE-segmented); only its whitespace is normalised", raw
+        )
     elif options.tokenizer == "moses" and not moses_knows(options.lang):
-        log.warning("the Moses tokenizer has no rules for language %r: its default rules are used (English "
-                    "nonbreaking prefixes, as tokenizer.perl falls back to)", options.lang)
+        log.warning(
+            "the Moses tokenizer has no rules for language %r: its default rules are used (English "
+            "nonbreaking prefixes, as tokenizer.perl falls back to)",
+            options.lang,
+        )
 
 
 def moses_knows(lang: str) -> bool:
@@ -90,7 +95,7 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
         elif empty == "drop":
             pairs = _drop_empty(pairs, counts)
         if split == "train" and held_out:  # prepare-iwslt14.sh: every k-th cleaned training line is validation
-            (other, k), = held_out.items()
+            ((other, k),) = held_out.items()
             kept, held = _write_pairs(pairs, outputs["train"], (k, outputs[other]))
             stats[other] = {"held_out_of_train_every": k, "kept": held}
             counts["after_hold_out"] = kept
@@ -121,8 +126,14 @@ def _overlap(eval_src: str, train_src: str, split: str) -> int:
             found.add(line)
     count = sum(wanted[line] for line in found)
     if count:
-        log.warning("%s: %d of %d source sentences also occur in the training data (%s); its scores overstate how "
-                    "the models translate unseen text", split, count, sum(wanted.values()), train_src)
+        log.warning(
+            "%s: %d of %d source sentences also occur in the training data (%s); its scores overstate how "
+            "the models translate unseen text",
+            split,
+            count,
+            sum(wanted.values()),
+            train_src,
+        )
     return count
 
 
@@ -142,8 +153,10 @@ def _paired_lines(parts) -> Iterator[tuple[str, str]]:
         n_src, n_tgt = count_lines(tok_src), count_lines(tok_tgt)
         for path, lines in ((tok_src, n_src), (tok_tgt, n_tgt)):
             if lines != n_raw:
-                raise UserError(f"{path} has {lines} lines, expected {n_raw} (one per segment of its raw "
-                                f"file); delete it and re-run")
+                raise UserError(
+                    f"{path} has {lines} lines, expected {n_raw} (one per segment of its raw "
+                    f"file); delete it and re-run"
+                )
 
 
 def _drop_empty(pairs, counts: Counter) -> Iterator[tuple[str, str]]:
@@ -178,9 +191,11 @@ def _require_nonempty(pairs, part_files, split: str, counts: Counter) -> Iterato
             side = 0 if not s.strip() else 1
             files = ", ".join(p[2 + side] for p in part_files)
             kind = "evaluation sets must not have" if split != "train" else "the task refuses (empty_lines: refuse)"
-            raise UserError(f"{split} line {number} (of {files}): empty segment (raw "
-                            f"{_raw_location(part_files, number, side)}, empty or whitespace only); {kind} empty "
-                            f"lines (remove the pair from both sides)")
+            raise UserError(
+                f"{split} line {number} (of {files}): empty segment (raw "
+                f"{_raw_location(part_files, number, side)}, empty or whitespace only); {kind} empty "
+                f"lines (remove the pair from both sides)"
+            )
         counts["read"] += 1
         counts["kept"] += 1
         yield s, t
@@ -216,8 +231,9 @@ def apply_bpe(codes: str | None, text: str, out: str, workers: int = 1) -> int:
     return write_lines(out, progress(lines, f"apply-bpe {Path(text).name}"))
 
 
-def build_vocab(texts: list[str], out: str, padding_factor: int = PADDING_FACTOR, threshold: int = THRESHOLD,
-                nwords: int = -1) -> int:
+def build_vocab(
+    texts: list[str], out: str, padding_factor: int = PADDING_FACTOR, threshold: int = THRESHOLD, nwords: int = -1
+) -> int:
     vocab = Dictionary.build(count_tokens(texts), threshold=threshold, nwords=nwords, padding_factor=padding_factor)
     vocab.save(out)
     log.info("vocabulary of %d symbols (with 4 specials) from %s → %s", len(vocab), " + ".join(texts), out)
@@ -226,6 +242,5 @@ def build_vocab(texts: list[str], out: str, padding_factor: int = PADDING_FACTOR
 
 def binarize_file(text: str, vocab_path: str, prefix: str) -> dict:
     stats = binarize(text, Dictionary.load(vocab_path), prefix)
-    log.info("binarized %s: %d sentences, %d tokens, %d <unk>", text, stats["sentences"], stats["tokens"],
-             stats["unk"])
+    log.info("binarized %s: %d sentences, %d tokens, %d <unk>", text, stats["sentences"], stats["tokens"], stats["unk"])
     return stats

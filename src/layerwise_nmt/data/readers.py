@@ -41,7 +41,7 @@ def read_xml(path: str) -> tuple[list[str], list[str]]:
             continue
         match = SEG_OPEN.search(line)
         if match is None:
-            raise UserError(f"{path}: malformed <seg> line {line[:60]!r}; expected <seg id=\"N\">")
+            raise UserError(f'{path}: malformed <seg> line {line[:60]!r}; expected <seg id="N">')
         ids.append(match.group(1))
         segments.append(SEG_CLOSE.sub("", SEG_OPEN.sub("", line)))
     if not segments:

@@ -26,11 +26,24 @@ import sacremoses
 NON_PRINTING = regex.compile(r"\p{C}")
 HAN = regex.compile(r"\p{Han}")
 # Sennrich et al. 2016 (WMT16 En-Ro): cedilla ş/ţ → comma-below ș/ț, then every Romanian diacritic removed.
-ROMANIAN = str.maketrans({
-    "\u015e": "S", "\u015f": "s", "\u0162": "T", "\u0163": "t",  # cedilla forms (normalised to comma-below first)
-    "\u0218": "S", "\u0219": "s", "\u021a": "T", "\u021b": "t",  # ș ț (comma below)
-    "\u0102": "A", "\u0103": "a", "\u00c2": "A", "\u00e2": "a", "\u00ce": "I", "\u00ee": "i",  # ă â î
-})
+ROMANIAN = str.maketrans(
+    {
+        "\u015e": "S",
+        "\u015f": "s",
+        "\u0162": "T",
+        "\u0163": "t",  # cedilla forms (normalised to comma-below first)
+        "\u0218": "S",
+        "\u0219": "s",
+        "\u021a": "T",
+        "\u021b": "t",  # ș ț (comma below)
+        "\u0102": "A",
+        "\u0103": "a",
+        "\u00c2": "A",
+        "\u00e2": "a",
+        "\u00ce": "I",
+        "\u00ee": "i",  # ă â î
+    }
+)
 CEDILLA_TO_COMMA = str.maketrans({"\u015e": "\u0218", "\u015f": "\u0219", "\u0162": "\u021a", "\u0163": "\u021b"})
 ENDS_WITH_PERIOD = re.compile(r"^(\S+)\.$")
 NUMERIC_START = re.compile(r"^[0-9]+")
@@ -125,8 +138,10 @@ class TokenizeOptions:
             tokenize = self._jieba()
         elif self.tokenizer == "moses":
             tokenize = functools.partial(
-                MosesTokenizer(lang=self.lang).tokenize, escape=self.escape,
-                aggressive_dash_splits=self.aggressive_dash_splits, return_str=True,
+                MosesTokenizer(lang=self.lang).tokenize,
+                escape=self.escape,
+                aggressive_dash_splits=self.aggressive_dash_splits,
+                return_str=True,
             )
         else:
             raise ValueError(f"unknown tokenizer {self.tokenizer!r}; expected moses, jieba or none")

@@ -22,6 +22,7 @@ SPECIALS = (BOS, PAD, EOS, UNK)
 PADDING_FACTOR = 8  # fairseq-preprocess's --padding-factor
 THRESHOLD = 0  # fairseq-preprocess's --thresholdsrc/--thresholdtgt: keep every symbol seen
 
+
 class Dictionary:
     def __init__(self, symbols: list[str], counts: list[int]):
         self.symbols = list(SPECIALS) + symbols
@@ -37,8 +38,9 @@ class Dictionary:
         return len(self.symbols)
 
     @classmethod
-    def build(cls, counter: Counter, threshold: int = THRESHOLD, nwords: int = -1,
-              padding_factor: int = PADDING_FACTOR) -> "Dictionary":
+    def build(
+        cls, counter: Counter, threshold: int = THRESHOLD, nwords: int = -1, padding_factor: int = PADDING_FACTOR
+    ) -> "Dictionary":
         ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
         ranked = [(s, c) for s, c in ranked if c >= threshold and s not in SPECIALS]
         if nwords >= 0:
@@ -64,7 +66,7 @@ class Dictionary:
 
     def save(self, path: str | Path) -> None:
         with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            for symbol, count in zip(self.symbols[len(SPECIALS):], self.counts[len(SPECIALS):]):
+            for symbol, count in zip(self.symbols[len(SPECIALS) :], self.counts[len(SPECIALS) :]):
                 f.write(f"{symbol} {count}\n")
 
     def fingerprint(self) -> str:
@@ -96,9 +98,11 @@ def load_pair(data_dir: str | Path, src: str, tgt: str) -> tuple["Dictionary", "
         return Dictionary.load(own[0]), Dictionary.load(own[1])
     vocab_dir = Path(data_dir).parent / "vocab"
     if Path(data_dir).name not in ("bin-joint", "bin-separate"):
-        raise UserError(f"--data {data_dir}: expected a binarized data directory, results/<task>/data/bin-joint or "
-                        f"bin-separate (its dictionaries are in the vocab/ beside it), or a fairseq data directory "
-                        f"with dict.{src}.txt and dict.{tgt}.txt")
+        raise UserError(
+            f"--data {data_dir}: expected a binarized data directory, results/<task>/data/bin-joint or "
+            f"bin-separate (its dictionaries are in the vocab/ beside it), or a fairseq data directory "
+            f"with dict.{src}.txt and dict.{tgt}.txt"
+        )
     if Path(data_dir).name == "bin-joint":
         joint = Dictionary.load(vocab_dir / "dict.joint.txt")
         return joint, joint

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from .. import grid
 from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
+
+
 @dataclass
 class Budget:
     """One experiment's training budget, estimated from its task's `estimate` before anything runs.
@@ -33,8 +35,11 @@ def _tokens_per_update(train: dict, subwords: float, restarted: bool = False) ->
     max_tokens, max_sentences = train.get("max_tokens"), train.get("max_sentences")
     if restarted and (train.get("restart_max_tokens") or train.get("restart_max_sentences")):
         max_tokens, max_sentences = train.get("restart_max_tokens"), train.get("restart_max_sentences")
-    per_batch = min(x for x in (max_tokens, (max_sentences or 0) * subwords or None) if x) if (
-        max_tokens or max_sentences) else None
+    per_batch = (
+        min(x for x in (max_tokens, (max_sentences or 0) * subwords or None) if x)
+        if (max_tokens or max_sentences)
+        else None
+    )
     return per_batch * train.get("update_freq", TRAIN_DEFAULTS.update_freq) if per_batch else None
 
 
@@ -45,8 +50,15 @@ def budget(config: dict, name: str) -> Budget:
     pairs, subwords = estimate.get("train_pairs"), estimate.get("subwords_per_sentence", 25)
     per_update = _tokens_per_update(train, subwords)
     if not pairs or not per_update:
-        return Budget(name, None, None, None, None, "none",
-                      [f"tasks/{e['task']}/estimate has no train_pairs" if not pairs else "no batch size"])
+        return Budget(
+            name,
+            None,
+            None,
+            None,
+            None,
+            "none",
+            [f"tasks/{e['task']}/estimate has no train_pairs" if not pairs else "no batch size"],
+        )
     epoch_tokens = pairs * subwords
     upe = epoch_tokens / per_update
     bounds = {}  # bound → epochs it allows
@@ -66,9 +78,14 @@ def budget(config: dict, name: str) -> Budget:
         return Budget(name, None, None, None, upe, "none", ["no max_update or max_epoch: the run never ends"])
     bounded_by = min(bounds, key=bounds.get)
     epochs = bounds[bounded_by]
-    updates = (train["max_update"] if bounded_by == "max_update"
-               else min(epochs, restart_after or epochs) * upe + max(0.0, epochs - (restart_after or epochs))
-               * epoch_tokens / (_tokens_per_update(train, subwords, restarted=True) or per_update))
+    updates = (
+        train["max_update"]
+        if bounded_by == "max_update"
+        else min(epochs, restart_after or epochs) * upe
+        + max(0.0, epochs - (restart_after or epochs))
+        * epoch_tokens
+        / (_tokens_per_update(train, subwords, restarted=True) or per_update)
+    )
     b = Budget(name, updates, None, epochs, upe, bounded_by)
     b.tokens = updates * per_update if not restart_after else epochs * epoch_tokens
     b.problems = _policy_problems(e, b)
@@ -87,8 +104,10 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
         if by == "epoch":
             keep = train.get("keep_last_epochs", TRAIN_DEFAULTS.keep_last_epochs)
             if whole_epochs == 0:
-                out.append(f"average by epoch, but the run ends after {b.epochs:.2g} epochs: no epoch checkpoint "
-                           f"(average by update, with save_interval_updates)")
+                out.append(
+                    f"average by epoch, but the run ends after {b.epochs:.2g} epochs: no epoch checkpoint "
+                    f"(average by update, with save_interval_updates)"
+                )
             elif whole_epochs < num:
                 out.append(f"average of {num} epoch checkpoints, but the run has ~{whole_epochs} epochs")
             elif keep < num:
@@ -100,13 +119,14 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
             if saved == 0:
                 out.append("average by update, but no update checkpoint is saved (set save_interval_updates)")
             elif saved < num:
-                out.append(f"average of {num} update checkpoints, but ~{saved} are saved "
-                           f"(save_interval_updates {interval or 'unset'})")
+                out.append(
+                    f"average of {num} update checkpoints, but ~{saved} are saved "
+                    f"(save_interval_updates {interval or 'unset'})"
+                )
             elif keep < num:
                 out.append(f"average of {num} update checkpoints, but keep_interval_updates keeps {keep}")
     if train.get("patience") and train["patience"] >= whole_epochs:
-        out.append(f"patience {train['patience']} epochs ≥ the run's ~{b.epochs:.3g} epochs: early stopping "
-                   f"cannot act")
+        out.append(f"patience {train['patience']} epochs ≥ the run's ~{b.epochs:.3g} epochs: early stopping cannot act")
     warmup = train.get("warmup_updates") or 0
     if train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "fixed" and warmup >= b.updates:
         out.append(f"warm-up of {warmup:,} updates ≥ the run's ~{b.updates:,.0f} updates: the lr never peaks")
@@ -122,8 +142,12 @@ def _decay_problems(train: dict, b: Budget, warmup: int) -> list[str]:
     changed without it (an experiment's over a preset's) leaves the lr high at the end, or at its floor for the
     last updates. Runs bounded by epochs are estimated too roughly to compare."""
     total = train.get("total_num_update") or 0
-    if train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "polynomial_decay" or not total or \
-            b.bounded_by != "max_update" or total == b.updates:
+    if (
+        train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "polynomial_decay"
+        or not total
+        or b.bounded_by != "max_update"
+        or total == b.updates
+    ):
         return []
     updates, fix = int(b.updates), f"(set total_num_update: {int(b.updates)} with max_update)"
     if total > updates:
@@ -131,11 +155,15 @@ def _decay_problems(train: dict, b: Budget, warmup: int) -> list[str]:
             return [f"total_num_update {total:,} > max_update {updates:,}: polynomial_decay's lr never decays {fix}"]
         lr, end = train.get("lr", TRAIN_DEFAULTS.lr), train.get("end_learning_rate", TRAIN_DEFAULTS.end_learning_rate)
         left = 1 - (updates - warmup) / max(1, total - warmup)
-        return [f"total_num_update {total:,} > max_update {updates:,}: polynomial_decay's lr ends at "
-                f"{(end + (lr - end) * left) / lr:.0%} of its peak {fix}"]
+        return [
+            f"total_num_update {total:,} > max_update {updates:,}: polynomial_decay's lr ends at "
+            f"{(end + (lr - end) * left) / lr:.0%} of its peak {fix}"
+        ]
     end = train.get("end_learning_rate", TRAIN_DEFAULTS.end_learning_rate)
-    return [f"total_num_update {total:,} < max_update {updates:,}: polynomial_decay's lr stays at its "
-            f"end_learning_rate {end:g} for the last {updates - total:,} updates {fix}"]
+    return [
+        f"total_num_update {total:,} < max_update {updates:,}: polynomial_decay's lr stays at its "
+        f"end_learning_rate {end:g} for the last {updates - total:,} updates {fix}"
+    ]
 
 
 def budgets(config: dict) -> list[Budget]:
@@ -148,8 +176,11 @@ def budget_warnings(config: dict) -> list[str]:
     """One line per experiment whose averaging, early stopping, warm-up or restart cannot work as configured,
     naming the table rows it serves: what `snakemake -n` and `lwnmt status` print."""
     rows = grid.rows_by_experiment(config)
-    return [f"{b.experiment} ({budget_text(b)}; rows: {'; '.join(rows[b.experiment])}): {'; '.join(b.problems)}"
-            for b in budgets(config) if b.problems]
+    return [
+        f"{b.experiment} ({budget_text(b)}; rows: {'; '.join(rows[b.experiment])}): {'; '.join(b.problems)}"
+        for b in budgets(config)
+        if b.problems
+    ]
 
 
 def budget_text(b: Budget) -> str:
@@ -158,15 +189,21 @@ def budget_text(b: Budget) -> str:
     mid = ", ends mid-epoch" if b.ends_mid_epoch else ""
     return f"{b.updates:,.0f} updates, {b.tokens / 1e9:.3g}B target tokens, ~{b.epochs:.3g} epochs{mid}"
 
+
 def render_budgets(config: dict) -> str:
     """Per experiment: updates, target tokens and epochs (from the task's estimate), and what cannot work."""
-    lines = ["Budget per experiment (estimated from each task's `estimate`; epochs < 1 or fractional: the run ends "
-             "mid-epoch):", "",
-             f"{'experiment':<36} {'updates':>9} {'tokens':>8} {'epochs':>7}  problems"]
+    lines = [
+        "Budget per experiment (estimated from each task's `estimate`; epochs < 1 or fractional: the run ends "
+        "mid-epoch):",
+        "",
+        f"{'experiment':<36} {'updates':>9} {'tokens':>8} {'epochs':>7}  problems",
+    ]
     for b in budgets(config):
         if b.epochs is None:
             lines.append(f"{b.experiment:<36} {'—':>9} {'—':>8} {'—':>7}  {'; '.join(b.problems)}")
             continue
-        lines.append(f"{b.experiment:<36} {b.updates:>9,.0f} {b.tokens / 1e9:>7.3g}B {b.epochs:>7.3g}  "
-                     f"{'; '.join(b.problems)}".rstrip())
+        lines.append(
+            f"{b.experiment:<36} {b.updates:>9,.0f} {b.tokens / 1e9:>7.3g}B {b.epochs:>7.3g}  "
+            f"{'; '.join(b.problems)}".rstrip()
+        )
     return "\n".join(lines)

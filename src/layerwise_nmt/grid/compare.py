@@ -25,12 +25,20 @@ from .own_models import known_models
 _CONVERGED = {"max_epoch": 100, "max_update": 0, "patience": 10, "amp": "auto", "log_interval": 100}
 PRESETS: dict[str, dict] = {
     "demo": {
-        "what": "the demo's size: 3+3 layers, d=256 (preset small), 1,000 updates of 1,024 tokens; warm starts "
-                "+300",
+        "what": "the demo's size: 3+3 layers, d=256 (preset small), 1,000 updates of 1,024 tokens; warm starts +300",
         "arch": {"preset": "small", "encoder_layers": 3, "decoder_layers": 3, "tie": "all", "dropout": 0.1},
         "lwc_layers": 7,  # the 3+3 baseline's parameters (config/demo.yaml)
-        "train": {"max_tokens": 1024, "lr": 0.002, "lr_scheduler": "polynomial_decay", "warmup_updates": 350,
-                  "total_num_update": 1000, "max_update": 1000, "max_epoch": 0, "patience": 0, "log_interval": 100},
+        "train": {
+            "max_tokens": 1024,
+            "lr": 0.002,
+            "lr_scheduler": "polynomial_decay",
+            "warmup_updates": 350,
+            "total_num_update": 1000,
+            "max_update": 1000,
+            "max_epoch": 0,
+            "patience": 0,
+            "log_interval": 100,
+        },
         "continue": {"warmup_updates": 100, "total_num_update": 300, "max_update": 300},
         "lwc_train": {"max_tokens": 512},
         "mlrf_train": {"lr": 0.001},  # at the baseline's 2e-3 the fused model trains badly (config/demo.yaml)
@@ -40,8 +48,15 @@ PRESETS: dict[str, dict] = {
         "what": "transformer_iwslt_de_en (6+6 layers, 512/1024/4), each run to convergence (patience 10 epochs)",
         "arch": {"preset": "iwslt", "tie": "all", "dropout": 0.3},
         "lwc_layers": 14,
-        "train": {"max_tokens": 4096, "lr": 0.0005, "lr_scheduler": "inverse_sqrt", "warmup_updates": 4000,
-                  "weight_decay": 0.0001, "label_smoothing": 0.1, **_CONVERGED},
+        "train": {
+            "max_tokens": 4096,
+            "lr": 0.0005,
+            "lr_scheduler": "inverse_sqrt",
+            "warmup_updates": 4000,
+            "weight_decay": 0.0001,
+            "label_smoothing": 0.1,
+            **_CONVERGED,
+        },
         "continue": {},
         "lwc_train": {"max_tokens": 2048},
         "mlrf_train": {},
@@ -51,8 +66,14 @@ PRESETS: dict[str, dict] = {
         "what": "transformer-base (6+6 layers, 512/2048/8), each run to convergence (patience 10 epochs)",
         "arch": {"preset": "base", "tie": "all", "dropout": 0.1},
         "lwc_layers": 14,
-        "train": {"max_tokens": 4096, "lr": 0.0007, "lr_scheduler": "inverse_sqrt", "warmup_updates": 4000,
-                  "label_smoothing": 0.1, **_CONVERGED},
+        "train": {
+            "max_tokens": 4096,
+            "lr": 0.0007,
+            "lr_scheduler": "inverse_sqrt",
+            "warmup_updates": 4000,
+            "label_smoothing": 0.1,
+            **_CONVERGED,
+        },
         "continue": {},
         "lwc_train": {"max_tokens": 2048},
         "mlrf_train": {},
@@ -63,12 +84,24 @@ PRESETS: dict[str, dict] = {
 # method → (experiment suffix, model, arch on top of the preset's, row label); the baseline comes first.
 METHODS = {
     "lwc": ("lwc", "lwc", {}, "LWC, He et al. 2018 (shared layers over [source; target])"),
-    "mlrf": ("mlrf_dec_sa", "mlrf", {"output_bias": False, "init": "xavier", "decoder_fusion": "sa", "n_hop": 4},
-             "MLRF Dec-SA, Wang et al. 2018 (4 hops)"),
-    "gca": ("gca_full", "cross_view", {"strategy": "gca", "soft_integration": True},
-            "GCA full model, Liu et al. 2020 (from the baseline)"),
-    "dou": ("dou_deep", "deep", {"input_bias": False, "aggregation": "hierarchical", "diversity": 1.0},
-            "Dou et al. 2018 + Deep Representations (from the baseline)"),
+    "mlrf": (
+        "mlrf_dec_sa",
+        "mlrf",
+        {"output_bias": False, "init": "xavier", "decoder_fusion": "sa", "n_hop": 4},
+        "MLRF Dec-SA, Wang et al. 2018 (4 hops)",
+    ),
+    "gca": (
+        "gca_full",
+        "cross_view",
+        {"strategy": "gca", "soft_integration": True},
+        "GCA full model, Liu et al. 2020 (from the baseline)",
+    ),
+    "dou": (
+        "dou_deep",
+        "deep",
+        {"input_bias": False, "aggregation": "hierarchical", "diversity": 1.0},
+        "Dou et al. 2018 + Deep Representations (from the baseline)",
+    ),
 }
 WARM_STARTED = ("gca", "dou")
 
@@ -80,8 +113,10 @@ def expand_comparisons(config: dict) -> None:
     targets = {"tasks": [], "tables": [], "figures": []}
     for name, spec in comparisons.items():
         if spec.get("task") not in config.get("tasks", {}):
-            raise UserError(f"config key compare/{name}/task: unknown task {spec.get('task')!r}; expected one of "
-                            f"the tasks (an overlay's own, e.g. on a `local:` dataset)")
+            raise UserError(
+                f"config key compare/{name}/task: unknown task {spec.get('task')!r}; expected one of "
+                f"the tasks (an overlay's own, e.g. on a `local:` dataset)"
+            )
         if spec.get("sweep"):
             experiments, rows = _swept(name, spec, known_models(config))
         else:
@@ -99,9 +134,17 @@ def expand_comparisons(config: dict) -> None:
         # a table and its figure are one comparison's outputs: a target list naming the one and not the other
         # would silently leave the figure unmade
         tables = wanted["tables"]
-        wanted["figures"] = list(dict.fromkeys(wanted["figures"] + [
-            f"{name}/{figure}" for name in comparisons if f"{name}/T1" in tables
-            for figure in config["papers"][name]["figures"]]))
+        wanted["figures"] = list(
+            dict.fromkeys(
+                wanted["figures"]
+                + [
+                    f"{name}/{figure}"
+                    for name in comparisons
+                    if f"{name}/T1" in tables
+                    for figure in config["papers"][name]["figures"]
+                ]
+            )
+        )
 
 
 def untargeted_comparisons(config: dict) -> list[str]:
@@ -113,9 +156,11 @@ def untargeted_comparisons(config: dict) -> list[str]:
         if wanted.get("tables", "all") == "all" or f"{name}/T1" in wanted["tables"]:
             continue
         figures = [f"{name}/{figure}" for figure in config["papers"][name]["figures"]]
-        lines.append(f"compare/{name}: table {name}/T1 and figure {', '.join(figures)} are not among the targets "
-                     f"(targets: tables lists {', '.join(wanted['tables']) or 'none'}); add {name}/T1 to targets: "
-                     f"tables to run it (its figure comes with it)")
+        lines.append(
+            f"compare/{name}: table {name}/T1 and figure {', '.join(figures)} are not among the targets "
+            f"(targets: tables lists {', '.join(wanted['tables']) or 'none'}); add {name}/T1 to targets: "
+            f"tables to run it (its figure comes with it)"
+        )
     return lines
 
 
@@ -138,13 +183,17 @@ def _swept(name: str, spec: dict, models: list[str]) -> tuple[dict, list[dict]]:
     if stage == "depth":
         key = "depth"
         if "lwc_layers" in spec:
-            raise UserError(f"config key compare/{name}/lwc_layers: a depth sweep sets LWC's shared layers per depth "
-                            f"(round(7 x depth / 3), the baseline's parameters); leave lwc_layers out")
+            raise UserError(
+                f"config key compare/{name}/lwc_layers: a depth sweep sets LWC's shared layers per depth "
+                f"(round(7 x depth / 3), the baseline's parameters); leave lwc_layers out"
+            )
     else:
         ((key, values),) = values.items()
         if stage == "arch" and key in ("encoder_layers", "decoder_layers", "layers"):
-            raise UserError(f"config key compare/{name}/sweep/arch/{key}: sweep: {{depth: [...]}} sets the layers "
-                            f"(both stacks, and LWC's shared layers at the baseline's parameters)")
+            raise UserError(
+                f"config key compare/{name}/sweep/arch/{key}: sweep: {{depth: [...]}} sets the layers "
+                f"(both stacks, and LWC's shared layers at the baseline's parameters)"
+            )
     prefix, words, _ = SWEPT_WORDS.get(key, (key, key, key))
     experiments, rows = {}, []
     for value in values:
@@ -158,8 +207,10 @@ def _swept(name: str, spec: dict, models: list[str]) -> tuple[dict, list[dict]]:
         tag = f"{prefix}{value_text(value)}"
         made, made_rows = _experiments(f"{name}.{tag}", one, models, forced, key=name)
         experiments.update(made)
-        rows += [row | {"label": f"{words} {value_text(value)}: {row['label']}", "swept": value,
-                        "method": row["label"]} for row in made_rows]
+        rows += [
+            row | {"label": f"{words} {value_text(value)}: {row['label']}", "swept": value, "method": row["label"]}
+            for row in made_rows
+        ]
     return experiments, rows
 
 
@@ -167,8 +218,9 @@ def value_text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _experiments(name: str, spec: dict, models: list[str], forced: dict | None = None,
-                 key: str | None = None) -> tuple[dict, list[dict]]:
+def _experiments(
+    name: str, spec: dict, models: list[str], forced: dict | None = None, key: str | None = None
+) -> tuple[dict, list[dict]]:
     """The comparison's experiments (every settings dict its own: an overlay merged into one must not edit all)
     and its table rows: the baseline first, the papers' methods, the user's own (`own_methods`, of `models`), and
     the warm-started rows' control last. `forced` (a sweep's value: {"arch" or "train": {key: value}}) goes on top
@@ -179,10 +231,14 @@ def _experiments(name: str, spec: dict, models: list[str], forced: dict | None =
     arch = {**preset["arch"], **spec.get("arch", {})}
     train = {**preset["train"], **spec.get("train", {})}
     continued = {**train, **preset["continue"], **spec.get("continue", {})}
-    common = {"task": spec["task"], "vocab": "joint",
-              "decode": {"beam": 5, "lenpen": 1.0, "batch_size": 128, **spec.get("decode", {})},
-              "score": {"buckets": [10, 20, 30], **spec.get("score", {})},
-              "average": spec.get("average", preset["average"]), "seeds": list(spec.get("seeds", [1]))}
+    common = {
+        "task": spec["task"],
+        "vocab": "joint",
+        "decode": {"beam": 5, "lenpen": 1.0, "batch_size": 128, **spec.get("decode", {})},
+        "score": {"buckets": [10, 20, 30], **spec.get("score", {})},
+        "average": spec.get("average", preset["average"]),
+        "seeds": list(spec.get("seeds", [1])),
+    }
 
     continues = {*preset["continue"], *spec.get("continue", {})}
 
@@ -210,21 +266,28 @@ def _experiments(name: str, spec: dict, models: list[str], forced: dict | None =
     for method, own in owned.items():
         where, experiment = f"config key compare/{key}/own_methods/{method}", f"{name}.{method}"
         if experiment in out or experiment == control:
-            raise UserError(f"{where}: its experiment {experiment} would be one of the papers' rows; pick another "
-                            f"name")
+            raise UserError(f"{where}: its experiment {experiment} would be one of the papers' rows; pick another name")
         if own["model"] not in models:
             close = difflib.get_close_matches(own["model"], models, n=1)
-            raise UserError(f"{where}/model: unknown model {own['model']!r}; "
-                            f"{f'did you mean {close[0]!r}?' if close else 'known: ' + ', '.join(models)} (your own "
-                            f"are declared under models:)")
+            raise UserError(
+                f"{where}/model: unknown model {own['model']!r}; "
+                f"{f'did you mean {close[0]!r}?' if close else 'known: ' + ', '.join(models)} (your own "
+                f"are declared under models:)"
+            )
         warm = own.get("warm_start", False)
         budget = {**(continued if warm else train), **own.get("train", {})}
-        out[experiment] = run(f"{own['label']}: {preset['what']}.", own["model"], {**arch, **own.get("arch", {})},
-                              budget, warm)
+        out[experiment] = run(
+            f"{own['label']}: {preset['what']}.", own["model"], {**arch, **own.get("arch", {})}, budget, warm
+        )
         rows.append({"label": own["label"], "experiment": experiment, "compare_to": control if warm else base})
     if any(m in WARM_STARTED for m in methods) or any(own.get("warm_start") for own in owned.values()):
-        out[control] = run("The warm-started rows' control: the baseline trained on as long as they are.",
-                           "transformer", arch, continued, warm=True)
+        out[control] = run(
+            "The warm-started rows' control: the baseline trained on as long as they are.",
+            "transformer",
+            arch,
+            continued,
+            warm=True,
+        )
         rows.append({"label": "Baseline trained on as long (the warm-started rows' control)", "experiment": control})
     return out, rows
 
@@ -240,41 +303,53 @@ def _paper(config: dict, name: str, spec: dict, rows: list[dict]) -> dict:
     first = " on the first seed" if len(seeds) > 1 else ""
     swept = sweep_words(spec)
     paper = {
-        "title": spec.get("title", f"{methods[0].upper()}{methods[1:]} on {where}"
-                                   + (f" by {swept[0]}" if swept else "")),
-        "tables": {"T1": {
-            "caption": f"{where}, {sets}: {bleu_kind(spec)} and chrF (sacrebleu), {casing(task, spec)}; * = better "
-                       f"than the row's control at p < 0.05 (paired bootstrap{first}, on BLEU and on chrF alike)."
-                       + (f" At {swept[0]} {swept[1]}: each method against the baseline (or the control) of its "
-                          f"value." if swept else ""),
-            "scale": f"{spec['preset']}: {preset['what']}; {len(seeds)} seed(s).",
-            "metric": [f"{prefix}{m}" for prefix in [""] + [f"{s}_" for s in tests[1:]] for m in ("bleu", "chrf")],
-            "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"},
-            "verdict": True,
-            "budget": True,
-            "rows": [{k: v for k, v in row.items() if k not in ("swept", "method")} for row in rows],
-        }},
+        "title": spec.get(
+            "title", f"{methods[0].upper()}{methods[1:]} on {where}" + (f" by {swept[0]}" if swept else "")
+        ),
+        "tables": {
+            "T1": {
+                "caption": f"{where}, {sets}: {bleu_kind(spec)} and chrF (sacrebleu), {casing(task, spec)}; * = better "
+                f"than the row's control at p < 0.05 (paired bootstrap{first}, on BLEU and on chrF alike)."
+                + (
+                    f" At {swept[0]} {swept[1]}: each method against the baseline (or the control) of its value."
+                    if swept
+                    else ""
+                ),
+                "scale": f"{spec['preset']}: {preset['what']}; {len(seeds)} seed(s).",
+                "metric": [f"{prefix}{m}" for prefix in [""] + [f"{s}_" for s in tests[1:]] for m in ("bleu", "chrf")],
+                "significance": {"test": "bootstrap", "p": 0.05, "mark": "*"},
+                "verdict": True,
+                "budget": True,
+                "rows": [{k: v for k, v in row.items() if k not in ("swept", "method")} for row in rows],
+            }
+        },
     }
     if swept:  # bars per length bucket for every value's every row would hide the trend the sweep is for
-        paper["figures"] = {"delta": {
-            "kind": "delta_sweep",
-            "caption": f"Each method's BLEU gain on {where} ({casing(task, spec)}) over the baseline of the same "
-                       f"{swept[0]} (the warm-started rows: over its control, trained as long), mean ± sd over "
-                       f"{len(seeds)} seed(s), against the {swept[0]}; 0 = no gain.",
-            "xlabel": swept[2],
-            "rows": [{"label": r["label"], "experiment": r["experiment"], "x": r["swept"]}
-                     | ({"series": r["method"], "compare_to": r["compare_to"]} if r.get("compare_to") else {})
-                     for r in rows],
-        }}
+        paper["figures"] = {
+            "delta": {
+                "kind": "delta_sweep",
+                "caption": f"Each method's BLEU gain on {where} ({casing(task, spec)}) over the baseline of the same "
+                f"{swept[0]} (the warm-started rows: over its control, trained as long), mean ± sd over "
+                f"{len(seeds)} seed(s), against the {swept[0]}; 0 = no gain.",
+                "xlabel": swept[2],
+                "rows": [
+                    {"label": r["label"], "experiment": r["experiment"], "x": r["swept"]}
+                    | ({"series": r["method"], "compare_to": r["compare_to"]} if r.get("compare_to") else {})
+                    for r in rows
+                ],
+            }
+        }
         return paper
     return paper | {
-        "figures": {"buckets": {
-            "kind": "length_buckets",
-            "caption": f"BLEU by source length on {where} ({casing(task, spec)}): the baseline and each method, with "
-                       f"each one's gain over the row its table compares it with (the warm-started rows: their "
-                       f"control, trained as long) on the second axis.",
-            "rows": [{"label": r["label"], "experiment": r["experiment"]} for r in rows],
-        }},
+        "figures": {
+            "buckets": {
+                "kind": "length_buckets",
+                "caption": f"BLEU by source length on {where} ({casing(task, spec)}): the baseline and each method, "
+                f"with each one's gain over the row its table compares it with (the warm-started rows: their "
+                f"control, trained as long) on the second axis.",
+                "rows": [{"label": r["label"], "experiment": r["experiment"]} for r in rows],
+            }
+        },
     }
 
 

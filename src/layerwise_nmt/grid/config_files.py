@@ -18,23 +18,29 @@ def check_overlay(overlay: dict, base: dict, path: str | os.PathLike) -> None:
     experiments = base.get("experiments") or {}
     for name, spec in (overlay.get("experiments") or {}).items():
         if name not in experiments and isinstance(spec, dict) and not ({"task", "model", "extends"} & set(spec)):
-            raise UserError(f"{path}: config key experiments/{name}: no experiment {name!r} to change"
-                            f"{did_you_mean(name, experiments, 'experiments')} (a new experiment needs task and "
-                            f"model, or extends)")
+            raise UserError(
+                f"{path}: config key experiments/{name}: no experiment {name!r} to change"
+                f"{did_you_mean(name, experiments, 'experiments')} (a new experiment needs task and "
+                f"model, or extends)"
+            )
     papers = base.get("papers") or {}
     for paper, spec in (overlay.get("papers") or {}).items():
         if not isinstance(spec, dict):
             continue
         if paper not in papers and not spec.get("title"):
-            raise UserError(f"{path}: config key papers/{paper}: no paper {paper!r} to change"
-                            f"{did_you_mean(paper, papers, 'papers')} (a new paper needs a title)")
+            raise UserError(
+                f"{path}: config key papers/{paper}: no paper {paper!r} to change"
+                f"{did_you_mean(paper, papers, 'papers')} (a new paper needs a title)"
+            )
         for kind in ("tables", "figures"):
             declared = (papers.get(paper) or {}).get(kind) or {}
             for name, table in (spec.get(kind) or {}).items():
                 if name not in declared and isinstance(table, dict) and not {"rows", "append_rows"} & set(table):
-                    raise UserError(f"{path}: config key papers/{paper}/{kind}/{name}: no {kind[:-1]} "
-                                    f"{paper}/{name} to change{did_you_mean(name, declared, kind)} (a new "
-                                    f"{kind[:-1]} needs rows)")
+                    raise UserError(
+                        f"{path}: config key papers/{paper}/{kind}/{name}: no {kind[:-1]} "
+                        f"{paper}/{name} to change{did_you_mean(name, declared, kind)} (a new "
+                        f"{kind[:-1]} needs rows)"
+                    )
 
 
 def check_files(paths, read) -> None:
@@ -55,16 +61,20 @@ def check_targets(config: dict) -> None:
     wanted = targets.get("tasks", "all")
     for task in [] if wanted == "all" else wanted:
         if task not in config["tasks"]:
-            raise UserError(f"config key targets/tasks: unknown task {task!r}"
-                            f"{did_you_mean(task, config['tasks'], 'tasks')}")
+            raise UserError(
+                f"config key targets/tasks: unknown task {task!r}{did_you_mean(task, config['tasks'], 'tasks')}"
+            )
     for kind in ("tables", "figures"):
         wanted = targets.get(kind, "all")
-        declared = [f"{paper}/{name}" for paper, spec in (config.get("papers") or {}).items()
-                    for name in (spec.get(kind) or {})]
+        declared = [
+            f"{paper}/{name}" for paper, spec in (config.get("papers") or {}).items() for name in (spec.get(kind) or {})
+        ]
         for name in [] if wanted == "all" else wanted:
             if name not in declared:
-                raise UserError(f"config key targets/{kind}: unknown {kind[:-1]} {name!r}"
-                                f"{did_you_mean(name, declared, kind)} (<paper>/<{kind[:-1]}>)")
+                raise UserError(
+                    f"config key targets/{kind}: unknown {kind[:-1]} {name!r}"
+                    f"{did_you_mean(name, declared, kind)} (<paper>/<{kind[:-1]}>)"
+                )
 
 
 def command_line_config_files(argv: list[str]) -> list[str]:

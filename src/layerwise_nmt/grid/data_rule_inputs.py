@@ -23,10 +23,11 @@ class DataRuleInputs:
 
     def task_of(self, wildcards):
         if wildcards.task not in self.config["tasks"]:
-            raise UserError(f"results/{wildcards.task}/…: no task {wildcards.task!r} in the config"
-                            f"{did_you_mean(wildcards.task, self.config['tasks'], 'tasks')}")
+            raise UserError(
+                f"results/{wildcards.task}/…: no task {wildcards.task!r} in the config"
+                f"{did_you_mean(wildcards.task, self.config['tasks'], 'tasks')}"
+            )
         return self.config["tasks"][wildcards.task]
-
 
     def task_data_targets(self, task_name):
         """Everything the default target needs for one task: binarized splits, dictionaries, data
@@ -36,12 +37,17 @@ class DataRuleInputs:
         base = data_path(task_name)
         reference = [f"{base}/reference-check.json"] if task.get("reference") else []
         vocabs = [f"{base}/vocab/dict.{name}.txt" for name in ("joint", task["src"], task["tgt"])]
-        return reference + vocabs + [f"{base}/text/stats.{lang_pair}.json"] + [
-            f"{base}/bin-{kind}/{split}.{lang_pair}.{lang}.{ext}.npy"
-            for split in task["splits"]
-            for lang in (task["src"], task["tgt"])
-            for ext in ("tokens", "offsets")
-        ]
+        return (
+            reference
+            + vocabs
+            + [f"{base}/text/stats.{lang_pair}.json"]
+            + [
+                f"{base}/bin-{kind}/{split}.{lang_pair}.{lang}.{ext}.npy"
+                for split in task["splits"]
+                for lang in (task["src"], task["tgt"])
+                for ext in ("tokens", "offsets")
+            ]
+        )
 
     # --- fetch / extract (data.smk) -------------------------------------------------------------------
 
@@ -92,9 +98,12 @@ class DataRuleInputs:
         args += ["--archive"] * source.is_archive + ["--text"] * source.text
         args += checksum_argv(source.checksum) + checksum_argv(source.archive_checksum, prefix="archive-")
         args += ["--where", source.where]
-        for option, value in (("--member", source.member), ("--pair-member", source.pair_member),
-                              ("--checksum-source", source.checksum_source),
-                              ("--archive-checksum-source", source.archive_checksum_source)):
+        for option, value in (
+            ("--member", source.member),
+            ("--pair-member", source.pair_member),
+            ("--checksum-source", source.checksum_source),
+            ("--archive-checksum-source", source.archive_checksum_source),
+        ):
             if value:
                 args += [option, value]
         if layout.is_download(source.path):
@@ -127,8 +136,10 @@ class DataRuleInputs:
         task = self.task_of(wildcards)
         split = task["splits"][wildcards.split]
         if not split.get("parts"):
-            raise UserError(f"tasks/{wildcards.task}/splits/{wildcards.split} is held out of the training text: "
-                            f"it has no untokenized reference for detokenized BLEU (score.tokenize must be none)")
+            raise UserError(
+                f"tasks/{wildcards.task}/splits/{wildcards.split} is held out of the training text: "
+                f"it has no untokenized reference for detokenized BLEU (score.tokenize must be none)"
+            )
         return [data_path(wildcards.task, "norm", part_name(t, wildcards.lang)) for t in split["parts"]]
 
     def assemble_spec(self, wildcards):
@@ -138,8 +149,11 @@ class DataRuleInputs:
         names = [wildcards.split] if hasattr(wildcards, "split") else list(SPLITS)
         spec = {}
         for name, split in ((n, task["splits"][n]) for n in names):
-            spec[name] = {key: split[key] for key in ("clean", "hold_out_every", "max_lines", "empty_lines",
-                                                      "overlap_with_train") if key in split}
+            spec[name] = {
+                key: split[key]
+                for key in ("clean", "hold_out_every", "max_lines", "empty_lines", "overlap_with_train")
+                if key in split
+            }
             spec[name]["parts"] = [
                 [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
                 + [data_path(wildcards.task, "tok", part_name(t, lang)) for lang in (task["src"], task["tgt"])]
@@ -164,8 +178,11 @@ class DataRuleInputs:
     def bpe_learn_texts(self, wildcards):
         """The training text BPE is learned on: the sides that do not come segmented."""
         task = self.task_of(wildcards)
-        return [path for path, lang in zip(self.train_texts(wildcards), (task["src"], task["tgt"]))
-                if lang not in segmented(task)]
+        return [
+            path
+            for path, lang in zip(self.train_texts(wildcards), (task["src"], task["tgt"]))
+            if lang not in segmented(task)
+        ]
 
     def bpe_codes(self, wildcards):
         """The codes apply_bpe segments one side with: none for a word-level task or a side that comes segmented
@@ -177,8 +194,10 @@ class DataRuleInputs:
 
     def vocab_params(self, wildcards):
         opts = self.task_of(wildcards).get("vocab", {})
-        return (f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
-                f" --nwords {opts.get('words', -1)}")
+        return (
+            f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
+            f" --nwords {opts.get('words', -1)}"
+        )
 
 
 def checksum_argv(checksum: tuple[str, str] | None, prefix: str = "") -> list[str]:

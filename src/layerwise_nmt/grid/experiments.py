@@ -15,11 +15,18 @@ def experiment(config: dict, name: str) -> dict:
     spec = config["experiments"][name]
     defaults = config.get("defaults", {})
     task = config["tasks"][spec["task"]]
-    out = {"name": name, "task": spec["task"], "model": spec["model"], "warm_start": spec.get("warm_start"),
-           "vocab": spec.get("vocab", task.get("vocab", {}).get("kind", "joint")),
-           "average": spec.get("average", defaults.get("average")),
-           "seeds": spec.get("seeds", defaults.get("seeds", [1])),
-           "src": task["src"], "tgt": task["tgt"], "pair": pair(task)}
+    out = {
+        "name": name,
+        "task": spec["task"],
+        "model": spec["model"],
+        "warm_start": spec.get("warm_start"),
+        "vocab": spec.get("vocab", task.get("vocab", {}).get("kind", "joint")),
+        "average": spec.get("average", defaults.get("average")),
+        "seeds": spec.get("seeds", defaults.get("seeds", [1])),
+        "src": task["src"],
+        "tgt": task["tgt"],
+        "pair": pair(task),
+    }
     for stage in STAGES:
         out[stage] = {**defaults.get(stage, {}), **spec.get(stage, {})}
     return out
@@ -36,12 +43,22 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     seed = seed if seed is not None else e["seeds"][0]
     task = config["tasks"][e["task"]]
     run = experiment_dir(config, name, seed)
-    return {"model": f"{run}/{'averaged.pt' if e['average'] else 'model.pt'}",
-            "data": bin_dir(e["task"], e["vocab"]), "src": e["src"], "tgt": e["tgt"],
-            "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
-            "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None, "decode": e["decode"],
-            "experiment": {"name": name, "model": e["model"], "arch": e["arch"], "seed": seed,
-                           **({"user_model": user} if (user := user_model(config, e["model"])) else {})}}
+    return {
+        "model": f"{run}/{'averaged.pt' if e['average'] else 'model.pt'}",
+        "data": bin_dir(e["task"], e["vocab"]),
+        "src": e["src"],
+        "tgt": e["tgt"],
+        "tokenize": tokenize_options(task, e["src"], task["splits"].get("test", {})),
+        "codes": data_path(e["task"], "bpe", "code") if task.get("bpe") else None,
+        "decode": e["decode"],
+        "experiment": {
+            "name": name,
+            "model": e["model"],
+            "arch": e["arch"],
+            "seed": seed,
+            **({"user_model": user} if (user := user_model(config, e["model"])) else {}),
+        },
+    }
 
 
 def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
@@ -54,9 +71,17 @@ def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
     dicts = [f"{vocab}/dict.{'joint' if e['vocab'] == 'joint' else lang}.txt" for lang in (e["src"], e["tgt"])]
     run = experiment_dir(config, name, seed)
     decode = {k: v for k, v in e["decode"].items() if k != "tune_lenpen"}  # a tuned α replaces lenpen
-    return {"model": setup["model"], "src": e["src"], "tgt": e["tgt"], "src_dict": dicts[0], "tgt_dict": dicts[1],
-            "codes": setup["codes"], "tokenize": setup["tokenize"], "decode": decode,
-            "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
-            "training": f"{save_dir(run)}/training.json",
-            "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e},
-            **({"user_model": setup["experiment"]["user_model"]} if "user_model" in setup["experiment"] else {})}
+    return {
+        "model": setup["model"],
+        "src": e["src"],
+        "tgt": e["tgt"],
+        "src_dict": dicts[0],
+        "tgt_dict": dicts[1],
+        "codes": setup["codes"],
+        "tokenize": setup["tokenize"],
+        "decode": decode,
+        "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
+        "training": f"{save_dir(run)}/training.json",
+        "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e},
+        **({"user_model": setup["experiment"]["user_model"]} if "user_model" in setup["experiment"] else {}),
+    }

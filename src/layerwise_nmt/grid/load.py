@@ -36,8 +36,10 @@ def load(*paths: str | os.PathLike) -> dict:
         validate(config)
     except UserError as err:
         if "(top level)" in str(err) and "required property" in str(err):  # an overlay given alone
-            raise UserError(f"{err} in {', '.join(map(str, paths))}; an overlay such as config/demo.yaml goes "
-                            f"after the full config: --config config.yaml --config config/demo.yaml")
+            raise UserError(
+                f"{err} in {', '.join(map(str, paths))}; an overlay such as config/demo.yaml goes "
+                f"after the full config: --config config.yaml --config config/demo.yaml"
+            )
         raise located(err, paths) from None
     return config
 
@@ -48,15 +50,19 @@ def read(path: str | os.PathLike) -> dict:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
     except OSError as err:
-        raise UserError(f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
-                        f"pass --config path/to/config.yaml)")
+        raise UserError(
+            f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
+            f"pass --config path/to/config.yaml)"
+        )
     except yaml.YAMLError as err:
         from .names import yaml_error
 
         raise yaml_error(f"config file {path}", err) from None
     if not isinstance(data, dict):
-        raise UserError(f"config file {path}: a {type(data).__name__}; expected a mapping of keys (datasets:, "
-                        f"tasks:, experiments:, ...)")
+        raise UserError(
+            f"config file {path}: a {type(data).__name__}; expected a mapping of keys (datasets:, "
+            f"tasks:, experiments:, ...)"
+        )
     return data
 
 
@@ -118,9 +124,11 @@ def validate(config: dict) -> None:
             raise UserError(f"config key tasks/{name}/splits: missing; expected train, valid and test")
         for split_name, split in task.get("splits", {}).items():
             if split_name != "train" and split.get("empty_lines") == "drop":
-                raise UserError(f"config key tasks/{name}/splits/{split_name}/empty_lines: drop; an evaluation "
-                                f"set's lines must stay aligned with its references: expected refuse (remove the "
-                                f"pair from both files)")
+                raise UserError(
+                    f"config key tasks/{name}/splits/{split_name}/empty_lines: drop; an evaluation "
+                    f"set's lines must stay aligned with its references: expected refuse (remove the "
+                    f"pair from both files)"
+                )
             if ready and not split.get("parts") and not split.get("hold_out_every"):
                 raise UserError(f"config key tasks/{name}/splits/{split_name}: expected parts or hold_out_every")
             for part in split.get("parts", []):
@@ -139,8 +147,10 @@ def validate(config: dict) -> None:
                 raise UserError(f"config key experiments/{name}/warm_start: unknown experiment {parent!r}")
             data = [(experiments[n]["task"], experiment(config, n)["vocab"]) for n in (name, parent)]
             if data[0] != data[1]:
-                raise UserError(f"config key experiments/{name}/warm_start: {parent!r} trains on other data "
-                                f"({'/'.join(data[1])} vs {'/'.join(data[0])})")
+                raise UserError(
+                    f"config key experiments/{name}/warm_start: {parent!r} trains on other data "
+                    f"({'/'.join(data[1])} vs {'/'.join(data[0])})"
+                )
     for row in rows(config):
         for key in ("experiment", "compare_to"):
             if key in row.spec and row.spec[key] not in experiments:
@@ -155,8 +165,9 @@ def schema_error(error: "jsonschema.ValidationError") -> UserError:
         unknown = [k for k in error.instance if k not in allowed]
         if unknown:
             close = difflib.get_close_matches(str(unknown[0]), list(allowed), n=3)
-            hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
-                    else f"expected one of {', '.join(allowed)}")
+            hint = (
+                f"did you mean {' or '.join(map(repr, close))}?" if close else f"expected one of {', '.join(allowed)}"
+            )
             return UserError(f"config key {'/'.join(where + [str(unknown[0])])}: unknown key {unknown[0]!r}; {hint}")
     return UserError(f"config key {'/'.join(where) or '(top level)'}: {error.message}")
 
@@ -175,8 +186,11 @@ def resolve_extends(experiments: dict) -> None:
             raise UserError(f"config key experiments/{name}/extends: unknown experiment {parent!r}")
         if parent in chain:
             raise UserError(f"config key experiments/{name}/extends: cycle {' → '.join(chain + (parent,))}")
-        base = {k: (dict(v) if isinstance(v, dict) else v)
-                for k, v in resolved(parent, chain + (parent,)).items() if k != "description"}
+        base = {
+            k: (dict(v) if isinstance(v, dict) else v)
+            for k, v in resolved(parent, chain + (parent,)).items()
+            if k != "description"
+        }
         own = {k: v for k, v in spec.items() if k != "extends"}
         experiments[name] = deep_update(base, own)
         return experiments[name]

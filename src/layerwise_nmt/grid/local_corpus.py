@@ -23,8 +23,27 @@ from .. import UserError
 from .tasks import SPLITS
 
 # File-name components that look like a language code but say something else about the file.
-NOT_LANGUAGES = {"txt", "tok", "bpe", "raw", "gz", "cln", "out", "src", "tgt", "ref", "hyp", "tsv", "dev", "all",
-                 "new", "old", "tst", "sgm", "xml"}
+NOT_LANGUAGES = {
+    "txt",
+    "tok",
+    "bpe",
+    "raw",
+    "gz",
+    "cln",
+    "out",
+    "src",
+    "tgt",
+    "ref",
+    "hyp",
+    "tsv",
+    "dev",
+    "all",
+    "new",
+    "old",
+    "tst",
+    "sgm",
+    "xml",
+}
 CODE = re.compile(r"^[a-z]{2,3}$")
 SAMPLE_BYTES = 4 << 20  # bytes read to estimate a large file's line count and sentence length
 
@@ -45,8 +64,9 @@ def expand_local(config: dict) -> None:
         named = named_test_sets(spec["local"])
         for split in SPLITS + tuple(named):
             source = {"dir": spec["local"]["dir"], **named} if split in named else spec["local"]
-            for lang, file in split_files(source, split, task, task["dataset"], task_name,
-                                          "tests" if split in named else "").items():
+            for lang, file in split_files(
+                source, split, task, task["dataset"], task_name, "tests" if split in named else ""
+            ).items():
                 spec["files"][f"{split}.{lang}"] = {"path": file}
         for lang in (task["src"], task["tgt"]):
             if lang == "zh" and "tokenizer" not in task.get("tokenize", {}):  # as the WMT17 Zh-En task does it
@@ -70,34 +90,42 @@ def named_test_sets(local: dict) -> dict:
     return dict(local.get("tests") or {})
 
 
-def split_files(local: dict, split: str, task: dict, dataset: str, task_name: str,
-                group: str = "") -> dict[str, str]:
+def split_files(local: dict, split: str, task: dict, dataset: str, task_name: str, group: str = "") -> dict[str, str]:
     """{language: file name under the directory} of one split, checked against the task's languages; `group`: the
     key the split is under (tests), for messages."""
     entry, key = local.get(split), f"datasets/{dataset}/local/{f'{group}/' if group else ''}{split}"
     langs = (task["src"], task["tgt"])
     if entry is None:
-        raise UserError(f"config key {key}: missing; expected the {split} file of each language, e.g. "
-                        f"\"{split}.{{lang}}\"")
+        raise UserError(
+            f'config key {key}: missing; expected the {split} file of each language, e.g. "{split}.{{lang}}"'
+        )
     if isinstance(entry, str):
         if "{lang}" not in entry:
-            raise UserError(f"config key {key}: {entry!r} has no {{lang}}; expected a name such as "
-                            f"\"{split}.{{lang}}\" or one name per language ({langs[0]}: ..., {langs[1]}: ...)")
+            raise UserError(
+                f"config key {key}: {entry!r} has no {{lang}}; expected a name such as "
+                f'"{split}.{{lang}}" or one name per language ({langs[0]}: ..., {langs[1]}: ...)'
+            )
         files = {lang: entry.format(lang=lang) for lang in langs}
         _check_present(local, key, files, entry, task_name)
         return files
     if sorted(entry) != sorted(langs):
-        raise UserError(f"config key {key}: files for {', '.join(entry)}, but task {task_name} translates "
-                        f"{langs[0]}→{langs[1]}; expected one file for each of {langs[0]} and {langs[1]}")
+        raise UserError(
+            f"config key {key}: files for {', '.join(entry)}, but task {task_name} translates "
+            f"{langs[0]}→{langs[1]}; expected one file for each of {langs[0]} and {langs[1]}"
+        )
     for lang, file in entry.items():
         named = file_language(file)
         if named is not None and named != lang and named in langs + tuple(entry):
-            raise UserError(f"config key {key}/{lang}: {file} is named for language {named!r}, not {lang!r}; "
-                            f"expected the {lang} side (are the two files swapped?)")
+            raise UserError(
+                f"config key {key}/{lang}: {file} is named for language {named!r}, not {lang!r}; "
+                f"expected the {lang} side (are the two files swapped?)"
+            )
         if named is not None and named != lang and named not in langs:
-            raise UserError(f"config key {key}/{lang}: {file} is named for language {named!r}, but task "
-                            f"{task_name} translates {langs[0]}→{langs[1]}; expected a {lang} file (or the task's "
-                            f"src/tgt set to the files' language codes)")
+            raise UserError(
+                f"config key {key}/{lang}: {file} is named for language {named!r}, but task "
+                f"{task_name} translates {langs[0]}→{langs[1]}; expected a {lang} file (or the task's "
+                f"src/tgt set to the files' language codes)"
+            )
     return dict(entry)
 
 
@@ -122,9 +150,11 @@ def _check_present(local: dict, key: str, files: dict[str, str], template: str, 
     missing = [lang for lang, file in files.items() if not (root / file).exists()]
     others = sorted(set(present) - set(files))
     if missing and others:
-        raise UserError(f"config key {key}: {root} has {', '.join(present[o] for o in others)} but no "
-                        f"{', '.join(files[m] for m in missing)}; task {task_name}'s languages are "
-                        f"{'/'.join(files)}: expected the files' language codes to match the task's src and tgt")
+        raise UserError(
+            f"config key {key}: {root} has {', '.join(present[o] for o in others)} but no "
+            f"{', '.join(files[m] for m in missing)}; task {task_name}'s languages are "
+            f"{'/'.join(files)}: expected the files' language codes to match the task's src and tgt"
+        )
 
 
 def estimate(root: Path, files: dict, task: dict) -> dict | None:
@@ -150,7 +180,7 @@ def _count(path: Path) -> tuple[int, float]:
     """(lines, words per line) of a text file: counted up to SAMPLE_BYTES, extrapolated from there by size."""
     compressed = path.name.endswith(".gz")
     size = os.path.getsize(path)
-    with (gzip.open(path, "rb") if compressed else open(path, "rb")) as f:
+    with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
         sample = f.read(SAMPLE_BYTES)
         whole = not f.read(1)
         consumed = f.fileobj.tell() if compressed else len(sample)  # compressed bytes behind the sample

@@ -12,7 +12,7 @@ from .. import UserError
 
 
 def did_you_mean(name: str, known, what: str) -> str:
-    """"; did you mean 'x'?" with the closest of `known`, else "; expected one of a, b, …" (at most 12 named)."""
+    """ "; did you mean 'x'?" with the closest of `known`, else "; expected one of a, b, …" (at most 12 named)."""
     known = list(known)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if close:
@@ -31,6 +31,9 @@ def yaml_error(path: str | os.PathLike, err: yaml.YAMLError) -> UserError:
         return UserError(f"{path}: not valid YAML ({' '.join(str(err).split())})")
     problem = getattr(err, "problem", None) or "syntax error"
     context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
-    began = (f" ({context} at line {start.line + 1}, column {start.column + 1})"
-             if context and start is not None and (start.line, start.column) != (mark.line, mark.column) else "")
+    began = (
+        f" ({context} at line {start.line + 1}, column {start.column + 1})"
+        if context and start is not None and (start.line, start.column) != (mark.line, mark.column)
+        else ""
+    )
     return UserError(f"{path}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}{began}")

@@ -15,12 +15,16 @@ def check_models(config: dict) -> None:
     """Each `models:` entry: a name of its own (not a built-in model's), and its user_dir a folder that exists."""
     for name, entry in (config.get("models") or {}).items():
         if name in MODELS:
-            raise UserError(f"config key models/{name}: shadows the built-in model {name!r}; give yours another name "
-                            f"(built-in: {', '.join(sorted(MODELS))})")
+            raise UserError(
+                f"config key models/{name}: shadows the built-in model {name!r}; give yours another name "
+                f"(built-in: {', '.join(sorted(MODELS))})"
+            )
         folder = entry.get("user_dir")
         if folder is not None and not Path(folder).expanduser().is_dir():
-            raise UserError(f"config key models/{name}/user_dir: {folder}: no such folder (relative paths are read "
-                            f"from the working directory, {os.getcwd()})")
+            raise UserError(
+                f"config key models/{name}/user_dir: {folder}: no such folder (relative paths are read "
+                f"from the working directory, {os.getcwd()})"
+            )
 
 
 def known_models(config: dict) -> list[str]:

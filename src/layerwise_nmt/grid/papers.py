@@ -35,8 +35,10 @@ def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tu
     if missing:
         from .names import did_you_mean
 
-        raise UserError(f"config key targets/{kind}: unknown {kind[:-1]} {missing[0]!r}"
-                        f"{did_you_mean(missing[0], ['/'.join(d) for d in declared], kind)} (<paper>/<{kind[:-1]}>)")
+        raise UserError(
+            f"config key targets/{kind}: unknown {kind[:-1]} {missing[0]!r}"
+            f"{did_you_mean(missing[0], ['/'.join(d) for d in declared], kind)} (<paper>/<{kind[:-1]}>)"
+        )
     return [tuple(w.split("/", 1)) for w in wanted]
 
 

@@ -28,7 +28,8 @@ def table_rows_of(config: dict) -> dict[str, list[tuple[str, str, str, float | N
             for row in tspec["rows"]:
                 if "experiment" in row:
                     rows.setdefault(row["experiment"], []).append(
-                        (paper, table, row["label"], row.get("paper", {}).get("params_m")))
+                        (paper, table, row["label"], row.get("paper", {}).get("params_m"))
+                    )
     return rows
 
 
@@ -40,8 +41,14 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
             raise UserError(f"unknown experiment {name!r}; `lwnmt params` with no name lists them all")
         e = experiment(config, name)
         sizes = vocab or vocab_sizes(e)
-        record = {"experiment": name, "model": e["model"], "params": None, "note": "", "other_readings": {},
-                  "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—"}
+        record = {
+            "experiment": name,
+            "model": e["model"],
+            "params": None,
+            "note": "",
+            "other_readings": {},
+            "vocab": f"{sizes[0]}/{sizes[1]}" if sizes else "—",
+        }
         own = UserModel.from_config(config, e["model"])
         if e["model"] not in MODELS and own is None:
             record["note"] = "not implemented"
@@ -58,7 +65,8 @@ def parameter_rows(config: dict, experiments: list[str], vocab: tuple[int, int] 
                 record["params"] = model_sizes.count(e["model"], model_config)
                 record["other_readings"] = {
                     reading: model_sizes.count(e["model"], config_class.from_dict({**arch, **overrides}))
-                    for reading, overrides in model_config.other_readings().items()}
+                    for reading, overrides in model_config.other_readings().items()
+                }
             except UserError as err:  # e.g. a tied model asked about separate vocabulary sizes
                 record["note"] = str(err)
         for paper, table, label, params_m in where.get(name, [("", "", "", None)]):

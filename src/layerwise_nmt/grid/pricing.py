@@ -87,9 +87,12 @@ class Pricing:
     def describe(self) -> str:
         gpu = GPUS[self.gpu]
         rates = ", ".join(f"{p} {self.rate(p):.3g}" for p in ("bf16", "fp16", "tf32", "fp32") if getattr(gpu, p))
-        basis = (f"{self.mfu:.0%} of its dense peak (--mfu)" if self.tflops is None else
-                 f"{self.tflops:g} TFLOP/s in mixed precision as given (--tflops), other precisions in the ratio of "
-                 f"its peaks")
+        basis = (
+            f"{self.mfu:.0%} of its dense peak (--mfu)"
+            if self.tflops is None
+            else f"{self.tflops:g} TFLOP/s in mixed precision as given (--tflops), other precisions in the ratio of "
+            f"its peaks"
+        )
         return f"one {gpu.name} (--gpu {self.gpu}) at {basis}: sustained TFLOP/s {rates}"
 
 
@@ -173,8 +176,9 @@ def experiment_cost(config: dict, name: str, build: bool = False) -> Cost:
         if own is not None:
             from ..models import UserModel, count_built
 
-            params = count_built(e["model"], arch, UserModel.from_config(config, e["model"]),
-                                 f"config key experiments/{name}/arch")
+            params = count_built(
+                e["model"], arch, UserModel.from_config(config, e["model"]), f"config key experiments/{name}/arch"
+            )
         else:
             params = parameter_count(e["model"], arch)
         note = note if params is not None else f"model {e['model']!r} not implemented"
@@ -189,8 +193,16 @@ def plan(config: dict) -> list[dict]:
         names = list(dict.fromkeys(row["experiment"] for row in spec["rows"] if "experiment" in row))
         costs = [experiment_cost(config, n, build=True) for n in names]
         blocked = [n for n in names if not grid.experiment_status(config, n).runnable]
-        out.append({"paper": paper, "table": table, "rows": len(spec["rows"]), "experiments": names,
-                    "blocked": blocked, "costs": costs})
+        out.append(
+            {
+                "paper": paper,
+                "table": table,
+                "rows": len(spec["rows"]),
+                "experiments": names,
+                "blocked": blocked,
+                "costs": costs,
+            }
+        )
     return out
 
 
@@ -203,14 +215,22 @@ def cpu_sized(record: dict) -> float | None:
 
 def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
     cpu = any(cpu_sized(r) is not None for r in records)  # the column only where some table is CPU-sized
-    lines = [f"GPU-hours to train every experiment of each table (seeds included) on {pricing.describe()}; each row "
-             f"priced in the precision it trains in there (amp: auto = bf16, or fp16 without bf16; amp: none = "
-             f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner."
-             + (f" CPU-hours: on 2 cores at the demo's measured fp32 training rate ({CPU_TFLOPS * 1e3:.0f} GFLOP/s: "
-                f"docs/benchmarks.md, \"The CPU-hours estimate\"), for tables a CPU trains within "
-                f"{CPU_SIZED_HOURS} hours; decoding and data preparation not counted." if cpu else ""), "",
-             f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  " + (f"{'CPU-hours':>9}  " if cpu else "")
-             + f"{'precision':<10} notes"]
+    lines = [
+        f"GPU-hours to train every experiment of each table (seeds included) on {pricing.describe()}; each row "
+        f"priced in the precision it trains in there (amp: auto = bf16, or fp16 without bf16; amp: none = "
+        f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner."
+        + (
+            f" CPU-hours: on 2 cores at the demo's measured fp32 training rate ({CPU_TFLOPS * 1e3:.0f} GFLOP/s: "
+            f'docs/benchmarks.md, "The CPU-hours estimate"), for tables a CPU trains within '
+            f"{CPU_SIZED_HOURS} hours; decoding and data preparation not counted."
+            if cpu
+            else ""
+        ),
+        "",
+        f"{'table':<10} {'rows':>4} {'runs':>4} {'GPU-hours':>10}  "
+        + (f"{'CPU-hours':>9}  " if cpu else "")
+        + f"{'precision':<10} notes",
+    ]
     seen: dict[str, Cost] = {}
     for r in records:
         hours = [c.hours(pricing) for c in r["costs"]]
@@ -226,14 +246,18 @@ def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
         if unknown:
             notes.append(f"{len(unknown)} not estimable ({unknown[0].note})")
         total = f"{bound}{hours_text(sum(known))}" if known else "—"
-        lines.append(f"{r['paper'] + ' ' + r['table']:<10} {r['rows']:>4} {len(r['costs']):>4} {total:>10}  "
-                     f"{cpu_column}{precisions:<10} {'; '.join(notes)}".rstrip())
+        lines.append(
+            f"{r['paper'] + ' ' + r['table']:<10} {r['rows']:>4} {len(r['costs']):>4} {total:>10}  "
+            f"{cpu_column}{precisions:<10} {'; '.join(notes)}".rstrip()
+        )
         seen.update({c.experiment: c for c in r["costs"]})
     overall = sum(h for c in seen.values() if (h := c.hours(pricing)) is not None)
-    lines += ["", f"all tables: {len(seen)} distinct experiments, {hours_text(overall)} GPU-hours "
-                  f"(an experiment shared by several tables is counted once)"]
+    lines += [
+        "",
+        f"all tables: {len(seen)} distinct experiments, {hours_text(overall)} GPU-hours "
+        f"(an experiment shared by several tables is counted once)",
+    ]
     return "\n".join(lines)
-
 
 
 def hours_text(hours: float) -> str:
@@ -248,11 +272,24 @@ def rows(records: list[dict], pricing: Pricing, config: dict) -> list[dict]:
     for r in records:
         for c in r["costs"]:
             b = budget(config, c.experiment)
-            out.append({"paper": r["paper"], "table": r["table"], "experiment": c.experiment, "params": c.params,
-                        "tokens": c.tokens, "seeds": c.seeds, "upper_bound": c.upper_bound,
-                        "gpu": GPUS[pricing.gpu].name, "precision": c.precision(pricing),
-                        "sustained_tflops": pricing.rate(c.precision(pricing)),
-                        "gpu_hours": c.hours(pricing), "cpu_hours": c.cpu_hours(), "updates": b.updates,
-                        "epochs": b.epochs,
-                        "problems": "; ".join(b.problems), "note": c.note})
+            out.append(
+                {
+                    "paper": r["paper"],
+                    "table": r["table"],
+                    "experiment": c.experiment,
+                    "params": c.params,
+                    "tokens": c.tokens,
+                    "seeds": c.seeds,
+                    "upper_bound": c.upper_bound,
+                    "gpu": GPUS[pricing.gpu].name,
+                    "precision": c.precision(pricing),
+                    "sustained_tflops": pricing.rate(c.precision(pricing)),
+                    "gpu_hours": c.hours(pricing),
+                    "cpu_hours": c.cpu_hours(),
+                    "updates": b.updates,
+                    "epochs": b.epochs,
+                    "problems": "; ".join(b.problems),
+                    "note": c.note,
+                }
+            )
     return out

@@ -15,12 +15,16 @@ def paper_part(config, paper, kind, name):
     """config papers/<paper>/<kind>/<name>, or a one-line error listing what exists."""
     papers = config.get("papers", {})
     if paper not in papers:
-        raise UserError(f"results/{kind}/{paper}/{name}: no paper {paper!r} in the config; expected one of "
-                            f"{', '.join(sorted(papers))}")
+        raise UserError(
+            f"results/{kind}/{paper}/{name}: no paper {paper!r} in the config; expected one of "
+            f"{', '.join(sorted(papers))}"
+        )
     parts = papers[paper].get(kind, {})
     if name not in parts:
-        raise UserError(f"results/{kind}/{paper}/{name}: paper {paper} has no {kind[:-1]} {name!r}; expected "
-                            f"one of {', '.join(sorted(parts)) or 'none'}")
+        raise UserError(
+            f"results/{kind}/{paper}/{name}: paper {paper} has no {kind[:-1]} {name!r}; expected "
+            f"one of {', '.join(sorted(parts)) or 'none'}"
+        )
     return parts[name]
 
 
@@ -28,13 +32,15 @@ def table_spec(config, paper, table):
     """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
     spec = paper_part(config, paper, "tables", table)
     derived = spec.get("mean_of", {})  # metrics computed from others: no split of their own
-    splits = sorted({split_of(m) for m in metrics_of(spec) + [m for ms in derived.values() for m in ms]
-                     if m not in derived})
+    splits = sorted(
+        {split_of(m) for m in metrics_of(spec) + [m for ms in derived.values() for m in ms] if m not in derived}
+    )
 
     def score_paths(name):
         e = experiment(config, name)
-        return {split: [f"{experiment_dir(config, name, s)}/{split}.score.json" for s in e["seeds"]]
-                for split in splits}
+        return {
+            split: [f"{experiment_dir(config, name, s)}/{split}.score.json" for s in e["seeds"]] for split in splits
+        }
 
     rows = []
     for row in spec["rows"]:
@@ -55,11 +61,20 @@ def table_spec(config, paper, table):
             out["state"] = "quoted" if quoted else "blocked"
             out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
         rows.append(out)
-    return {"paper": paper, "table": table, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
-            "metric": metrics_of(spec), "speeds": spec.get("speeds", False), "rows": rows,
-            "significance": spec.get("significance"), "verdict": spec.get("verdict", False),
-            "mean_of": derived, "budget": spec.get("budget", False),
-            "precision": config["papers"][paper].get("precision", "")}
+    return {
+        "paper": paper,
+        "table": table,
+        "caption": spec.get("caption", ""),
+        "scale": spec.get("scale", ""),
+        "metric": metrics_of(spec),
+        "speeds": spec.get("speeds", False),
+        "rows": rows,
+        "significance": spec.get("significance"),
+        "verdict": spec.get("verdict", False),
+        "mean_of": derived,
+        "budget": spec.get("budget", False),
+        "precision": config["papers"][paper].get("precision", ""),
+    }
 
 
 def report_caption(config, paper, kind, name):
@@ -96,16 +111,27 @@ def figure_spec(config, paper, figure):
                 out["inspect"] = {"kind": spec["kind"], "model": f"{runs[0]}/model.pt", "options": {}}
                 if spec["kind"] == "attention":  # the model teacher-forced on its own translation of one sentence
                     out["inspect"]["options"] = dict(
-                        hypothesis=f"{runs[0]}/test.bpe", src=e["src"], tgt=e["tgt"],
-                        data=bin_dir(e["task"], e["vocab"]), module=row.get("module", ""),
+                        hypothesis=f"{runs[0]}/test.bpe",
+                        src=e["src"],
+                        tgt=e["tgt"],
+                        data=bin_dir(e["task"], e["vocab"]),
+                        module=row.get("module", ""),
                         source=data_path(e["task"], "bpe", f"test.{e['pair']}.{e['src']}"),
-                        sentence=spec.get("sentence", 0))
+                        sentence=spec.get("sentence", 0),
+                    )
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)
-    return {"paper": paper, "figure": figure, "kind": spec["kind"], "caption": spec.get("caption", ""),
-            "xlabel": spec.get("xlabel", ""), "metric": spec.get("metric", "loss"), "rows": rows,
-            "notice": get(config, "rehearsal/notice")}
+    return {
+        "paper": paper,
+        "figure": figure,
+        "kind": spec["kind"],
+        "caption": spec.get("caption", ""),
+        "xlabel": spec.get("xlabel", ""),
+        "metric": spec.get("metric", "loss"),
+        "rows": rows,
+        "notice": get(config, "rehearsal/notice"),
+    }
 
 
 def gain_references(config, paper, figure, spec) -> dict[int, str]:
@@ -121,14 +147,19 @@ def gain_references(config, paper, figure, spec) -> dict[int, str]:
     drawn = {row["experiment"] for row in spec["rows"]}
     references = {}
     for index, row in enumerate(spec["rows"]):
-        control, where = ((row["compare_to"], "its compare_to") if row.get("compare_to") else
-                          tested.get(row["experiment"], (None, "")))
+        control, where = (
+            (row["compare_to"], "its compare_to")
+            if row.get("compare_to")
+            else tested.get(row["experiment"], (None, ""))
+        )
         if control is None or control == row["experiment"]:
             continue
         if control not in drawn:
-            raise UserError(f"figure {paper}/{figure}, row {row['label']!r}: compared with {control} in {where}, "
-                            f"which the figure lacks; add a row with experiment {control} (its gain would be "
-                            f"drawn over the first row instead)")
+            raise UserError(
+                f"figure {paper}/{figure}, row {row['label']!r}: compared with {control} in {where}, "
+                f"which the figure lacks; add a row with experiment {control} (its gain would be "
+                f"drawn over the first row instead)"
+            )
         references[index] = control
     return references
 
@@ -137,6 +168,11 @@ def trained_on(config, e):
     """What a figure's title says of a row's run: its data, and its budget (updates or epochs, warm start)."""
     task = config["tasks"][e["task"]]
     train = e.get("train", {})
-    return {"dataset": task["dataset"], "src": e["src"], "tgt": e["tgt"], "max_update": train.get("max_update", 0),
-            "max_epoch": train.get("max_epoch", 0), "warm_start": e.get("warm_start") if isinstance(
-                e.get("warm_start"), str) else None}
+    return {
+        "dataset": task["dataset"],
+        "src": e["src"],
+        "tgt": e["tgt"],
+        "max_update": train.get("max_update", 0),
+        "max_epoch": train.get("max_epoch", 0),
+        "warm_start": e.get("warm_start") if isinstance(e.get("warm_start"), str) else None,
+    }

@@ -44,8 +44,10 @@ class RuleInputs(DataRuleInputs):
             self.task_of(wildcards)
             on_task = [n for n, e in experiments.items() if e["task"] == wildcards.task]
             hint = did_you_mean(wildcards.experiment, on_task, "experiments")
-            raise UserError(f"results/{wildcards.task}/{wildcards.experiment}/…: no experiment "
-                            f"{wildcards.experiment!r} in the config{hint}")
+            raise UserError(
+                f"results/{wildcards.task}/{wildcards.experiment}/…: no experiment "
+                f"{wildcards.experiment!r} in the config{hint}"
+            )
         spec = experiment(self.config, wildcards.experiment)
         if spec["task"] != wildcards.task:
             raise UserError(f"experiment {wildcards.experiment} runs on task {spec['task']}, not {wildcards.task}")
@@ -58,8 +60,11 @@ class RuleInputs(DataRuleInputs):
         """Every targeted table and figure, and the summary of all tables; each depends on its runnable rows'
         score.json / model (see report.smk)."""
         summary = [layout.SUMMARY] if tables(self.config) else []
-        return (summary + [f for paper, table in tables(self.config) for f in layout.table_files(paper, table)]
-                + [f for paper, figure in tables(self.config, "figures") for f in layout.figure_files(paper, figure)])
+        return (
+            summary
+            + [f for paper, table in tables(self.config) for f in layout.table_files(paper, table)]
+            + [f for paper, figure in tables(self.config, "figures") for f in layout.figure_files(paper, figure)]
+        )
 
     def summary_inputs(self):
         """Every table's CSV, which the summary of all tables reads."""
@@ -134,8 +139,9 @@ class RuleInputs(DataRuleInputs):
         if self.config.get("models_elsewhere"):
             return []
         names = [n for n in rows_by_experiment(self.config) if experiment_status(self.config, n).runnable]
-        return [f"{experiment_dir(self.config, n, s)}/model_dir"
-                for n in names for s in experiment(self.config, n)["seeds"]]
+        return [
+            f"{experiment_dir(self.config, n, s)}/model_dir" for n in names for s in experiment(self.config, n)["seeds"]
+        ]
 
     def data_dir(self, wildcards):
         e = self.experiment_of(wildcards)
@@ -193,14 +199,20 @@ class RuleInputs(DataRuleInputs):
         the untokenized references), the decoding's record, the references and the source (length buckets)."""
         e, tokenized = self.experiment_of(wildcards), self.tokenized_bleu(wildcards)
         prefix, split = self.decoded_prefix(wildcards), f"{wildcards.split}.{e['pair']}"
-        return {"hyp": f"{prefix}.{'txt' if tokenized else 'detok'}", "decoding": f"{prefix}.json",
-                "ref": data_path(wildcards.task, "text" if tokenized else "ref", f"{split}.{e['tgt']}"),
-                "src": data_path(wildcards.task, "text", f"{split}.{e['src']}")}
+        return {
+            "hyp": f"{prefix}.{'txt' if tokenized else 'detok'}",
+            "decoding": f"{prefix}.json",
+            "ref": data_path(wildcards.task, "text" if tokenized else "ref", f"{split}.{e['tgt']}"),
+            "src": data_path(wildcards.task, "text", f"{split}.{e['src']}"),
+        }
 
     def decoding_inputs(self, wildcards, tuned=True):
         e = self.experiment_of(wildcards)
-        inputs = {"model": self.model_for_decoding(wildcards), "data": self.train_inputs(wildcards),
-                  "src": data_path(wildcards.task, "bpe", f"{wildcards.split}.{e['pair']}.{e['src']}")}
+        inputs = {
+            "model": self.model_for_decoding(wildcards),
+            "data": self.train_inputs(wildcards),
+            "src": data_path(wildcards.task, "bpe", f"{wildcards.split}.{e['pair']}.{e['src']}"),
+        }
         if tuned and self.tunes_lenpen(wildcards):
             inputs["tuned"] = self.tuned_lenpen(wildcards)
         return inputs
@@ -213,15 +225,19 @@ class RuleInputs(DataRuleInputs):
         sets = heldout_sets(self.config, e["task"])
         if wildcards.heldout not in sets:
             named = e["task"] if sets else f"{e['task']} (or no held-out folder: heldout_dir / $LWNMT_HELDOUT_DIR)"
-            raise UserError(f"{self.run_dir(wildcards)}/heldout.{wildcards.heldout}.*: no held-out set "
-                            f"{wildcards.heldout!r} in tasks/{named}{did_you_mean(wildcards.heldout, sets, 'sets')}")
+            raise UserError(
+                f"{self.run_dir(wildcards)}/heldout.{wildcards.heldout}.*: no held-out set "
+                f"{wildcards.heldout!r} in tasks/{named}{did_you_mean(wildcards.heldout, sets, 'sets')}"
+            )
         return {"model": f"{self.run_dir(wildcards)}/model_dir", "src": sets[wildcards.heldout]}
 
     def heldout_targets(self, name: str, seed: int) -> list[str]:
         """The translations of every held-out set of the experiment's task by one run, where a folder holds them."""
         run = experiment_dir(self.config, name, seed)
-        return [f"{layout.heldout_prefix(run, s)}.txt" for s in heldout_sets(self.config, experiment(self.config,
-                                                                                                    name)["task"])]
+        return [
+            f"{layout.heldout_prefix(run, s)}.txt"
+            for s in heldout_sets(self.config, experiment(self.config, name)["task"])
+        ]
 
     # --- tables and figures (report.smk) --------------------------------------------------------------
 
@@ -237,8 +253,15 @@ class RuleInputs(DataRuleInputs):
     def table_inputs(self, wildcards):
         """The score files a table reads: its rows' and their baselines'."""
         rows = table_spec(self.config, wildcards.paper, wildcards.table)["rows"]
-        return sorted({path for row in rows for key in ("scores", "baseline_scores")
-                       for paths in row.get(key, {}).values() for path in paths})
+        return sorted(
+            {
+                path
+                for row in rows
+                for key in ("scores", "baseline_scores")
+                for paths in row.get(key, {}).values()
+                for path in paths
+            }
+        )
 
     def figure_inputs(self, wildcards):
         """The files a figure's rows read."""
@@ -250,8 +273,10 @@ class RuleInputs(DataRuleInputs):
         rows = figure_spec(self.config, wildcards.paper, wildcards.figure)["rows"]
         row = rows[int(wildcards.row)] if int(wildcards.row) < len(rows) else {}
         if "inspect" not in row:
-            raise UserError(f"results/figures/{wildcards.paper}/{wildcards.figure}: row {wildcards.row} has nothing "
-                            f"to inspect (not an aggregation_shares or attention row that can run)")
+            raise UserError(
+                f"results/figures/{wildcards.paper}/{wildcards.figure}: row {wildcards.row} has nothing "
+                f"to inspect (not an aggregation_shares or attention row that can run)"
+            )
         return row["inspect"]
 
     def inspection_flags(self, wildcards):

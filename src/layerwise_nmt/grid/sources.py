@@ -67,29 +67,56 @@ def file_source(config: dict, dataset: str, name: str) -> FileSource:
     if "user_path" in spec:
         path = Path(spec["user_path"]).expanduser() / entry.get("path", name)
         local = "local" in spec  # plain text or its .gz (a .gz is inflated, like an archive)
-        return FileSource(str(path), None, local and path.name.endswith(".gz"), checksum_of(entry),
-                          f"datasets/{dataset}/{'local' if local else 'user_path'} ({path})", text=local)
+        return FileSource(
+            str(path),
+            None,
+            local and path.name.endswith(".gz"),
+            checksum_of(entry),
+            f"datasets/{dataset}/{'local' if local else 'user_path'} ({path})",
+            text=local,
+        )
     archive_name = entry.get("archive")
     archive = spec.get("archives", {}).get(archive_name, {}) if archive_name else {}
     member = entry.get("path")
     where = where_from(archive or entry)
-    own = dict(checksum=checksum_of(entry), checksum_source=entry.get("checksum_source"),
-               pair_member=pair_member(spec, name))
+    own = dict(
+        checksum=checksum_of(entry), checksum_source=entry.get("checksum_source"), pair_member=pair_member(spec, name)
+    )
     mirror = mirror_dir(config)
     if mirror is not None:
         base = mirror / spec.get("mirror", dataset)
         copy = entry.get("mirror")
         if copy and mirrored(base / copy["path"]):
             if copy["path"].endswith(".gz"):  # a compressed copy: check it, then the file it inflates to
-                return FileSource(str(base / copy["path"]), None, True, where=where, archive_checksum=checksum_of(
-                    copy), archive_checksum_source=copy.get("checksum_source"), **own)
-            return FileSource(str(base / copy["path"]), None, False, checksum_of(copy), where,
-                              checksum_source=copy.get("checksum_source"))
+                return FileSource(
+                    str(base / copy["path"]),
+                    None,
+                    True,
+                    where=where,
+                    archive_checksum=checksum_of(copy),
+                    archive_checksum_source=copy.get("checksum_source"),
+                    **own,
+                )
+            return FileSource(
+                str(base / copy["path"]),
+                None,
+                False,
+                checksum_of(copy),
+                where,
+                checksum_source=copy.get("checksum_source"),
+            )
         if member and mirrored(base / member):
             return FileSource(str(base / member), None, False, where=where, **own)
         if archive_name and mirrored(base / archive_name):
-            return FileSource(str(base / archive_name), member, True, where=where, archive_checksum=checksum_of(
-                archive), archive_checksum_source=archive.get("checksum_source"), **own)
+            return FileSource(
+                str(base / archive_name),
+                member,
+                True,
+                where=where,
+                archive_checksum=checksum_of(archive),
+                archive_checksum_source=archive.get("checksum_source"),
+                **own,
+            )
         if not archive_name and mirrored(base / name):
             return FileSource(str(base / name), None, False, where=where, **own)
         # not mirrored: fall through to the official download (an air-gapped run then fails there, by name)
@@ -114,8 +141,12 @@ def file_identity(config: dict, dataset: str, name: str) -> dict:
     since then they are all that names it. A data mirror's copy is one way to get the file, not part of it."""
     spec = config["datasets"][dataset]
     entry = spec["files"][name]
-    identity = {"checksum": checksum_of(entry), "member": entry.get("path"), "pair_member": pair_member(spec, name),
-                "text": "local" in spec}
+    identity = {
+        "checksum": checksum_of(entry),
+        "member": entry.get("path"),
+        "pair_member": pair_member(spec, name),
+        "text": "local" in spec,
+    }
     archive_name = entry.get("archive")
     if "user_path" in spec:
         return identity
@@ -135,8 +166,10 @@ def mirrored(path: Path) -> bool:
     """Whether the data mirror holds this file; something else at its place (a directory) is an error, not a
     silent fall-back to the download."""
     if path.exists() and not path.is_file():
-        raise UserError(f"{path} is a directory, not a file (or another non-file); expected the file itself there "
-                        f"(the data mirror's layout: README.md): move it away or replace it with the file")
+        raise UserError(
+            f"{path} is a directory, not a file (or another non-file); expected the file itself there "
+            f"(the data mirror's layout: README.md): move it away or replace it with the file"
+        )
     return path.is_file()
 
 
@@ -146,8 +179,11 @@ def pair_member(spec: dict, name: str) -> str | None:
     entry = spec["files"][name]
     if not any(c in entry.get("path", "") for c in "*?["):
         return None
-    others = [e["path"] for n, e in spec["files"].items() if n != name and e.get("archive") == entry.get("archive")
-              and any(c in e.get("path", "") for c in "*?[")]
+    others = [
+        e["path"]
+        for n, e in spec["files"].items()
+        if n != name and e.get("archive") == entry.get("archive") and any(c in e.get("path", "") for c in "*?[")
+    ]
     return others[0] if len(others) == 1 else None
 
 
@@ -164,8 +200,10 @@ def downloads(config: dict) -> dict[tuple[str, str], tuple[list[str], dict]]:
     for dataset, spec in config["datasets"].items():
         if "user_path" in spec:
             continue
-        entries = {**{n: e for n, e in spec.get("files", {}).items() if urls_of(e) or "manual" in e},
-                   **spec.get("archives", {})}
+        entries = {
+            **{n: e for n, e in spec.get("files", {}).items() if urls_of(e) or "manual" in e},
+            **spec.get("archives", {}),
+        }
         for name, entry in entries.items():
             out.setdefault((download_key(entry, name), name), ([], entry))[0].append(dataset)
     return out
@@ -179,7 +217,6 @@ def download_spec(config: dict, key: str, name: str) -> tuple[list[str], dict]:
     return found
 
 
-
 def download_path(entry: dict, name: str) -> str:
     return download_file(download_key(entry, name), name)
 
@@ -187,5 +224,8 @@ def download_path(entry: dict, name: str) -> str:
 def unpinned_downloads(config: dict) -> list[tuple[list[str], str, str]]:
     """(datasets, file name, why) of every download or manual file the config gives no checksum for: each is
     checked by Content-Length and, from its first copy on, by the size and sha256 recorded in `<file>.sha256`."""
-    return [(datasets, name, entry.get("checksum_source") or "no checksum in the config")
-            for (_, name), (datasets, entry) in downloads(config).items() if checksum_of(entry) is None]
+    return [
+        (datasets, name, entry.get("checksum_source") or "no checksum in the config")
+        for (_, name), (datasets, entry) in downloads(config).items()
+        if checksum_of(entry) is None
+    ]

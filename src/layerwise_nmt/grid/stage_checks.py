@@ -23,7 +23,6 @@ from ..settings import SettingError
 from .experiments import experiment
 
 
-
 def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
     """An unknown `model:` is a config error, with the registered names closest to it (the built-in ones and the
     config's own `models:`): otherwise `snakemake -n` silently drops the experiment's jobs (and those warm-started
@@ -34,8 +33,9 @@ def check_model_name(config: dict, name: str, model: str, known: dict) -> None:
     own = "model" in config["experiments"][name]  # else inherited through `extends`
     close = difflib.get_close_matches(model, list(known), n=3)
     hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"known models: {', '.join(sorted(known))}"
-    raise UserError(f"config key experiments/{name}/model: unknown model {model!r}"
-                    f"{'' if own else ' (through extends)'}; {hint}")
+    raise UserError(
+        f"config key experiments/{name}/model: unknown model {model!r}{'' if own else ' (through extends)'}; {hint}"
+    )
 
 
 def check_experiments(config: dict, cache: Path | None = None) -> None:
@@ -74,14 +74,17 @@ def check_own_models(config: dict, cache: Path | None = None, python: str = sys.
     sources = str(Path(__file__).parents[2])  # the folder holding this package, however the caller found it
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [sources, os.environ.get("PYTHONPATH")])))
     payload = json.dumps({"config": config, "experiments": names}, default=str)
-    done = subprocess.run([python, "-m", "layerwise_nmt.grid.parameter_table"], input=payload, env=env, text=True,
-                          capture_output=True)
+    done = subprocess.run(
+        [python, "-m", "layerwise_nmt.grid.parameter_table"], input=payload, env=env, text=True, capture_output=True
+    )
     if done.returncode == CONFIG_ERROR:  # its last line is the error
         raise UserError(done.stderr.strip().splitlines()[-1])
     if done.returncode != 0:  # the user's code raised something else while it was built: its last line, and where
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        raise UserError(f"config key models: building experiment(s) {', '.join(names)} failed: {last} (`lwnmt "
-                        f"params -v {' '.join(names)}` gives the traceback)")
+        raise UserError(
+            f"config key models: building experiment(s) {', '.join(names)} failed: {last} (`lwnmt "
+            f"params -v {' '.join(names)}` gives the traceback)"
+        )
     if cache is not None:
         _write_passed(cache, key)
     return None
@@ -132,8 +135,11 @@ def _check_experiments(config: dict) -> None:
 
     for name in config.get("experiments", {}):
         e = experiment(config, name)
-        stages = [("train", TrainConfig, e["train"]), ("decode", BeamConfig, e["decode"]),
-                  ("score", ScoreConfig, e["score"])]
+        stages = [
+            ("train", TrainConfig, e["train"]),
+            ("decode", BeamConfig, e["decode"]),
+            ("score", ScoreConfig, e["score"]),
+        ]
         check_model_name(config, name, e["model"], MODELS)
         vocab = {"src_vocab": 64, "tgt_vocab": 64}  # the real sizes come from the data; any equal pair will do
         if e["model"] in MODELS:  # a model of the config's own: its settings class is in its module, read where

@@ -40,25 +40,44 @@ def task_status(config: dict, name: str) -> Status:
     if "pending" in dataset:
         return Status("task", name, False, f"dataset {task['dataset']}: {dataset['pending']}")
     if "user_path" in dataset and not dataset["user_path"]:
-        return Status("task", name, False, f"needs licensed data the user must supply: set datasets/"
-                      f"{task['dataset']}/user_path (its description in config.yaml lists the files)")
+        return Status(
+            "task",
+            name,
+            False,
+            f"needs licensed data the user must supply: set datasets/"
+            f"{task['dataset']}/user_path (its description in config.yaml lists the files)",
+        )
     if dataset.get("user_path"):
         root = Path(dataset["user_path"]).expanduser()
-        missing = [entry.get("path", file) for file, entry in dataset.get("files", {}).items()
-                   if not (root / entry.get("path", file)).is_file()]
+        missing = [
+            entry.get("path", file)
+            for file, entry in dataset.get("files", {}).items()
+            if not (root / entry.get("path", file)).is_file()
+        ]
         if missing:
-            return Status("task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks "
-                          f"{', '.join(missing)}")
+            return Status(
+                "task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks {', '.join(missing)}"
+            )
     by_hand, automatic = fetch_needs(config, task["dataset"])
     if by_hand:  # still runnable: its extract job fails with the instructions
         # where the user puts the file: in the download cache of their own results/, never the data mirror (a
         # shared, read-only copy for many users, which is not theirs to write into)
-        return Status("task", name, True, "no working automatic source for " + "; ".join(
-            f"{', '.join(Path(p).name for p in paths)} ({why}; put {'it' if len(paths) == 1 else 'them'} at "
-            f"{', '.join(paths)})" for why, paths in by_hand.items()), fetch="manual")
+        return Status(
+            "task",
+            name,
+            True,
+            "no working automatic source for "
+            + "; ".join(
+                f"{', '.join(Path(p).name for p in paths)} ({why}; put {'it' if len(paths) == 1 else 'them'} at "
+                f"{', '.join(paths)})"
+                for why, paths in by_hand.items()
+            ),
+            fetch="manual",
+        )
     if automatic:
-        return Status("task", name, True, f"downloads {', '.join(automatic)} (not in the data mirror)",
-                      fetch="download")
+        return Status(
+            "task", name, True, f"downloads {', '.join(automatic)} (not in the data mirror)", fetch="download"
+        )
     return Status("task", name, True, "ready")
 
 
@@ -100,8 +119,14 @@ def experiment_status(config: dict, name: str) -> Status:
         if not parent.runnable:
             return Status("experiment", name, False, f"warm start from {experiment['warm_start']}: {parent.reason}")
         if parent.fetch == "manual" and not manual:
-            return Status("experiment", name, True, f"warm start from {experiment['warm_start']}: {parent.reason}",
-                          fetch="manual", waits_for=parent.waits_for)
+            return Status(
+                "experiment",
+                name,
+                True,
+                f"warm start from {experiment['warm_start']}: {parent.reason}",
+                fetch="manual",
+                waits_for=parent.waits_for,
+            )
     if manual:
         return Status("experiment", name, True, f"task {experiment['task']}: {task.reason}", **manual)
     return Status("experiment", name, True, "ready")
@@ -157,12 +182,15 @@ def targeted(config: dict) -> tuple[list[str], list[str]]:
 def targeted_statuses(config: dict) -> list[Status]:
     """all_statuses for what the config's `targets:` need (an overlay's own tables, not the full grid's)."""
     tasks, experiments = targeted(config)
-    return ([task_status(config, t) for t in tasks] + [experiment_status(config, e) for e in experiments]
-            + row_statuses(config, targeted=True))
+    return (
+        [task_status(config, t) for t in tasks]
+        + [experiment_status(config, e) for e in experiments]
+        + row_statuses(config, targeted=True)
+    )
 
 
 def summary(statuses: list[Status]) -> str:
-    """"7 of 11 can run; 3 need a manual download first; 1 blocked" for statuses of one kind: what waits for a
+    """ "7 of 11 can run; 3 need a manual download first; 1 blocked" for statuses of one kind: what waits for a
     person is counted apart from what runs as the config stands."""
     manual = sum(s.state == "manual" for s in statuses)
     blocked = sum(s.state == "blocked" for s in statuses)

@@ -36,8 +36,11 @@ def tokenize_options(task: dict, lang: str, split: dict) -> dict:
         out.update(entry.get(lang, {}))
     if lang in segmented(task):
         out["tokenizer"] = "none"
-    return {**out, "lowercase": bool(task.get("lowercase")),
-            "normalize_apostrophe": bool(split.get("normalize_apostrophe"))}
+    return {
+        **out,
+        "lowercase": bool(task.get("lowercase")),
+        "normalize_apostrophe": bool(split.get("normalize_apostrophe")),
+    }
 
 
 def pair(task: dict) -> str:
@@ -58,8 +61,10 @@ def heldout_dir(config: dict) -> str | None:
 
     value = config.get("heldout_dir") or os.environ.get(HELDOUT_ENV)
     if value and not os.path.isdir(os.path.expanduser(value)):
-        raise UserError(f"heldout_dir {value!r} is not a directory (config key heldout_dir or ${HELDOUT_ENV}); "
-                        f"expected the folder holding the files the tasks' heldout_sets name")
+        raise UserError(
+            f"heldout_dir {value!r} is not a directory (config key heldout_dir or ${HELDOUT_ENV}); "
+            f"expected the folder holding the files the tasks' heldout_sets name"
+        )
     return os.path.expanduser(value) if value else None
 
 
@@ -75,6 +80,8 @@ def heldout_sets(config: dict, task_name: str) -> dict[str, str]:
     files = {name: os.path.join(folder, file) for name, file in sets.items()}
     for name, path in files.items():
         if not os.path.isfile(path):
-            raise UserError(f"tasks/{task_name}/heldout_sets/{name}: {path} is not a file; expected the raw "
-                            f"{config['tasks'][task_name]['src']} source text (plain or .gz) in the held-out folder")
+            raise UserError(
+                f"tasks/{task_name}/heldout_sets/{name}: {path} is not a file; expected the raw "
+                f"{config['tasks'][task_name]['src']} source text (plain or .gz) in the held-out folder"
+            )
     return files

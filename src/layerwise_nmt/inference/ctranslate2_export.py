@@ -29,8 +29,17 @@ from . import export
 log = logging.getLogger(__name__)
 FORMAT = "lwnmt-ctranslate2-dir/1"  # not export.FORMAT: `lwnmt translate --model` refuses it by name
 # ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES, written out so that the CLI offers them without importing it
-QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-                 "float32")
+QUANTIZATIONS = (
+    "none",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
 INSTALL_HINT = "pip install 'layerwise-nmt[ctranslate2]'"
 
 
@@ -38,8 +47,9 @@ def require_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise UserError(f"--format ctranslate2 needs the ctranslate2 package, which is not installed: "
-                        f"{INSTALL_HINT}") from None
+        raise UserError(
+            f"--format ctranslate2 needs the ctranslate2 package, which is not installed: {INSTALL_HINT}"
+        ) from None
     return ctranslate2
 
 
@@ -49,9 +59,11 @@ def check_convertible(model_name: str | None, config: dict | None, where: str | 
     if model_name == "transformer" and backbone == "transformer":
         return
     family = f"model {model_name!r}" if model_name != "transformer" else f"backbone {backbone!r}"
-    raise UserError(f"{where}: a {family} model; CTranslate2 has no counterpart for this model family (it runs the "
-                    f"plain Transformer only); `lwnmt export` without --format writes a directory that `lwnmt "
-                    f"translate --model` serves")
+    raise UserError(
+        f"{where}: a {family} model; CTranslate2 has no counterpart for this model family (it runs the "
+        f"plain Transformer only); `lwnmt export` without --format writes a directory that `lwnmt "
+        f"translate --model` serves"
+    )
 
 
 def write_spec(model: str | Path, spec: dict, out: str | Path, quantization: str = "none") -> Path:
@@ -70,8 +82,10 @@ def convert(model_dir: str | Path, out: str | Path, quantization: str = "none") 
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
     if not (Path(model_dir) / export.MANIFEST).is_file():
-        raise UserError(f"{model_dir}: a directory without {export.MANIFEST}; expected a model directory "
-                        f"`lwnmt export` wrote, a model.pt or an experiment")
+        raise UserError(
+            f"{model_dir}: a directory without {export.MANIFEST}; expected a model directory "
+            f"`lwnmt export` wrote, a model.pt or an experiment"
+        )
     manifest = export.read(model_dir)
     check_convertible(manifest.get("model"), manifest.get("model_config"), manifest["paths"]["model"])
     ctranslate2 = require_ctranslate2()
@@ -95,11 +109,18 @@ def convert(model_dir: str | Path, out: str | Path, quantization: str = "none") 
         shutil.copyfile(manifest["paths"]["bpe_codes"], tmp / export.CODES)
         files["bpe_codes"] = export.CODES
     kept = {key: value for key, value in manifest.items() if key not in ("format", "files", "sha256", "dir", "paths")}
-    about = {"format": FORMAT, **kept, "files": files,
-             "converted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "converted_from": {"format": manifest["format"], "sha256": manifest["sha256"]},
-             "ctranslate2": {"version": ctranslate2.__version__, "quantization": quantization,
-                             "translate_options": translate_options(manifest.get("decode") or {})}}
+    about = {
+        "format": FORMAT,
+        **kept,
+        "files": files,
+        "converted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "converted_from": {"format": manifest["format"], "sha256": manifest["sha256"]},
+        "ctranslate2": {
+            "version": ctranslate2.__version__,
+            "quantization": quantization,
+            "translate_options": translate_options(manifest.get("decode") or {}),
+        },
+    }
     about["sha256"] = {path.name: export.sha256(path) for path in sorted(tmp.iterdir())}
     (tmp / export.MANIFEST).write_text(json.dumps(about, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if out.exists():
@@ -120,8 +141,12 @@ def translate_options(decode: dict) -> dict:
     if settings.length_penalty == "fairseq":
         options["length_penalty"] = settings.lenpen
     else:
-        log.warning("decode.length_penalty=%s has no CTranslate2 counterpart (its length_penalty is fairseq's "
-                    "len^α); translate_options in %s leaves it out", settings.length_penalty, export.MANIFEST)
+        log.warning(
+            "decode.length_penalty=%s has no CTranslate2 counterpart (its length_penalty is fairseq's "
+            "len^α); translate_options in %s leaves it out",
+            settings.length_penalty,
+            export.MANIFEST,
+        )
     return options
 
 
@@ -134,8 +159,11 @@ def transformer_spec(ctranslate2, model, src_vocab, tgt_vocab):
     config = model.config
     pre_norm = config.norm == "pre"
     spec = ctranslate2.specs.TransformerSpec.from_config(
-        (config.encoder_layers, config.decoder_layers), config.heads, pre_norm=pre_norm,
-        activation=ctranslate2.specs.Activation.RELU)
+        (config.encoder_layers, config.decoder_layers),
+        config.heads,
+        pre_norm=pre_norm,
+        activation=ctranslate2.specs.Activation.RELU,
+    )
 
     def array(tensor):
         return np.ascontiguousarray(tensor.detach().float().cpu().numpy())
@@ -151,7 +179,8 @@ def transformer_spec(ctranslate2, model, src_vocab, tgt_vocab):
     def embedding(target_stack, source) -> None:
         # the rows our model adds at positions 0, 1, …: fairseq's table starts at row pad+1; zeros without positions
         target_stack.position_encodings.encodings = array(
-            source.positions[source.first:source.first + config.max_positions])
+            source.positions[source.first : source.first + config.max_positions]
+        )
         target_stack.scale_embeddings = bool(config.scale_embedding)
 
     embedding(spec.encoder, model.encoder.embed)

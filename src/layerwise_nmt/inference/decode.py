@@ -33,8 +33,7 @@ from ..data.io import write_lines
 from ..data.vocab import Dictionary
 from ..models.user import UserCode, UserModel
 from ..training.precision import cuda_kernels, resolve
-from ..training.precision_probe import (Workload, autocast as probe_autocast, full_precision, model_shape,
-                                        probe_step)
+from ..training.precision_probe import Workload, autocast as probe_autocast, full_precision, model_shape, probe_step
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +86,21 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
         i, j = torch.nonzero(ended[:, :beam], as_tuple=True)  # row-major: fairseq's order of finalisation
         if len(i):  # fetched in one go: a tensor op per hypothesis would cost more than the step's matmuls
             rows = i * width + cand_beam[i, j]
-            for sentence, score, hyp, past in zip(active[i].tolist(), cand_scores[i, j].tolist(),
-                                                  tokens.index_select(0, rows)[:, 1:].tolist(),
-                                                  history.index_select(0, rows).tolist()):
+            for sentence, score, hyp, past in zip(
+                active[i].tolist(),
+                cand_scores[i, j].tolist(),
+                tokens.index_select(0, rows)[:, 1:].tolist(),
+                history.index_select(0, rows).tolist(),
+            ):
                 if len(finished[sentence]) < beam:
                     cumulative = past + [score]
                     positional = [b - a for a, b in zip([0.0] + cumulative, cumulative)]
-                    finished[sentence].append(Hypothesis(hyp + [eos], score / cfg.penalty(step + 1), score,
-                                                         positional))
+                    finished[sentence].append(Hypothesis(hyp + [eos], score / cfg.penalty(step + 1), score, positional))
         # the next beams: the first `beam` candidates that did not end (fairseq's active_mask trick)
         ended[:, :beam] |= ignore
-        rank, pick = (ended.long() * (2 * beam) + torch.arange(2 * beam, device=device)).topk(beam, dim=1,
-                                                                                               largest=False)
+        rank, pick = (ended.long() * (2 * beam) + torch.arange(2 * beam, device=device)).topk(
+            beam, dim=1, largest=False
+        )
         next_scores, next_beam, next_tok = (t.gather(1, pick) for t in (cand_scores, cand_beam, cand_tok))
         keep = torch.tensor([len(finished[s]) < beam for s in active.tolist()], dtype=torch.bool, device=device)
         keep &= ~at_limit  # a sentence ends at its length limit, however many hypotheses it finished (fairseq)
@@ -112,8 +114,9 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
     return [sorted(hyps, key=lambda h: -h.score) for hyps in finished]
 
 
-def best_candidates(lprobs: torch.Tensor, scores: torch.Tensor, k: int, block: int = 64) -> tuple[torch.Tensor,
-                                                                                                 torch.Tensor]:
+def best_candidates(
+    lprobs: torch.Tensor, scores: torch.Tensor, k: int, block: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The k best continuations of each sentence: lprobs (n, w, V) of its w hypotheses with scores (n, w) → the k
     highest scores[h] + lprobs[h, t], best first, (n, k), and their indices h·V + t, (n, k); as torch.topk over the
     (n, w·V) sums, but without writing those sums: each hypothesis's vocabulary is cut in blocks of `block` tokens,
@@ -124,9 +127,9 @@ def best_candidates(lprobs: torch.Tensor, scores: torch.Tensor, k: int, block: i
     whole, blocks = V // block, -(-V // block)  # blocks per hypothesis; the last may be short
     if w * blocks <= k:
         return (scores[:, :, None] + lprobs).view(n, -1).topk(k, dim=1)
-    maxima = lprobs[..., :whole * block].view(n, w, whole, block).amax(-1)  # (n, w, whole)
+    maxima = lprobs[..., : whole * block].view(n, w, whole, block).amax(-1)  # (n, w, whole)
     if whole < blocks:
-        maxima = torch.cat([maxima, lprobs[..., whole * block:].amax(-1, keepdim=True)], dim=-1)
+        maxima = torch.cat([maxima, lprobs[..., whole * block :].amax(-1, keepdim=True)], dim=-1)
     best = (maxima + scores[:, :, None]).view(n, w * blocks).topk(k, dim=1).indices  # (n, k) blocks
     hyp = best // blocks
     token = (best % blocks)[:, :, None] * block + torch.arange(block, device=lprobs.device)  # (n, k, block)
@@ -141,9 +144,18 @@ def validation_search(model, src: torch.Tensor, beam: int) -> list[list[Hypothes
     return beam_search(model, src, BeamConfig(beam=beam), eos=model.config.eos, pad=model.config.pad)
 
 
-def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig,
-              out_prefix: str | None, remove_bpe: str = "@@ ", detok_lang: str | None = None, nbest: int = 0,
-              label: str | None = None) -> dict:
+def translate(
+    model,
+    src_path: str,
+    src_vocab: Dictionary,
+    tgt_vocab: Dictionary,
+    cfg: BeamConfig,
+    out_prefix: str | None,
+    remove_bpe: str = "@@ ",
+    detok_lang: str | None = None,
+    nbest: int = 0,
+    label: str | None = None,
+) -> dict:
     """Decode a BPE'd source file (one sentence per line). With `out_prefix`, writes <out_prefix>.bpe (raw
     hypotheses), .txt (BPE removed, tokenized) and, with detok_lang, .detok (Moses-detokenized); without, prints
     the last of these to stdout. nbest > 0: also fairseq-generate's S-/H-/D-/P- lines of the `nbest` best
@@ -154,8 +166,9 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
     sources = list(read_lines(src_path))
     results, stats = decode_lines(model, sources, src_vocab, tgt_vocab, cfg, label or src_path)
     forms = {"bpe": [tgt_vocab.decode(r[0].tokens) if r else "" for r in results]}
-    for warning in length_warnings(sources, forms["bpe"], label or src_path, getattr(model, "trained_lengths", None),
-                                   model.config.max_positions):
+    for warning in length_warnings(
+        sources, forms["bpe"], label or src_path, getattr(model, "trained_lengths", None), model.config.max_positions
+    ):
         log.warning("%s", warning)
     forms["txt"] = [strip_bpe(h, remove_bpe) for h in forms["bpe"]]
     if detok_lang:
@@ -176,8 +189,9 @@ def translate(model, src_path: str, src_vocab: Dictionary, tgt_vocab: Dictionary
 FAR_SHORTER, FAR_SHORTER_FROM = 0.4, 10
 
 
-def length_warnings(sources: list[str], outputs: list[str], label: str, trained: dict | None,
-                    max_positions: int) -> list[str]:
+def length_warnings(
+    sources: list[str], outputs: list[str], label: str, trained: dict | None, max_positions: int
+) -> list[str]:
     """One line per source (`label`:line) longer than every training source the model saw (`trained`, its
     longest sides in tokens with </s>), or whose output is far shorter than it: a model stops early on a length it
     never learnt, and a translation that lost most of its sentence reads as fluent. Sources beyond max_positions are
@@ -189,19 +203,24 @@ def length_warnings(sources: list[str], outputs: list[str], label: str, trained:
             continue
         parts = []
         if trained and n + 1 > trained.get("src", max_positions):
-            parts.append(f"{n + 1} source tokens (with </s>), longer than any the model was trained on (at most "
-                         f"{trained['src']})")
+            parts.append(
+                f"{n + 1} source tokens (with </s>), longer than any the model was trained on (at most "
+                f"{trained['src']})"
+            )
         if n >= FAR_SHORTER_FROM and m < FAR_SHORTER * n:
-            parts.append(f"its translation has {m} tokens for the source's {n} ({m / n:.0%}): far shorter, so part "
-                         f"of the line is likely untranslated")
+            parts.append(
+                f"its translation has {m} tokens for the source's {n} ({m / n:.0%}): far shorter, so part "
+                f"of the line is likely untranslated"
+            )
         if parts:
             hint = " (split it into sentences)" if trained and n + 1 > trained.get("src", max_positions) else ""
             warnings.append(f"{label}:{number}: " + "; ".join(parts) + hint)
     return warnings
 
 
-def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig,
-                 label: str) -> tuple[list[list[Hypothesis]], dict]:
+def decode_lines(
+    model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Dictionary, cfg: BeamConfig, label: str
+) -> tuple[list[list[Hypothesis]], dict]:
     """Each source's hypotheses, best first, and the decoding's speed. An empty source gets none (no translation,
     as fairseq-interactive); so does one longer than the model's max_positions, with a warning naming it (fairseq
     skips those with --skip-invalid-size-inputs-valid-test)."""
@@ -209,8 +228,14 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     limit = model.config.max_positions
     for number, e in enumerate(encoded, start=1):
         if len(e) > limit:
-            log.warning("%s:%d: %d tokens (with </s>), longer than the model's max_positions %d; left untranslated "
-                        "(an empty output line)", label, number, len(e), limit)
+            log.warning(
+                "%s:%d: %d tokens (with </s>), longer than the model's max_positions %d; left untranslated "
+                "(an empty output line)",
+                label,
+                number,
+                len(e),
+                limit,
+            )
     todo = [i for i, e in enumerate(encoded) if 1 < len(e) <= limit]
     order = [todo[k] for k in np.argsort([len(encoded[i]) for i in todo], kind="stable")]
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -220,7 +245,7 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
     precision = resolve(cfg.amp, device, decoding_workload(model, cfg, device, tgt_vocab.eos, tgt_vocab.pad))
     log.info("precision: %s", precision)
     for b in range(0, len(order), cfg.batch_size):
-        ids = order[b:b + cfg.batch_size]
+        ids = order[b : b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
         with cuda_kernels(device), precision.autocast(device):
             for i, result in zip(ids, beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)):
@@ -228,12 +253,22 @@ def decode_lines(model, sources: list[str], src_vocab: Dictionary, tgt_vocab: Di
                 generated += len(result[0].tokens)
         done = min(b + cfg.batch_size, len(order))
         elapsed = time.time() - start
-        log.info("decoded %d/%d sentences, %.1f sentences/s, ETA %.0f s", done, len(order), done / elapsed,
-                 (len(order) - done) * elapsed / done)
+        log.info(
+            "decoded %d/%d sentences, %.1f sentences/s, ETA %.0f s",
+            done,
+            len(order),
+            done / elapsed,
+            (len(order) - done) * elapsed / done,
+        )
     seconds = time.time() - start
-    return results, {"sentences": len(sources), "seconds": seconds,
-                     "sentences_per_second": len(sources) / max(seconds, 1e-9), "generated_tokens": generated,
-                     "untranslated": len(sources) - len(todo), "precision": precision.to_dict()}
+    return results, {
+        "sentences": len(sources),
+        "seconds": seconds,
+        "sentences_per_second": len(sources) / max(seconds, 1e-9),
+        "generated_tokens": generated,
+        "untranslated": len(sources) - len(todo),
+        "precision": precision.to_dict(),
+    }
 
 
 def decoding_workload(model, cfg: BeamConfig, device, eos: int, pad: int) -> Workload:
@@ -249,8 +284,13 @@ def decoding_workload(model, cfg: BeamConfig, device, eos: int, pad: int) -> Wor
         with probe_step(device), probe_autocast(amp, device):
             beam_search(model, src, steps, eos=eos, pad=pad)
 
-    return Workload("decode", model_shape(model, rows=src.size(0), length=length, beam=cfg.beam), step, device,
-                    full_precision(device))
+    return Workload(
+        "decode",
+        model_shape(model, rows=src.size(0), length=length, beam=cfg.beam),
+        step,
+        device,
+        full_precision(device),
+    )
 
 
 def strip_bpe(line: str, remove_bpe: str | None) -> str:
@@ -265,8 +305,14 @@ def detokenizer(lang: str):
     return lambda lines: [detok.detokenize(line.split()) for line in lines]
 
 
-def fairseq_lines(sources: list[str], results: list[list[Hypothesis]], tgt_vocab: Dictionary, nbest: int,
-                  remove_bpe: str | None, detok_lang: str | None) -> list[str]:
+def fairseq_lines(
+    sources: list[str],
+    results: list[list[Hypothesis]],
+    tgt_vocab: Dictionary,
+    nbest: int,
+    remove_bpe: str | None,
+    detok_lang: str | None,
+) -> list[str]:
     """fairseq-generate's output for each sentence (ids from 0): S- (source), then per hypothesis H- (score and
     BPE-free text), D- (score and detokenized text) and P- (each token's score), scores in base 2 as fairseq
     prints them. An untranslated sentence has its S- line only."""
@@ -276,8 +322,11 @@ def fairseq_lines(sources: list[str], results: list[list[Hypothesis]], tgt_vocab
         out.append(f"S-{i}\t{source}")
         for hyp in hyps[:nbest]:
             text, score = strip_bpe(tgt_vocab.decode(hyp.tokens), remove_bpe), hyp.score / math.log(2)
-            out += [f"H-{i}\t{score}\t{text}", f"D-{i}\t{score}\t{detok([text])[0]}",
-                    f"P-{i}\t" + " ".join(f"{p / math.log(2):.4f}" for p in hyp.positional)]
+            out += [
+                f"H-{i}\t{score}\t{text}",
+                f"D-{i}\t{score}\t{detok([text])[0]}",
+                f"P-{i}\t" + " ".join(f"{p / math.log(2):.4f}" for p in hyp.positional),
+            ]
     return out
 
 
@@ -291,9 +340,15 @@ def prepare_raw(lines: list[str], lang: str, tokenize: dict, codes: str | None) 
     return list(bpe.apply(codes, tokenized)) if codes else tokenized
 
 
-def load_model(path: str | Path, src_vocab: Dictionary | None = None, tgt_vocab: Dictionary | None = None,
-               src: str | None = None, tgt: str | None = None, experiment: dict | None = None,
-               user_code: UserCode | None = None):
+def load_model(
+    path: str | Path,
+    src_vocab: Dictionary | None = None,
+    tgt_vocab: Dictionary | None = None,
+    src: str | None = None,
+    tgt: str | None = None,
+    experiment: dict | None = None,
+    user_code: UserCode | None = None,
+):
     """A model from a checkpoint (any of ours: final, averaged, exported, or a training checkpoint), checked against
     what it will be used with: the dictionaries (those it was trained with), the languages (those an exported or
     recently trained model records) and, with `experiment` ({name, model, arch}), the experiment's current

@@ -30,8 +30,17 @@ FORMAT = "lwnmt-model-dir/1"
 MANIFEST_KEYS = ("src", "tgt", "files", "tokenize", "decode", "sha256")  # what translating with it reads
 CODES = "bpecodes"  # fairseq's name (`--bpe subword_nmt --bpe-codes bpecodes`)
 # what the exported model.pt keeps of a final model or an averaged one: no optimizer, no RNG, no paths
-KEPT = ("model", "model_name", "model_class", "model_config", "dictionaries", "progress", "final_from",
-        "averaged_from", "trained_lengths")
+KEPT = (
+    "model",
+    "model_name",
+    "model_class",
+    "model_config",
+    "dictionaries",
+    "progress",
+    "final_from",
+    "averaged_from",
+    "trained_lengths",
+)
 
 
 def sha256(path: Path) -> str:
@@ -63,11 +72,15 @@ def check_against(state: dict, path: str | Path, model: str, arch: dict, name: s
     from ..models import model_class, settings_of
 
     if state.get("model_name") != model:
-        raise UserError(f"{path}: a {state.get('model_name')!r} model, but experiment {name} has model: {model}; "
-                        f"retrain it (the config changed since)")
+        raise UserError(
+            f"{path}: a {state.get('model_name')!r} model, but experiment {name} has model: {model}; "
+            f"retrain it (the config changed since)"
+        )
     if user is not None and state.get("model_class") != user.target:
-        raise UserError(f"{path}: built from {state.get('model_class') or 'a built-in model'}, but experiment "
-                        f"{name}'s model {model} is {user.target}; retrain it (the config changed since)")
+        raise UserError(
+            f"{path}: built from {state.get('model_class') or 'a built-in model'}, but experiment "
+            f"{name}'s model {model} is {user.target}; retrain it (the config changed since)"
+        )
     trained = state.get("model_config", {})
     sizes = {k: trained[k] for k in ("src_vocab", "tgt_vocab") if k in trained}
     model_class(model, user)  # a UserError for a model name no longer known
@@ -75,12 +88,24 @@ def check_against(state: dict, path: str | Path, model: str, arch: dict, name: s
     differ = [k for k in wanted if k in trained and trained[k] != wanted[k]]
     if differ:
         listed = ", ".join(f"{k}={trained[k]!r} (config: {wanted[k]!r})" for k in differ[:4])
-        raise UserError(f"{path}: trained with {listed}{' …' if len(differ) > 4 else ''}, not experiment {name}'s "
-                        f"arch; retrain it (snakemake reruns a training whose settings changed) or undo the edit")
+        raise UserError(
+            f"{path}: trained with {listed}{' …' if len(differ) > 4 else ''}, not experiment {name}'s "
+            f"arch; retrain it (snakemake reruns a training whose settings changed) or undo the edit"
+        )
 
 
-def write(model: str | Path, out: str | Path, src: str, tgt: str, src_dict: str | Path, tgt_dict: str | Path,
-          codes: str | Path | None, tokenize: dict, decode: dict, about: dict) -> Path:
+def write(
+    model: str | Path,
+    out: str | Path,
+    src: str,
+    tgt: str,
+    src_dict: str | Path,
+    tgt_dict: str | Path,
+    codes: str | Path | None,
+    tokenize: dict,
+    decode: dict,
+    about: dict,
+) -> Path:
     """The model directory `out`, written whole or not at all (a temporary directory, renamed)."""
     from ..training.checkpoint import check_dictionaries, load, save
     from ..data.vocab import Dictionary
@@ -101,17 +126,27 @@ def write(model: str | Path, out: str | Path, src: str, tgt: str, src_dict: str 
         shutil.copyfile(codes, tmp / CODES)
         files["bpe_codes"] = CODES
     manifest = {
-        "format": FORMAT, "src": src, "tgt": tgt, "files": files,
+        "format": FORMAT,
+        "src": src,
+        "tgt": tgt,
+        "files": files,
         "bpe": {"kind": "subword-nmt", "separator": "@@"} if codes else None,
         "tokenize": tokenize,  # the source side's normalisation + tokenizer (TokenizeOptions), lowercasing included
         "detokenize": {"kind": "moses", "lang": tgt},
         "lowercase": bool(tokenize.get("lowercase")),  # trained on lowercased text: the translations are lowercase
-        "decode": decode, "model": state.get("model_name"), "model_config": state.get("model_config"),
+        "decode": decode,
+        "model": state.get("model_name"),
+        "model_config": state.get("model_config"),
         # a model from outside the package: its class, and the module loading it needs (named by the user)
-        **({"model_class": state["model_class"], "needs_module": state["model_class"].split(":")[0]}
-           if state.get("model_class") else {}),
-        "updates": state.get("progress", {}).get("update"), "commit": commit(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **about,
+        **(
+            {"model_class": state["model_class"], "needs_module": state["model_class"].split(":")[0]}
+            if state.get("model_class")
+            else {}
+        ),
+        "updates": state.get("progress", {}).get("update"),
+        "commit": commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **about,
         "sha256": {name: sha256(tmp / name) for name in sorted(set(files.values()))},
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -127,8 +162,10 @@ def read(directory: str | Path, src: str | None = None, tgt: str | None = None) 
     directory = Path(directory)
     path = directory / MANIFEST
     if not path.is_file():
-        raise UserError(f"--model {directory}: a directory without {MANIFEST}; expected a model directory written by "
-                        f"`lwnmt export` (or a model.pt file with --data)")
+        raise UserError(
+            f"--model {directory}: a directory without {MANIFEST}; expected a model directory written by "
+            f"`lwnmt export` (or a model.pt file with --data)"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -138,8 +175,10 @@ def read(directory: str | Path, src: str | None = None, tgt: str | None = None) 
         raise UserError(f"{path}: format {found!r}; this lwnmt reads {FORMAT}")
     missing = [key for key in MANIFEST_KEYS if key not in manifest]
     if missing:
-        raise UserError(f"{path}: no {missing[0]!r} key; expected {', '.join(MANIFEST_KEYS)} (`lwnmt export` "
-                        f"writes them), an incomplete or hand-edited copy")
+        raise UserError(
+            f"{path}: no {missing[0]!r} key; expected {', '.join(MANIFEST_KEYS)} (`lwnmt export` "
+            f"writes them), an incomplete or hand-edited copy"
+        )
     for name, digest in manifest["sha256"].items():
         if not (directory / name).is_file():
             raise UserError(f"{directory / name}: missing from the model directory (listed in {MANIFEST})")
@@ -147,8 +186,10 @@ def read(directory: str | Path, src: str | None = None, tgt: str | None = None) 
             raise UserError(f"{directory / name}: sha256 differs from {MANIFEST}'s; an incomplete or altered copy")
     for flag, asked, own in (("--src", src, manifest["src"]), ("--tgt", tgt, manifest["tgt"])):
         if asked is not None and asked != own:
-            raise UserError(f"{flag} {asked}: the model in {directory} translates {manifest['src']}→"
-                            f"{manifest['tgt']}; drop {flag} or pick a model for this direction")
+            raise UserError(
+                f"{flag} {asked}: the model in {directory} translates {manifest['src']}→"
+                f"{manifest['tgt']}; drop {flag} or pick a model for this direction"
+            )
     return {**manifest, "dir": str(directory), "paths": {k: str(directory / v) for k, v in manifest["files"].items()}}
 
 
@@ -160,8 +201,15 @@ def check_languages(state: dict, path: str | Path, src: str, tgt: str) -> None:
         raise UserError(f"--src {src} --tgt {tgt}: {path} translates {recorded['src']}→{recorded['tgt']}")
 
 
-def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str | None, codes: str | None,
-                  tokenize: dict, decode: dict) -> dict:
+def spec_for_file(
+    model: str | Path,
+    data: str | None,
+    src: str | None,
+    tgt: str | None,
+    codes: str | None,
+    tokenize: dict,
+    decode: dict,
+) -> dict:
     """What exporting a model.pt needs, from its data directory (its dictionaries), languages, BPE codes (None: a
     word-level model), source tokenization and decoding defaults."""
     from ..data.vocab import load_pair
@@ -171,8 +219,15 @@ def spec_for_file(model: str | Path, data: str | None, src: str | None, tgt: str
         raise UserError(f"{model}: a model.pt needs {', '.join(missing)} (its data directory and languages)")
     assert data is not None and src is not None and tgt is not None  # none missing
     dicts = load_pair(data, src, tgt)
-    return {"src": src, "tgt": tgt, "src_dict": dicts[0].path, "tgt_dict": dicts[1].path, "codes": codes,
-            "tokenize": tokenize, "decode": decode}
+    return {
+        "src": src,
+        "tgt": tgt,
+        "src_dict": dicts[0].path,
+        "tgt_dict": dicts[1].path,
+        "codes": codes,
+        "tokenize": tokenize,
+        "decode": decode,
+    }
 
 
 def not_trained(model: str, config_files: list[str]) -> UserError:
@@ -202,5 +257,15 @@ def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
     if spec.get("training") and Path(spec["training"]).is_file():
         training = json.loads(Path(spec["training"]).read_text())
         about.update(precision=training.get("precision"), training=training)
-    return write(model, out, spec["src"], spec["tgt"], spec["src_dict"], spec["tgt_dict"], spec.get("codes"),
-                 spec["tokenize"], decode, about)
+    return write(
+        model,
+        out,
+        spec["src"],
+        spec["tgt"],
+        spec["src_dict"],
+        spec["tgt_dict"],
+        spec.get("codes"),
+        spec["tokenize"],
+        decode,
+        about,
+    )

@@ -29,21 +29,34 @@ def aggregation_shares(model_path: str, user_code: UserCode | None = None) -> di
     model = load_model(model_path, user_code=user_code)
     nodes = model.aggregation_nodes()
     if nodes is None:
-        raise UserError(f"{model_path}: a {type(model).__name__} has no aggregation nodes (model: deep with "
-                        f"aggregation: hierarchical has)")
+        raise UserError(
+            f"{model_path}: a {type(model).__name__} has no aggregation nodes (model: deep with "
+            f"aggregation: hierarchical has)"
+        )
     shares = []
     for i, node in enumerate(nodes, start=1):
         names = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"][: node.n_inputs] if node.n_inputs > 1 else ["H^{2i-1}"]
         if i > 1 and node.n_inputs == 2:  # odd depth: the last node holds one layer and the previous node
             names = ["H^{2i-1}", "Ĥ^{i-1}"]
-        shares += [{"node": f"Ĥ^{i}", "input": name, "share": float(share)}
-                   for name, share in zip(names, node.shares().detach())]
+        shares += [
+            {"node": f"Ĥ^{i}", "input": name, "share": float(share)}
+            for name, share in zip(names, node.shares().detach())
+        ]
     return {"shares": shares}
 
 
 @torch.no_grad()
-def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypothesis: str, sentence: int,
-              module: str, user_code: UserCode | None = None) -> dict:
+def attention(
+    model_path: str,
+    data: str,
+    src: str,
+    tgt: str,
+    source: str,
+    hypothesis: str,
+    sentence: int,
+    module: str,
+    user_code: UserCode | None = None,
+) -> dict:
     """{"grid": rows × columns weights, "ys", "xs": their labels, "x_label", "y_label", "split": the column where
     the target half of LWC's mixed attention starts (None elsewhere)}."""
     src_vocab, tgt_vocab = load_pair(data, src, tgt)
@@ -61,17 +74,27 @@ def attention(model_path: str, data: str, src: str, tgt: str, source: str, hypot
     if weights.dim() == 3:  # layer fusion (T, n_hop, L'): mean over target words
         grid = weights.mean(dim=0)
         first = grid.size(1) == len(model.decoder.layers)  # z^1.. without the embeddings' z^0
-        return {"grid": grid.tolist(), "ys": [f"hop {h + 1}" for h in range(grid.size(0))],
-                "xs": [f"z^{layer + (1 if first else 0)}" for layer in range(grid.size(1))], "x_label": "layer",
-                "y_label": "hop (mean over target words)", "split": None}
-    grid = weights[-len(tgt_words):]  # LWC: the target half's rows
+        return {
+            "grid": grid.tolist(),
+            "ys": [f"hop {h + 1}" for h in range(grid.size(0))],
+            "xs": [f"z^{layer + (1 if first else 0)}" for layer in range(grid.size(1))],
+            "x_label": "layer",
+            "y_label": "hop (mean over target words)",
+            "split": None,
+        }
+    grid = weights[-len(tgt_words) :]  # LWC: the target half's rows
     mixed = grid.size(1) > len(src_words)  # LWC: columns = [source (+ its extra tokens) | target]
     width = grid.size(1) - len(tgt_words) if mixed else grid.size(1)
     inputs = ["</s>"] + tgt_words[:-1]  # LWC's target keys are the decoder inputs (shifted right)
     xs = (src_words + ["<s>"] * width)[:width] + (inputs if mixed else [])
-    return {"grid": grid.tolist(), "ys": tgt_words, "xs": xs,
-            "x_label": "source | target (decoder inputs)" if mixed else "source", "y_label": "output word",
-            "split": width if mixed else None}
+    return {
+        "grid": grid.tolist(),
+        "ys": tgt_words,
+        "xs": xs,
+        "x_label": "source | target (decoder inputs)" if mixed else "source",
+        "y_label": "output word",
+        "split": width if mixed else None,
+    }
 
 
 KINDS: dict[str, Callable[..., dict]] = {"aggregation_shares": aggregation_shares, "attention": attention}

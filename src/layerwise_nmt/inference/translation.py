@@ -100,8 +100,10 @@ def prepare(request: Request, options: dict, tmp: Path, trained_model: Callable[
         return model_dir_job(request, options, tmp)
     # a path that is not there, given without --data and not named like a model file, was meant as a directory
     if model and not request.data and Path(model).suffix != ".pt" and not Path(model).exists():
-        raise UserError(f"--model {model}: no such model directory; expected a directory written by `lwnmt export` "
-                        f"(or a model.pt file with --data, --src, --tgt)")
+        raise UserError(
+            f"--model {model}: no such model directory; expected a directory written by `lwnmt export` "
+            f"(or a model.pt file with --data, --src, --tgt)"
+        )
     return bpe_job(request, options, tmp)
 
 
@@ -120,8 +122,10 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
 
     missing = [f"--{key}" for key in ("model", "data", "src", "tgt") if not getattr(request, key)]
     if missing:
-        raise UserError(f"missing {', '.join(missing)}: give a BPE'd INPUT (a file or - for stdin) with --model "
-                        f"--data --src --tgt, or raw text with --experiment NAME")
+        raise UserError(
+            f"missing {', '.join(missing)}: give a BPE'd INPUT (a file or - for stdin) with --model "
+            f"--data --src --tgt, or raw text with --experiment NAME"
+        )
     assert request.model and request.data and request.src and request.tgt  # checked just above
     if request.input is None or request.input == "-":
         lines, label = source_lines(request)
@@ -129,8 +133,16 @@ def bpe_job(request: Request, options: dict, tmp: Path) -> Job:
         write_lines(source, lines)
     else:
         source, label = request.input, request.input
-    return Job(request.model, request.data, request.src, request.tgt, source, label,
-               request.tgt if request.detokenize else None, options)
+    return Job(
+        request.model,
+        request.data,
+        request.src,
+        request.tgt,
+        source,
+        label,
+        request.tgt if request.detokenize else None,
+        options,
+    )
 
 
 def experiment_job(request: Request, options: dict, tmp: Path, trained_model: Callable[..., dict]) -> Job:
@@ -141,15 +153,24 @@ def experiment_job(request: Request, options: dict, tmp: Path, trained_model: Ca
     setup = trained_model(request.config, request.experiment, request.seed)
     for flag, asked in (("--src", request.src), ("--tgt", request.tgt)):
         if asked is not None and asked != setup[flag[2:]]:
-            raise UserError(f"{flag} {asked}: experiment {request.experiment} translates "
-                            f"{setup['src']}→{setup['tgt']}")
+            raise UserError(f"{flag} {asked}: experiment {request.experiment} translates {setup['src']}→{setup['tgt']}")
     if request.model or request.data:
         raise UserError("--experiment NAME brings its own model and data; drop --model/--data (or --experiment)")
     if not Path(setup["model"]).exists():
         raise not_trained(setup["model"], request.config_files)
     source = raw_source(request, tmp, setup["src"], setup["tokenize"], setup["codes"])
-    return Job(setup["model"], setup["data"], setup["src"], setup["tgt"], source[0], source[1],
-               setup["tgt"], {**setup["decode"], **options}, setup.get("experiment"), *source[2:])
+    return Job(
+        setup["model"],
+        setup["data"],
+        setup["src"],
+        setup["tgt"],
+        source[0],
+        source[1],
+        setup["tgt"],
+        {**setup["decode"], **options},
+        setup.get("experiment"),
+        *source[2:],
+    )
 
 
 def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
@@ -161,12 +182,23 @@ def model_dir_job(request: Request, options: dict, tmp: Path) -> Job:
     assert request.model is not None  # `prepare` sends a --model DIR here
     manifest = read(request.model, request.src, request.tgt)
     source = raw_source(request, tmp, manifest["src"], manifest["tokenize"], manifest["paths"].get("bpe_codes"))
-    return Job(manifest["paths"]["model"], manifest["dir"], manifest["src"], manifest["tgt"], source[0], source[1],
-               manifest["tgt"], {**manifest["decode"], **options}, removed=source[2], markup=source[3])
+    return Job(
+        manifest["paths"]["model"],
+        manifest["dir"],
+        manifest["src"],
+        manifest["tgt"],
+        source[0],
+        source[1],
+        manifest["tgt"],
+        {**manifest["decode"], **options},
+        removed=source[2],
+        markup=source[3],
+    )
 
 
-def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict,
-               codes: str | None) -> tuple[str, str, list[list[str]], list[list[tuple[str, list[str]]]]]:
+def raw_source(
+    request: Request, tmp: Path, lang: str, tokenize: dict, codes: str | None
+) -> tuple[str, str, list[list[str]], list[list[tuple[str, list[str]]]]]:
     """The raw input tokenized and BPE'd into tmp/input.bpe: (that file, the input's name for messages, each line's
     characters that normalisation and tokenization removed, each line's markup and the tokens it became)."""
     from ..data import bpe
@@ -188,8 +220,7 @@ def raw_source(request: Request, tmp: Path, lang: str, tokenize: dict,
 MARKUP = re.compile(r"</?[A-Za-z][\w:.-]*(?:\s[^<>]*)?/?>|<!--.*?-->|&(?:#\d+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
 
 
-def markup_tokens(lines: list[str], lang: str, tokenize: dict,
-                  codes: str | None) -> list[list[tuple[str, list[str]]]]:
+def markup_tokens(lines: list[str], lang: str, tokenize: dict, codes: str | None) -> list[list[tuple[str, list[str]]]]:
     """Per line, each tag or entity as written and the model's tokens for it (tokenized and BPE'd on its own)."""
     from .decode import prepare_raw
 
@@ -208,13 +239,22 @@ def removed_characters(raw: str, tokenized: str, escaped: bool) -> list[str]:
     after = [c for c in seen.casefold() if not c.isspace()]
     if not Counter(before) - Counter(after):
         return []
-    lost = [c for tag, i, j, _, _ in SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
-            if tag == "delete" for c in before[i:j]]
+    lost = [
+        c
+        for tag, i, j, _, _ in SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+        if tag == "delete"
+        for c in before[i:j]
+    ]
     return list(dict.fromkeys(lost))
 
 
-def input_warnings(lines: Iterable[str], vocab, label: str, removed: list[list[str]] | None = None,
-                   markup: list[list[tuple[str, list[str]]]] | None = None) -> list[str]:
+def input_warnings(
+    lines: Iterable[str],
+    vocab,
+    label: str,
+    removed: list[list[str]] | None = None,
+    markup: list[list[tuple[str, list[str]]]] | None = None,
+) -> list[str]:
     """One line per source line the model cannot fully read: the share of its tokens unknown to the source
     dictionary (<unk> to the model) when they are most of it, else which tokens are unknown; the characters
     that normalisation and tokenization removed (`removed`, per line, for raw text); and the tags and entities
@@ -233,14 +273,18 @@ def input_warnings(lines: Iterable[str], vocab, label: str, removed: list[list[s
         count = sum(t not in vocab.index and t not in inside for t in tokens)
         parts = []
         if tokens and count / len(tokens) > MOSTLY_UNKNOWN:
-            parts.append(f"{count} of {len(tokens)} source tokens ({count / len(tokens):.0%}) are unknown to "
-                         f"{where}, so its translation cannot be of this line: {listing(shown)}")
+            parts.append(
+                f"{count} of {len(tokens)} source tokens ({count / len(tokens):.0%}) are unknown to "
+                f"{where}, so its translation cannot be of this line: {listing(shown)}"
+            )
         elif unknown:
             parts.append(f"dropped from its translation: {listing(shown)}, unknown to {where}")
         if unseen:
             shown = [f"{piece} (as {' '.join(pieces)})" for piece, pieces in unseen]
-            parts.append(f"markup translated as text, in tokens the model never saw as such: {listing(shown)} "
-                         f"(strip tags and unescape entities first)")
+            parts.append(
+                f"markup translated as text, in tokens the model never saw as such: {listing(shown)} "
+                f"(strip tags and unescape entities first)"
+            )
         if lost:
             parts.append(f"{listing(lost, named=True)} removed by normalisation or tokenization")
         warnings.append(f"{label}:{number}: " + "; ".join(parts))
@@ -251,13 +295,13 @@ def unseen_markup(found: list[tuple[str, list[str]]], vocab) -> list[tuple[str, 
     """The tags and entities whose tokens the model never saw as such: one unknown to its dictionary, or a piece
     BPE split into subwords (`&@@ l@@ t@@ ;` for the escape of `<`), which the model met, if ever, as parts of
     other words."""
-    return [(piece, tokens) for piece, tokens in found
-            if any(t not in vocab.index or t.endswith("@@") for t in tokens)]
+    return [(piece, tokens) for piece, tokens in found if any(t not in vocab.index or t.endswith("@@") for t in tokens)]
 
 
 def listing(items: list[str], named: bool = False) -> str:
     """Tokens or characters as a warning lists them: a symbol (not a letter or digit) or an invisible character
     with its code point and name (named=True: every one), the first LISTED only."""
+
     def described(text: str) -> str:
         if len(text) != 1 or not (named or unicodedata.category(text)[0] not in "LN"):
             return text
@@ -285,7 +329,8 @@ def translate(job: Job, out_prefix: str | None, nbest: int = 0, user_code=None) 
     for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed, job.markup):
         log.warning("%s", warning)
     model = load_model(job.model, src_vocab, tgt_vocab, job.src, job.tgt, job.experiment, user_code)
-    stats = decode(model, job.source, src_vocab, tgt_vocab, cfg, out_prefix, detok_lang=job.detok, nbest=nbest,
-                   label=job.label)
+    stats = decode(
+        model, job.source, src_vocab, tgt_vocab, cfg, out_prefix, detok_lang=job.detok, nbest=nbest, label=job.label
+    )
     stats["params"] = count_parameters(model)
     return stats, cfg

@@ -24,9 +24,14 @@ PRESETS = {
     "big": (1024, 4096, 16),
 }
 # fairseq's arch names → the preset with its sizes (`lwnmt train --arch transformer_iwslt_de_en`); all are 6+6
-FAIRSEQ_ARCHS = {"transformer": "base", "transformer_wmt_en_de": "base", "transformer_iwslt_de_en": "iwslt",
-                 "transformer_wmt_en_de_big": "big", "transformer_vaswani_wmt_en_de_big": "big",
-                 "transformer_vaswani_wmt_en_fr_big": "big"}
+FAIRSEQ_ARCHS = {
+    "transformer": "base",
+    "transformer_wmt_en_de": "base",
+    "transformer_iwslt_de_en": "iwslt",
+    "transformer_wmt_en_de_big": "big",
+    "transformer_vaswani_wmt_en_de_big": "big",
+    "transformer_vaswani_wmt_en_fr_big": "big",
+}
 
 
 @dataclass
@@ -92,8 +97,10 @@ class ModelConfig(Settings):
         if self.backbone != "transformer" and self.backbone not in CONV_BACKBONES:
             raise UserError(f"backbone={self.backbone!r}; expected transformer or one of {', '.join(CONV_BACKBONES)}")
         if self.backbone != "transformer" and max(self.encoder_layers, self.decoder_layers) > len(self.kernel_sizes):
-            raise UserError(f"kernel_sizes has {len(self.kernel_sizes)} entries for up to "
-                            f"{max(self.encoder_layers, self.decoder_layers)} layers")
+            raise UserError(
+                f"kernel_sizes has {len(self.kernel_sizes)} entries for up to "
+                f"{max(self.encoder_layers, self.decoder_layers)} layers"
+            )
         if self.norm not in ("post", "pre"):
             raise UserError(f"norm={self.norm!r}; expected post or pre")
         if self.norm == "pre" and self.backbone != "transformer":
@@ -105,8 +112,10 @@ class ModelConfig(Settings):
         if self.tie not in ("none", "decoder", "all"):
             raise UserError(f"tie={self.tie!r}; expected none, decoder or all")
         if self.tie == "all" and self.src_vocab != self.tgt_vocab:
-            raise UserError(f"tie=all needs a joint vocabulary, got {self.src_vocab} source vs {self.tgt_vocab} "
-                            f"target symbols (use the task's bin-joint data)")
+            raise UserError(
+                f"tie=all needs a joint vocabulary, got {self.src_vocab} source vs {self.tgt_vocab} "
+                f"target symbols (use the task's bin-joint data)"
+            )
         if self.d_model % self.heads:
             raise UserError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
 
@@ -159,13 +168,16 @@ class CrossViewConfig(ModelConfig):
 
     def check(self) -> None:
         super().check()
-        self.require_post_norm("cross_view", "its views S_j are encoder layer outputs, layer-normalised as in "
-                                             "fairseq's post-norm stacks")
+        self.require_post_norm(
+            "cross_view", "its views S_j are encoder layer outputs, layer-normalised as in fairseq's post-norm stacks"
+        )
         if self.strategy not in STRATEGIES:
             raise UserError(f"strategy={self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if self.strategy in ("gca", "gpa") and self.encoder_layers != self.decoder_layers:
-            raise UserError(f"strategy {self.strategy} pairs decoder layer i with one encoder layer: needs as many "
-                            f"encoder as decoder layers ({self.encoder_layers} vs {self.decoder_layers})")
+            raise UserError(
+                f"strategy {self.strategy} pairs decoder layer i with one encoder layer: needs as many "
+                f"encoder as decoder layers ({self.encoder_layers} vs {self.decoder_layers})"
+            )
 
 
 # Exploiting deep representations (Dou et al. 2018): deep_repr.py
@@ -190,15 +202,20 @@ class DeepConfig(ModelConfig):
     def check(self) -> None:
         super().check()
         self.require_post_norm("deep", "it aggregates the layer outputs H^l of THUMT's post-norm stacks (Eq. 1-2)")
-        for key, allowed in (("aggregation", AGGREGATIONS), ("apply_to", ("encoder", "decoder", "both")),
-                             ("agg_residual", ("all", "top", "none")),
-                             ("agg_function", ("sigmoid", "relu", "attention")),
-                             ("linear_form", ("square", "factorised"))):
+        for key, allowed in (
+            ("aggregation", AGGREGATIONS),
+            ("apply_to", ("encoder", "decoder", "both")),
+            ("agg_residual", ("all", "top", "none")),
+            ("agg_function", ("sigmoid", "relu", "attention")),
+            ("linear_form", ("square", "factorised")),
+        ):
             if getattr(self, key) not in allowed:
                 raise UserError(f"{key}={getattr(self, key)!r}; expected one of {', '.join(allowed)}")
         if self.diversity and min(self.encoder_layers, self.decoder_layers) < 2:  # Eq. 10 compares adjacent layers
-            raise UserError(f"diversity={self.diversity} needs at least 2 encoder and 2 decoder layers (Eq. 10 "
-                            f"compares adjacent layers); got {self.encoder_layers} and {self.decoder_layers}")
+            raise UserError(
+                f"diversity={self.diversity} needs at least 2 encoder and 2 decoder layers (Eq. 10 "
+                f"compares adjacent layers); got {self.encoder_layers} and {self.decoder_layers}"
+            )
 
     def other_readings(self) -> dict[str, dict]:
         if self.aggregation == "dense":

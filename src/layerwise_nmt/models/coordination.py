@@ -71,8 +71,9 @@ class CoordinationState:
     step: int = 0
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        self.source, self.source_mask, self.target = reorder_beams(rows, sentences, self.source, self.source_mask,
-                                                                   self.target)
+        self.source, self.source_mask, self.target = reorder_beams(
+            rows, sentences, self.source, self.source_mask, self.target
+        )
 
 
 class LayerWiseCoordination(Model):
@@ -85,8 +86,9 @@ class LayerWiseCoordination(Model):
         if self.language is not None:
             nn.init.normal_(self.language, std=config.d_model**-0.5)
         self.layers = nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers))
-        self.target_layers = (None if config.share_layers else
-                              nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers)))
+        self.target_layers = (
+            None if config.share_layers else nn.ModuleList(CoordinationLayer(config) for _ in range(config.layers))
+        )
         self.final_norm = final_norm(config)  # pre-norm: on the target half's top states, before the output
 
     def target_stack(self) -> Iterable[CoordinationLayer]:
@@ -104,8 +106,11 @@ class LayerWiseCoordination(Model):
         states, kvs = [self.embed_half(src, 0)], []
         for layer, target_layer in zip(cast("Iterable[CoordinationLayer]", self.layers), self.target_stack()):
             x, kv = layer.attend(states[-1], mask)
-            kvs.append(kv if target_layer is layer else
-                       target_layer.attn.project_kv(target_layer.sublayer_input(states[-1], target_layer.norm1)))
+            kvs.append(
+                kv
+                if target_layer is layer
+                else target_layer.attn.project_kv(target_layer.sublayer_input(states[-1], target_layer.norm1))
+            )
             states.append(x)
         return kvs, states, mask
 

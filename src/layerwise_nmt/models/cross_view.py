@@ -37,7 +37,7 @@ class SourceViews(nn.Module):
             nn.init.xavier_uniform_(self.weight.view(M * N * d, d))
         if self.strategy == "ama":
             self.score = nn.Parameter(torch.empty(M, N, d).normal_(std=d**-0.5))
-        self.norms = (nn.ModuleList(nn.LayerNorm(d) for _ in range(M)) if config.soft_integration else None)
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(M)) if config.soft_integration else None
         self.decoder_layers = M
 
     def forward(self, layers: list[Tensor]) -> list[Tensor]:

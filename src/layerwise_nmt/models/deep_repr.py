@@ -41,6 +41,7 @@ from .config import DeepConfig
 from .layers import KV, MultiheadAttention, attention
 from .transformer import DecoderLayer, EncoderLayer, ModelOutput, Seq2Seq
 
+
 class Aggregation(nn.Module):
     """AGG over n inputs of (…, D) → (…, D)."""
 
@@ -50,8 +51,11 @@ class Aggregation(nn.Module):
         if self.function == "attention":  # a Transformer self-attention over the n inputs at each position
             self.attn = MultiheadAttention(config, self_attention=True)
         else:
-            self.ff = nn.Sequential(nn.Linear(n * d, config.d_ff), nn.Sigmoid() if self.function == "sigmoid"
-                                    else nn.ReLU(), nn.Linear(config.d_ff, d))
+            self.ff = nn.Sequential(
+                nn.Linear(n * d, config.d_ff),
+                nn.Sigmoid() if self.function == "sigmoid" else nn.ReLU(),
+                nn.Linear(config.d_ff, d),
+            )
         self.norm = nn.LayerNorm(d)
 
     def forward(self, *inputs: Tensor) -> Tensor:
@@ -86,10 +90,16 @@ class StackAggregation(nn.Module):
             d = config.d_model
             rank = d if config.linear_form == "square" else config.d_ff
             self.weights = nn.Parameter(start_as_identity(torch.empty(layers, rank, d), 1 / layers))  # W_l: (L, R, D)
-            self.project = (nn.Parameter(start_as_identity(torch.empty(d, rank), 1.0))  # W_o: (D, R)
-                            if config.linear_form == "factorised" else None)
-        self.norms = (nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(layers - 1))  # H^2 … H^L
-                      if kind == "dense" and config.dense_norm else None)
+            self.project = (
+                nn.Parameter(start_as_identity(torch.empty(d, rank), 1.0))  # W_o: (D, R)
+                if config.linear_form == "factorised"
+                else None
+            )
+        self.norms = (
+            nn.ModuleList(nn.LayerNorm(config.d_model) for _ in range(layers - 1))  # H^2 … H^L
+            if kind == "dense" and config.dense_norm
+            else None
+        )
         self.nodes: nn.ModuleList | None = None  # the AGG nodes of the iterative and hierarchical aggregations
         if kind == "iterative":
             self.nodes = nn.ModuleList(Aggregation(2, config) for _ in range(layers - 1))
@@ -166,8 +176,9 @@ class MultiLayerAttention(nn.Module):
         self.attns = nn.ModuleList(MultiheadAttention(config, self_attention=True) for _ in range(k))
         self.agg = Aggregation(k, config)
 
-    def forward(self, lower: list[Tensor], mask: Tensor | None, causal: bool,
-                caches: "KVList | None" = None) -> tuple[Tensor, "KVList"]:
+    def forward(
+        self, lower: list[Tensor], mask: Tensor | None, causal: bool, caches: "KVList | None" = None
+    ) -> tuple[Tensor, "KVList"]:
         """lower: [H^{l−1}, H^{l−2}, …, H^{l−k}] at the new positions; caches: their K/V at earlier positions."""
         query, contexts, grown = lower[0], [], []
         attns = cast("Iterable[MultiheadAttention]", self.attns)  # ModuleList's items are typed as any Module
@@ -202,8 +213,13 @@ class MLADecoderLayer(DecoderLayer):
         self.mla = MultiLayerAttention(config, k)
         self.looks_back = k  # reads [H^{l−1}, …, H^{l−k}] (transformer.layer_input)
 
-    def forward(self, lower: Tensor | list[Tensor], view, view_mask: Tensor,  # a list: looks_back > 1
-                cache: KV | KVList | None = None):
+    def forward(
+        self,
+        lower: Tensor | list[Tensor],
+        view,
+        view_mask: Tensor,  # a list: looks_back > 1
+        cache: KV | KVList | None = None,
+    ):
         h, cache = self.mla(lower, None, causal=True, caches=cache)
         x = self.norm1(lower[0] + self.dropout(h))
         x = self.add_source(x, self.cross_attn(x, view, mask=view_mask)[0])
@@ -212,8 +228,10 @@ class MLADecoderLayer(DecoderLayer):
 
 def diversity(states: list[Tensor], keep: Tensor) -> Tensor:
     """Eq. 10 over adjacent backbone layers: mean over l and real positions of 1 − cos²(H^l_n, H^{l+1}_n)."""
-    terms = [(1 - F.cosine_similarity(a.float(), b.float(), dim=-1) ** 2)[keep].mean()
-             for a, b in zip(states[1:-1], states[2:])]
+    terms = [
+        (1 - F.cosine_similarity(a.float(), b.float(), dim=-1) ** 2)[keep].mean()
+        for a, b in zip(states[1:-1], states[2:])
+    ]
     return torch.stack(terms).mean()
 
 
@@ -224,15 +242,19 @@ class DeepTransformer(Seq2Seq):
         super().__init__(config)
         sides = {"encoder", "decoder"} if config.apply_to == "both" else {config.apply_to}
         k = config.mla_k
-        for side, stack, mla in (("encoder", self.encoder, MLAEncoderLayer),
-                                 ("decoder", self.decoder, MLADecoderLayer)):
+        for side, stack, mla in (
+            ("encoder", self.encoder, MLAEncoderLayer),
+            ("decoder", self.decoder, MLADecoderLayer),
+        ):
             if k and side in sides:  # layers l > k only: every attended layer is a real layer (the counts say so)
                 for i in range(k, len(stack.layers)):
                     stack.layers[i] = mla(config, k)
-        self.encoder_agg = StackAggregation(config.aggregation if "encoder" in sides else "none",
-                                            config.encoder_layers, config)
-        self.decoder_agg = StackAggregation(config.aggregation if "decoder" in sides else "none",
-                                            config.decoder_layers, config)
+        self.encoder_agg = StackAggregation(
+            config.aggregation if "encoder" in sides else "none", config.encoder_layers, config
+        )
+        self.decoder_agg = StackAggregation(
+            config.aggregation if "decoder" in sides else "none", config.decoder_layers, config
+        )
         self.input_bias = nn.Parameter(torch.zeros(config.d_model)) if config.input_bias else None
         self.auxiliary_loss: Tensor | None = None  # −λ·L_div of the latest training forward (ModelOutput's too)
         # the shared stacks run under the aggregations (bound methods: the modules stay registered here only)
@@ -245,8 +267,9 @@ class DeepTransformer(Seq2Seq):
         renamed = {}
         for name, tensor in trained.items():
             match = re.fullmatch(r"(encoder|decoder)\.layers\.(\d+)\.(attn|self_attn)\.(.+)", name)
-            if match and isinstance(getattr(self, match.group(1)).layers[int(match.group(2))],
-                                    (MLAEncoderLayer, MLADecoderLayer)):
+            if match and isinstance(
+                getattr(self, match.group(1)).layers[int(match.group(2))], (MLAEncoderLayer, MLADecoderLayer)
+            ):
                 name = f"{match.group(1)}.layers.{match.group(2)}.mla.attns.0.{match.group(4)}"
             renamed[name] = tensor
         return renamed
@@ -274,4 +297,3 @@ class DeepTransformer(Seq2Seq):
 
     def aggregation_nodes(self) -> list[nn.Module] | None:
         return list(self.encoder_agg.nodes) if self.encoder_agg.nodes is not None else None
-

@@ -59,8 +59,9 @@ class Convolution(nn.Module):
         w = F.dropout(w.float().softmax(dim=-1), self.weight_dropout, self.training).to(h.dtype)
         return w if w.dim() == 4 else w[None, None]
 
-    def forward(self, x: Tensor, pad: Tensor | None = None, cache: ConvCache | None = None
-                ) -> tuple[Tensor, ConvCache | None]:
+    def forward(
+        self, x: Tensor, pad: Tensor | None = None, cache: ConvCache | None = None
+    ) -> tuple[Tensor, ConvCache | None]:
         """x (B, T, D); pad (B, T) True at padding (zeroed before convolving); cache: causal decoding only."""
         h = self.inp(F.dropout(x, self.input_dropout, self.training))
         h = F.glu(h, dim=-1) if self.glu else h
@@ -69,7 +70,7 @@ class Convolution(nn.Module):
         B, T, D = h.shape
         if cache is not None:  # the window: K−1 previous inputs, then this step's
             padded = torch.cat([cache.window, h], dim=1)
-            cache = ConvCache(padded[:, -(self.kernel - 1):] if self.kernel > 1 else padded[:, :0])
+            cache = ConvCache(padded[:, -(self.kernel - 1) :] if self.kernel > 1 else padded[:, :0])
         else:
             padded = F.pad(h, (0, 0, self.left, self.kernel - 1 - self.left))
         windows = padded.unfold(1, self.kernel, 1)[:, -T:]  # (B, T, D, K): position t sees h_{t−left … t−left+K−1}
@@ -126,4 +127,3 @@ class LightEncoderLayer(ConvEncoderLayer):
 
 class LightDecoderLayer(ConvDecoderLayer):
     dynamic = False
-

@@ -44,15 +44,21 @@ class LayerFusion(nn.Module):
         d, self.kind = config.d_model, kind
         inputs = layers + 1 if self.word_embedding else layers
         if kind == "sa":
-            w1 = ((inputs, d, config.d_a) if config.independent_w1 else (config.n_hop, d, config.d_a)
-                  if config.w1_per_hop else (d, config.d_a))
+            w1 = (
+                (inputs, d, config.d_a)
+                if config.independent_w1
+                else (config.n_hop, d, config.d_a)
+                if config.w1_per_hop
+                else (d, config.d_a)
+            )
             self.per_hop = config.w1_per_hop
-            self.w1 = nn.Parameter(torch.empty(w1).uniform_(-d**-0.5, d**-0.5))
+            self.w1 = nn.Parameter(torch.empty(w1).uniform_(-(d**-0.5), d**-0.5))
             self.w2 = nn.Linear(config.d_a, config.n_hop, bias=False)
             inputs = config.n_hop  # the FNN below reads the n_hop attended vectors
         if kind in ("fnn", "sa"):
-            self.fnn = nn.Sequential(nn.Linear(inputs * d, config.d_f, bias=False), nn.ReLU(),
-                                     nn.Linear(config.d_f, d, bias=False))
+            self.fnn = nn.Sequential(
+                nn.Linear(inputs * d, config.d_f, bias=False), nn.ReLU(), nn.Linear(config.d_f, d, bias=False)
+            )
             self.norm = nn.LayerNorm(d)
         self.last_weights: Tensor | None = None  # SA's a_p^l of the latest call (B, T, n_hop, L'), for figures
 
@@ -61,7 +67,7 @@ class LayerFusion(nn.Module):
         if self.kind == "avg":
             return z.mean(dim=2)
         if layer_embedding is not None:  # Eq. 4; rows 0..L, or 1..L without z^0
-            z = z + layer_embedding[-z.size(2):]
+            z = z + layer_embedding[-z.size(2) :]
         if self.kind == "sa":
             if self.per_hop:  # hop h scores with its own W_1^h and row h of W_2: (B, T, n_hop, L')
                 hidden = torch.tanh(torch.einsum("btld,hda->bthla", z, self.w1))
@@ -85,10 +91,12 @@ class FusionTransformer(Seq2Seq):
         uses_embedding = {config.encoder_fusion, config.decoder_fusion} & {"fnn", "sa"}
         if config.layer_embedding and uses_embedding:
             self.layer_embedding = nn.Parameter(torch.empty(L + 1, config.d_model).uniform_(-0.1, 0.1))  # §4.2
-        self.encoder_fusion = (LayerFusion(config.encoder_fusion, L, config)
-                               if config.encoder_fusion != "none" else None)
-        self.decoder_fusion = (LayerFusion(config.decoder_fusion, config.decoder_layers, config)
-                               if config.decoder_fusion != "none" else None)
+        self.encoder_fusion = LayerFusion(config.encoder_fusion, L, config) if config.encoder_fusion != "none" else None
+        self.decoder_fusion = (
+            LayerFusion(config.decoder_fusion, config.decoder_layers, config)
+            if config.decoder_fusion != "none"
+            else None
+        )
 
     def source_views(self, encoded: EncoderOutput) -> list[Tensor]:
         if self.encoder_fusion is None:

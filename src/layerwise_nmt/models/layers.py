@@ -56,7 +56,7 @@ class Embedding(nn.Module):
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:  # (B, T) → (B, T, D)
         start = self.first + offset
-        x = self.tokens(ids) * self.scale + self.positions[start:start + ids.size(1)]
+        x = self.tokens(ids) * self.scale + self.positions[start : start + ids.size(1)]
         return self.dropout(x)
 
 
@@ -78,8 +78,9 @@ class KV:
         return KV(self.k.index_select(0, order), self.v.index_select(0, order))
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float,
-              step: bool | None = None) -> Tensor:
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout: float, step: bool | None = None
+) -> Tensor:
     """softmax(QK^T/sqrt(Dh) + mask) V: (B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, Dh).
 
     scaled_dot_product_attention everywhere except on a CPU under bf16 autocast, where PyTorch's CPU flash kernel is
@@ -88,8 +89,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool
     """
     step = q.size(-2) == 1 if step is None else step
     if not (q.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or step)):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-                                              dropout_p=dropout)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and mask is None, dropout_p=dropout
+        )
     return F.dropout(attention_weights(q, k, mask, causal), dropout, training=dropout > 0) @ v
 
 
@@ -130,8 +132,9 @@ def merge_heads(y: Tensor, rows: int) -> Tensor:
     return y.view(n, H, g, gT // g, Dh).permute(0, 2, 3, 1, 4).reshape(rows, gT // g, H * Dh)
 
 
-def attention_after_prefix(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, prefix: KV, prefix_mask: Tensor,
-                           dropout: float) -> Tensor:
+def attention_after_prefix(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, prefix: KV, prefix_mask: Tensor, dropout: float
+) -> Tensor:
     """One softmax over [prefix keys; own keys] where the prefix has one row per sentence and q, k, v one per
     hypothesis (LWC's mixed attention in beam search): the prefix's scores and values are taken by sentence
     (by_sentence) rather than concatenated to every hypothesis's keys at every step.
@@ -185,9 +188,16 @@ class MultiheadAttention(nn.Module):
             k, v = F.linear(memory, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
         return KV(self.split(k), self.split(v))
 
-    def forward(self, x: Tensor, memory: Tensor | KV | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: KV | None = None, prefix: KV | None = None,
-                prefix_mask: Tensor | None = None) -> tuple[Tensor, KV | None]:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | KV | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: KV | None = None,
+        prefix: KV | None = None,
+        prefix_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KV | None]:
         """Self-attention when memory is None (cache: the previous steps' K/V, returned grown; prefix: fixed K/V
         placed before them, e.g. LWC's source half, with its own prefix_mask), else cross-attention to memory (a
         tensor, or its precomputed KV, which in beam search has one row per sentence: see by_sentence).
@@ -202,8 +212,9 @@ class MultiheadAttention(nn.Module):
             if prefix is not None:  # LWC's mixed attention: the causal mask and the source's come with the prefix
                 assert mask is not None and prefix_mask is not None
                 if prefix.k.size(0) != rows:
-                    return self.out(merge_heads(attention_after_prefix(q, k, v, mask, prefix, prefix_mask, dropout),
-                                                rows)), cache
+                    return self.out(
+                        merge_heads(attention_after_prefix(q, k, v, mask, prefix, prefix_mask, dropout), rows)
+                    ), cache
                 T = q.size(2)
                 k, v = torch.cat([prefix.k, k], dim=2), torch.cat([prefix.v, v], dim=2)
                 mask = torch.cat([prefix_mask.expand(rows, 1, T, -1), mask.expand(rows, 1, T, -1)], dim=-1)

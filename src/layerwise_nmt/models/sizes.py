@@ -147,12 +147,16 @@ def _deep(c: Any) -> int:
     mla = k * attention(c) + aggregation(c, k) if k else 0
     encoder = [encoder_layer(c, i) for i in range(c.encoder_layers)]
     decoder = [decoder_layer(c, i) for i in range(c.decoder_layers)]
-    for side, layers, plain in (("encoder", encoder, transformer_encoder_layer(c)),
-                                ("decoder", decoder, transformer_decoder_layer(c))):
+    for side, layers, plain in (
+        ("encoder", encoder, transformer_encoder_layer(c)),
+        ("decoder", decoder, transformer_decoder_layer(c)),
+    ):
         if k and side in sides:
             layers[k:] = [plain - attention(c) + mla] * len(layers[k:])
-    aggregations = sum(stack_aggregation(c, c.aggregation if side in sides else "none", layers)
-                       for side, layers in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)))
+    aggregations = sum(
+        stack_aggregation(c, c.aggregation if side in sides else "none", layers)
+        for side, layers in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers))
+    )
     return seq2seq(c, encoder, decoder) + aggregations + (c.d_model if c.input_bias else 0)
 
 
@@ -176,12 +180,22 @@ def _mlrf(c: Any) -> int:
     weighted fusion (FNN, SA) reads it."""
     weighted = {c.encoder_fusion, c.decoder_fusion} & {"fnn", "sa"}
     layer_embedding = (c.encoder_layers + 1) * c.d_model if c.layer_embedding and weighted else 0
-    return (seq2seq(c) + layer_embedding + layer_fusion(c, c.encoder_fusion, c.encoder_layers)
-            + layer_fusion(c, c.decoder_fusion, c.decoder_layers))
+    return (
+        seq2seq(c)
+        + layer_embedding
+        + layer_fusion(c, c.encoder_fusion, c.encoder_layers)
+        + layer_fusion(c, c.decoder_fusion, c.decoder_layers)
+    )
 
 
-FAMILIES: dict[str, Callable[[Any], int]] = {"transformer": _transformer, "lwc": _lwc, "cross_view": _cross_view,
-                                             "deep": _deep, "mlrf": _mlrf, "context_gate": _context_gate}
+FAMILIES: dict[str, Callable[[Any], int]] = {
+    "transformer": _transformer,
+    "lwc": _lwc,
+    "cross_view": _cross_view,
+    "deep": _deep,
+    "mlrf": _mlrf,
+    "context_gate": _context_gate,
+}
 
 
 def count(model: str, config: Any) -> int | None:

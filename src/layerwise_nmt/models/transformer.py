@@ -23,12 +23,23 @@ from torch import Tensor, nn
 
 from .config import FAIRSEQ_ARCHS, PRESETS, ModelConfig  # noqa: F401  (re-exported: their historical home)
 from .dynamic_conv import ConvDecoderLayer, ConvEncoderLayer, LightDecoderLayer, LightEncoderLayer
-from .layers import (KV, Embedding, FeedForward, Layer, MultiheadAttention, fairseq_init, fan_in_init,
-                     new_token_embedding, sinusoidal_positions)  # noqa: F401  (sinusoidal_positions: re-exported)
+from .layers import (
+    KV,
+    Embedding,
+    FeedForward,
+    Layer,
+    MultiheadAttention,
+    fairseq_init,
+    fan_in_init,
+    new_token_embedding,
+)
+from .layers import sinusoidal_positions  # noqa: F401  (re-exported)
 
 # backbone name → (encoder layer class, decoder layer class): the convolutional ones of Wu et al. 2019
-BACKBONES: dict[str, tuple[type, type]] = {"dynamic_conv": (ConvEncoderLayer, ConvDecoderLayer),
-                                           "lightweight_conv": (LightEncoderLayer, LightDecoderLayer)}
+BACKBONES: dict[str, tuple[type, type]] = {
+    "dynamic_conv": (ConvEncoderLayer, ConvDecoderLayer),
+    "lightweight_conv": (LightEncoderLayer, LightDecoderLayer),
+}
 
 
 class Sublayers(Layer):
@@ -58,12 +69,19 @@ class EncoderLayer(Sublayers):
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         return self.attend(x, mask)[0]
 
-    def attend(self, x: Tensor, mask: Tensor, prefix: KV | None = None, cache: KV | None = None,
-               prefix_mask: Tensor | None = None) -> tuple[Tensor, KV]:
+    def attend(
+        self,
+        x: Tensor,
+        mask: Tensor,
+        prefix: KV | None = None,
+        cache: KV | None = None,
+        prefix_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KV]:
         """The layer, also returning x's keys/values (cache grown); prefix: fixed keys/values placed first, masked
         by prefix_mask. LWC runs its shared [source; target] layers through this."""
-        h, kv = self.attn(self.sublayer_input(x, self.norm1), mask=mask, cache=cache, prefix=prefix,
-                          prefix_mask=prefix_mask)
+        h, kv = self.attn(
+            self.sublayer_input(x, self.norm1), mask=mask, cache=cache, prefix=prefix, prefix_mask=prefix_mask
+        )
         x = self.residual(x, h, self.norm1)
         return self.residual(x, self.ffn(self.sublayer_input(x, self.norm2)), self.norm2), kv
 
@@ -78,8 +96,9 @@ class DecoderLayer(Sublayers):
         self.ffn = FeedForward(config)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(config.d_model) for _ in range(3))
 
-    def forward(self, x: Tensor, view: Tensor | KV, view_mask: Tensor,
-                cache: KV | None = None) -> tuple[Tensor, KV | None]:
+    def forward(
+        self, x: Tensor, view: Tensor | KV, view_mask: Tensor, cache: KV | None = None
+    ) -> tuple[Tensor, KV | None]:
         h, cache = self.self_attn(self.sublayer_input(x, self.norm1), causal=True, cache=cache)
         x = self.residual(x, h, self.norm1)
         x = self.add_source(x, self.cross_attn(self.sublayer_input(x, self.norm2), view, mask=view_mask)[0])
@@ -161,12 +180,14 @@ class DecoderState:
     step: int = 0
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        self.views, self.view_mask, self.self_kv = reorder_beams(rows, sentences, self.views, self.view_mask,
-                                                                 self.self_kv)
+        self.views, self.view_mask, self.self_kv = reorder_beams(
+            rows, sentences, self.views, self.view_mask, self.self_kv
+        )
 
 
-def reorder_beams(rows: Tensor, sentences: Tensor | None, source: list[KV], source_mask: Tensor,
-                  growing: list[KV | None]) -> tuple[list[KV], Tensor, list[KV | None]]:
+def reorder_beams(
+    rows: Tensor, sentences: Tensor | None, source: list[KV], source_mask: Tensor, growing: list[KV | None]
+) -> tuple[list[KV], Tensor, list[KV | None]]:
     """A beam-search step's selection: each new hypothesis continues row `rows[i]` of the growing states; the
     per-sentence source states follow `sentences` (the sentences still decoded), None = the same sentences. The
     source stays one row per sentence, never copied per beam (attention reads it by sentence: by_sentence)."""
@@ -191,9 +212,14 @@ class Decoder(nn.Module):
 
     def run(self, x: Tensor, views: list, view_mask: Tensor, caches: list | None) -> list[Tensor]:
         """The stack on embedded input x; caches (incremental decoding) are updated in place."""
+
         def layer(i: int, h: Tensor, below: list[Tensor]) -> Tensor:
-            out, cache = self.layers[i](layer_input(cast(Layer, self.layers[i]), h, below), views[i], view_mask,
-                                        cache=caches[i] if caches is not None else None)
+            out, cache = self.layers[i](
+                layer_input(cast(Layer, self.layers[i]), h, below),
+                views[i],
+                view_mask,
+                cache=caches[i] if caches is not None else None,
+            )
             if caches is not None:
                 caches[i] = cache
             return out

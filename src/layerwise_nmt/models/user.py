@@ -75,23 +75,28 @@ class UserModel:
         if self.user_dir is not None:
             folder = Path(self.user_dir).expanduser()
             if not folder.is_dir():
-                raise UserError(f"{self.where}: user_dir {self.user_dir}: no such folder (relative paths are read from "
-                                f"the working directory, {Path.cwd()})")
+                raise UserError(
+                    f"{self.where}: user_dir {self.user_dir}: no such folder (relative paths are read from "
+                    f"the working directory, {Path.cwd()})"
+                )
             if str(folder.resolve()) not in sys.path:
                 sys.path.insert(0, str(folder.resolve()))
         module_name, class_name = self.target.split(":")
         try:
             module = importlib.import_module(module_name)
         except Exception as err:  # a SyntaxError or a failing import inside it too: the user's code, in one line
-            raise UserError(f"{self.where}: cannot import module {module_name!r}"
-                            f"{f' from {self.user_dir}' if self.user_dir else ''}: {one_line(err)}") from None
+            raise UserError(
+                f"{self.where}: cannot import module {module_name!r}"
+                f"{f' from {self.user_dir}' if self.user_dir else ''}: {one_line(err)}"
+            ) from None
         cls = getattr(module, class_name, None)
         if cls is None:
-            raise UserError(f"{self.where}: module {module_name} ({getattr(module, '__file__', '?')}) has no "
-                            f"{class_name!r}")
+            raise UserError(
+                f"{self.where}: module {module_name} ({getattr(module, '__file__', '?')}) has no {class_name!r}"
+            )
         gap = contract_gap(cls)
         if gap:
-            raise UserError(f"{self.where}: class {self.target} {gap} (docs/usage.md, \"Your own method\")")
+            raise UserError(f'{self.where}: class {self.target} {gap} (docs/usage.md, "Your own method")')
         return cls
 
 
@@ -101,12 +106,16 @@ def contract_gap(cls) -> str | None:
     from .transformer import Model
 
     if not isinstance(cls, type) or not issubclass(cls, Model):
-        return ("is not a subclass of layerwise_nmt.models.transformer.Model (or of Seq2Seq, the shared Transformer), "
-                "whose methods the trainer, beam search and checkpoints call")
+        return (
+            "is not a subclass of layerwise_nmt.models.transformer.Model (or of Seq2Seq, the shared Transformer), "
+            "whose methods the trainer, beam search and checkpoints call"
+        )
     settings = getattr(cls, "config_class", None)
     if not (isinstance(settings, type) and issubclass(settings, ModelConfig) and dataclasses.is_dataclass(settings)):
-        return ("has no config_class: its settings, a @dataclass subclass of layerwise_nmt.models.config.ModelConfig "
-                "(the config's arch keys)")
+        return (
+            "has no config_class: its settings, a @dataclass subclass of layerwise_nmt.models.config.ModelConfig "
+            "(the config's arch keys)"
+        )
     for method, what in CONTRACT:
         overridden = getattr(cls, method) is not getattr(Model, method)
         if method == "outputs" and cls.forward is not Model.forward:
@@ -132,9 +141,11 @@ class UserCode:
             return None
         name, module = state.get("model_name"), target.split(":")[0]
         if self.user_dir is None and not {module, module.split(".")[0]} & set(self.modules):
-            raise UserError(f"{path}: model {name!r} is {target}, code from outside the package, and loading a model "
-                            f"never imports code on its own: name it with --user-dir FOLDER (the folder holding "
-                            f"module {module}) or --user-module {module}")
+            raise UserError(
+                f"{path}: model {name!r} is {target}, code from outside the package, and loading a model "
+                f"never imports code on its own: name it with --user-dir FOLDER (the folder holding "
+                f"module {module}) or --user-module {module}"
+            )
         assert name is not None  # every checkpoint records its model_name
         return UserModel(name, target, self.user_dir, f"{path}: model {name!r} ({target})")
 

@@ -23,8 +23,9 @@ def apply(config: dict, standins: str | Path) -> None:
 
     path = Path(standins).resolve() / MANIFEST
     if not path.is_file():
-        raise UserError(f"rehearsal={standins}: no {MANIFEST}; build the stand-ins first (`lwnmt rehearse` or "
-                        f"`make rehearse`)")
+        raise UserError(
+            f"rehearsal={standins}: no {MANIFEST}; build the stand-ins first (`lwnmt rehearse` or `make rehearse`)"
+        )
     saved = json.loads(path.read_text())
     manifest = Manifest({tuple(k.split("/", 1)): v for k, v in saved["digests"].items()}, [], saved["user_paths"])
     rehearsal = shrink({k: v for k, v in config.items() if k != "rehearsal"}, manifest)

@@ -63,8 +63,11 @@ def delegate(path: str) -> None:
     _forward_signals(pid)
     last = reader.readline().split()
     if len(last) != 2 or last[0] not in (b"exit", b"signal"):
-        print(f"lwnmt: the fork server at {path} ended before job {pid} did; its exit status is unknown",
-              file=sys.stderr, flush=True)
+        print(
+            f"lwnmt: the fork server at {path} ended before job {pid} did; its exit status is unknown",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(1)
     _end_as(last[0].decode(), int(last[1]))
 
@@ -72,8 +75,16 @@ def delegate(path: str) -> None:
 def _request() -> dict:
     mask = os.umask(0)
     os.umask(mask)
-    return {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": mask, "path": sys.path,
-            "executable": os.path.realpath(sys.executable), "version": sys.version, "package": _package_dir()}
+    return {
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "umask": mask,
+        "path": sys.path,
+        "executable": os.path.realpath(sys.executable),
+        "version": sys.version,
+        "package": _package_dir(),
+    }
 
 
 def _package_dir() -> str:
@@ -139,8 +150,9 @@ def decline_reason(request: dict, base_env: dict) -> str | None:
     if request.get("path", [])[1:] != sys.path[1:]:
         return "another module path"
     env = request.get("env", {})
-    differ = sorted(k for k in set(env) ^ set(base_env) | {k for k in env if env[k] != base_env.get(k)}
-                    if k not in PER_JOB)
+    differ = sorted(
+        k for k in set(env) ^ set(base_env) | {k for k in env if env[k] != base_env.get(k)} if k not in PER_JOB
+    )
     if differ:
         return f"another environment ({', '.join(differ[:5])})"
     return None
@@ -156,8 +168,10 @@ def serve(path: str, parent: int, entry: str, log=sys.stderr) -> None:
     base_env = dict(os.environ)
     preload()
     # What the imports set (joblib: KMP_INIT_AT_FORK): the job's own imports would have set it in its environment.
-    imported_env = ({k: v for k, v in os.environ.items() if base_env.get(k) != v},
-                    [k for k in base_env if k not in os.environ])
+    imported_env = (
+        {k: v for k, v in os.environ.items() if base_env.get(k) != v},
+        [k for k in base_env if k not in os.environ],
+    )
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(128)
@@ -295,7 +309,7 @@ def _receive(conn) -> tuple[dict, list[int]]:
     data, ancillary, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(3 * fds.itemsize))
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     try:
         if len(data) < 4:
             raise ValueError("short header")
@@ -307,7 +321,7 @@ def _receive(conn) -> tuple[dict, list[int]]:
             if not chunk:
                 raise ValueError("the client closed the connection mid-request")
             data += chunk
-        request = json.loads(data[4:4 + size])
+        request = json.loads(data[4 : 4 + size])
     except BaseException:
         for fd in fds:
             os.close(fd)

@@ -61,9 +61,13 @@ def shrink(config: dict, manifest: Manifest) -> dict:
                     entry[kind] = digest[kind]  # the stand-in's own digest: the checksum code still runs
     for task in out["tasks"].values():
         shrink_task(task)
-    out["rehearsal"] = {"notice": NOTICE, "experiments": {
-        name: shrink_experiment(real, name, spec, out["tasks"][spec["task"]])
-        for name, spec in out.get("experiments", {}).items()}}
+    out["rehearsal"] = {
+        "notice": NOTICE,
+        "experiments": {
+            name: shrink_experiment(real, name, spec, out["tasks"][spec["task"]])
+            for name, spec in out.get("experiments", {}).items()
+        },
+    }
     for paper in out.get("papers", {}).values():
         paper["title"] = f"{NOTICE} {paper.get('title', '')}"
         for table in paper.get("tables", {}).values():
@@ -140,6 +144,13 @@ def shrink_experiment(real: dict, name: str, spec: dict, task: dict) -> dict:
     average = spec.get("average", real.get("defaults", {}).get("average"))
     if average:
         spec["average"] = {**average, "num": squeeze_count(average.get("num", AVERAGE_DEFAULTS.num), down=True)}
-    return {"real": {"epochs": b.epochs, "ends_mid_epoch": b.ends_mid_epoch, "updates": b.updates,
-                     "bounded_by": b.bounded_by},
-            "updates_per_epoch": per_epoch, "sentences_per_batch": sentences}
+    return {
+        "real": {
+            "epochs": b.epochs,
+            "ends_mid_epoch": b.ends_mid_epoch,
+            "updates": b.updates,
+            "bounded_by": b.bounded_by,
+        },
+        "updates_per_epoch": per_epoch,
+        "sentences_per_batch": sentences,
+    }

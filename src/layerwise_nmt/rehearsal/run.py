@@ -26,8 +26,18 @@ from . import standins, warm
 
 # The stages that make a table row; their job counts must equal the full config's. Data jobs differ by design:
 # the stand-ins come from a mirror (no fetch), and NIST's extra sets are prepared from the stand-in directory.
-ROW_RULES = ("train", "average", "translate_lenpen", "score_lenpen", "pick_lenpen", "translate", "score", "inspect",
-             "table", "figure")
+ROW_RULES = (
+    "train",
+    "average",
+    "translate_lenpen",
+    "score_lenpen",
+    "pick_lenpen",
+    "translate",
+    "score",
+    "inspect",
+    "table",
+    "figure",
+)
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 # The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), many short jobs on few cores.
 RUN = [sys.executable, "-m", "layerwise_nmt.snakemake_glue.scheduler", "-s", str(ROOT / "Snakefile")]
@@ -46,8 +56,12 @@ def job_counts(output: str) -> Counter:
 
 def dry_run(workdir: Path, *args: str, env: dict) -> Counter:
     workdir.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(SNAKEMAKE + ["-d", str(workdir), "-n", "--cores", "1", "--quiet", "rules", *args],
-                            capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        SNAKEMAKE + ["-d", str(workdir), "-n", "--cores", "1", "--quiet", "rules", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if result.returncode != 0:
         raise UserError(f"snakemake -n {' '.join(args)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
     return job_counts(result.stdout)
@@ -61,8 +75,11 @@ def parse_log(text: str) -> tuple[Counter, list[dict]]:
         rule = re.match(r"Error in rule (\w+):", block).group(1)
         output = re.search(r"\n\s+output: (.*)", block)
         log = re.search(r"\n\s+log: (\S+)", block)
-        failure = {"rule": rule, "output": output.group(1).strip() if output else "",
-                   "log": log.group(1) if log else ""}
+        failure = {
+            "rule": rule,
+            "output": output.group(1).strip() if output else "",
+            "log": log.group(1) if log else "",
+        }
         same = next((f for f in failures if f["output"] == failure["output"]), None)
         if same:  # Snakemake's retries: one failure, several attempts
             same["attempts"] += 1
@@ -127,9 +144,23 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str], entry:
         print(f"running the rehearsal ({sum(planned.values())} jobs); log: {log_path}", flush=True)
         # the user's targets first: after an option that takes several values (--config, --set-threads) argparse
         # would read them as its values
-        command = RUN + [*extra, "-d", str(directory), "--cores", str(cores), "--keep-going", "--scheduler", "greedy",
-                         "--set-threads", "train=1", "translate=1", "translate_lenpen=1", "tokenize=1", "apply_bpe=1",
-                         *rehearsal_args]
+        command = RUN + [
+            *extra,
+            "-d",
+            str(directory),
+            "--cores",
+            str(cores),
+            "--keep-going",
+            "--scheduler",
+            "greedy",
+            "--set-threads",
+            "train=1",
+            "translate=1",
+            "translate_lenpen=1",
+            "tokenize=1",
+            "apply_bpe=1",
+            *rehearsal_args,
+        ]
         returncode = run_logged(command, log_path, warm.wait_ready(server).job_env(env))
     finally:
         print(server.stop(), flush=True)
@@ -144,13 +175,24 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str], entry:
         failure["owner"], failure["rows"] = owner(failure["output"], rehearsal_config)
     checks = fidelity(directory, rehearsal_config)
     mismatched = [r for r in ROW_RULES if finished[r] != full[r]]
-    summary = {"wall_seconds": round(time.time() - started), "snakemake_returncode": returncode,
-               "command": " ".join(command), "jobs": {
-                   rule: {"full_config": full[rule], "full_config_as_is": full_as_is[rule],
-                          "rehearsal_planned": planned[rule], "executed_ok": finished[rule],
-                          "left_undone": left[rule]}
-                   for rule in sorted(set(full) | set(planned) | set(finished), key=_rule_order)},
-               "failures": failures, "row_rules_equal": not mismatched, "budget_fidelity": checks}
+    summary = {
+        "wall_seconds": round(time.time() - started),
+        "snakemake_returncode": returncode,
+        "command": " ".join(command),
+        "jobs": {
+            rule: {
+                "full_config": full[rule],
+                "full_config_as_is": full_as_is[rule],
+                "rehearsal_planned": planned[rule],
+                "executed_ok": finished[rule],
+                "left_undone": left[rule],
+            }
+            for rule in sorted(set(full) | set(planned) | set(finished), key=_rule_order)
+        },
+        "failures": failures,
+        "row_rules_equal": not mismatched,
+        "budget_fidelity": checks,
+    }
     (directory / "summary.json").write_text(json.dumps(summary, indent=1))
     (directory / "summary.md").write_text(render(summary), encoding="utf-8")
     print(render(summary))
@@ -161,8 +203,9 @@ def plan(directory: Path, manifest: standins.Manifest, rehearsal_args: list[str]
     """Jobs per rule of the full config (NIST's LDC directory supplied, as a user with every dataset runs it: here
     the stand-in's), of the full config as is, and of the rehearsal."""
     supplied = directory / "full-config-nist-supplied.yaml"
-    supplied.write_text(yaml.safe_dump({"datasets": {name: {"user_path": path}
-                                                     for name, path in manifest.user_paths.items()}}))
+    supplied.write_text(
+        yaml.safe_dump({"datasets": {name: {"user_path": path} for name, path in manifest.user_paths.items()}})
+    )
     full = dry_run(directory / "dry-run-full", "--configfile", str(ROOT / "config.yaml"), str(supplied), env=env)
     full_as_is = dry_run(directory / "dry-run-full", env=env)
     return full, full_as_is, dry_run(directory, *rehearsal_args, env=env)
@@ -175,15 +218,31 @@ def run_logged(command: list[str], log_path: Path, env: dict) -> int:
         for line in process.stdout:
             log.write(line)
             step = re.match(r"(\d+) of (\d+) steps", line)
-            if (step and (int(step.group(1)) % 50 == 0 or step.group(1) == step.group(2))) or \
-                    line.startswith("Error in rule"):
+            if (step and (int(step.group(1)) % 50 == 0 or step.group(1) == step.group(2))) or line.startswith(
+                "Error in rule"
+            ):
                 print(line.rstrip(), flush=True)
         return process.wait()
 
 
 def _rule_order(rule: str) -> int:
-    order = ["fetch", "extract", "tokenize", "normalize", "assemble", "assemble_eval", "references", "learn_bpe",
-             "apply_bpe", "vocab_joint", "vocab_separate", "binarize", "check_reference", *ROW_RULES, "all"]
+    order = [
+        "fetch",
+        "extract",
+        "tokenize",
+        "normalize",
+        "assemble",
+        "assemble_eval",
+        "references",
+        "learn_bpe",
+        "apply_bpe",
+        "vocab_joint",
+        "vocab_separate",
+        "binarize",
+        "check_reference",
+        *ROW_RULES,
+        "all",
+    ]
     return order.index(rule) if rule in order else len(order)
 
 
@@ -191,38 +250,54 @@ def render(summary: dict) -> str:
     from .overlay import NOTICE
 
     minutes = summary["wall_seconds"] / 60
-    lines = [f"# Rehearsal summary\n\n{NOTICE} It proves that every row runs end to end through the real rules, "
-             f"not what it scores.\n",
-             f"Wall time {minutes:.1f} min; Snakemake exit code {summary['snakemake_returncode']}.\n",
-             "## Jobs per rule\n",
-             "Full config: `snakemake -n` on config.yaml with the NIST directory supplied (as is, NIST's rows wait "
-             "for the LDC data: second column). The row stages (train … figure) must match the rehearsal's.\n",
-             "| rule | full config | full config as is | rehearsal planned | executed ok | left undone |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Rehearsal summary\n\n{NOTICE} It proves that every row runs end to end through the real rules, "
+        f"not what it scores.\n",
+        f"Wall time {minutes:.1f} min; Snakemake exit code {summary['snakemake_returncode']}.\n",
+        "## Jobs per rule\n",
+        "Full config: `snakemake -n` on config.yaml with the NIST directory supplied (as is, NIST's rows wait "
+        "for the LDC data: second column). The row stages (train … figure) must match the rehearsal's.\n",
+        "| rule | full config | full config as is | rehearsal planned | executed ok | left undone |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for rule, n in summary["jobs"].items():
         mark = " ✗" if rule in ROW_RULES and n["executed_ok"] != n["full_config"] else ""
-        lines.append(f"| {rule}{mark} | {n['full_config']} | {n['full_config_as_is']} | {n['rehearsal_planned']} "
-                     f"| {n['executed_ok']} | {n['left_undone']} |")
+        lines.append(
+            f"| {rule}{mark} | {n['full_config']} | {n['full_config_as_is']} | {n['rehearsal_planned']} "
+            f"| {n['executed_ok']} | {n['left_undone']} |"
+        )
     lines += ["", f"## Failures ({len(summary['failures'])})", ""]
     if summary["failures"]:
         lines += ["| rule | job output | attempts | belongs to | rows | log |", "|---|---|---:|---|---|---|"]
-        lines += [f"| {f['rule']} | {f['output']} | {f['attempts']} | {f['owner']} | {'; '.join(f['rows'][:4])}"
-                  f"{' …' if len(f['rows']) > 4 else ''} | {f['log']} |" for f in summary["failures"]]
+        lines += [
+            f"| {f['rule']} | {f['output']} | {f['attempts']} | {f['owner']} | {'; '.join(f['rows'][:4])}"
+            f"{' …' if len(f['rows']) > 4 else ''} | {f['log']} |"
+            for f in summary["failures"]
+        ]
     else:
         lines.append("None: every job of every row ran with exit code 0.")
     checks = summary["budget_fidelity"]
     off = [c for c in checks if c["agree"] is False]
-    lines += ["", "## Budgets: the real run (estimated) and its rehearsal", "",
-              f"{sum(c['agree'] is True for c in checks)} of {len(checks)} experiments end the same way as their real "
-              f"run is estimated to (mid-epoch or on an epoch boundary; before the first epoch or after it)"
-              + (f"; these do not: {', '.join(c['experiment'] for c in off)}" if off else "") + ".", "",
-              "| experiment | real: epochs (est.) | real: ends mid-epoch | rehearsal: epochs done | rehearsal: "
-              "ends mid-epoch | updates |", "|---|---:|---|---:|---|---:|"]
+    lines += [
+        "",
+        "## Budgets: the real run (estimated) and its rehearsal",
+        "",
+        f"{sum(c['agree'] is True for c in checks)} of {len(checks)} experiments end the same way as their real "
+        f"run is estimated to (mid-epoch or on an epoch boundary; before the first epoch or after it)"
+        + (f"; these do not: {', '.join(c['experiment'] for c in off)}" if off else "")
+        + ".",
+        "",
+        "| experiment | real: epochs (est.) | real: ends mid-epoch | rehearsal: epochs done | rehearsal: "
+        "ends mid-epoch | updates |",
+        "|---|---:|---|---:|---|---:|",
+    ]
     for c in checks:
         if c["real"] is None or c["rehearsal"] is None:
             lines.append(f"| {c['experiment']} | — | — | — | — | — |")
             continue
         r, s = c["real"], c["rehearsal"]
-        lines.append(f"| {c['experiment']} | {r['epochs']:.3g} | {'yes' if r['ends_mid_epoch'] else 'no'} | "
-                     f"{s['epochs_completed']} | {'yes' if s['ends_mid_epoch'] else 'no'} | {s['updates']} |")
+        lines.append(
+            f"| {c['experiment']} | {r['epochs']:.3g} | {'yes' if r['ends_mid_epoch'] else 'no'} | "
+            f"{s['epochs_completed']} | {'yes' if s['ends_mid_epoch'] else 'no'} | {s['updates']} |"
+        )
     return "\n".join(lines) + "\n"

@@ -41,16 +41,18 @@ LISTINGS = files(__package__) / "release_listings.yaml"  # package data: an inst
 PLACEHOLDER = b"stand-in: a member of the real release that no task reads\n"
 TRAIN_LINES = 320  # per training split, shared among its parts (≥ 2 updates of update_freq 128 sentences)
 EVAL_LINES = 12  # per evaluation split, shared among its parts
-CJK = ("的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种"
-       "面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本"
-       "去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比"
-       "或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总"
-       "次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做"
-       "必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权"
-       "收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信"
-       "马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连"
-       "断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存"
-       "候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严龙飞")
+CJK = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种"
+    "面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本"
+    "去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比"
+    "或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总"
+    "次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做"
+    "必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权"
+    "收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信"
+    "马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连"
+    "断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存"
+    "候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严龙飞"
+)
 
 
 @dataclass
@@ -91,14 +93,27 @@ def needed_files(config: dict) -> list[Needed]:
                     if (task["dataset"], name) in seen:
                         continue
                     seen.add((task["dataset"], name))
-                    out.append(Needed(task["dataset"], name, split.get("format", "plain"), lang,
-                                      (task_name, template), langs, per_part, role))
+                    out.append(
+                        Needed(
+                            task["dataset"],
+                            name,
+                            split.get("format", "plain"),
+                            lang,
+                            (task_name, template),
+                            langs,
+                            per_part,
+                            role,
+                        )
+                    )
     return out
 
 
 def digests(data: bytes) -> dict[str, str]:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data).hexdigest(),
-            "git_blob": hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()}
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "md5": hashlib.md5(data).hexdigest(),
+        "git_blob": hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest(),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -122,20 +137,28 @@ class TextPool:
     def source(self, dataset: str, langs: tuple[str, str]) -> tuple[str, dict[str, list[str]]]:
         """(provenance, lang → lines) for a dataset's language pair."""
         if dataset == "wmt14-en-de-luong":  # Luong et al.'s files come tokenized, with ##AT##-##AT## hyphens
-            return ("mirror: Luong et al.'s tokenized newstest2013 (wmt14-en-de/newstest2013.{en,de}.gz)",
-                    {lang: self._read(f"wmt14-en-de/newstest2013.{lang}.gz") for lang in ("en", "de")})
+            return (
+                "mirror: Luong et al.'s tokenized newstest2013 (wmt14-en-de/newstest2013.{en,de}.gz)",
+                {lang: self._read(f"wmt14-en-de/newstest2013.{lang}.gz") for lang in ("en", "de")},
+            )
         if set(langs) == {"en", "ro"}:
-            return ("mirror: WMT16 newsdev2016 En-Ro (wmt16-en-ro/newsdev2016-enro.{en,ro})",
-                    {lang: self._read(f"wmt16-en-ro/newsdev2016-enro.{lang}") for lang in ("en", "ro")})
+            return (
+                "mirror: WMT16 newsdev2016 En-Ro (wmt16-en-ro/newsdev2016-enro.{en,ro})",
+                {lang: self._read(f"wmt16-en-ro/newsdev2016-enro.{lang}") for lang in ("en", "ro")},
+            )
         english = self._read("multi30k/train.en.gz")
         if set(langs) == {"de", "en"}:
             return "mirror: Multi30k train (multi30k/train.{de,en}.gz)", {
-                "en": english, "de": self._read("multi30k/train.de.gz")}
+                "en": english,
+                "de": self._read("multi30k/train.de.gz"),
+            }
         other = next(lang for lang in langs if lang != "en")
         if other not in SYNTHETIC:
             raise UserError(f"no stand-in text for language {other!r}; expected one of {sorted(SYNTHETIC)} or de/ro")
-        return (f"synthetic: Multi30k English with a made-up '{other}' side ({SYNTHETIC[other][1]})",
-                {"en": english, other: [SYNTHETIC[other][0](line) for line in english]})
+        return (
+            f"synthetic: Multi30k English with a made-up '{other}' side ({SYNTHETIC[other][1]})",
+            {"en": english, other: [SYNTHETIC[other][0](line) for line in english]},
+        )
 
     def take(self, dataset: str, langs: tuple[str, str], n: int) -> tuple[str, dict[str, list[str]]]:
         where, lines = self.source(dataset, langs)
@@ -162,9 +185,11 @@ def _fake_chinese(line: str) -> str:
     return "".join(chars) + "。"
 
 
-SYNTHETIC = {"fr": (_fake_french, "each English word reversed, e → é"),
-             "es": (_fake_spanish, "each English word reversed, o → ó, a → á"),
-             "zh": (_fake_chinese, "each English word → two fixed CJK characters, no spaces")}
+SYNTHETIC = {
+    "fr": (_fake_french, "each English word reversed, e → é"),
+    "es": (_fake_spanish, "each English word reversed, o → ó, a → á"),
+    "zh": (_fake_chinese, "each English word → two fixed CJK characters, no spaces"),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -180,16 +205,22 @@ def render(fmt: str, lines: list[str], lang: str, side: int, set_id: str) -> str
         for i, line in enumerate(lines):
             if i % 10 == 0:
                 talk = i // 10 + 1
-                out += [f"<url>http://www.ted.com/talks/standin_{talk}.html</url>",
-                        "<keywords>talks, rehearsal</keywords>", f"<talkid>{talk}</talkid>"]
+                out += [
+                    f"<url>http://www.ted.com/talks/standin_{talk}.html</url>",
+                    "<keywords>talks, rehearsal</keywords>",
+                    f"<talkid>{talk}</talkid>",
+                ]
                 out.append(f"<title>{line}</title>" if i % 20 == 0 else f"<description>{line}</description>")
                 continue
             out.append(line)
         return "".join(f"{line}\n" for line in out)
     if fmt == "xml":  # IWSLT XML / WMT SGML: <seg id="N"> lines inside documents
         kind = "srcset" if side == 0 else "refset"
-        out = ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>",
-               f'<{kind} setid="{set_id}" srclang="any" trglang="{lang}">']
+        out = [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            "<mteval>",
+            f'<{kind} setid="{set_id}" srclang="any" trglang="{lang}">',
+        ]
         for i, line in enumerate(lines):
             if i % 8 == 0:
                 if i:
@@ -204,8 +235,9 @@ def render(fmt: str, lines: list[str], lang: str, side: int, set_id: str) -> str
         for r in range(refs):
             sysid = f' sysid="ref{r + 1}"' if side else ""
             out.append(f'<DOC docid="standin"{sysid}>')
-            out += [f"<seg id={i + 1}>{line if not side else f'{line} (ref {r + 1})'}</seg>"
-                    for i, line in enumerate(lines)]
+            out += [
+                f"<seg id={i + 1}>{line if not side else f'{line} (ref {r + 1})'}</seg>" for i, line in enumerate(lines)
+            ]
             out.append("</DOC>")
         return "\n".join(out + [f"</{kind}set>"]) + "\n"
     raise UserError(f"no stand-in writer for format {fmt!r}")
@@ -231,14 +263,23 @@ def real_members(listings: dict, spec: dict, dataset: str, name: str) -> tuple[s
     entry = spec["files"][name]
     key = listing_key(spec, entry["archive"])
     if key not in listings:
-        raise UserError(f"datasets/{dataset}/files/{name}: no real listing of its archive {key!r} in {LISTINGS}; "
-                        f"add the release's member names there, with their public source")
+        raise UserError(
+            f"datasets/{dataset}/files/{name}: no real listing of its archive {key!r} in {LISTINGS}; "
+            f"add the release's member names there, with their public source"
+        )
     members = listings[key]["members"]
-    found = sorted(fnmatch.filter(members, entry["path"])) if any(c in entry["path"] for c in "*?[") else \
-        [entry["path"]] if entry["path"] in members else []
+    found = (
+        sorted(fnmatch.filter(members, entry["path"]))
+        if any(c in entry["path"] for c in "*?[")
+        else [entry["path"]]
+        if entry["path"] in members
+        else []
+    )
     if not found:
-        raise UserError(f"datasets/{dataset}/files/{name}: path {entry['path']!r} is not in the real listing of "
-                        f"{key} ({listings[key]['source'].split(';')[0].strip()}); expected one of its members")
+        raise UserError(
+            f"datasets/{dataset}/files/{name}: path {entry['path']!r} is not in the real listing of "
+            f"{key} ({listings[key]['source'].split(';')[0].strip()}); expected one of its members"
+        )
     return key, found
 
 
@@ -250,7 +291,7 @@ def spread(data: bytes, members: list[str]) -> dict[str, bytes]:
     out, start = {}, 0
     for i, member in enumerate(members):
         size = base + (i < extra)
-        out[member] = "".join(lines[start:start + size]).encode("utf-8")
+        out[member] = "".join(lines[start : start + size]).encode("utf-8")
         start += size
     last = max((m for m in members if out[m]), key=members.index, default=None)
     if last is not None:
@@ -308,23 +349,33 @@ def build(config: dict, mirror: Path, out: Path, listings: dict | None = None) -
         fmt = "xml" if need.fmt == "wmt" and path.endswith(".sgm") else need.fmt  # the release's SGML, not plain
         text = render(fmt, lines[need.lang], need.lang, side, need.name.split(".")[0])
         contents[(need.dataset, need.name)] = text.encode("utf-8")
-        manifest.provenance.append(f"| {need.dataset} | {need.name} | {where}, {len(lines[need.lang])} lines, "
-                                   f"format {fmt} |")
+        manifest.provenance.append(
+            f"| {need.dataset} | {need.name} | {where}, {len(lines[need.lang])} lines, format {fmt} |"
+        )
     for (dataset, name), data in contents.items():
         manifest.digests[(dataset, name)] = digests(data)
     write_packed(config, contents, out, manifest, listings)
-    (out / "manifest.json").write_text(json.dumps({
-        "digests": {f"{d}/{n}": v for (d, n), v in sorted(manifest.digests.items())},
-        "user_paths": manifest.user_paths}, indent=1))
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {
+                "digests": {f"{d}/{n}": v for (d, n), v in sorted(manifest.digests.items())},
+                "user_paths": manifest.user_paths,
+            },
+            indent=1,
+        )
+    )
     (out / "STANDINS.md").write_text(
         "# Rehearsal stand-ins: NOT the real corpora\n\nSmall inputs in the releases' formats, for `make rehearse`"
         " only (no BLEU meaning). `real:` rows are symlinks into the data mirror.\n\n| dataset | file | source |\n"
-        "|---|---|---|\n" + "\n".join(sorted(manifest.provenance)) + "\n", encoding="utf-8")
+        "|---|---|---|\n" + "\n".join(sorted(manifest.provenance)) + "\n",
+        encoding="utf-8",
+    )
     return manifest
 
 
-def write_packed(config: dict, contents: dict[tuple[str, str], bytes], out: Path, manifest: Manifest,
-                 listings: dict) -> None:
+def write_packed(
+    config: dict, contents: dict[tuple[str, str], bytes], out: Path, manifest: Manifest, listings: dict
+) -> None:
     """Place each synthesized file where file_source looks for it: at the mirror root, in the user directory, or
     in its archive, built here with the release's real member names and nested as the release nests it (inner
     archives are packed first)."""

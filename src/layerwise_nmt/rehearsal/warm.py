@@ -28,8 +28,14 @@ from ..snakemake_glue.job_env import job_path
 # the checkout's src/, which the workflow puts first on the jobs' PYTHONPATH (an installed package's server would
 # import another copy than its jobs, and decline them all)
 SOURCES = ROOT / "src"
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 TMP_VARIABLES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 READY_TIMEOUT_S = 300
 
@@ -63,8 +69,14 @@ def server_env(env: dict) -> dict:
     temporary directory is Snakemake's default `tmpdir` resource, the system's."""
     path = os.pathsep.join(filter(None, [str(SOURCES), env.get("PYTHONPATH")]))
     tmp = tempfile.gettempdir()
-    return {**env, "PYTHONPATH": path, "PATH": job_path(env.get("PATH")), "LWNMT_ERRORS_ON_STDOUT": "1",
-            **{k: "1" for k in THREAD_VARIABLES}, **{k: tmp for k in TMP_VARIABLES}}
+    return {
+        **env,
+        "PYTHONPATH": path,
+        "PATH": job_path(env.get("PATH")),
+        "LWNMT_ERRORS_ON_STDOUT": "1",
+        **{k: "1" for k in THREAD_VARIABLES},
+        **{k: tmp for k in TMP_VARIABLES},
+    }
 
 
 def start(directory: Path, env: dict, entry: str) -> Server:
@@ -77,9 +89,14 @@ def start(directory: Path, env: dict, entry: str) -> Server:
     home = tempfile.mkdtemp(prefix="lwnmt-warm-")  # a short path: a Unix socket's is limited to ~100 bytes
     socket = os.path.join(home, "socket")
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket, entry],
-                                   cwd=directory, env={**server_env(env), ENV: socket}, stdin=subprocess.DEVNULL,
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket, entry],
+            cwd=directory,
+            env={**server_env(env), ENV: socket},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     return Server(process, socket, log, home)
 
 

@@ -32,11 +32,16 @@ def depth_summary(studies: list[tuple[str, str | Path]]) -> dict:
             if c is None or c.get("same_model", False):
                 continue
             method = methods.setdefault(key, {"label": row["label"].split(" (")[0], "depths": {}})
-            method["depths"][depth] = {"control": c["control"], "seeds": c["seeds"],
-                                       "deltas": c.get("deltas", []), "delta": c.get("delta"),
-                                       "sd": statistics.stdev(c["deltas"]) if len(c.get("deltas", [])) > 1 else None,
-                                       "bootstrap_p": c.get("bootstrap_p"), "t_test_p": c.get("t_test_p"),
-                                       "claim": c.get("claim")}
+            method["depths"][depth] = {
+                "control": c["control"],
+                "seeds": c["seeds"],
+                "deltas": c.get("deltas", []),
+                "delta": c.get("delta"),
+                "sd": statistics.stdev(c["deltas"]) if len(c.get("deltas", [])) > 1 else None,
+                "bootstrap_p": c.get("bootstrap_p"),
+                "t_test_p": c.get("t_test_p"),
+                "claim": c.get("claim"),
+            }
     for method in methods.values():
         method["trend"] = depth_trend(method, [d["depth"] for d in depths])
     return {"depths": depths, "baseline": baseline, "methods": methods}
@@ -65,18 +70,27 @@ def depth_sentence(method: dict) -> str:
         have = f"run at {t['from']} only" if t["from"] else "not run at any depth yet"
         return f"**{method['label']}**: {have}; no trend with depth yet."
     first, last = method["depths"][t["from"]], method["depths"][t["to"]]
-    span = (f"{first['delta']:+.2f} at {t['from']} ({len(first['seeds'])} seeds) → {last['delta']:+.2f} at "
-            f"{t['to']} ({len(last['seeds'])} seeds)")
-    welch = f"Welch's t-test over the seeds' Δs p {t['welch_p']:.3f}" if t["welch_p"] is not None else \
-        "too few seeds to test the change"
+    span = (
+        f"{first['delta']:+.2f} at {t['from']} ({len(first['seeds'])} seeds) → {last['delta']:+.2f} at "
+        f"{t['to']} ({len(last['seeds'])} seeds)"
+    )
+    welch = (
+        f"Welch's t-test over the seeds' Δs p {t['welch_p']:.3f}"
+        if t["welch_p"] is not None
+        else "too few seeds to test the change"
+    )
     verdict = f"at {t['to']} the claim is {last['claim']}"
     if t["change"] > 0 and t["welch_p"] is not None and t["welch_p"] < P_VALUE:
         return f"**{method['label']}**: its gain grows with depth, as its paper says ({span}; {welch}); {verdict}."
     if t["change"] > 0:
-        return (f"**{method['label']}**: its Δ rises with depth ({span}) but not beyond what the seeds' spread allows "
-                f"({welch}): no clear growth with depth at this data size; {verdict}.")
-    return (f"**{method['label']}**: its Δ does not grow with depth ({span}; {welch}): the growth its paper reports "
-            f"does not appear at this data size; {verdict}.")
+        return (
+            f"**{method['label']}**: its Δ rises with depth ({span}) but not beyond what the seeds' spread allows "
+            f"({welch}): no clear growth with depth at this data size; {verdict}."
+        )
+    return (
+        f"**{method['label']}**: its Δ does not grow with depth ({span}; {welch}): the growth its paper reports "
+        f"does not appear at this data size; {verdict}."
+    )
 
 
 def depth_cells(entry: dict | None) -> list[str]:
@@ -93,14 +107,27 @@ def depth_block(summary: dict) -> str:
     per-seed bootstrap p, the t-test over seeds and the verdict at each depth, and a sentence per method."""
     depths = [d["depth"] for d in summary["depths"]]
     base = summary["baseline"]
-    head = ["| | " + " | ".join(f"{d}: Δ BLEU vs control, mean ± sd | {d}: bootstrap p, per seed | {d}: t-test p, "
-                               f"over seeds | {d}: the claim" for d in depths) + " |",
-            "|---|" + "---:|---|---:|---|" * len(depths)]
+    head = [
+        "| | "
+        + " | ".join(
+            f"{d}: Δ BLEU vs control, mean ± sd | {d}: bootstrap p, per seed | {d}: t-test p, "
+            f"over seeds | {d}: the claim"
+            for d in depths
+        )
+        + " |",
+        "|---|" + "---:|---|---:|---|" * len(depths),
+    ]
     bleu = ["Transformer baseline's own BLEU"]
     for d in depths:
         b = base.get(d)
-        bleu += [f"{b['mean']:.2f}" + (f" ± {b['sd']:.2f}" if b["sd"] is not None else "") + f" (n={b['n']})"
-                 if b and b["n"] else "— (not run yet)", "", "", ""]
+        bleu += [
+            f"{b['mean']:.2f}" + (f" ± {b['sd']:.2f}" if b["sd"] is not None else "") + f" (n={b['n']})"
+            if b and b["n"]
+            else "— (not run yet)",
+            "",
+            "",
+            "",
+        ]
     lines = head + ["| " + " | ".join(bleu) + " |"]
     for method in summary["methods"].values():
         cells = [method["label"]]
@@ -111,13 +138,17 @@ def depth_block(summary: dict) -> str:
     words = []
     if len(done) > 1:
         a, b = base[done[0]], base[done[-1]]
-        words.append(f"- **What depth buys the baseline**: {a['mean']:.2f} at {done[0]} → {b['mean']:.2f} at "
-                     f"{done[-1]} ({b['mean'] - a['mean']:+.2f} BLEU; n={a['n']} and {b['n']} seeds).")
+        words.append(
+            f"- **What depth buys the baseline**: {a['mean']:.2f} at {done[0]} → {b['mean']:.2f} at "
+            f"{done[-1]} ({b['mean'] - a['mean']:+.2f} BLEU; n={a['n']} and {b['n']} seeds)."
+        )
     words += [f"- {depth_sentence(m)}" for m in summary["methods"].values()]
     missing = [d["depth"] for d in summary["depths"] if not d["present"]]
     if missing:
-        words.append(f"- Not collected yet: {', '.join(missing)} (no summary.json in "
-                     f"{', '.join(d['folder'] for d in summary['depths'] if not d['present'])}).")
+        words.append(
+            f"- Not collected yet: {', '.join(missing)} (no summary.json in "
+            f"{', '.join(d['folder'] for d in summary['depths'] if not d['present'])})."
+        )
     return "\n".join(lines + [""] + words) + "\n"
 
 
@@ -138,8 +169,14 @@ def depth_figure(summary: dict, path: str | Path) -> Path:
         points = [(xs[d] + shift, e["delta"], e["sd"] or 0.0) for d, e in method["depths"].items() if e["seeds"]]
         if points:
             points.sort()
-            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
-                        capsize=4, label=method["label"])
+            ax.errorbar(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                yerr=[p[2] for p in points],
+                marker="o",
+                capsize=4,
+                label=method["label"],
+            )
     ax.set_xticks(range(len(labels)), [f"{d} layers" for d in labels])
     ax.set_xlim(-0.4, len(labels) - 0.6)
     ax.set_ylabel("Δ BLEU vs its control (mean ± sd over seeds)")

@@ -21,8 +21,9 @@ from .. import UserError
 from .. import grid
 from ..checkout import required
 
-BLOCK = re.compile(r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)",
-                   re.S)
+BLOCK = re.compile(
+    r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)", re.S
+)
 
 
 def require_markers(path: str | Path, start: str, end: str, what: str = "generated-part") -> str:
@@ -68,8 +69,13 @@ def params_block(config: dict, paper: str, tables: str, vocab: str) -> str:
     from ..grid.parameter_table import parameter_rows
 
     wanted = tables.split(",")
-    names = list(dict.fromkeys(row.spec["experiment"] for row in grid.rows(config, ("tables",))
-                               if row.paper == paper and row.name in wanted and "experiment" in row.spec))
+    names = list(
+        dict.fromkeys(
+            row.spec["experiment"]
+            for row in grid.rows(config, ("tables",))
+            if row.paper == paper and row.name in wanted and "experiment" in row.spec
+        )
+    )
     by_experiment: dict[str, list[dict]] = {}
     for r in parameter_rows(config, names, (int(vocab), int(vocab))):
         if r["paper"] == paper and r["table"] in wanted:
@@ -92,8 +98,12 @@ def figure_kinds_block(config: dict) -> str:
     used: dict[str, list[str]] = {kind: [] for kind in KINDS}
     for paper, figure in grid.tables(config, "figures", targeted=False):
         used[config["papers"][paper]["figures"][figure]["kind"]].append(f"{paper} {figure}")
-    return "\n".join(f"- `{kind}`: {', '.join(names) if names else 'no figure of config.yaml'}"
-                     for kind, names in used.items()) + "\n"
+    return (
+        "\n".join(
+            f"- `{kind}`: {', '.join(names) if names else 'no figure of config.yaml'}" for kind, names in used.items()
+        )
+        + "\n"
+    )
 
 
 def evidence_block(config: dict, dir: str) -> str:
@@ -126,8 +136,14 @@ def table_block(config: dict, file: str) -> str:
     return "\n".join(rows + ([""] + notes if notes else [])) + "\n"
 
 
-GENERATORS = {"plan": plan_block, "params": params_block, "figure-kinds": figure_kinds_block,
-              "evidence": evidence_block, "depth": depth_block, "table": table_block}
+GENERATORS = {
+    "plan": plan_block,
+    "params": params_block,
+    "figure-kinds": figure_kinds_block,
+    "evidence": evidence_block,
+    "depth": depth_block,
+    "table": table_block,
+}
 
 
 def render_block(spec: str, config: dict, where: str) -> str:

@@ -30,9 +30,13 @@ from ..grid.layout import heldout_prefix
 P_VALUE = 0.05
 # what each run leaves in the repository:
 # results/<task>/<experiment>/seed<k>/<source> → <out>/<experiment>/seed<k>/<name>
-RUN_FILES = {"test.score.json": "test.score.json", "test.txt": "test.txt",
-             "checkpoints/training.json": "training.json", "checkpoints/metrics.csv": "metrics.csv",
-             "train.benchmark.tsv": "train.benchmark.tsv"}
+RUN_FILES = {
+    "test.score.json": "test.score.json",
+    "test.txt": "test.txt",
+    "checkpoints/training.json": "training.json",
+    "checkpoints/metrics.csv": "metrics.csv",
+    "train.benchmark.tsv": "train.benchmark.tsv",
+}
 REQUIRED = ("test.score.json", "test.txt", "training.json", "metrics.csv")
 SUMMARY = "summary.json"
 
@@ -81,8 +85,10 @@ def heldout_note(config: dict, table: str) -> str | None:
     tasks = sorted({experiment(config, name)["task"] for name, _ in runs(config, table)})
     named = [t for t in tasks if config["tasks"][t].get("heldout_sets")]
     if named and not any(heldout_sets(config, t) for t in named):
-        return (f"task {', '.join(named)} names held-out sets, but no folder holds them (config key heldout_dir or "
-                f"$LWNMT_HELDOUT_DIR): the runs will not translate them")
+        return (
+            f"task {', '.join(named)} names held-out sets, but no folder holds them (config key heldout_dir or "
+            f"$LWNMT_HELDOUT_DIR): the runs will not translate them"
+        )
     return None
 
 
@@ -111,9 +117,11 @@ def check_one_kind(out: Path, config: dict, table: str, seed: int, more: dict[st
     if len(set(kinds.values())) > 1:
         (a, ka), (b, kb) = next(((x, y) for x in kinds.items() for y in kinds.items() if x[1] != y[1]))
         where = kb if a in more else ka  # the kind the seed's earlier runs trained on
-        raise UserError(f"seed {seed}: {a} trained on {ka}, {b} on {kb}; every run of one seed trains on one kind "
-                        f"of machine (a warm start continues its baseline): run seed {seed} on {where}, or another "
-                        f"seed here")
+        raise UserError(
+            f"seed {seed}: {a} trained on {ka}, {b} on {kb}; every run of one seed trains on one kind "
+            f"of machine (a warm start continues its baseline): run seed {seed} on {where}, or another "
+            f"seed here"
+        )
 
 
 def machine() -> dict:
@@ -129,13 +137,15 @@ def machine() -> dict:
 
 
 def commit_of(folder: Path) -> str | None:
-    result = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short=10", "HEAD"], capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        ["git", "-C", str(folder), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True
+    )
     return result.stdout.strip() or None
 
 
-def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Path = ".",
-         partial: bool = False) -> list[Path]:
+def copy(
+    config: dict, table: str, seed: int, out: str | Path, results: str | Path = ".", partial: bool = False
+) -> list[Path]:
     """Copy one seed's finished runs from `results` (the folder Snakemake ran in) into `out`; a run with a missing
     file is named in a one-line error and nothing of it is copied, or, with `partial`, left out (the page then
     lists it as not run yet) while the finished ones are copied."""
@@ -151,8 +161,10 @@ def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Pa
         if missing and partial:
             continue
         if missing:
-            raise UserError(f"{run}: {', '.join(missing)} missing; finish the seed first (Snakemake's targets: "
-                            f"`lwnmt evidence targets --table {table} --seed {seed}`)")
+            raise UserError(
+                f"{run}: {', '.join(missing)} missing; finish the seed first (Snakemake's targets: "
+                f"`lwnmt evidence targets --table {table} --seed {seed}`)"
+            )
         finished.append((name, s, run, heldout))
         kinds[f"{name} (in {results})"] = device_kind(json.loads((run / "checkpoints/training.json").read_text()))
     check_one_kind(out, config, table, seed, {k: v for k, v in kinds.items() if v})
@@ -163,8 +175,13 @@ def copy(config: dict, table: str, seed: int, out: str | Path, results: str | Pa
         for src, dst in {**RUN_FILES, **{h: h for h in heldout}}.items():
             if (run / src).exists():
                 shutil.copyfile(run / src, dest / dst)
-        about = {"experiment": name, "seed": s, "commit": commit_of(results), "copied": date.today().isoformat(),
-                 **machine()}
+        about = {
+            "experiment": name,
+            "seed": s,
+            "commit": commit_of(results),
+            "copied": date.today().isoformat(),
+            **machine(),
+        }
         (dest / "run.json").write_text(json.dumps(about, indent=1) + "\n")
         copied.append(dest)
     return copied
@@ -187,16 +204,21 @@ def run_record(folder: Path) -> dict:
     precision = training.get("precision") or {}
     device = precision.get("device") if isinstance(precision, dict) else None
     kind = device_kind(training)
-    return {"bleu": score["bleu"], "chrf": score.get("chrf"), "updates": training.get("updates"),
-            "target_tokens_per_second": training["target_tokens"] / seconds if seconds else None,
-            "train_minutes": training.get("minutes"), "job_wall_minutes": wall / 60 if wall else None,
-            "precision": (precision.get("computes") or precision.get("amp")) if isinstance(precision, dict) else
-            precision, "kind": kind,
-            # a GPU run names its GPU (training.json's device); a CPU run its CPU with the features that decide bf16
-            "cpu": (device.split(":", 1)[1].strip() if kind == "cuda" and device else None) or cpu_cell(about)
-            or device,
-            "heldout": sorted(p.name[len("heldout."):-len(".txt")] for p in folder.glob("heldout.*.txt")),
-            "commit": about.get("commit"), "curve": validation_curve(folder / "metrics.csv")}
+    return {
+        "bleu": score["bleu"],
+        "chrf": score.get("chrf"),
+        "updates": training.get("updates"),
+        "target_tokens_per_second": training["target_tokens"] / seconds if seconds else None,
+        "train_minutes": training.get("minutes"),
+        "job_wall_minutes": wall / 60 if wall else None,
+        "precision": (precision.get("computes") or precision.get("amp")) if isinstance(precision, dict) else precision,
+        "kind": kind,
+        # a GPU run names its GPU (training.json's device); a CPU run its CPU with the features that decide bf16
+        "cpu": (device.split(":", 1)[1].strip() if kind == "cuda" and device else None) or cpu_cell(about) or device,
+        "heldout": sorted(p.name[len("heldout.") : -len(".txt")] for p in folder.glob("heldout.*.txt")),
+        "commit": about.get("commit"),
+        "curve": validation_curve(folder / "metrics.csv"),
+    }
 
 
 # What decides a CPU's bf16 speed, most capable last; a feature implied by a later one is not repeated.
@@ -237,8 +259,9 @@ def hypotheses(out: Path, name: str, seed: int) -> list[str]:
     return (out / name / f"seed{seed}" / "test.txt").read_text(encoding="utf-8").splitlines()
 
 
-def compare(out: Path, config: dict, name: str, control: str, seeds: list[int], bleu: dict, theirs: dict,
-            ref: Path | None) -> dict:
+def compare(
+    out: Path, config: dict, name: str, control: str, seeds: list[int], bleu: dict, theirs: dict, ref: Path | None
+) -> dict:
     from ..scoring.score import paired_bootstrap, t_test_paired
     from ..scoring.config import ScoreConfig
 
@@ -247,8 +270,10 @@ def compare(out: Path, config: dict, name: str, control: str, seeds: list[int], 
     if ref is not None:
         refs = ref.read_text(encoding="utf-8").splitlines()
         options = ScoreConfig.from_dict(experiment(config, name)["score"])
-        result["bootstrap_p"] = [paired_bootstrap(hypotheses(out, control, s), hypotheses(out, name, s), [refs],
-                                                  options)["p_value"] for s in seeds]
+        result["bootstrap_p"] = [
+            paired_bootstrap(hypotheses(out, control, s), hypotheses(out, name, s), [refs], options)["p_value"]
+            for s in seeds
+        ]
     result["t_test_p"] = t_test_paired([theirs[s] for s in seeds], [bleu[s] for s in seeds])
     result["claim"] = verdict(deltas, result.get("bootstrap_p"))
     # the same model trained longer against itself: no paper's claim, but what more training still buys
@@ -271,8 +296,10 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
     title, spec = table_spec(config, table)
     ref = Path(ref) if ref else None
     if ref is not None and not ref.exists():
-        raise UserError(f"{ref}: no such reference file; expected the tokenized test references the runs were "
-                        f"scored against (the workflow writes them under results/<task>/data/text/)")
+        raise UserError(
+            f"{ref}: no such reference file; expected the tokenized test references the runs were "
+            f"scored against (the workflow writes them under results/<task>/data/text/)"
+        )
     parents = {name: experiment(config, name).get("warm_start") for name, _ in runs(config, table)}
     records, incomplete = {}, []
     for name, s in runs(config, table):
@@ -288,24 +315,44 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
         planned = [s for n, s in runs(config, table) if n == name]
         bleu = {s: records[(name, s)]["bleu"] for s in planned if (name, s) in records}
         falls = [f for s in bleu if (f := last_quarter_fall(records[(name, s)]["curve"])) is not None]
-        line = {"label": row["label"], "experiment": name, "model": experiment(config, name)["model"],
-                "planned_seeds": planned, "seeds": sorted(bleu),
-                **seeds_stats(list(bleu.values())), "chrf": mean_or_none(records[(name, s)]["chrf"] for s in bleu),
-                "last_quarter_fall_pct": mean_or_none(falls), "warm_start": parents.get(name)}
+        line = {
+            "label": row["label"],
+            "experiment": name,
+            "model": experiment(config, name)["model"],
+            "planned_seeds": planned,
+            "seeds": sorted(bleu),
+            **seeds_stats(list(bleu.values())),
+            "chrf": mean_or_none(records[(name, s)]["chrf"] for s in bleu),
+            "last_quarter_fall_pct": mean_or_none(falls),
+            "warm_start": parents.get(name),
+        }
         if row.get("compare_to"):
             control = row["compare_to"]
             theirs = {s: records[(control, s)]["bleu"] for s in planned if (control, s) in records}
             common = sorted(set(bleu) & set(theirs))
-            line["compare"] = (compare(out, config, name, control, common, bleu, theirs, ref) if common
-                               else {"control": control, "seeds": [],
-                                     "same_model": experiment(config, name)["model"] == experiment(config,
-                                                                                                   control)["model"]})
+            line["compare"] = (
+                compare(out, config, name, control, common, bleu, theirs, ref)
+                if common
+                else {
+                    "control": control,
+                    "seeds": [],
+                    "same_model": experiment(config, name)["model"] == experiment(config, control)["model"],
+                }
+            )
         summary_rows.append(line)
-    return {"table": table, "title": title, "caption": spec.get("caption", ""), "scale": spec.get("scale", ""),
-            "rows": summary_rows, "incomplete": incomplete,
-            "runs": [{"experiment": n, "seed": s, **{k: v for k, v in r.items() if k != "curve"}}
-                     for (n, s), r in records.items()],
-            "curves": {f"{n}/seed{s}": r["curve"] for (n, s), r in records.items()}}
+    return {
+        "table": table,
+        "title": title,
+        "caption": spec.get("caption", ""),
+        "scale": spec.get("scale", ""),
+        "rows": summary_rows,
+        "incomplete": incomplete,
+        "runs": [
+            {"experiment": n, "seed": s, **{k: v for k, v in r.items() if k != "curve"}}
+            for (n, s), r in records.items()
+        ],
+        "curves": {f"{n}/seed{s}": r["curve"] for (n, s), r in records.items()},
+    }
 
 
 def mean_or_none(values) -> float | None:
@@ -314,5 +361,8 @@ def mean_or_none(values) -> float | None:
 
 
 def seeds_stats(values: list[float]) -> dict:
-    return {"n": len(values), "mean": statistics.fmean(values) if values else None,
-            "sd": statistics.stdev(values) if len(values) > 1 else None}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values) if values else None,
+        "sd": statistics.stdev(values) if len(values) > 1 else None,
+    }

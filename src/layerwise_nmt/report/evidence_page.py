@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .evidence import P_VALUE, SUMMARY
 
+
 def fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
@@ -35,40 +36,57 @@ def comparison_cells(row: dict) -> tuple[str, str, str, str]:
         return f"not yet (`{c['control']}`)", "", "", ""
     boot = ", ".join(f"{p:.3f}" for p in c["bootstrap_p"]) if "bootstrap_p" in c else "—"
     claim = "— (the same model trained longer)" if c.get("same_model") else c["claim"]
-    return (f"{c['delta']:+.2f} vs `{c['control']}`", boot,
-            fmt(c["t_test_p"], 3) if c["t_test_p"] is not None else "— (one seed)", claim)
+    return (
+        f"{c['delta']:+.2f} vs `{c['control']}`",
+        boot,
+        fmt(c["t_test_p"], 3) if c["t_test_p"] is not None else "— (one seed)",
+        claim,
+    )
 
 
 def table_lines(summary: dict, links: bool = False) -> list[str]:
-    lines = ["| row | BLEU, mean ± sd | chrF | Δ BLEU vs its control | bootstrap p, per seed | paired t-test p, over "
-             "seeds | the claim (row beats control) | valid-loss fall, last quarter |",
-             "|---|---:|---:|---|---|---:|---|---:|"]
+    lines = [
+        "| row | BLEU, mean ± sd | chrF | Δ BLEU vs its control | bootstrap p, per seed | paired t-test p, over "
+        "seeds | the claim (row beats control) | valid-loss fall, last quarter |",
+        "|---|---:|---:|---|---|---:|---|---:|",
+    ]
     for row in summary["rows"]:
         delta, boot, t, claim = comparison_cells(row)
-        lines.append(f"| {row['label']} | {bleu_cell(row)} | {fmt(row['chrf'])} | {delta} | {boot} | {t} | {claim} | "
-                     f"{percent(row['last_quarter_fall_pct'])} |")
+        lines.append(
+            f"| {row['label']} | {bleu_cell(row)} | {fmt(row['chrf'])} | {delta} | {boot} | {t} | {claim} | "
+            f"{percent(row['last_quarter_fall_pct'])} |"
+        )
     return lines
 
 
 def runs_lines(summary: dict) -> list[str]:
     heldout = any(r.get("heldout") for r in summary["runs"])
-    lines = ["| run | seed | BLEU | updates | target tokens/s | training, min | last job's wall, min | precision | "
-             f"{'CPU or GPU' if any(r.get('kind') == 'cuda' for r in summary['runs']) else 'CPU'} | "
-             + ("held-out sets translated | " if heldout else "") + "commit |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|" + ("---|" if heldout else "") + "---|"]
+    lines = [
+        "| run | seed | BLEU | updates | target tokens/s | training, min | last job's wall, min | precision | "
+        f"{'CPU or GPU' if any(r.get('kind') == 'cuda' for r in summary['runs']) else 'CPU'} | "
+        + ("held-out sets translated | " if heldout else "")
+        + "commit |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|" + ("---|" if heldout else "") + "---|",
+    ]
     for r in summary["runs"]:
-        lines.append(f"| `{r['experiment']}` | {r['seed']} | {r['bleu']:.2f} | {r['updates']:,} | "
-                     f"{fmt(r['target_tokens_per_second'], 0)} | {fmt(r['train_minutes'], 1)} | "
-                     f"{fmt(r['job_wall_minutes'], 1)} | {r['precision'] or '—'} | {r['cpu'] or '—'} | "
-                     + (f"{len(r.get('heldout') or [])} | " if heldout else "") + f"{r['commit'] or '—'} |")
+        lines.append(
+            f"| `{r['experiment']}` | {r['seed']} | {r['bleu']:.2f} | {r['updates']:,} | "
+            f"{fmt(r['target_tokens_per_second'], 0)} | {fmt(r['train_minutes'], 1)} | "
+            f"{fmt(r['job_wall_minutes'], 1)} | {r['precision'] or '—'} | {r['cpu'] or '—'} | "
+            + (f"{len(r.get('heldout') or [])} | " if heldout else "")
+            + f"{r['commit'] or '—'} |"
+        )
     return lines
 
 
 def incomplete_lines(summary: dict) -> list[str]:
     if not summary.get("incomplete"):
         return []
-    return (["Half-written runs, not tabulated (copy them again: `lwnmt evidence copy`):", ""]
-            + [f"- {line}" for line in summary["incomplete"]] + [""])
+    return (
+        ["Half-written runs, not tabulated (copy them again: `lwnmt evidence copy`):", ""]
+        + [f"- {line}" for line in summary["incomplete"]]
+        + [""]
+    )
 
 
 def seed_cost_line(summary: dict) -> str:
@@ -83,8 +101,11 @@ def seed_cost_line(summary: dict) -> str:
         minutes = sum(r["train_minutes"] or 0 for r in done)
         # where it ran: what the hours mean (a seed's runs all train on one kind of machine)
         where = sorted({"GPU" if r.get("kind") == "cuda" else "CPU" for r in done if r.get("kind")})
-        parts.append(f"seed {s}, {len(done)} of {planned[s]} runs" + (f", {minutes / 60:.1f} h" if done else "")
-                     + (f" on {' and '.join(where)}" if where else ""))
+        parts.append(
+            f"seed {s}, {len(done)} of {planned[s]} runs"
+            + (f", {minutes / 60:.1f} h" if done else "")
+            + (f" on {' and '.join(where)}" if where else "")
+        )
     return "Training per seed, summed over its runs: " + "; ".join(parts) + "."
 
 
@@ -93,37 +114,60 @@ def missing_lines(summary: dict, run_command: str, collect_command: str) -> list
     if not todo:
         return []
     seeds = sorted({s for _, s in todo})
-    return [f"Not run yet: {len(todo)} run(s), seed(s) {', '.join(map(str, seeds))} "
-            f"(`{run_command}` trains and copies one seed; `{collect_command}` rewrites this page).", ""]
+    return [
+        f"Not run yet: {len(todo)} run(s), seed(s) {', '.join(map(str, seeds))} "
+        f"(`{run_command}` trains and copies one seed; `{collect_command}` rewrites this page).",
+        "",
+    ]
 
 
-def write(summary: dict, out: str | Path, collect_command: str = "lwnmt evidence collect",
-          run_command: str = "lwnmt evidence copy --seed <k>") -> Path:
+def write(
+    summary: dict,
+    out: str | Path,
+    collect_command: str = "lwnmt evidence collect",
+    run_command: str = "lwnmt evidence copy --seed <k>",
+) -> Path:
     out = Path(out)
     (out / SUMMARY).write_text(json.dumps({k: v for k, v in summary.items() if k != "curves"}, indent=1) + "\n")
     drawn = curves_figure(summary, out / "curves.png")
-    lines = [f"# {summary['title']}", "",
-             f"Generated by `{collect_command}` from the run files in this folder (one folder per experiment and "
-             "seed: the test score, the training summary, the validation curve and the test hypotheses), which anyone "
-             "can rescore. " + summary["caption"], "", f"Scale: {summary['scale']}", ""]
+    lines = [
+        f"# {summary['title']}",
+        "",
+        f"Generated by `{collect_command}` from the run files in this folder (one folder per experiment and "
+        "seed: the test score, the training summary, the validation curve and the test hypotheses), which anyone "
+        "can rescore. " + summary["caption"],
+        "",
+        f"Scale: {summary['scale']}",
+        "",
+    ]
     lines += missing_lines(summary, run_command, collect_command)
     lines += incomplete_lines(summary)
     lines += table_lines(summary) + [""]
-    lines += ["How to read it: Δ is the mean over the seeds both rows have; a claim is *held* when the row beats its "
-              "control on every seed, significantly (paired bootstrap, p < 0.05) on each; *not held* when it is no "
-              "better on average; *inconclusive* otherwise. The paired t-test over seeds is given beside it (with 3 "
-              "seeds it needs very consistent gaps). The last column is the fall in validation loss over each run's "
-              "last quarter of updates (mean over seeds): small means the run had nearly stopped improving.", ""]
+    lines += [
+        "How to read it: Δ is the mean over the seeds both rows have; a claim is *held* when the row beats its "
+        "control on every seed, significantly (paired bootstrap, p < 0.05) on each; *not held* when it is no "
+        "better on average; *inconclusive* otherwise. The paired t-test over seeds is given beside it (with 3 "
+        "seeds it needs very consistent gaps). The last column is the fall in validation loss over each run's "
+        "last quarter of updates (mean over seeds): small means the run had nearly stopped improving.",
+        "",
+    ]
     if drawn:
-        lines += ["![validation curves](curves.png)", "",
-                  "Validation loss over updates, every run (warm-started rows continue from their parent's last "
-                  "update).",
-                  ""]
-    lines += ["## Each run", "",
-              "Training minutes and tokens/s count the training itself, summed over every job of a run; the last "
-              "job's wall is Snakemake's benchmark of the job that finished it (set-up and validation included), so "
-              "it is shorter than the training where a run was resumed after a stop.", "",
-              seed_cost_line(summary), ""]
+        lines += [
+            "![validation curves](curves.png)",
+            "",
+            "Validation loss over updates, every run (warm-started rows continue from their parent's last update).",
+            "",
+        ]
+    lines += [
+        "## Each run",
+        "",
+        "Training minutes and tokens/s count the training itself, summed over every job of a run; the last "
+        "job's wall is Snakemake's benchmark of the job that finished it (set-up and validation included), so "
+        "it is shorter than the training where a run was resumed after a stop.",
+        "",
+        seed_cost_line(summary),
+        "",
+    ]
     lines += runs_lines(summary) + [""]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
@@ -147,8 +191,14 @@ def curves_figure(summary: dict, path: Path) -> bool:
         for j, seed in enumerate(row["seeds"]):
             curve = summary["curves"][f"{row['experiment']}/seed{seed}"]
             offset = parent_updates.get((row["warm_start"], seed), 0) if row["warm_start"] else 0
-            ax.plot([u + offset for u, _ in curve], [loss for _, loss in curve], color=colors[i % len(colors)],
-                    alpha=1.0 if j == 0 else 0.45, linewidth=1.2, label=row["label"] if j == 0 else None)
+            ax.plot(
+                [u + offset for u, _ in curve],
+                [loss for _, loss in curve],
+                color=colors[i % len(colors)],
+                alpha=1.0 if j == 0 else 0.45,
+                linewidth=1.2,
+                label=row["label"] if j == 0 else None,
+            )
     ax.set_xlabel("updates (warm starts: counted from their parent's start)")
     ax.set_ylabel("validation loss (bits per token)")
     ax.set_title("Validation loss, every seed")
@@ -172,8 +222,9 @@ def readme_block(folder: str | Path, shown: str | None = None) -> str:
         if not c or not c.get("seeds"):
             continue
         n = len(c["seeds"])
-        words.append(f"- **{row['label']}**: {c['delta']:+.2f} BLEU against `{c['control']}` over {n} seed(s): "
-                     f"{plain_words(c)}.")
+        words.append(
+            f"- **{row['label']}**: {c['delta']:+.2f} BLEU against `{c['control']}` over {n} seed(s): {plain_words(c)}."
+        )
     return "\n".join(lines + words) + "\n"
 
 
@@ -207,8 +258,8 @@ def plain_words(c: dict) -> str:
         return f"better on {on}, significantly: the claim holds at this size"
     if c["claim"] == "not held":
         if all(d < 0 for d in c["deltas"]) and significant:
-            return (f"worse on {on}, significantly (paired bootstrap, p < {P_VALUE}): the claim does not hold at this "
-                    "size")
+            return (
+                f"worse on {on}, significantly (paired bootstrap, p < {P_VALUE}): the claim does not hold at this size"
+            )
         return f"{seed_by_seed(c)}: the claim does not hold at this size"
     return f"{seed_by_seed(c)}: inconclusive at this size"
-

@@ -19,8 +19,10 @@ SHOUTED = ("iwslt", "wmt", "nist")  # corpus names the papers write in capitals
 
 def title(spec: dict) -> str:
     """Two lines: "<what>: <row> vs <row>" and "<data> · <budget>"."""
-    what = WHAT.get(spec["kind"], "").format(metric=METRIC_WORDS[spec.get("metric") or "loss"]) or \
-        f"BLEU by {spec.get('xlabel') or 'setting'}"
+    what = (
+        WHAT.get(spec["kind"], "").format(metric=METRIC_WORDS[spec.get("metric") or "loss"])
+        or f"BLEU by {spec.get('xlabel') or 'setting'}"
+    )
     if spec["kind"] == "attention" and spec["rows"]:
         what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', 0) + 1}"
     labels = [row["label"] for row in spec["rows"]]
@@ -28,10 +30,15 @@ def title(spec: dict) -> str:
         labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec["rows"]))
     if spec["kind"] == "delta_sweep":  # the legend names the methods; the baselines are the zero line
         what = f"Each method's BLEU gain over the baseline, by {spec.get('xlabel') or 'setting'}"
-    compared = f"{what}: {' vs '.join(labels)}" if spec["kind"] in ("accuracy_curves", "validation_curves",
-                                                                      "length_buckets", "sweep") \
-        else what if spec["kind"] == "delta_sweep" \
-        else what if len(labels) != 1 else f"{what}: {labels[0]}"
+    compared = (
+        f"{what}: {' vs '.join(labels)}"
+        if spec["kind"] in ("accuracy_curves", "validation_curves", "length_buckets", "sweep")
+        else what
+        if spec["kind"] == "delta_sweep"
+        else what
+        if len(labels) != 1
+        else f"{what}: {labels[0]}"
+    )
     trained = [row for row in spec["rows"] if row.get("trained")]
     lines = [compared] + ([f"{data(trained)} · {budget(spec['rows'], trained)}"] if trained else [])
     return "\n".join(textwrap.fill(line, WIDTH) for line in lines)
@@ -43,14 +50,14 @@ def data(rows: list[dict]) -> str:
 
 
 def corpus(trained: dict) -> str:
-    """"Multi30k De→En", "IWSLT14 De→En", "WMT14 En→De" from the dataset's name and the pair."""
+    """ "Multi30k De→En", "IWSLT14 De→En", "WMT14 En→De" from the dataset's name and the pair."""
     name = trained["dataset"].split("-")[0]
     name = name.upper() if name.startswith(SHOUTED) else name[:1].upper() + name[1:]
     return f"{name} {trained['src'].capitalize()}→{trained['tgt'].capitalize()}"
 
 
 def budget(rows: list[dict], trained: list[dict]) -> str:
-    """"1,000 updates each", or per row: "baseline 1,000 updates, GCA full model +300 updates from baseline"."""
+    """ "1,000 updates each", or per row: "baseline 1,000 updates, GCA full model +300 updates from baseline"."""
     labels = {row.get("experiment"): row["label"] for row in rows}
     each = [budget_of(row["trained"], labels) for row in trained]
     if len(set(each)) == 1:

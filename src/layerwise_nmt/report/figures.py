@@ -45,17 +45,26 @@ def accuracy_curves(spec: dict, ax) -> pd.DataFrame:
         history = pd.read_csv(row["metrics"]).drop_duplicates("update", keep="last").sort_values("update")
         colour = f"C{i}"
         ax.plot(history["update"], 100 * history["train_accuracy"], "--", color=colour, label=f"{row['label']} train")
-        ax.plot(history["update"], 100 * history["valid_accuracy"], "-", marker="o", markersize=3, color=colour,
-                label=f"{row['label']} valid")
+        ax.plot(
+            history["update"],
+            100 * history["valid_accuracy"],
+            "-",
+            marker="o",
+            markersize=3,
+            color=colour,
+            label=f"{row['label']} valid",
+        )
         drawn.append(history[["epoch", "update", "train_accuracy", "valid_accuracy"]].assign(row=row["label"]))
     ax.set_xlabel("update")
     ax.set_ylabel("token accuracy (%)")
     return pd.concat(drawn) if drawn else pd.DataFrame(columns=["row", "epoch", "update"])
 
 
-VALIDATION = {"loss": ("valid_loss", 1, "validation loss (bits per target token)"),
-              "accuracy": ("valid_accuracy", 100, "validation token accuracy (%)"),
-              "bleu": ("valid_bleu", 1, "validation BLEU (subword units, beam valid_beam)")}
+VALIDATION = {
+    "loss": ("valid_loss", 1, "validation loss (bits per target token)"),
+    "accuracy": ("valid_accuracy", 100, "validation token accuracy (%)"),
+    "bleu": ("valid_bleu", 1, "validation BLEU (subword units, beam valid_beam)"),
+}
 
 
 def validation_curves(spec: dict, ax) -> pd.DataFrame:
@@ -74,8 +83,11 @@ def validation_curves(spec: dict, ax) -> pd.DataFrame:
         drawn.append(points.assign(row=row["label"], metric=column))
     ax.set_xlabel("update")
     ax.set_ylabel(label)
-    return pd.concat(drawn)[["row", "metric", "update", "value"]] if drawn else \
-        pd.DataFrame(columns=["row", "metric", "update", "value"])
+    return (
+        pd.concat(drawn)[["row", "metric", "update", "value"]]
+        if drawn
+        else pd.DataFrame(columns=["row", "metric", "update", "value"])
+    )
 
 
 def sweep(spec: dict, ax) -> pd.DataFrame:
@@ -85,23 +97,36 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
         series.setdefault(row.get("series", ""), []).append(row)
     for i, (name, rows) in enumerate(series.items()):
         colour = f"C{i}"
-        ours = [(row.get("x"), seeds_summary([json.loads(Path(p).read_text())["bleu"] for p in row["scores"]]))
-                for row in rows if row.get("scores")]
-        drawn += [{"series": name, "row": row["label"], "x": row.get("x"), "paper": row.get("paper")}
-                  | {"ours_mean": s["mean"], "ours_sd": s["sd"], "seeds": s["n"]}
-                  for row, (_, s) in zip([r for r in rows if r.get("scores")], ours)]
+        ours = [
+            (row.get("x"), seeds_summary([json.loads(Path(p).read_text())["bleu"] for p in row["scores"]]))
+            for row in rows
+            if row.get("scores")
+        ]
+        drawn += [
+            {"series": name, "row": row["label"], "x": row.get("x"), "paper": row.get("paper")}
+            | {"ours_mean": s["mean"], "ours_sd": s["sd"], "seeds": s["n"]}
+            for row, (_, s) in zip([r for r in rows if r.get("scores")], ours)
+        ]
         baseline = [row for row in rows if row.get("baseline")]
         if baseline and ours:
             ax.axhline(ours[0][1]["mean"], linestyle="--", color=colour, label=f"{name or baseline[0]['label']}")
         elif ours:
             xs, summaries = zip(*sorted(ours, key=lambda item: item[0]))
-            ax.errorbar(xs, [s["mean"] for s in summaries], yerr=[s["sd"] for s in summaries], marker="o",
-                        color=colour, capsize=3, label=f"{name} (ours)".strip())
+            ax.errorbar(
+                xs,
+                [s["mean"] for s in summaries],
+                yerr=[s["sd"] for s in summaries],
+                marker="o",
+                color=colour,
+                capsize=3,
+                label=f"{name} (ours)".strip(),
+            )
         printed = sorted((row["x"], row["paper"]) for row in rows if row.get("paper") is not None and "x" in row)
         if printed:
             xs, values = zip(*printed)
-            ax.plot(xs, values, linestyle=":", marker="s", fillstyle="none", color=colour,
-                    label=f"{name} (paper)".strip())
+            ax.plot(
+                xs, values, linestyle=":", marker="s", fillstyle="none", color=colour, label=f"{name} (paper)".strip()
+            )
     ax.set_xlabel(spec.get("xlabel", ""))
     ax.set_ylabel("BLEU")
     return pd.DataFrame.from_records(drawn, columns=["series", "row", "x", "paper", "ours_mean", "ours_sd", "seeds"])
@@ -123,18 +148,34 @@ def delta_sweep(spec: dict, ax) -> pd.DataFrame:
             continue
         ours, theirs = (_bleus(r) for r in (row, other))
         gain = seeds_summary([a - b for a, b in zip(ours, theirs)])
-        drawn.append({"series": row.get("series") or row["label"], "row": row["label"], "x": row.get("x"),
-                      "compare_to": row["compare_to"], "delta_mean": gain["mean"], "delta_sd": gain["sd"],
-                      "seeds": gain["n"], "ours_mean": seeds_summary(ours)["mean"],
-                      "theirs_mean": seeds_summary(theirs)["mean"]})
+        drawn.append(
+            {
+                "series": row.get("series") or row["label"],
+                "row": row["label"],
+                "x": row.get("x"),
+                "compare_to": row["compare_to"],
+                "delta_mean": gain["mean"],
+                "delta_sd": gain["sd"],
+                "seeds": gain["n"],
+                "ours_mean": seeds_summary(ours)["mean"],
+                "theirs_mean": seeds_summary(theirs)["mean"],
+            }
+        )
     table = pd.DataFrame.from_records(drawn, columns=columns)
     values = list(dict.fromkeys(row.get("x") for row in spec["rows"]))
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     where = (lambda v: v) if numeric else {v: i for i, v in enumerate(values)}.get
     for i, (series, points) in enumerate(table.groupby("series", sort=False)):
         points = points.sort_values("x", key=lambda xs: xs.map(where))
-        ax.errorbar(points["x"].map(where), points["delta_mean"], yerr=points["delta_sd"], marker="o", capsize=3,
-                    color=f"C{i}", label=series)
+        ax.errorbar(
+            points["x"].map(where),
+            points["delta_mean"],
+            yerr=points["delta_sd"],
+            marker="o",
+            capsize=3,
+            color=f"C{i}",
+            label=series,
+        )
     ax.axhline(0, color="grey", linewidth=0.8)
     if numeric:
         ax.set_xticks(sorted(v for v in values if v is not None))
@@ -160,8 +201,16 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
         for i, bucket in enumerate(per_seed[0]):
             # an empty bucket (no test sentence that long) has no BLEU: drawn as a gap, not a crash
             summary = seeds_summary([seed[i]["bleu"] for seed in per_seed if seed[i]["bleu"] is not None])
-            drawn.append({"row": row["label"], "bucket": bucket["bucket"], "sentences": bucket["sentences"],
-                          "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]})
+            drawn.append(
+                {
+                    "row": row["label"],
+                    "bucket": bucket["bucket"],
+                    "sentences": bucket["sentences"],
+                    "ours_mean": summary["mean"],
+                    "ours_sd": summary["sd"],
+                    "seeds": summary["n"],
+                }
+            )
     columns = ["row", "bucket", "sentences", "ours_mean", "ours_sd", "seeds", "gain", "gain_over"]
     table = pd.DataFrame.from_records(drawn, columns=columns).astype({"gain_over": object})
     if table.empty:
@@ -170,16 +219,21 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     width = 0.8 / len(rows)
     for i, row in enumerate(rows):
         values = table[table["row"] == row["label"]].set_index("bucket").reindex(buckets)
-        ax.bar([b + i * width for b in range(len(buckets))], values["ours_mean"], width, color=f"C{i}",
-               label=row["label"])
-    ax.set_xticks([b + width * (len(rows) - 1) / 2 for b in range(len(buckets))],
-                  [f"{b}\n({n})" for b, n in zip(buckets, table.groupby("bucket", sort=False)["sentences"].first())])
+        ax.bar(
+            [b + i * width for b in range(len(buckets))], values["ours_mean"], width, color=f"C{i}", label=row["label"]
+        )
+    ax.set_xticks(
+        [b + width * (len(rows) - 1) / 2 for b in range(len(buckets))],
+        [f"{b}\n({n})" for b, n in zip(buckets, table.groupby("bucket", sort=False)["sentences"].first())],
+    )
     ax.set_xlabel("source length in words (sentences)")
     ax.set_ylabel("BLEU")
     by_experiment = {row.get("experiment"): row for row in spec["rows"]}
     # a row compared with one that did not run has no gain to draw (that row is named as not drawn)
-    pairs = [(i, row, by_experiment.get(row["compare_to"]) if row.get("compare_to") else rows[0])
-             for i, row in enumerate(rows)]
+    pairs = [
+        (i, row, by_experiment.get(row["compare_to"]) if row.get("compare_to") else rows[0])
+        for i, row in enumerate(rows)
+    ]
     pairs = [(i, row, other) for i, row, other in pairs if other is not row and other in rows]
     if not pairs:
         return table
@@ -190,16 +244,22 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     gain = ax.twinx()
     for k, (i, row, other) in enumerate(pairs):  # in black and greys: a line the colour of a bar hides in it
         difference = bleu(row) - bleu(other)
-        gain.plot([b + width * (len(rows) - 1) / 2 for b in range(len(buckets))], difference.to_numpy(),
-                  ("-", "--", ":")[k % 3], marker="Dos"[k % 3], color=str(min(0.6, 0.3 * k)),
-                  label=f"gain of {row['label']} over {other['label']}")
+        gain.plot(
+            [b + width * (len(rows) - 1) / 2 for b in range(len(buckets))],
+            difference.to_numpy(),
+            ("-", "--", ":")[k % 3],
+            marker="Dos"[k % 3],
+            color=str(min(0.6, 0.3 * k)),
+            label=f"gain of {row['label']} over {other['label']}",
+        )
         where = table["row"] == row["label"]
         table.loc[where, "gain"] = table.loc[where, "bucket"].map(difference).to_numpy()
         table.loc[where, "gain_over"] = other["label"]
     gain.axhline(0, color="grey", linewidth=0.5)
     references = {other["label"] for _, _, other in pairs}
-    gain.set_ylabel(f"BLEU gain over {references.pop()}" if len(references) == 1 else
-                    "BLEU gain over each row's comparison")
+    gain.set_ylabel(
+        f"BLEU gain over {references.pop()}" if len(references) == 1 else "BLEU gain over each row's comparison"
+    )
     return table
 
 
@@ -212,16 +272,19 @@ def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
     if table.empty:
         return table
     inputs = ["H^{2i}", "H^{2i-1}", "Ĥ^{i-1}"]
-    grid = [table[table["row"] == row["label"]].pivot(index="input", columns="node", values="share")
-            .reindex(inputs) for row in rows]
+    grid = [
+        table[table["row"] == row["label"]].pivot(index="input", columns="node", values="share").reindex(inputs)
+        for row in rows
+    ]
     joined = pd.concat(grid, axis=1)
     image = ax.imshow(joined.to_numpy(dtype=float), cmap="Greys", vmin=0, vmax=1, aspect="auto")
     ax.set_yticks(range(len(inputs)), [f"${name}$" for name in inputs])
     ax.set_xticks(range(joined.shape[1]), [f"${c}$" for c in joined.columns])
     for (y, x), value in pd.DataFrame(joined.to_numpy(dtype=float)).stack().items():
         if pd.notna(value):  # a node with fewer inputs leaves its cell empty
-            ax.text(x, y, f"{value:.2f}", ha="center", va="center", color="white" if value > 0.5 else "black",
-                    fontsize=8)
+            ax.text(
+                x, y, f"{value:.2f}", ha="center", va="center", color="white" if value > 0.5 else "black", fontsize=8
+            )
     edges = [g.shape[1] for g in grid]
     for k, row in enumerate(rows if len(rows) > 1 else []):  # a single model is named in the title instead
         start = sum(edges[:k])
@@ -251,14 +314,18 @@ def attention_maps(spec: dict, ax) -> pd.DataFrame:
         axis.set_xlabel(seen["x_label"], fontsize=8)
         axis.set_ylabel(seen["y_label"], fontsize=8)
         short = all(SUPERSCRIPT.match(x) for x in xs)  # layer names: upright and legible, not words on end
-        axis.set_xticks(range(len(xs)), [tick_label(x) for x in xs], rotation=0 if short else 90,
-                        fontsize=9 if short else 6)
+        axis.set_xticks(
+            range(len(xs)), [tick_label(x) for x in xs], rotation=0 if short else 90, fontsize=9 if short else 6
+        )
         axis.set_yticks(range(len(ys)), [tick_label(y) for y in ys], fontsize=6)
         if seen["split"] is not None:
             axis.axvline(seen["split"] - 0.5, color="red", linewidth=1)
         axis.set_title(f"{row['label']}\n{seen['module']}", fontsize=8)
-        drawn += [{"row": row["label"], "i": i, "y": y, "j": j, "x": x, "weight": seen["grid"][i][j]}
-                  for i, y in enumerate(ys) for j, x in enumerate(xs)]
+        drawn += [
+            {"row": row["label"], "i": i, "y": y, "j": j, "x": x, "weight": seen["grid"][i][j]}
+            for i, y in enumerate(ys)
+            for j, x in enumerate(xs)
+        ]
     return pd.DataFrame.from_records(drawn)
 
 
@@ -278,9 +345,15 @@ def _inspected(row: dict) -> dict:
     return json.loads(Path(row["inspection"]).read_text(encoding="utf-8"))
 
 
-KINDS = {"accuracy_curves": accuracy_curves, "validation_curves": validation_curves, "sweep": sweep,
-         "delta_sweep": delta_sweep, "length_buckets": length_buckets, "aggregation_shares": aggregation_shares,
-         "attention": attention_maps}
+KINDS = {
+    "accuracy_curves": accuracy_curves,
+    "validation_curves": validation_curves,
+    "sweep": sweep,
+    "delta_sweep": delta_sweep,
+    "length_buckets": length_buckets,
+    "aggregation_shares": aggregation_shares,
+    "attention": attention_maps,
+}
 
 
 def write(spec: dict, out_prefix: str) -> list[str]:
@@ -303,8 +376,11 @@ def draw(spec: dict):
     wide = spec["kind"] == "attention" and maps > 1
     fig, ax = plt.subplots(figsize=(6 * maps, 5.5) if wide else (7, 4.2))
     data = KINDS[spec["kind"]](spec, ax)
-    missing = [f"{row['label']}: {row.get('reason') or 'not run yet'}" for row in spec["rows"]
-               if not (row.get("metrics") or row.get("scores") or row.get("inspection"))]
+    missing = [
+        f"{row['label']}: {row.get('reason') or 'not run yet'}"
+        for row in spec["rows"]
+        if not (row.get("metrics") or row.get("scores") or row.get("inspection"))
+    ]
     missing += [f"{row['label']}: {row['not_drawn']}" for row in spec["rows"] if row.get("not_drawn")]
     if spec["kind"] == "attention":
         below_heading(fig, fig.suptitle(title(spec), fontsize=10))
@@ -315,8 +391,7 @@ def draw(spec: dict):
     if missing:  # say what is absent instead of drawing it
         fig.text(0.01, bottom - 0.02, "not drawn — " + "; ".join(missing), fontsize=6, wrap=True, va="top")
     if spec.get("notice"):  # a rehearsal's figure must not pass for a result
-        fig.text(0.5, 0.5, "REHEARSAL", fontsize=40, color="red", alpha=0.25, rotation=30, ha="center",
-                 va="center")
+        fig.text(0.5, 0.5, "REHEARSAL", fontsize=40, color="red", alpha=0.25, rotation=30, ha="center", va="center")
         fig.text(0.01, 0.99, spec["notice"], fontsize=7, color="red", va="top")
     return fig, data, missing
 
@@ -346,7 +421,13 @@ def legend_below(fig, ax) -> float:
     lowest = fig.transFigure.inverted().transform((0, min(box.y0 for box in boxes)))[1] if boxes else 0.0
     if not handles:
         return lowest
-    legend = fig.legend(handles, labels, loc="upper center", fontsize=8, frameon=False,
-                        ncol=min(len(labels), 2 if max(map(len, labels)) > 25 else 3),
-                        bbox_to_anchor=(ax.get_position().x0 + ax.get_position().width / 2, lowest - 0.01))
+    legend = fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        fontsize=8,
+        frameon=False,
+        ncol=min(len(labels), 2 if max(map(len, labels)) > 25 else 3),
+        bbox_to_anchor=(ax.get_position().x0 + ax.get_position().width / 2, lowest - 0.01),
+    )
     return fig.transFigure.inverted().transform((0, legend.get_window_extent(renderer).y0))[1]

@@ -46,15 +46,24 @@ def page(shown: pd.DataFrame, *, title: str, caption_lines: list[str], notes: li
         names = (["num"] if column in numeric else []) + (["status"] if column == "status" else [])
         return f' class="{" ".join(names)}"' if names else ""
 
-    head = "".join(f"<th scope=\"col\"{cls(c)}>{html.escape(str(c))}</th>" for c in shown.columns)
-    body = "\n".join("<tr>" + "".join(f"<td{cls(c)}>{html.escape(str(v))}</td>" for c, v in zip(shown.columns, r))
-                     + "</tr>" for r in shown.itertuples(index=False))
+    head = "".join(f'<th scope="col"{cls(c)}>{html.escape(str(c))}</th>' for c in shown.columns)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td{cls(c)}>{html.escape(str(v))}</td>" for c, v in zip(shown.columns, r)) + "</tr>"
+        for r in shown.itertuples(index=False)
+    )
     caption = f'<span class="title">{html.escape(title)}</span>' + "".join(
-        f"<br>\n{html.escape(line)}" for line in caption_lines if line)
+        f"<br>\n{html.escape(line)}" for line in caption_lines if line
+    )
     listed = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{html.escape(title)}"
-            f"</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<table class=\"lwnmt-table\">\n"
-            f"<caption>{caption}</caption>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
-            + (f"<div class=\"notes\"><p>Notes (the rows' protocol, from their experiments' descriptions):</p>"
-               f"<ul>{listed}</ul></div>\n" if notes else "")
-            + "</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}'
+        f'</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<table class="lwnmt-table">\n'
+        f"<caption>{caption}</caption>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
+        + (
+            f"<div class=\"notes\"><p>Notes (the rows' protocol, from their experiments' descriptions):</p>"
+            f"<ul>{listed}</ul></div>\n"
+            if notes
+            else ""
+        )
+        + "</body>\n</html>\n"
+    )

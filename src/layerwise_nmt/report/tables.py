@@ -17,8 +17,11 @@ from .html_table import page
 
 NOT_RUN = "—"
 RAN = ("ok", "manual")  # a row on data a person fetches by hand ran like any other once they did
-TESTS = {"t_test": "Welch's t-test over seeds", "sign_test": "sign test (Collins et al. 2005), first seeds",
-         "bootstrap": "paired bootstrap resampling (Koehn 2004), first seeds"}
+TESTS = {
+    "t_test": "Welch's t-test over seeds",
+    "sign_test": "sign test (Collins et al. 2005), first seeds",
+    "bootstrap": "paired bootstrap resampling (Koehn 2004), first seeds",
+}
 
 
 def build(spec: dict) -> pd.DataFrame:
@@ -51,8 +54,11 @@ def build(spec: dict) -> pd.DataFrame:
                     cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
                 # the p-value says how sure, not which way: the direction beside it (a two-sided test)
                 than = "to" if way == "equal" else "than"
-                cell["p vs"] = NOT_RUN if cell["p"] is None else \
-                    f"{cell['p']:.3g} ({way} {than} {row.get('compare_to', 'its baseline')})"
+                cell["p vs"] = (
+                    NOT_RUN
+                    if cell["p"] is None
+                    else f"{cell['p']:.3g} ({way} {than} {row.get('compare_to', 'its baseline')})"
+                )
                 tested[metric] = (cell["p"], way)
             record.update({f"{k}{suffix}": v for k, v in cell.items()})
         if every:
@@ -62,8 +68,9 @@ def build(spec: dict) -> pd.DataFrame:
             record.update(budget(row.get("runs", []) if ran else []))
         if with_params:  # "#parameter" columns (LWC T3): the paper's printed M beside our model's exact count
             paper_params = row.get("paper", {}).get("params_m")
-            ours_params = {s["decoding"]["params"] for split in scores.values() for s in split
-                           if "params" in s.get("decoding", {})}
+            ours_params = {
+                s["decoding"]["params"] for split in scores.values() for s in split if "params" in s.get("decoding", {})
+            }
             record["params (paper)"] = f"{paper_params:.2f}M" if paper_params is not None else NOT_RUN
             record["params (ours)"] = f"{ours_params.pop() / 1e6:.2f}M" if len(ours_params) == 1 else NOT_RUN
         records.append(record)
@@ -99,7 +106,7 @@ def budget(runs: list[str]) -> dict:
 
 
 def cut_short(runs: list[str]) -> str:
-    """"; cut by max_minutes: …" for the runs (seeds) whose training.json says the clock, not the update or epoch
+    """ "; cut by max_minutes: …" for the runs (seeds) whose training.json says the clock, not the update or epoch
     budget, ended them — the row's numbers are then not those of the protocol it describes."""
     cut = []
     for run in runs:
@@ -107,17 +114,23 @@ def cut_short(runs: list[str]) -> str:
         summary = json.loads(path.read_text()) if path.exists() else {}
         if summary.get("stopped_by") == "max_minutes":
             budget = summary["budget"]
-            planned = (f" of max_update {budget['max_update']:,}" if budget.get("max_update") else
-                       f", {summary['epochs_completed']} of max_epoch {budget['max_epoch']} epochs"
-                       if budget.get("max_epoch") else "")
+            planned = (
+                f" of max_update {budget['max_update']:,}"
+                if budget.get("max_update")
+                else f", {summary['epochs_completed']} of max_epoch {budget['max_epoch']} epochs"
+                if budget.get("max_epoch")
+                else ""
+            )
             cut.append(f"{Path(run).name} at update {summary['updates']:,}{planned}")
     return f"; cut by max_minutes: {', '.join(cut)}" if cut else ""
 
 
 def value(score: dict, measure: str) -> float:
     if measure not in score:
-        raise UserError(f"the score.json of {score.get('hyp', '?')} has no {measure} (scored by an older version); "
-                        f"delete it and rerun to rescore")
+        raise UserError(
+            f"the score.json of {score.get('hyp', '?')} has no {measure} (scored by an older version); "
+            f"delete it and rerun to rescore"
+        )
     return score[measure]
 
 
@@ -125,8 +138,10 @@ def mean_scores(parts: list[list[dict]]) -> list[dict]:
     """Per seed, the mean BLEU and chrF of several test sets (empty unless every set has every seed)."""
     if not parts or any(len(p) != len(parts[0]) for p in parts):
         return []
-    return [{key: sum(p[i][key] for p in parts) / len(parts) for key in ("bleu", "chrf")
-             if all(key in p[i] for p in parts)} for i in range(len(parts[0]))]
+    return [
+        {key: sum(p[i][key] for p in parts) / len(parts) for key in ("bleu", "chrf") if all(key in p[i] for p in parts)}
+        for i in range(len(parts[0]))
+    ]
 
 
 def load_scores(paths: dict) -> dict[str, list[dict]]:
@@ -201,8 +216,9 @@ def run_speeds(row: dict) -> tuple[float | None, float | None]:
 def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
     """Dou T1's speed columns as ratios to the first row (hardware-independent), the paper's beside ours."""
     ours = [run_speeds(row) if row["state"] in RAN else (None, None) for row in rows]
-    paper = [(row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s"))
-             for row in rows]
+    paper = [
+        (row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s")) for row in rows
+    ]
     for k, name in enumerate(("train speed", "decode speed")):
         for record, p, o in zip(records, paper, ours):
             p_ratio = f"{p[k] / paper[0][k]:.2f}×" if p[k] and paper[0][k] else NOT_RUN
@@ -218,8 +234,14 @@ def cells(paper: float | None, scores: list[float], ran: bool) -> dict:
         spread = f" ± {summary['sd']:.2f}" if summary["n"] > 1 else ""
         ours = f"{summary['mean']:.2f}{spread} (n={summary['n']})"
         delta = f"{summary['mean'] - paper:+.2f}" if paper is not None else NOT_RUN
-    return {"paper": f"{paper:.2f}" if paper is not None else NOT_RUN, "ours": ours, "delta": delta,
-            "ours_mean": summary["mean"], "ours_sd": summary["sd"], "seeds": summary["n"]}
+    return {
+        "paper": f"{paper:.2f}" if paper is not None else NOT_RUN,
+        "ours": ours,
+        "delta": delta,
+        "ours_mean": summary["mean"],
+        "ours_sd": summary["sd"],
+        "seeds": summary["n"],
+    }
 
 
 def write(spec: dict, out_prefix: str) -> pd.DataFrame:
@@ -227,9 +249,18 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     with atomic_path(f"{out_prefix}.csv") as tmp:
         table.to_csv(tmp, index=False)
     kept = ("paper", "ours", "delta") if printed(spec) else ("ours",)  # a table of the user's own data: no paper
-    shown = table[[c for c in table.columns if c == "row" or c.split(" ")[0] in kept or c == "verdict"
-                   or c.startswith(("params (", "train speed (", "decode speed (", "p vs")) or c in BUDGET]
-                  + ["status"]]
+    shown = table[
+        [
+            c
+            for c in table.columns
+            if c == "row"
+            or c.split(" ")[0] in kept
+            or c == "verdict"
+            or c.startswith(("params (", "train speed (", "decode speed (", "p vs"))
+            or c in BUDGET
+        ]
+        + ["status"]
+    ]
     lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
     if spec.get("scale"):
         lines += [f"Scale: {spec['scale']}", ""]
@@ -241,14 +272,22 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     with atomic_path(f"{out_prefix}.md") as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
     caption = f"{spec['paper']} {spec['table']}: {spec.get('caption', '')} {legend(spec)}"
-    latex = shown.to_latex(index=False, caption=caption, label=f"tab:{spec['paper']}-{spec['table']}",
-                           longtable=len(shown) > 25, escape=True)
+    latex = shown.to_latex(
+        index=False,
+        caption=caption,
+        label=f"tab:{spec['paper']}-{spec['table']}",
+        longtable=len(shown) > 25,
+        escape=True,
+    )
     with atomic_path(f"{out_prefix}.tex") as tmp:
         Path(tmp).write_text(latex, encoding="utf-8")
-    html = page(shown, title=f"{spec['paper']} {spec['table']}: {spec.get('caption', '')}".strip(),
-                caption_lines=[f"Scale: {spec['scale']}" if spec.get("scale") else "", legend(spec),
-                               *precision_lines(spec)],
-                notes=[line.removeprefix("- ") for line in notes(spec)[3:]], not_run=NOT_RUN)
+    html = page(
+        shown,
+        title=f"{spec['paper']} {spec['table']}: {spec.get('caption', '')}".strip(),
+        caption_lines=[f"Scale: {spec['scale']}" if spec.get("scale") else "", legend(spec), *precision_lines(spec)],
+        notes=[line.removeprefix("- ") for line in notes(spec)[3:]],
+        not_run=NOT_RUN,
+    )
     with atomic_path(f"{out_prefix}.html") as tmp:
         Path(tmp).write_text(html, encoding="utf-8")
     return table
@@ -280,9 +319,14 @@ def precision_lines(spec: dict) -> list[str]:
     out = []
     if used:
         rows = sum(len(labels) for labels in used.values())
-        out.append("Our runs' precision: " + "; ".join(
-            key if len(labels) == rows else f"{key}: {', '.join(dict.fromkeys(labels))}"
-            for key, labels in used.items()) + ".")
+        out.append(
+            "Our runs' precision: "
+            + "; ".join(
+                key if len(labels) == rows else f"{key}: {', '.join(dict.fromkeys(labels))}"
+                for key, labels in used.items()
+            )
+            + "."
+        )
     if spec.get("precision"):
         out.append(f"The paper's precision and ours: {spec['precision']}")
     return [""] + out if out else []
@@ -296,21 +340,29 @@ def printed(spec: dict) -> bool:
 
 def legend(spec: dict) -> str:
     paper = "paper = printed in the paper (never ours); " if printed(spec) else ""
-    text = (f"Metric: {', '.join(metrics_of(spec))}; {paper}ours = mean ± sd over seeds; {NOT_RUN} = not run, with "
-            f"the reason in status.")
+    text = (
+        f"Metric: {', '.join(metrics_of(spec))}; {paper}ours = mean ± sd over seeds; {NOT_RUN} = not run, with "
+        f"the reason in status."
+    )
     test = spec.get("significance")
     if test:
-        text += (f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
-                 f" ({TESTS[test['test']]}){', as the paper marks it' if printed(spec) else ''}; p vs = that test's "
-                 f"p-value and which way the difference goes (better or worse).")
+        text += (
+            f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
+            f" ({TESTS[test['test']]}){', as the paper marks it' if printed(spec) else ''}; p vs = that test's "
+            f"p-value and which way the difference goes (better or worse)."
+        )
         if spec.get("verdict"):
-            text += (f" verdict = each metric against the row it is compared with, by the same test: better or worse "
-                     f"at p < {test.get('p', 0.01)}, else no significant difference ({NOT_RUN}: a row compared with "
-                     f"none).")
+            text += (
+                f" verdict = each metric against the row it is compared with, by the same test: better or worse "
+                f"at p < {test.get('p', 0.01)}, else no significant difference ({NOT_RUN}: a row compared with "
+                f"none)."
+            )
     if spec.get("budget"):
-        text += (" Budget per row (mean over seeds): updates, sentence pairs and target tokens trained on, and the "
-                 "validation loss (bits per token) at the end — rows trained for different budgets are not a "
-                 "like-for-like comparison.")
+        text += (
+            " Budget per row (mean over seeds): updates, sentence pairs and target tokens trained on, and the "
+            "validation loss (bits per token) at the end — rows trained for different budgets are not a "
+            "like-for-like comparison."
+        )
     return text
 
 
@@ -325,18 +377,33 @@ def summary(table_csvs: list[str], out_prefix: str) -> pd.DataFrame:
         for record in table.to_dict("records"):
             for metric in metrics:
                 suffix = f" {metric}" if metric else ""
-                records.append({"paper": paper, "table": name, "row": record["row"], "metric": metric or "bleu",
-                                "paper_value": record[f"paper{suffix}"], "ours": record[f"ours{suffix}"],
-                                "delta": record[f"delta{suffix}"], "status": record["status"]})
-    frame = pd.DataFrame.from_records(records, columns=["paper", "table", "row", "metric", "paper_value", "ours",
-                                                        "delta", "status"])
+                records.append(
+                    {
+                        "paper": paper,
+                        "table": name,
+                        "row": record["row"],
+                        "metric": metric or "bleu",
+                        "paper_value": record[f"paper{suffix}"],
+                        "ours": record[f"ours{suffix}"],
+                        "delta": record[f"delta{suffix}"],
+                        "status": record["status"],
+                    }
+                )
+    frame = pd.DataFrame.from_records(
+        records, columns=["paper", "table", "row", "metric", "paper_value", "ours", "delta", "status"]
+    )
     with atomic_path(f"{out_prefix}.csv") as tmp:
         frame.to_csv(tmp, index=False)
     ran = int((frame["ours"] != NOT_RUN).sum())
-    lines = ["# All tables, every row", "",
-             f"{ran} of {len(frame)} row × metric cells have our number; {NOT_RUN} = not run (status says why). "
-             f"paper = printed in the paper; ours = mean ± sd over seeds; Δ = ours − paper.", "",
-             "| paper | table | row | metric | paper | ours | Δ | status |", "|---|---|---|---|---:|---|---:|---|"]
+    lines = [
+        "# All tables, every row",
+        "",
+        f"{ran} of {len(frame)} row × metric cells have our number; {NOT_RUN} = not run (status says why). "
+        f"paper = printed in the paper; ours = mean ± sd over seeds; Δ = ours − paper.",
+        "",
+        "| paper | table | row | metric | paper | ours | Δ | status |",
+        "|---|---|---|---|---:|---|---:|---|",
+    ]
     lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in frame.itertuples(index=False)]
     with atomic_path(f"{out_prefix}.md") as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -9,8 +9,19 @@ from .. import UserError
 from ..settings import Settings, setting
 
 # sacrebleu.BLEU.TOKENIZERS of the pinned sacrebleu (tests/test_score.py checks they agree)
-SACREBLEU_TOKENIZERS = ("none", "zh", "13a", "intl", "char", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200",
-                        "spBLEU-1K")
+SACREBLEU_TOKENIZERS = (
+    "none",
+    "zh",
+    "13a",
+    "intl",
+    "char",
+    "ja-mecab",
+    "ko-mecab",
+    "spm",
+    "flores101",
+    "flores200",
+    "spBLEU-1K",
+)
 
 
 @dataclass

@@ -54,10 +54,15 @@ def warn_if_mistokenized(path: str, lines: list[str], cfg: ScoreConfig) -> None:
     tokenized, wanted = looks_tokenized(lines), cfg.tokenize == "none"
     if tokenized is None or tokenized == wanted:
         return
-    seen, fix = ("detokenized", "score the tokenized output (.txt) or set tokenize: 13a") if wanted else \
-        ("tokenized", "score the detokenized output (.detok) or set tokenize: none")
-    log.warning(f"{path} looks {seen} (sacrebleu's test: lines ending in ' .' vs '.'), but tokenize="
-                f"{cfg.tokenize} expects {'tokenized' if wanted else 'detokenized'} text: {fix}")
+    seen, fix = (
+        ("detokenized", "score the tokenized output (.txt) or set tokenize: 13a")
+        if wanted
+        else ("tokenized", "score the detokenized output (.detok) or set tokenize: none")
+    )
+    log.warning(
+        f"{path} looks {seen} (sacrebleu's test: lines ending in ' .' vs '.'), but tokenize="
+        f"{cfg.tokenize} expects {'tokenized' if wanted else 'detokenized'} text: {fix}"
+    )
 
 
 def prepare(lines: list[str], cfg: ScoreConfig) -> list[str]:
@@ -71,9 +76,14 @@ def bleu(hyps: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
             raise UserError(f"{len(hyps)} hypotheses but reference {i + 1} has {len(ref)} lines")
     m = metric(cfg)
     result = m.corpus_score(prepare(hyps, cfg), [prepare(r, cfg) for r in refs])
-    return {"bleu": result.score, "precisions": result.precisions, "bp": result.bp, "sys_len": result.sys_len,
-            "ref_len": result.ref_len,
-            "signature": str(m.get_signature()) + ("|compound-split" if cfg.compound_split else "")}
+    return {
+        "bleu": result.score,
+        "precisions": result.precisions,
+        "bp": result.bp,
+        "sys_len": result.sys_len,
+        "ref_len": result.ref_len,
+        "signature": str(m.get_signature()) + ("|compound-split" if cfg.compound_split else ""),
+    }
 
 
 def bucket_bleu(hyps: list[str], refs: list[list[str]], sources: list[str], cfg: ScoreConfig) -> list[dict]:
@@ -84,8 +94,11 @@ def bucket_bleu(hyps: list[str], refs: list[list[str]], sources: list[str], cfg:
     shift = 1 if cfg.buckets_right_closed else 0  # (a, b] = [a + 1, b + 1) for whole word counts
     out = []
     for low, high in bounds:
-        idx = [i for i, s in enumerate(sources)
-               if len(s.split()) >= low + shift and (high is None or len(s.split()) < high + shift)]
+        idx = [
+            i
+            for i, s in enumerate(sources)
+            if len(s.split()) >= low + shift and (high is None or len(s.split()) < high + shift)
+        ]
         if cfg.buckets_right_closed:
             label = f"({low}, {high}]" if high is not None else f"> {low}"
         else:
@@ -106,22 +119,33 @@ def measured(cfg: ScoreConfig, measure: str):
     return metric(cfg), (lambda lines: prepare(lines, cfg))
 
 
-def paired_bootstrap(baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig,
-                     samples: int = 1000, measure: str = "bleu") -> dict:
+def paired_bootstrap(
+    baseline: list[str],
+    system: list[str],
+    refs: list[list[str]],
+    cfg: ScoreConfig,
+    samples: int = 1000,
+    measure: str = "bleu",
+) -> dict:
     """sacrebleu's paired bootstrap resampling (Koehn 2004): p-value of `system` vs `baseline` in BLEU (or chrF)."""
     from sacrebleu.significance import PairedTest
 
     scorer, text = measured(cfg, measure)
-    test = PairedTest([("baseline", text(baseline)), ("system", text(system))], {measure: scorer},
-                      [text(r) for r in refs], test_type="bs", n_samples=samples)
+    test = PairedTest(
+        [("baseline", text(baseline)), ("system", text(system))],
+        {measure: scorer},
+        [text(r) for r in refs],
+        test_type="bs",
+        n_samples=samples,
+    )
     _, results = test()
     system_result = next(column for name, column in results.items() if name != "System")[1]  # BLEU or chrF2
-    return {"p_value": system_result.p_value, "mean": system_result.mean, "ci": system_result.ci,
-            "samples": samples}
+    return {"p_value": system_result.p_value, "mean": system_result.mean, "ci": system_result.ci, "samples": samples}
 
 
-def sign_test(baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig,
-              measure: str = "bleu") -> dict:
+def sign_test(
+    baseline: list[str], system: list[str], refs: list[list[str]], cfg: ScoreConfig, measure: str = "bleu"
+) -> dict:
     """Collins et al. 2005's sign test, as Dou et al. use it: per sentence, does the system's sentence BLEU (or
     chrF) beat the baseline's? Ties are dropped; the two-sided binomial p-value of the wins among the rest."""
     from scipy.stats import binomtest
@@ -139,8 +163,11 @@ def sign_test(baseline: list[str], system: list[str], refs: list[list[str]], cfg
 
 
 def seeds_summary(values: list[float]) -> dict:
-    return {"n": len(values), "mean": statistics.fmean(values) if values else None,
-            "sd": statistics.stdev(values) if len(values) > 1 else 0.0 if values else None}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values) if values else None,
+        "sd": statistics.stdev(values) if len(values) > 1 else 0.0 if values else None,
+    }
 
 
 def t_test(baseline: list[float], system: list[float]) -> float | None:
@@ -173,11 +200,14 @@ def reference_streams(path: str, n: int, stacked: bool = False, hyp_path: str = 
     a hypothesis file of half a reference's length would otherwise score as if against two references."""
     lines = list(read_lines(path))
     if stacked and n and len(lines) % n == 0 and lines:
-        return [lines[k:k + n] for k in range(0, len(lines), n)]
+        return [lines[k : k + n] for k in range(0, len(lines), n)]
     if not stacked and len(lines) == n:
         return [lines]
-    expected = "a multiple of that (--stacked-refs: references one after the other)" if stacked else \
-        "the same count (several references: one --ref file each)"
+    expected = (
+        "a multiple of that (--stacked-refs: references one after the other)"
+        if stacked
+        else "the same count (several references: one --ref file each)"
+    )
     raise UserError(f"{hyp_path} has {n:,} lines but reference {path} has {len(lines):,}; expected {expected}")
 
 
@@ -189,26 +219,41 @@ def refuse_bpe(path: str, lines: list[str]) -> None:
     and .detok, and scoring the .bpe (or a BPE'd reference) gives a plausible BLEU that compares subwords."""
     for number, line in enumerate(lines, start=1):
         if joined := BPE_JOINER.search(line):
-            raise UserError(f"{path}:{number}: BPE-segmented text ('@@ ' joins subwords: "
-                            f"{joined.group(0)!r}); score the output with BPE removed "
-                            f"(.txt, or .detok for detokenized BLEU), or pass --allow-bpe to score subwords")
+            raise UserError(
+                f"{path}:{number}: BPE-segmented text ('@@ ' joins subwords: "
+                f"{joined.group(0)!r}); score the output with BPE removed "
+                f"(.txt, or .detok for detokenized BLEU), or pass --allow-bpe to score subwords"
+            )
 
 
-def score_files(hyp_path: str, ref_paths: list[str], cfg: ScoreConfig, src_path: str | None = None,
-                stacked_refs: bool = False, allow_bpe: bool = False) -> dict:
+def score_files(
+    hyp_path: str,
+    ref_paths: list[str],
+    cfg: ScoreConfig,
+    src_path: str | None = None,
+    stacked_refs: bool = False,
+    allow_bpe: bool = False,
+) -> dict:
     hyps = list(read_lines(hyp_path))
     streams = [(p, stream) for p in ref_paths for stream in reference_streams(p, len(hyps), stacked_refs, hyp_path)]
     refs = [stream for _, stream in streams]
     if not hyps:  # sacrebleu fails on an empty corpus with an IndexError
-        raise UserError(f"{hyp_path}: no lines to score (and {ref_paths[0]} has none either); expected one "
-                        f"translation per reference line")
+        raise UserError(
+            f"{hyp_path}: no lines to score (and {ref_paths[0]} has none either); expected one "
+            f"translation per reference line"
+        )
     if not allow_bpe:
         for path, lines in [(hyp_path, hyps), *streams]:
             refuse_bpe(path, lines)
     for path, lines in [(hyp_path, hyps), (ref_paths[0], refs[0])]:
         warn_if_mistokenized(path, lines, cfg)
-    result = {"hyp": hyp_path, "refs": ref_paths, "stacked_refs": stacked_refs, "references": len(refs),
-              **bleu(hyps, refs, cfg)}
+    result = {
+        "hyp": hyp_path,
+        "refs": ref_paths,
+        "stacked_refs": stacked_refs,
+        "references": len(refs),
+        **bleu(hyps, refs, cfg),
+    }
     chrf = CHRF(lowercase=cfg.lowercase)
     result["chrf"], result["chrf_signature"] = chrf.corpus_score(hyps, refs).score, str(chrf.get_signature())
     if cfg.buckets:

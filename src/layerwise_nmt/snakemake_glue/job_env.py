@@ -118,6 +118,7 @@ def forward_stops() -> bool:
         return False
     previous = signal.getsignal(signal.SIGINT)
     if callable(previous) and not getattr(previous, "lwnmt_stops_jobs", False):
+
         def on_sigint(signum, frame):
             stop_jobs()
             previous(signum, frame)
@@ -132,6 +133,7 @@ def forward_stops() -> bool:
     if graceful is None:
         return False
     if not getattr(graceful, "lwnmt_stops_jobs", False):
+
         def exit_gracefully(self, *args):
             stop_jobs()
             cancel_cluster_jobs(getattr(self, "_executor", None))

@@ -28,9 +28,18 @@ def average(paths: list[Path], out: str | Path) -> None:
     assert newest is not None  # averaging takes at least one checkpoint
     averaged = {k: (v / len(paths)).to(dtypes[k]) if dtypes[k].is_floating_point else v for k, v in total.items()}
     recorded = {k: newest[k] for k in ("model_class",) if k in newest}  # a model from outside the package: its class
-    save(Path(out), {"model": averaged, "model_name": newest["model_name"], **recorded,
-                     "model_config": newest["model_config"],
-                     "averaged_from": [p.name for p in paths], "progress": newest.get("progress"),
-                     "dictionaries": newest.get("dictionaries"), "languages": newest.get("languages"),
-                     "trained_lengths": newest.get("trained_lengths")})
+    save(
+        Path(out),
+        {
+            "model": averaged,
+            "model_name": newest["model_name"],
+            **recorded,
+            "model_config": newest["model_config"],
+            "averaged_from": [p.name for p in paths],
+            "progress": newest.get("progress"),
+            "dictionaries": newest.get("dictionaries"),
+            "languages": newest.get("languages"),
+            "trained_lengths": newest.get("trained_lengths"),
+        },
+    )
     log.info("averaged %d checkpoints (%s) → %s", len(paths), ", ".join(p.name for p in paths), out)

@@ -64,8 +64,7 @@ def save(path: Path, state: dict, previous: Path | None = None) -> None:
             if previous is not None and path.exists():
                 os.replace(path, previous)
     except (OSError, RuntimeError) as err:  # ENOSPC surfaces as either, depending on where torch's writer is
-        raise UserError(f"{path}: cannot write the checkpoint ({_first_line(err)}); the previous one is left as "
-                        f"it was")
+        raise UserError(f"{path}: cannot write the checkpoint ({_first_line(err)}); the previous one is left as it was")
     _fsync_directory(path.parent)
 
 
@@ -75,8 +74,7 @@ def snapshot(obj, _seen: dict | None = None):
     other value deep-copied. What the writer thread saves while the model's parameters move on."""
     seen = {} if _seen is None else _seen
     if isinstance(obj, torch.Tensor):  # state_dict() returns a tied matrix as two tensors over one storage
-        key = (obj.untyped_storage().data_ptr(), obj.device, obj.dtype, obj.storage_offset(), obj.shape,
-               obj.stride())
+        key = (obj.untyped_storage().data_ptr(), obj.device, obj.dtype, obj.storage_offset(), obj.shape, obj.stride())
         if key not in seen:
             seen[key] = obj.detach().to("cpu", copy=True)
         return seen[key]
@@ -137,11 +135,18 @@ def _fsync_directory(directory: Path) -> None:
 _multiarray = getattr(np, "_core", None) or np.core  # numpy 2 renamed numpy.core
 SAFE_GLOBALS = [np.ndarray, np.dtype, argparse.Namespace, *(getattr(np.dtypes, name) for name in np.dtypes.__all__)]
 for _module in ("numpy._core.multiarray", "numpy.core.multiarray"):  # pickled by numpy 2 and by numpy 1
-    SAFE_GLOBALS += [(_multiarray.multiarray._reconstruct, f"{_module}._reconstruct"),
-                     (_multiarray.multiarray.scalar, f"{_module}.scalar")]
+    SAFE_GLOBALS += [
+        (_multiarray.multiarray._reconstruct, f"{_module}._reconstruct"),
+        (_multiarray.multiarray.scalar, f"{_module}.scalar"),
+    ]
 # what some checkpoints need that we do not allow: (prefix of the global, what the user can do about it)
-NEEDS = (("omegaconf.", "which needs omegaconf (fairseq 0.10/0.11 pickled its cfg as an omegaconf DictConfig); "
-                        "re-save it with fairseq 0.12, whose checkpoints keep cfg as plain data"),)
+NEEDS = (
+    (
+        "omegaconf.",
+        "which needs omegaconf (fairseq 0.10/0.11 pickled its cfg as an omegaconf DictConfig); "
+        "re-save it with fairseq 0.12, whose checkpoints keep cfg as plain data",
+    ),
+)
 
 
 def load(path: str | Path) -> dict:
@@ -158,8 +163,10 @@ def load(path: str | Path) -> dict:
             raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({detail})") from None
         name = needed.group(1) or needed.group(2)
         why = next((advice for prefix, advice in NEEDS if name.startswith(prefix)), "which could run code when opened")
-        raise UserError(f"{path}: refused: it needs {name}, {why}; a checkpoint may hold only tensors, plain data, "
-                        f"numpy arrays and argparse.Namespace") from None
+        raise UserError(
+            f"{path}: refused: it needs {name}, {why}; a checkpoint may hold only tensors, plain data, "
+            f"numpy arrays and argparse.Namespace"
+        ) from None
     except (RuntimeError, EOFError, ValueError, IndexError, KeyError, zipfile.BadZipFile) as err:
         raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
 
@@ -175,8 +182,10 @@ def check_format(path: str | Path) -> None:
         head = f.read(32)
     if not head.startswith(MAGIC):
         what = "an empty file" if not head else f"it begins {head[:16].decode('utf-8', 'replace')!r}"
-        raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? (not a PyTorch file: {what}; "
-                        f"expected a model.pt written by lwnmt train, average or import-fairseq)")
+        raise UserError(
+            f"{path}: not a readable checkpoint, truncated or corrupt? (not a PyTorch file: {what}; "
+            f"expected a model.pt written by lwnmt train, average or import-fairseq)"
+        )
 
 
 def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
@@ -196,13 +205,19 @@ def load_resumable(save_dir: Path) -> tuple[dict | None, Path | None]:
             unreadable.append(f"{path.name} ({reason})")
             continue
         if path.name != LAST:
-            log.warning("%s: %s; resuming from %s (update %d) instead", save_dir,
-                        f"cannot read {unreadable[0]}" if unreadable else f"{LAST} is missing", path.name,
-                        state["progress"]["update"])
+            log.warning(
+                "%s: %s; resuming from %s (update %d) instead",
+                save_dir,
+                f"cannot read {unreadable[0]}" if unreadable else f"{LAST} is missing",
+                path.name,
+                state["progress"]["update"],
+            )
         return state, path
     if unreadable:
-        raise UserError(f"{save_dir}: cannot read {' or '.join(unreadable)}; nothing to resume from — move the "
-                        f"directory away to train from scratch")
+        raise UserError(
+            f"{save_dir}: cannot read {' or '.join(unreadable)}; nothing to resume from — move the "
+            f"directory away to train from scratch"
+        )
     return None, None
 
 
@@ -273,9 +288,22 @@ def set_rng_state(state: dict) -> None:
 # Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself;
 # micro_batch_tokens: how an update's sentences are split into passes, not which ones (float rounding aside);
 # valid_bleu: what validation measures, not the weights.
-RESUMABLE_CHANGES = ("max_update", "max_epoch", "max_minutes", "patience", "log_interval", "keep_last_epochs",
-                     "keep_interval_updates", "save_interval_updates", "save_interval_minutes", "final_model",
-                     "max_nonfinite_updates", "micro_batch_tokens", "validate_interval_updates", "valid_bleu")
+RESUMABLE_CHANGES = (
+    "max_update",
+    "max_epoch",
+    "max_minutes",
+    "patience",
+    "log_interval",
+    "keep_last_epochs",
+    "keep_interval_updates",
+    "save_interval_updates",
+    "save_interval_minutes",
+    "final_model",
+    "max_nonfinite_updates",
+    "micro_batch_tokens",
+    "validate_interval_updates",
+    "valid_bleu",
+)
 
 
 def resume_key(spec: dict) -> dict:
@@ -302,16 +330,21 @@ def not_to_resume(state: dict, spec: dict, cfg, save_dir: Path) -> str:
         return ""
     if not isinstance(summary, dict) or summary.get("updates") != state["progress"]["update"]:
         return ""
-    return (f"its run finished at update {summary['updates']} ({stopped}) and wrote its final model; run again, "
-            f"it is trained again")
+    return (
+        f"its run finished at update {summary['updates']} ({stopped}) and wrote its final model; run again, "
+        f"it is trained again"
+    )
 
 
 def recorded_precision(state: dict | None, cfg, device: torch.device) -> Precision | None:
     """The precision a resumed checkpoint's run computed in, when it asked for the same `amp` on the same kind of
     device: the run goes on in it, whatever a probe would find now."""
     recorded = (state or {}).get("precision")
-    if not isinstance(recorded, dict) or recorded.get("requested") != cfg.amp \
-            or recorded.get("device") != device_name(device):
+    if (
+        not isinstance(recorded, dict)
+        or recorded.get("requested") != cfg.amp
+        or recorded.get("device") != device_name(device)
+    ):
         return None
     return Precision.from_dict(recorded)
 
@@ -322,8 +355,10 @@ def unfit(path: Path, model: str, save_dir: Path, err: Exception) -> UserError:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
     detail = detail if len(detail) <= 160 else detail[:157] + "..."
-    return UserError(f"{path}: not resumed: its tensors do not fit model {model} as its code builds it now "
-                     f"({detail}); to train it from update 0, move {save_dir} aside")
+    return UserError(
+        f"{path}: not resumed: its tensors do not fit model {model} as its code builds it now "
+        f"({detail}); to train it from update 0, move {save_dir} aside"
+    )
 
 
 def set_aside(save_dir: Path) -> Path:
@@ -349,13 +384,17 @@ def check_dictionaries(state: dict, path: str | Path, src: Dictionary, tgt: Dict
     for side, given, size in (("source", src, config.get("src_vocab")), ("target", tgt, config.get("tgt_vocab"))):
         name = given.path or f"the {side} dictionary"
         if size is not None and len(given) != size:
-            raise UserError(f"{name}: {len(given):,} symbols, but {path} has a {size:,}-symbol {side} vocabulary; "
-                            f"--data must be the data directory the model was trained on")
+            raise UserError(
+                f"{name}: {len(given):,} symbols, but {path} has a {size:,}-symbol {side} vocabulary; "
+                f"--data must be the data directory the model was trained on"
+            )
         theirs = recorded.get(side, {}).get("fingerprint")
         if theirs is not None and theirs != given.fingerprint():
-            raise UserError(f"{name}: fingerprint {given.fingerprint()}, but {path} was trained with a {side} "
-                            f"dictionary of fingerprint {theirs} (same size, other symbols); --data must be the "
-                            f"data directory the model was trained on")
+            raise UserError(
+                f"{name}: fingerprint {given.fingerprint()}, but {path} was trained with a {side} "
+                f"dictionary of fingerprint {theirs} (same size, other symbols); --data must be the "
+                f"data directory the model was trained on"
+            )
 
 
 # settings that change what a tensor means without changing its shape: a warm start needs them equal
@@ -371,26 +410,34 @@ def warm_start(model: Model, path: str, vocabularies: dict[str, Dictionary] | No
     trained, theirs = state["model"], state.get("model_config", {})
     for key in MEANING:
         if key in theirs and theirs[key] != getattr(model.config, key):
-            raise UserError(f"{path}: trained with {key}={theirs[key]!r}, but this experiment's arch has "
-                            f"{key}={getattr(model.config, key)!r}; set arch: {{{key}: {theirs[key]}}} to continue "
-                            f"from it")
+            raise UserError(
+                f"{path}: trained with {key}={theirs[key]!r}, but this experiment's arch has "
+                f"{key}={getattr(model.config, key)!r}; set arch: {{{key}: {theirs[key]}}} to continue "
+                f"from it"
+            )
     for lang, ours in (vocabularies or {}).items():
         beside = Path(path).parent / f"dict.{lang}.txt"
         other = Dictionary.load(beside).symbols if beside.exists() else ours.symbols
         if other != ours.symbols:
             i = next(i for i, (a, b) in enumerate(zip(other + [None], ours.symbols + [None])) if a != b)
-            raise UserError(f"{beside}: not the task's {lang} vocabulary (symbol {i}: {(other + [None])[i]!r} vs "
-                            f"the task's {(ours.symbols + [None])[i]!r}); the model must have been "
-                            f"trained on this task's BPE and dictionary")
+            raise UserError(
+                f"{beside}: not the task's {lang} vocabulary (symbol {i}: {(other + [None])[i]!r} vs "
+                f"the task's {(ours.symbols + [None])[i]!r}); the model must have been "
+                f"trained on this task's BPE and dictionary"
+            )
     trained = model.warm_start_names(trained)  # a model whose layers moved a baseline tensor says where to
     own = model.state_dict()
     homeless = [k for k in trained if k not in own]
     if homeless:
-        raise UserError(f"{path}: tensor {homeless[0]!r} (and {len(homeless) - 1} more) has no place in model "
-                        f"{type(model).__name__}; warm starts need the same backbone")
+        raise UserError(
+            f"{path}: tensor {homeless[0]!r} (and {len(homeless) - 1} more) has no place in model "
+            f"{type(model).__name__}; warm starts need the same backbone"
+        )
     wrong = [k for k in trained if trained[k].shape != own[k].shape]
     if wrong:
-        raise UserError(f"{path}: tensor {wrong[0]!r} has shape {tuple(trained[wrong[0]].shape)}, the model expects "
-                        f"{tuple(own[wrong[0]].shape)}; warm starts need the same sizes and vocabulary")
+        raise UserError(
+            f"{path}: tensor {wrong[0]!r} has shape {tuple(trained[wrong[0]].shape)}, the model expects "
+            f"{tuple(own[wrong[0]].shape)}; warm starts need the same sizes and vocabulary"
+        )
     model.load_state_dict(trained, strict=False)
     return [k for k in own if k not in trained]

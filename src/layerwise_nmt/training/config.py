@@ -77,8 +77,9 @@ class TrainConfig(Settings):
 
     def check(self) -> None:
         if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "cosine", "fixed"):
-            raise UserError(f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay, "
-                            f"cosine or fixed")
+            raise UserError(
+                f"lr_scheduler={self.lr_scheduler!r}; expected inverse_sqrt, noam, polynomial_decay, cosine or fixed"
+            )
         if self.lr_scheduler == "cosine" and not self.lr_period_updates:
             raise UserError("lr_scheduler=cosine needs lr_period_updates")
         if self.lr_scheduler == "polynomial_decay" and not self.total_num_update:
@@ -90,9 +91,11 @@ class TrainConfig(Settings):
         if self.amp not in AMP_CHOICES:
             raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
         if not (self.max_update or self.max_epoch or self.max_minutes):
-            raise UserError("no training budget: set at least one of max_update, max_epoch, max_minutes (`lwnmt "
-                            "train --max-update N` or `--max-epoch N`, with `--patience N` for early stopping, as "
-                            "config.yaml's defaults do: max_epoch 100, patience 10)")
+            raise UserError(
+                "no training budget: set at least one of max_update, max_epoch, max_minutes (`lwnmt "
+                "train --max-update N` or `--max-epoch N`, with `--patience N` for early stopping, as "
+                "config.yaml's defaults do: max_epoch 100, patience 10)"
+            )
 
 
 @dataclass

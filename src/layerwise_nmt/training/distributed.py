@@ -54,10 +54,16 @@ def per_rank_update_freq(update_freq: int) -> int:
     per_rank = max(1, math.ceil(update_freq / world_size))
     if rank == 0:
         if per_rank * world_size != update_freq:
-            log.warning("update_freq %d is not a multiple of %d ranks: %d per rank, %d batches per update",
-                        update_freq, world_size, per_rank, per_rank * world_size)
-        log.info("data-parallel: %d ranks (%s), %d batches per rank per update", world_size, dist.get_backend(),
-                 per_rank)
+            log.warning(
+                "update_freq %d is not a multiple of %d ranks: %d per rank, %d batches per update",
+                update_freq,
+                world_size,
+                per_rank,
+                per_rank * world_size,
+            )
+        log.info(
+            "data-parallel: %d ranks (%s), %d batches per rank per update", world_size, dist.get_backend(), per_rank
+        )
     return per_rank
 
 

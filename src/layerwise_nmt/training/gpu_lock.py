@@ -82,8 +82,10 @@ def claim(count: int, lock_dir: str | os.PathLike, timeout: float = 24 * 3600, p
         log.info("no GPU visible on this machine: training on the CPU")
         return []
     if count > len(devices):
-        raise UserError(f"a job asks for {count} GPUs but only {len(devices)} are visible ({','.join(devices)}); "
-                        f"lower gpus_per_job in the config or --resources gpu")
+        raise UserError(
+            f"a job asks for {count} GPUs but only {len(devices)} are visible ({','.join(devices)}); "
+            f"lower gpus_per_job in the config or --resources gpu"
+        )
     Path(lock_dir).mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
     while True:
@@ -103,8 +105,10 @@ def claim(count: int, lock_dir: str | os.PathLike, timeout: float = 24 * 3600, p
         for _, handle in held:  # not enough free at once: give back what we took, wait, try again
             handle.close()
         if time.monotonic() > deadline:
-            raise UserError(f"no {count} free GPU(s) among {','.join(devices)} after {timeout:.0f} s "
-                            f"(locks in {lock_dir}); is --resources gpu larger than the machine has?")
+            raise UserError(
+                f"no {count} free GPU(s) among {','.join(devices)} after {timeout:.0f} s "
+                f"(locks in {lock_dir}); is --resources gpu larger than the machine has?"
+            )
         time.sleep(poll)
 
 

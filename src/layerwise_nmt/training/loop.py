@@ -67,11 +67,15 @@ class Stopped(SystemExit):
         super().__init__(75)
         self.interrupted = signum == signal.SIGINT
         if self.interrupted:
-            self.line = (f"{save_dir}: stopped at update {update} (Ctrl-C; saved checkpoint_last.pt); rerun the same "
-                         f"command to resume")
+            self.line = (
+                f"{save_dir}: stopped at update {update} (Ctrl-C; saved checkpoint_last.pt); rerun the same "
+                f"command to resume"
+            )
         else:
-            self.line = (f"{save_dir}: signal {signal.Signals(signum).name}: saved checkpoint_last.pt at update "
-                         f"{update}; exiting so the job can be resumed (its retry, or the same command rerun)")
+            self.line = (
+                f"{save_dir}: signal {signal.Signals(signum).name}: saved checkpoint_last.pt at update "
+                f"{update}; exiting so the job can be resumed (its retry, or the same command rerun)"
+            )
 
 
 @dataclass
@@ -103,15 +107,30 @@ class Run:
         if self.rank != 0:
             return
         self.writer.wait()  # the write before first: files in order, one copy of the state held at a time
-        weights = {"model": self.model.state_dict(), "model_name": self.spec["model"], **recorded(self.spec),
-                   "model_config": self.model.config.to_dict(), "settings": checkpoint.resume_key(self.spec),
-                   "train_config": asdict(self.cfg), "progress": self.progress.to_dict(),
-                   "precision": self.precision.to_dict(),
-                   "dictionaries": self.dictionaries, "languages": self.languages,
-                   "trained_lengths": self.trained_lengths}
-        states = {name: weights if name != LAST else
-                  {**weights, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-                   "rng": checkpoint.rng_state()} for name in names}
+        weights = {
+            "model": self.model.state_dict(),
+            "model_name": self.spec["model"],
+            **recorded(self.spec),
+            "model_config": self.model.config.to_dict(),
+            "settings": checkpoint.resume_key(self.spec),
+            "train_config": asdict(self.cfg),
+            "progress": self.progress.to_dict(),
+            "precision": self.precision.to_dict(),
+            "dictionaries": self.dictionaries,
+            "languages": self.languages,
+            "trained_lengths": self.trained_lengths,
+        }
+        states = {
+            name: weights
+            if name != LAST
+            else {
+                **weights,
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": checkpoint.rng_state(),
+            }
+            for name in names
+        }
         states = checkpoint.snapshot(states)  # one copy of the weights, shared by the files that hold them
         if background:
             self.writer.submit(lambda: self._write(states))
@@ -130,8 +149,7 @@ class Run:
         self.writer.wait()
 
 
-def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None,
-          search=None) -> dict:
+def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None, search=None) -> dict:
     """Train spec = {model: name, arch: {...}, train: {...}} on data_dir (bin-joint or bin-separate); returns the
     final progress. Resumes from save_dir's checkpoint_last.pt when it was made with the same settings. Stopped by a
     signal: checkpoints and raises `Stopped`. Rank 0 appends its log to save_dir/train.log (`RunLog`). `search`:
@@ -150,8 +168,9 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     torch.manual_seed(cfg.seed)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
     run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device)
-    run.trained_lengths = {side: int(data.sizes.max(initial=0))
-                           for side, data in (("src", train_data.src), ("tgt", train_data.tgt))}
+    run.trained_lengths = {
+        side: int(data.sizes.max(initial=0)) for side, data in (("src", train_data.src), ("tgt", train_data.tgt))
+    }
     precision = run.precision
     progress, autocast = run.progress, lambda: precision.autocast(device)
     net = torch.nn.parallel.DistributedDataParallel(run.model) if world_size > 1 else run.model
@@ -171,13 +190,21 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
                         if result is None:  # a non-finite loss or gradient: skipped
                             continue
                         progress.add(result, elapsed=time.time() - started)
-                        reporter.update(progress, result["ntokens"], _lr(run), result["grad_norm"],
-                                        updates_per_epoch=len(order) // per_update)
+                        reporter.update(
+                            progress,
+                            result["ntokens"],
+                            _lr(run),
+                            result["grad_norm"],
+                            updates_per_epoch=len(order) // per_update,
+                        )
                         if progress.stop_reason(cfg):
                             break
                         _save_on_schedule(run)
-                        if cfg.validate_interval_updates and not progress.update % cfg.validate_interval_updates \
-                                and progress.next_batch < len(order):  # the epoch's end validates anyway
+                        if (
+                            cfg.validate_interval_updates
+                            and not progress.update % cfg.validate_interval_updates
+                            and progress.next_batch < len(order)
+                        ):  # the epoch's end validates anyway
                             valid = evaluate(net, valid_data, cfg, device, autocast, search)  # no RNG draw, no update
                             reporter.epoch(progress, valid, _lr(run), partial=True)
                         if signals.received():
@@ -213,8 +240,14 @@ def _flush_quietly(run: Run) -> None:
         log.error("a checkpoint write failed too: %s", err)
 
 
-def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir: Path, device,
-           precision: Precision | None = None) -> Run:
+def _start(
+    spec: dict,
+    cfg: TrainConfig,
+    vocabs: dict[str, Dictionary],
+    save_dir: Path,
+    device,
+    precision: Precision | None = None,
+) -> Run:
     """The model to train, on vocabularies {source language: …, target language: …}: resumed from
     checkpoint_last.pt when it was made with these settings, else warm-started (`init_from`) or freshly
     initialised; and the precision it trains in: `precision` where the caller decided it, else cfg.amp's
@@ -238,19 +271,33 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
     if spec.get("init_from") and state is None:
         new = checkpoint.warm_start(model, spec["init_from"], vocabs)
         if rank == 0:
-            log.info("warm start from %s: every tensor copied; default-initialised new ones: %s", spec["init_from"],
-                     ", ".join(new) or "none")
+            log.info(
+                "warm start from %s: every tensor copied; default-initialised new ones: %s",
+                spec["init_from"],
+                ", ".join(new) or "none",
+            )
     check_merging(model, cfg)
     # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
-    precision = precision or broadcast_object(checkpoint.recorded_precision(state, cfg, device)
-                                              or resolve(cfg.amp, device, training_workload(model, cfg, device),
-                                                         cfg.tf32))
+    precision = precision or broadcast_object(
+        checkpoint.recorded_precision(state, cfg, device)
+        or resolve(cfg.amp, device, training_workload(model, cfg, device), cfg.tf32)
+    )
     if rank == 0:
         log.info("precision: %s", precision)
     scaler = loss_scaler(precision, device, cfg.update_freq * world_size)
-    run = Run(spec, cfg, model, _adam(model, cfg), scaler, Progress(), save_dir, rank, precision,
-              dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
-              languages=dict(zip(("src", "tgt"), vocabs)))
+    run = Run(
+        spec,
+        cfg,
+        model,
+        _adam(model, cfg),
+        scaler,
+        Progress(),
+        save_dir,
+        rank,
+        precision,
+        dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
+        languages=dict(zip(("src", "tgt"), vocabs)),
+    )
     if state is not None:
         assert resumed_from is not None  # found together
         try:
@@ -261,8 +308,13 @@ def _start(spec: dict, cfg: TrainConfig, vocabs: dict[str, Dictionary], save_dir
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
         checkpoint.set_rng_state(state["rng"])
-        log.info("resumed from %s: epoch %d, update %d, batch %d of the epoch", resumed_from, run.progress.epoch,
-                 run.progress.update, run.progress.next_batch)
+        log.info(
+            "resumed from %s: epoch %d, update %d, batch %d of the epoch",
+            resumed_from,
+            run.progress.epoch,
+            run.progress.update,
+            run.progress.next_batch,
+        )
     return run
 
 
@@ -274,8 +326,9 @@ def _update(run: Run, net, micro_batches, device, autocast) -> dict | None:
         group["lr"] = lr_at(progress.update + 1, run.cfg, run.model.config.d_model, progress.restarted)
     sums = accumulate(net, micro_batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
     norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
-    values = torch.stack([torch.as_tensor(sums[k], dtype=torch.float64, device=norm.device) for k in STATS]
-                         + [norm.double()]).tolist()  # the update's one host-device sync
+    values = torch.stack(
+        [torch.as_tensor(sums[k], dtype=torch.float64, device=norm.device) for k in STATS] + [norm.double()]
+    ).tolist()  # the update's one host-device sync
     result = dict(zip((*STATS, "grad_norm"), values))
     finite = math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"])
     if finite:
@@ -293,15 +346,26 @@ def _skip_nonfinite(run: Run, result: dict) -> None:
     progress, limit = run.progress, run.cfg.max_nonfinite_updates
     progress.skipped_updates += 1
     progress.nonfinite_in_a_row += 1
-    log.warning("epoch %d, update %d: loss %s, gradient norm %s; update skipped (%d in a row, %d in all)",
-                progress.epoch, progress.update + 1, result["loss"], result["grad_norm"], progress.nonfinite_in_a_row,
-                progress.skipped_updates)
+    log.warning(
+        "epoch %d, update %d: loss %s, gradient norm %s; update skipped (%d in a row, %d in all)",
+        progress.epoch,
+        progress.update + 1,
+        result["loss"],
+        result["grad_norm"],
+        progress.nonfinite_in_a_row,
+        progress.skipped_updates,
+    )
     if progress.nonfinite_in_a_row > limit:
-        last = (f"{LAST} (update {run.saved_update}) is the last good state" if run.saved_update is not None else
-                "the newest checkpoint on disk is the last good state")
-        raise UserError(f"{run.save_dir}: training diverged: {progress.nonfinite_in_a_row} updates in a row with a "
-                        f"non-finite loss or gradient norm after update {progress.update}; {last}. Lower lr, set "
-                        f"clip_norm, or use amp: none/bf16 (max_nonfinite_updates: {limit})")
+        last = (
+            f"{LAST} (update {run.saved_update}) is the last good state"
+            if run.saved_update is not None
+            else "the newest checkpoint on disk is the last good state"
+        )
+        raise UserError(
+            f"{run.save_dir}: training diverged: {progress.nonfinite_in_a_row} updates in a row with a "
+            f"non-finite loss or gradient norm after update {progress.update}; {last}. Lower lr, set "
+            f"clip_norm, or use amp: none/bf16 (max_nonfinite_updates: {limit})"
+        )
 
 
 def _save_on_schedule(run: Run) -> None:
@@ -321,8 +385,12 @@ def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
     if cfg.restart_after_epochs and not progress.restarted and progress.epoch >= cfg.restart_after_epochs:
         progress.restarted, progress.restart_epoch = True, progress.epoch
         run.optimizer = _adam(run.model, cfg)  # RestartAdam (MLRF §4.1): fresh moment estimates
-        log.info("RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
-                 progress.epoch, cfg.restart_lr, *batch_limits(cfg, True))
+        log.info(
+            "RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
+            progress.epoch,
+            cfg.restart_lr,
+            *batch_limits(cfg, True),
+        )
     finished = progress.epoch
     progress.next_epoch()
     run.save(f"checkpoint{finished}.pt", LAST, *([BEST] if improved else []), background=True)
@@ -334,8 +402,12 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
     progress, cfg = run.progress, run.cfg
     progress.stopped_by = progress.stop_reason(cfg)
     if progress.stopped_by == "max_minutes":
-        log.warning("stopped by max_minutes (%g) at update %d, epoch %d: short of the run's update/epoch budget",
-                    cfg.max_minutes, progress.update, progress.epoch)
+        log.warning(
+            "stopped by max_minutes (%g) at update %d, epoch %d: short of the run's update/epoch budget",
+            cfg.max_minutes,
+            progress.update,
+            progress.epoch,
+        )
     reporter.write_history(progress)
     if run.rank == 0 and final:
         weights, chosen = run.model.state_dict(), "the last update"
@@ -344,15 +416,25 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
             best_state = checkpoint.load(best)
             weights, chosen = best_state["model"], f"{best.name} (epoch {best_state['progress']['epoch'] - 1})"
         elif cfg.final_model == "best":
-            log.warning("final_model=best, but no epoch improved on the validation set: %s gets the last weights",
-                        final)
+            log.warning(
+                "final_model=best, but no epoch improved on the validation set: %s gets the last weights", final
+            )
         log.info("%s: the weights of %s", final, chosen)
-        checkpoint.save(Path(final), {"model": weights, "model_name": run.spec["model"], **recorded(run.spec),
-                                      "final_from": chosen,
-                                      "model_config": run.model.config.to_dict(), "progress": progress.to_dict(),
-                                      "precision": precision.to_dict(),
-                                      "dictionaries": run.dictionaries, "languages": run.languages,
-                                      "trained_lengths": run.trained_lengths})
+        checkpoint.save(
+            Path(final),
+            {
+                "model": weights,
+                "model_name": run.spec["model"],
+                **recorded(run.spec),
+                "final_from": chosen,
+                "model_config": run.model.config.to_dict(),
+                "progress": progress.to_dict(),
+                "precision": precision.to_dict(),
+                "dictionaries": run.dictionaries,
+                "languages": run.languages,
+                "trained_lengths": run.trained_lengths,
+            },
+        )
         reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()
@@ -360,5 +442,3 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
 
 def _lr(run: Run) -> float:
     return run.optimizer.param_groups[0]["lr"]
-
-

@@ -55,9 +55,11 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
             loss, nll, ok = smoothed_loss(output.logits, batch.tgt, cfg.label_smoothing, inner.config.pad)
             extra = output.auxiliary_loss  # a per-token term the model asks for
             if extra is not None and output.per_pass and batch.parts > 1:
-                raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(inner).__name__} adds "
-                                f"a per-pass auxiliary loss, which merged batches would change; set "
-                                f"micro_batch_tokens: 0")
+                raise UserError(
+                    f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(inner).__name__} adds "
+                    f"a per-pass auxiliary loss, which merged batches would change; set "
+                    f"micro_batch_tokens: 0"
+                )
             total = loss if extra is None else loss + extra * batch.ntokens
             (total if scaler is None else scaler.scale(total)).backward()
         sums[:3] += torch.stack([loss.detach().double(), nll.double(), ok.double()])
@@ -99,8 +101,10 @@ def valid_bleu(model, data: ParallelData, cfg: TrainConfig, device, autocast, se
     from ..scoring.score import ScoreConfig, bleu
 
     if search is None:
-        raise UserError("valid_bleu / early_stop_metric: bleu decode the validation set: train(..., "
-                        "search=inference.decode.validation_search), as `lwnmt train` does")
+        raise UserError(
+            "valid_bleu / early_stop_metric: bleu decode the validation set: train(..., "
+            "search=inference.decode.validation_search), as `lwnmt train` does"
+        )
     hyps, refs = [], []
     for ids in make_batches(data.src.sizes, data.tgt.sizes, None, 64, cfg.seed):
         batch = collate(data, ids).to(device)

@@ -51,8 +51,9 @@ def adam(model, cfg: TrainConfig, fused: bool | None = None) -> torch.optim.Adam
         fused = next(model.parameters()).device.type == "cuda"
     # a pair, as TrainConfig types it; tuple() of a YAML list keeps the values but not, for mypy, the length
     betas = cast("tuple[float, float]", tuple(cfg.adam_betas))
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=betas, eps=cfg.adam_eps,
-                             weight_decay=cfg.weight_decay, fused=fused or None)
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused or None
+    )
 
 
 def loss_scaler(precision: Precision, device: torch.device, batches_per_update: int) -> torch.amp.GradScaler:
@@ -60,8 +61,12 @@ def loss_scaler(precision: Precision, device: torch.device, batches_per_update: 
     with fairseq's settings: --fp16-init-scale 128 (torch's default 2^16 overflows a few updates in a row at the
     start) and --fp16-scale-window 2^14 / (GPUs × update_freq) clean updates before the scale doubles. Disabled (every
     call a no-op) for bf16 and fp32, whose range needs no scaling."""
-    return torch.amp.GradScaler(device.type, init_scale=2.0**7, enabled=precision.amp == "fp16",
-                                growth_interval=max(1, 2**14 // batches_per_update))
+    return torch.amp.GradScaler(
+        device.type,
+        init_scale=2.0**7,
+        enabled=precision.amp == "fp16",
+        growth_interval=max(1, 2**14 // batches_per_update),
+    )
 
 
 def unscale_and_clip(model, optimizer, scaler, clip_norm: float) -> torch.Tensor:

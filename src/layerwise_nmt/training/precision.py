@@ -55,14 +55,26 @@ class Precision:
         return f"{self.amp} (amp: {self.requested}; {self.reason}) on {self.device}"
 
     def to_dict(self) -> dict:
-        return {"amp": self.amp, "requested": self.requested, "reason": self.reason, "device": self.device,
-                "computes": self.computes, **({"measured": self.measured} if self.measured else {})}
+        return {
+            "amp": self.amp,
+            "requested": self.requested,
+            "reason": self.reason,
+            "device": self.device,
+            "computes": self.computes,
+            **({"measured": self.measured} if self.measured else {}),
+        }
 
     @classmethod
     def from_dict(cls, recorded: dict) -> "Precision":
         """The precision `to_dict` recorded (in a checkpoint, training.json)."""
-        return cls(recorded["amp"], recorded["requested"], recorded["reason"], recorded["device"],
-                   recorded.get("measured", ""), recorded.get("computes") == "TF32")
+        return cls(
+            recorded["amp"],
+            recorded["requested"],
+            recorded["reason"],
+            recorded["device"],
+            recorded.get("measured", ""),
+            recorded.get("computes") == "TF32",
+        )
 
 
 def resolve(requested: str, device: torch.device, workload=None, tf32: bool = True) -> Precision:
@@ -89,8 +101,9 @@ def _resolve(requested: str, device: torch.device, workload) -> Precision:
                 measured = workload.choose()
             except Exception as err:  # noqa: BLE001  (a probe that fails costs its speed-up, never the run)
                 log.warning("precision probe failed on %s (%s: %s); bf16", name, type(err).__name__, err)
-                return Precision("bf16", "auto", f"CUDA device with bf16 tensor cores; the probe failed "
-                                 f"({type(err).__name__})", name)
+                return Precision(
+                    "bf16", "auto", f"CUDA device with bf16 tensor cores; the probe failed ({type(err).__name__})", name
+                )
             return Precision(measured.amp, "auto", measured.reason(), name, measured.summary())
         return Precision("fp16", "auto", "CUDA device without bf16: fp16 with loss scaling", name)
     if device.type == "cpu":

@@ -80,9 +80,11 @@ class Measured:
 
     def reason(self) -> str:
         picked = "bf16" if self.amp == "bf16" else self.full
-        return (f"measured: {self.summary()} ({self.kind} step {self.bf16_s:.3f} s vs {self.fp32_s:.3f} s, "
-                f"probed {self.measured_at[:10]}); {picked}, as bf16 "
-                f"{'is' if self.amp == 'bf16' else 'is not'} ≥ {SPEEDUP}x faster")
+        return (
+            f"measured: {self.summary()} ({self.kind} step {self.bf16_s:.3f} s vs {self.fp32_s:.3f} s, "
+            f"probed {self.measured_at[:10]}); {picked}, as bf16 "
+            f"{'is' if self.amp == 'bf16' else 'is not'} ≥ {SPEEDUP}x faster"
+        )
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,10 @@ class Workload:
             fcntl.flock(lock, fcntl.LOCK_EX)  # runs started together: one measures, the others wait and read
             cached = read_cache(directory).get(digest)
             if cached is not None:
-                return Measured(**{k: cached[k] for k in ("amp", "fp32_s", "bf16_s", "kind", "measured_at")},
-                                full=cached.get("full", "fp32"))
+                return Measured(
+                    **{k: cached[k] for k in ("amp", "fp32_s", "bf16_s", "kind", "measured_at")},
+                    full=cached.get("full", "fp32"),
+                )
             measured = self.measure()
             entries = read_cache(directory)
             entries[digest] = {**measured.__dict__, "key": key}
@@ -132,8 +136,14 @@ class Workload:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             log.warning("precision probe (%s): out of GPU memory at this batch; bf16, which needs less", self.kind)
-            return Measured("bf16", math.inf, math.inf, self.kind,
-                            datetime.now(timezone.utc).isoformat(timespec="seconds"), self.full)
+            return Measured(
+                "bf16",
+                math.inf,
+                math.inf,
+                self.kind,
+                datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                self.full,
+            )
 
     def _measure(self, attempted: list[str]) -> Measured:
         with self._timing() as clock:
@@ -161,7 +171,7 @@ class Workload:
         times: dict[str, list[float]] = {"none": [], "bf16": []}
         started = time.perf_counter()
         for round_ in range(ROUNDS):
-            for amp in (("none", "bf16") if round_ % 2 == 0 else ("bf16", "none")):
+            for amp in ("none", "bf16") if round_ % 2 == 0 else ("bf16", "none"):
                 attempted.append(amp)
                 t0 = clock()
                 self.step(amp)
@@ -170,10 +180,18 @@ class Workload:
                 break
         fp32_s, bf16_s = min(times["none"]), min(times["bf16"])
         amp = "bf16" if fp32_s >= SPEEDUP * bf16_s else "none"
-        measured = Measured(amp, fp32_s, bf16_s, self.kind, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            self.full)
-        log.info("precision probe (%s, %d rounds): %s %.3f s, bf16 %.3f s per step → %s", self.kind,
-                 len(times["none"]), self.full, fp32_s, bf16_s, "bf16" if amp == "bf16" else self.full)
+        measured = Measured(
+            amp, fp32_s, bf16_s, self.kind, datetime.now(timezone.utc).isoformat(timespec="seconds"), self.full
+        )
+        log.info(
+            "precision probe (%s, %d rounds): %s %.3f s, bf16 %.3f s per step → %s",
+            self.kind,
+            len(times["none"]),
+            self.full,
+            fp32_s,
+            bf16_s,
+            "bf16" if amp == "bf16" else self.full,
+        )
         return measured
 
 
@@ -194,13 +212,27 @@ def cache_dir() -> Path:
 def cache_key(kind: str, shape: dict, device: torch.device = torch.device("cpu")) -> dict:
     """Everything the choice depends on: the same key on another day gets the same precision."""
     if device.type == "cuda":
-        return {"kind": kind, "shape": shape, "gpu": torch.cuda.get_device_name(device),
-                "compute_capability": list(torch.cuda.get_device_capability(device)), "cuda": torch.version.cuda,
-                "torch": torch.__version__}
-    return {"kind": kind, "shape": shape, "cpu": cpu_model(), "capability": cpu_capability(),
-            "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile",
-                                           "avx_vnni", "amx_fp16"}),
-            "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""), "torch": torch.__version__, "clock": CPU_CLOCK}
+        return {
+            "kind": kind,
+            "shape": shape,
+            "gpu": torch.cuda.get_device_name(device),
+            "compute_capability": list(torch.cuda.get_device_capability(device)),
+            "cuda": torch.version.cuda,
+            "torch": torch.__version__,
+        }
+    return {
+        "kind": kind,
+        "shape": shape,
+        "cpu": cpu_model(),
+        "capability": cpu_capability(),
+        "flags": sorted(
+            cpu_flags()
+            & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "avx_vnni", "amx_fp16"}
+        ),
+        "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+        "torch": torch.__version__,
+        "clock": CPU_CLOCK,
+    }
 
 
 def read_cache(directory: Path) -> dict:
@@ -261,8 +293,9 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
             loss.backward()
             model.zero_grad(set_to_none=True)
 
-    return Workload("train", model_shape(model, rows=rows, length=length), step, device,
-                    full_precision(device, cfg.tf32))
+    return Workload(
+        "train", model_shape(model, rows=rows, length=length), step, device, full_precision(device, cfg.tf32)
+    )
 
 
 def probe_rows(max_tokens: int | None, length: int, device: torch.device) -> int:

@@ -33,8 +33,11 @@ class Reporter:
         try:
             from tensorboardX import SummaryWriter
         except ImportError as err:  # a dependency: only a broken install lacks it, and then the log says so
-            log.warning("no TensorBoard event files: tensorboardX cannot be imported (%s); metrics.csv has the "
-                        "curves (pip install -c constraints.txt tensorboardX)", err)
+            log.warning(
+                "no TensorBoard event files: tensorboardX cannot be imported (%s); metrics.csv has the "
+                "curves (pip install -c constraints.txt tensorboardX)",
+                err,
+            )
             return
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), flush_secs=30)
         log.info("TensorBoard event files: %s", run_dir / "tensorboard")
@@ -51,32 +54,66 @@ class Reporter:
         mean = means(interval)
         eta = progress.eta_seconds(self.cfg, updates_per_epoch)
         self._board(progress.update, "train", **mean, lr=lr, grad_norm=grad_norm, target_tokens_per_second=tps)
-        log.info("epoch %d update %d: loss %.3f, nll %.3f, ppl %.2f, acc %.3f, lr %.2e, gnorm %.3f, %.0f target "
-                 "tokens/s, %.1f min elapsed, ETA %s", progress.epoch, progress.update, mean["loss"], mean["nll"],
-                 mean["ppl"], mean["accuracy"], lr, grad_norm, tps, progress.elapsed / 60,
-                 "?" if eta is None else f"{eta / 60:.1f} min")
+        log.info(
+            "epoch %d update %d: loss %.3f, nll %.3f, ppl %.2f, acc %.3f, lr %.2e, gnorm %.3f, %.0f target "
+            "tokens/s, %.1f min elapsed, ETA %s",
+            progress.epoch,
+            progress.update,
+            mean["loss"],
+            mean["nll"],
+            mean["ppl"],
+            mean["accuracy"],
+            lr,
+            grad_norm,
+            tps,
+            progress.elapsed / 60,
+            "?" if eta is None else f"{eta / 60:.1f} min",
+        )
 
     def epoch(self, progress: Progress, valid: dict, lr: float, partial: bool) -> None:
         """Add the row of the updates since the last one to the history (every rank: it is part of the checkpointed
         state) and report it; an epoch's end also logs the epoch's mean training loss."""
         since, progress.row_stats = progress.row_stats, [0.0] * 5
         train = means(since)
-        row = {"epoch": progress.epoch, "partial": partial, "update": progress.update,
-               "minutes": round(progress.elapsed / 60, 3), "lr": lr, "train_loss": train["loss"],
-               "train_nll": train["nll"], "train_accuracy": train["accuracy"], "train_updates": int(since[4]),
-               "valid_loss": valid["loss"], "valid_nll": valid["nll"], "valid_accuracy": valid["accuracy"],
-               "valid_bleu": valid.get("bleu", ""), "skipped_updates": progress.skipped_updates}
+        row = {
+            "epoch": progress.epoch,
+            "partial": partial,
+            "update": progress.update,
+            "minutes": round(progress.elapsed / 60, 3),
+            "lr": lr,
+            "train_loss": train["loss"],
+            "train_nll": train["nll"],
+            "train_accuracy": train["accuracy"],
+            "train_updates": int(since[4]),
+            "valid_loss": valid["loss"],
+            "valid_nll": valid["nll"],
+            "valid_accuracy": valid["accuracy"],
+            "valid_bleu": valid.get("bleu", ""),
+            "skipped_updates": progress.skipped_updates,
+        }
         progress.history.append(row)
         if self.run_dir is None:
             return
         self._board(row["update"], "epoch", **{k: v for k, v in row.items() if k not in ("epoch", "partial", "update")})
         self.write_history(progress)
-        trained = (f"train loss {means(progress.epoch_stats)['loss']:.3f} (epoch mean)" if not partial else
-                   f"train loss {train['loss']:.3f} (its last {int(since[4])} updates)")
+        trained = (
+            f"train loss {means(progress.epoch_stats)['loss']:.3f} (epoch mean)"
+            if not partial
+            else f"train loss {train['loss']:.3f} (its last {int(since[4])} updates)"
+        )
         bleu = f", valid BLEU {valid['bleu']:.2f}" if "bleu" in valid else ""
-        log.info("epoch %d%s: update %d, %s, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f%s",
-                 row["epoch"], " (mid-epoch)" if partial else " done", row["update"], trained, valid["loss"],
-                 valid["nll"], 2 ** valid["nll"], valid["accuracy"], bleu)
+        log.info(
+            "epoch %d%s: update %d, %s, valid loss %.3f (nll %.3f, ppl %.2f), valid acc %.3f%s",
+            row["epoch"],
+            " (mid-epoch)" if partial else " done",
+            row["update"],
+            trained,
+            valid["loss"],
+            valid["nll"],
+            2 ** valid["nll"],
+            valid["accuracy"],
+            bleu,
+        )
 
     def write_history(self, progress: Progress) -> None:
         if self.run_dir is None or not progress.history:
@@ -91,11 +128,18 @@ class Reporter:
     def summary(self, progress: Progress, precision: dict | None = None) -> None:
         """training.json, how the run ended, for the tables: a row cut short by the clock must say so, and what it
         computed in (precision: amp, requested, reason, device)."""
-        summary = {"updates": progress.update, "epochs_completed": progress.epoch - 1, "precision": precision,
-                   "target_tokens": int(progress.target_tokens), "sentences": progress.sentences or None,
-                   "stopped_by": progress.stopped_by, "skipped_updates": progress.skipped_updates,
-                   "minutes": round(progress.elapsed / 60, 2), "peak_gpu_memory_gib": _peak_gpu_memory(),
-                   "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")}}
+        summary = {
+            "updates": progress.update,
+            "epochs_completed": progress.epoch - 1,
+            "precision": precision,
+            "target_tokens": int(progress.target_tokens),
+            "sentences": progress.sentences or None,
+            "stopped_by": progress.stopped_by,
+            "skipped_updates": progress.skipped_updates,
+            "minutes": round(progress.elapsed / 60, 2),
+            "peak_gpu_memory_gib": _peak_gpu_memory(),
+            "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")},
+        }
         assert self.run_dir is not None  # rank 0's reporter, the one that writes the summary
         with atomic_path(self.run_dir / "training.json") as tmp:
             Path(tmp).write_text(json.dumps(summary, indent=1))

@@ -103,9 +103,13 @@ def sleep_waits_if_busy(requested: int | None) -> bool:
     if elsewhere is None or elsewhere < 0.5:
         return False
     os.environ[WAIT_POLICY] = "PASSIVE"
-    log.info("threads: other processes keep %.1f of the %d cores this job may use busy: its idle threads sleep "
-             "(%s=PASSIVE) rather than spin on them; the thread count, and so every number, is the one asked for",
-             elsewhere, len(cores), WAIT_POLICY)
+    log.info(
+        "threads: other processes keep %.1f of the %d cores this job may use busy: its idle threads sleep "
+        "(%s=PASSIVE) rather than spin on them; the thread count, and so every number, is the one asked for",
+        elsewhere,
+        len(cores),
+        WAIT_POLICY,
+    )
     return True
 
 

@@ -20,14 +20,21 @@ from .progress import Progress
 def epoch_batches(data: ParallelData, cfg: TrainConfig, progress: Progress, per_update: int, data_dir: str) -> list:
     """The epoch's batches in their seeded order, cut to a whole number of updates: every rank takes the same
     number of updates."""
-    batches = make_batches(data.src.sizes, data.tgt.sizes, *batch_limits(cfg, progress.restarted), cfg.seed,
-                           skip_longer_than=cfg.skip_longer_than)
+    batches = make_batches(
+        data.src.sizes,
+        data.tgt.sizes,
+        *batch_limits(cfg, progress.restarted),
+        cfg.seed,
+        skip_longer_than=cfg.skip_longer_than,
+    )
     order = epoch_order(batches, cfg.seed, progress.epoch)
     order = order[: len(order) // per_update * per_update]
     if not order:  # else an update-bounded run would loop over empty epochs forever
-        raise UserError(f"{data_dir}: an epoch has {len(batches)} batches, fewer than the {per_update} one update "
-                        f"takes (update_freq {cfg.update_freq} × {world()[1]} ranks); lower max_tokens or "
-                        f"update_freq")
+        raise UserError(
+            f"{data_dir}: an epoch has {len(batches)} batches, fewer than the {per_update} one update "
+            f"takes (update_freq {cfg.update_freq} × {world()[1]} ranks); lower max_tokens or "
+            f"update_freq"
+        )
     return order
 
 
@@ -38,14 +45,20 @@ def batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | N
     return cfg.max_tokens, cfg.max_sentences
 
 
-def rank_batches(data: ParallelData, order: list[np.ndarray], per_update: int, micro_batch_tokens: int,
-                 device: torch.device, position: int) -> list[Batch]:
+def rank_batches(
+    data: ParallelData,
+    order: list[np.ndarray],
+    per_update: int,
+    micro_batch_tokens: int,
+    device: torch.device,
+    position: int,
+) -> list[Batch]:
     """This rank's share of the update that starts at batch `position` of the epoch's `order`, collated: merged
     into passes of up to `micro_batch_tokens` padded tokens when set (`merge_batches`), else one per batch in
     their order; pinned when the model is on a GPU, so that `Batch.to` copies them asynchronously. Runs on the
     `Prefetcher` thread."""
     rank, world_size = world()
-    batches = order[position:position + per_update][rank::world_size]
+    batches = order[position : position + per_update][rank::world_size]
     if micro_batch_tokens:
         merged = merge_batches(batches, data.sizes, micro_batch_tokens)
         collated = [replace(collate(data, ids), parts=parts) for ids, parts in merged]
@@ -59,5 +72,7 @@ def check_merging(model: Model, cfg: TrainConfig) -> None:
     (`loss.accumulate`; the model says why: `Model.merging_changes_loss`)."""
     why = model.merging_changes_loss() if cfg.micro_batch_tokens else None
     if why:
-        raise UserError(f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} {why}, which "
-                        f"merged batches would change; set micro_batch_tokens: 0")
+        raise UserError(
+            f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} {why}, which "
+            f"merged batches would change; set micro_batch_tokens: 0"
+        )
