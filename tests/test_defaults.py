@@ -113,3 +113,25 @@ def test_lwnmt_train_without_a_budget_says_what_it_needs(tmp_path):
     line = result.stderr.strip().splitlines()[-1]
     assert "no training budget" in line and "--max-update N" in line and "max_epoch 100, patience 10" in line
     assert "budget is needed" in " ".join(flags("train")["spec"].help.split())
+
+
+def test_the_docs_state_each_settings_default_as_the_code_has_it():
+    """A default the prose states ("`save_interval_minutes` (default 30)") drifts silently when the code changes:
+    every "`key` (default value)" in README.md and docs/ that names a setting must give the class's value."""
+    import re
+
+    defaults = {key: class_default(cls, key) for cls in STAGES.values() for key in cls.__dataclass_fields__}
+    stated = [
+        (f"{path.relative_to(ROOT)}:{number}", key, value)
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for key, value in re.findall(r"`(\w+)` \(default ([\w.+-]+)", line)
+        if key in defaults
+    ]
+    wrong = [
+        (where, key, value, defaults[key])
+        for where, key, value in stated
+        if str(value) != str(defaults[key]) and not (isinstance(defaults[key], float) and float(value) == defaults[key])
+    ]
+    assert stated, "no stated default found: the pattern no longer matches the docs"
+    assert wrong == [], f"(where, key, stated, code): {wrong}"
