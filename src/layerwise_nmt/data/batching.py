@@ -6,6 +6,9 @@ the list of batches is shuffled each epoch with seed + epoch. One known differen
 its comment, sorts by source length first (docs/benchmarks.md). `--max-sentences` caps sentences per batch (MLRF
 trains with batches of 80 and then 32 sentences).
 
+With `shapes` (batch_shapes.py), batches take their shapes from a small fixed set instead: sentences are sorted and
+packed on their lengths padded to buckets, and `collate` pads each batch to its shape, dummy rows included.
+
 Also here: merging an update's batches into fewer, larger passes (`merge_batches`) and collating them on a background
 thread ahead of the step (`Prefetcher`), pinned for an asynchronous copy when the model is on a GPU.
 """
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 
 from .. import UserError
+from .batch_shapes import FixedShapes, dummy_row
 from .binarize import IndexedDataset
 
 
@@ -54,10 +58,12 @@ def make_batches(
     seed: int,
     max_positions: int = 1024,
     skip_longer_than: int = 0,
+    shapes: FixedShapes | None = None,
 ) -> list[np.ndarray]:
     """Length-sorted batches of sentence indices (fixed for a dataset and seed; shuffle them per epoch).
     skip_longer_than: leave out pairs with more than this many subword units on either side (</s> not counted;
-    MLRF's "more than 100 sub-word units"); 0 keeps every pair."""
+    MLRF's "more than 100 sub-word units"); 0 keeps every pair. shapes: sort and pack on the padded lengths, so that
+    no batch outgrows the rows its shape has (`FixedShapes.rows`)."""
     if not max_tokens and not max_sentences:
         raise UserError("set max_tokens or max_sentences (or both)")
     sizes = np.maximum(src_sizes, tgt_sizes)
@@ -68,6 +74,9 @@ def make_batches(
             f"{len(too_long)} sentence pairs are longer than max_positions={max_positions} "
             f"(e.g. pair {too_long[0]} with {sizes[too_long[0]]} tokens); filter them or raise the limit"
         )
+    if shapes is not None:  # sentences of one bucket are equals: the seeded order alone sorts them
+        src_sizes, tgt_sizes = shapes.padded(src_sizes), shapes.padded(tgt_sizes)
+        sizes = np.maximum(src_sizes, tgt_sizes)
     order = np.random.RandomState(seed).permutation(len(sizes))
     order = order[keep[order]]
     order = order[np.lexsort((src_sizes[order], tgt_sizes[order]))]  # by target, then source length
@@ -116,19 +125,33 @@ class Batch:
         )
 
 
-def pad(seqs: list[np.ndarray], pad_id: int) -> torch.Tensor:
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+def pad(seqs: list[np.ndarray], pad_id: int, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """The sequences as rows, right-padded to the longest, or to `shape` (rows beyond them all padding)."""
+    out = torch.full(shape or (len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
     for row, seq in enumerate(seqs):
         out[row, : len(seq)] = torch.from_numpy(seq)
     return out
 
 
-def collate(data: ParallelData, ids: np.ndarray, pad_id: int = 1, eos: int = 2) -> Batch:
-    src = pad([data.src[i] for i in ids], pad_id)
-    tgts = [data.tgt[i] for i in ids]
-    tgt = pad(tgts, pad_id)
-    prev = pad([np.concatenate([[eos], t[:-1]]) for t in tgts], pad_id)
-    return Batch(src, prev, tgt, ids, int(sum(len(t) for t in tgts)))
+def collate(
+    data: ParallelData, ids: np.ndarray, pad_id: int = 1, eos: int = 2, shapes: FixedShapes | None = None
+) -> Batch:
+    """The sentences `ids` as a batch padded to its longest source and target, or with `shapes` to the batch's
+    fixed shape, whose missing rows are `dummy_row`s: `ids` and `ntokens` count the real sentences only."""
+    srcs, tgts = [data.src[i] for i in ids], [data.tgt[i] for i in ids]
+    prevs = [np.concatenate([[eos], t[:-1]]) for t in tgts]
+    ntokens = int(sum(len(t) for t in tgts))
+    if shapes is None:
+        return Batch(pad(srcs, pad_id), pad(prevs, pad_id), pad(tgts, pad_id), ids, ntokens)
+    rows, src_len, tgt_len = shapes.shape(data.src.sizes[ids], data.tgt.sizes[ids])
+    dummies = [dummy_row(eos)] * (rows - len(ids))
+    return Batch(
+        pad(srcs + dummies, pad_id, (rows, src_len)),
+        pad(prevs + dummies, pad_id, (rows, tgt_len)),
+        pad(tgts, pad_id, (rows, tgt_len)),
+        ids,
+        ntokens,
+    )
 
 
 def merge_batches(batches: list[np.ndarray], sizes: np.ndarray, budget: int) -> list[tuple[np.ndarray, int]]:

@@ -49,7 +49,7 @@ from .precision_probe import training_workload
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
 from .config import TrainConfig
-from .update_batches import batch_limits, check_merging, epoch_batches, rank_batches
+from .update_batches import batch_limits, check_merging, epoch_batches, log_batch_shapes, rank_batches
 
 log = logging.getLogger(__name__)
 
@@ -177,12 +177,15 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     run.model.train()
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
     reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
+    log_batch_shapes(train_data, cfg, per_update)
     started = time.time() - progress.elapsed
     with StopSignals(device) as signals, cuda_kernels(device, cfg.tf32):
         try:
             while not progress.stop_reason(cfg):
-                order = epoch_batches(train_data, cfg, progress, per_update, data_dir)
-                batches = partial(rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device)
+                order, shapes = epoch_batches(train_data, cfg, progress, per_update, data_dir)
+                batches = partial(
+                    rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device, shapes=shapes
+                )
                 with Prefetcher(batches, range(progress.next_batch, len(order), per_update)) as ahead:
                     for position, micro in ahead:
                         progress.next_batch = position + per_update  # a checkpoint resumes after this update
