@@ -31,6 +31,7 @@ Every result is written to the JSON as soon as it exists, so a command killed at
 what it finished. Exit 1 if any check or speed row failed (a row that raised is a failure, not a skipped row).
 
     python benchmarks/gpu_check.py [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30]
+        [--bucket-growth-factor 0 1.1]
         [--families ...] [--precisions ...] [--skip-speed] [--probe DIR] [--compile]
 
 Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
@@ -482,20 +483,45 @@ def stored_lengths(lengths: str, path: Path = LENGTHS) -> tuple[np.ndarray, np.n
 
 
 def real_batches(
-    src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int, vocab: tuple[int, int], seed: int = 1
+    src_sizes: np.ndarray,
+    tgt_sizes: np.ndarray,
+    max_tokens: int,
+    vocab: tuple[int, int],
+    seed: int = 1,
+    growth: float = 0.0,
 ) -> list[Batch]:
-    """The trainer's length-bucketed batches over these lengths, filled with random token ids (4 ..)."""
+    """The trainer's length-bucketed batches over these lengths, filled with random token ids (4 ..); with a
+    `growth` factor, in the fixed shapes the trainer's `bucket_growth_factor` gives them (its `seq_len_multiple`
+    default), dummy rows included."""
+    from layerwise_nmt.data.batch_shapes import FixedShapes, dummy_row
     from layerwise_nmt.data.batching import Batch, make_batches, pad
+    from layerwise_nmt.training.config import TrainConfig
 
     rng = np.random.RandomState(seed)
     keep = np.maximum(src_sizes, tgt_sizes) <= 1024
     src_sizes, tgt_sizes = src_sizes[keep], tgt_sizes[keep]
+    multiple = TrainConfig.__dataclass_fields__["seq_len_multiple"].default
+    shapes = FixedShapes(growth, multiple, max_tokens, None) if growth else None
     out = []
-    for ids in make_batches(src_sizes, tgt_sizes, max_tokens, None, seed):
+    for ids in make_batches(src_sizes, tgt_sizes, max_tokens, None, seed, shapes=shapes):
         srcs = [np.append(rng.randint(4, vocab[0], src_sizes[i] - 1), 2) for i in ids]
         tgts = [np.append(rng.randint(4, vocab[1], tgt_sizes[i] - 1), 2) for i in ids]
         prev = [np.concatenate([[2], t[:-1]]) for t in tgts]
-        out.append(Batch(pad(srcs, 1), pad(prev, 1), pad(tgts, 1), ids, int(sum(len(t) for t in tgts))))
+        ntokens = int(sum(len(t) for t in tgts))
+        if shapes is None:
+            out.append(Batch(pad(srcs, 1), pad(prev, 1), pad(tgts, 1), ids, ntokens))
+            continue
+        rows, src_len, tgt_len = shapes.shape(src_sizes[ids], tgt_sizes[ids])
+        dummies = [dummy_row(2)] * (rows - len(ids))
+        out.append(
+            Batch(
+                pad(srcs + dummies, 1, (rows, src_len)),
+                pad(prev + dummies, 1, (rows, tgt_len)),
+                pad(tgts, 1, (rows, tgt_len)),
+                ids,
+                ntokens,
+            )
+        )
     return out
 
 
@@ -526,9 +552,10 @@ def measure(
     updates: int,
     warmup: int,
     compile_model: bool,
+    growth: float = 0.0,
 ) -> dict:
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
-    length-bucketed batches of real lengths, after `warmup` updates."""
+    length-bucketed batches of real lengths (in fixed shapes with a `growth` factor), after `warmup` updates."""
     from layerwise_nmt import grid as cfg
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.grid.pricing import task_vocab
@@ -545,7 +572,7 @@ def measure(
         "arch": e["arch"],
         "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens},
     }
-    batches = real_batches(*stored_lengths(lengths), max_tokens, vocab)
+    batches = real_batches(*stored_lengths(lengths), max_tokens, vocab, growth=growth)
     picks = np.random.RandomState(0).permutation(len(batches))  # a shuffled pass, again where it is too short
     order = [batches[picks[i % len(batches)]] for i in range(warmup + updates)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -575,6 +602,8 @@ def measure(
         "experiment": experiment,
         "precision": label,
         "compiled": compile_model,
+        "bucket_growth_factor": growth,
+        "batch_shapes": len({(b.src.shape, b.tgt.shape) for b in batches}),
         "parameters": params,
         "vocab": list(vocab),
         "max_tokens": max_tokens,
@@ -598,22 +627,34 @@ def speed(config: dict, device: torch.device, args, results: Results) -> list[di
     labels = [p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))]
     for name in args.speed_rows:
         for label in labels:
-            for compiled in (False, True) if args.compile else (False,):
-                keep(
-                    results,
-                    device,
-                    _guarded(
-                        lambda: measure(
-                            name, config, device, label, args.max_tokens, args.updates, args.warmup, compiled
-                        )
-                    ),
-                    name,
-                    label,
-                )
+            for growth in args.bucket_growth_factor:  # today's batches and fixed shapes, side by side
+                for compiled in (False, True) if args.compile else (False,):
+                    keep(
+                        results,
+                        device,
+                        _guarded(
+                            lambda: measure(
+                                name,
+                                config,
+                                device,
+                                label,
+                                args.max_tokens,
+                                args.updates,
+                                args.warmup,
+                                compiled,
+                                growth,
+                            )
+                        ),
+                        name,
+                        label,
+                    )
         measured = [
             row
             for row in results.speed
-            if row.get("model") == name and "target_tokens_per_second" in row and not row.get("compiled")
+            if row.get("model") == name
+            and "target_tokens_per_second" in row
+            and not row.get("compiled")
+            and not row.get("bucket_growth_factor")
         ]
         if measured:  # nothing to compare a pick with where every row failed
             keep(
@@ -846,6 +887,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile'd models")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument(
+        "--bucket-growth-factor",
+        nargs="*",
+        type=float,
+        default=[0.0],
+        help="speed rows over the trainer's fixed batch shapes too (e.g. 0 1.1: today's batches, then 1.1's)",
+    )
     parser.add_argument("--speed-rows", nargs="*", default=list(SPEED_ROWS), choices=list(SPEED_ROWS))
     parser.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument(

@@ -42,6 +42,25 @@ def test_batches_follow_the_real_lengths_and_the_token_budget():
         assert all(int((b.src[r] != 1).sum()) == src[i] for r, i in enumerate(b.ids))
 
 
+def test_fixed_shape_speed_batches_are_the_trainers_shapes_with_the_same_sentences():
+    """The speed rows' before/after: `--bucket-growth-factor 0 1.1` times the same sentences in today's batches and
+    in the trainer's fixed shapes (dummy rows count for nothing)."""
+    from layerwise_nmt.data.batch_shapes import FixedShapes
+
+    src, tgt = gpu_check.stored_lengths("iwslt14")
+    src, tgt = src[:3000], tgt[:3000]
+    today = gpu_check.real_batches(src, tgt, 4096, (100, 120))
+    fixed = gpu_check.real_batches(src, tgt, 4096, (100, 120), growth=1.1)
+    assert sorted(i for b in fixed for i in b.ids) == sorted(i for b in today for i in b.ids)
+    assert sum(b.ntokens for b in fixed) == sum(b.ntokens for b in today)
+    allowed = set(FixedShapes(1.1, 2, 4096, None).all_shapes())
+    shapes = {(b.src.size(0), b.src.size(1), b.tgt.size(1)) for b in fixed}
+    assert shapes <= allowed and len(shapes) < len({(b.src.shape, b.tgt.shape) for b in today})
+    for b in fixed:
+        assert b.src.size(0) * max(b.src.size(1), b.tgt.size(1)) <= 4096
+        assert b.ntokens == int((b.tgt != 1).sum())
+
+
 def test_lengths_are_read_from_the_mirror_files(mirror):
     src, tgt = gpu_check.read_lengths(mirror, "iwslt14")
     assert len(src) == len(tgt) == 7283 + 6750
@@ -240,6 +259,29 @@ def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
             == 0
         )
         assert seen == asked
+
+
+def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growth_asked(tmp_path, monkeypatch):
+    timed = []
+
+    def measure(name, config, device, label, max_tokens, updates, warmup, compiled, growth=0.0):
+        timed.append((name, label, growth))
+        return {"target_tokens_per_second": 1000 if growth else 900, "bucket_growth_factor": growth}
+
+    monkeypatch.setattr(gpu_check, "measure", measure)
+    monkeypatch.setattr(gpu_check, "auto_choice", lambda name, config, device, tokens, measured: {"rows": measured})
+    args = gpu_check.argparse.Namespace(
+        speed_rows=["transformer_iwslt_de_en"],
+        bucket_growth_factor=[0.0, 1.1],
+        compile=False,
+        max_tokens=4096,
+        updates=1,
+        warmup=0,
+    )
+    results = gpu_check.Results(tmp_path / "gpu.json", torch.device("cpu"))
+    rows = gpu_check.speed({}, torch.device("cpu"), args, results)
+    assert [growth for *_, growth in timed] == [0.0, 1.1] * (len(timed) // 2) and timed
+    assert all(row["bucket_growth_factor"] == 0.0 for row in rows[-1]["rows"])  # auto compares today's batches
 
 
 @pytest.mark.parametrize(
