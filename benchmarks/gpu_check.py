@@ -202,8 +202,8 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     losses = []
     with cuda_kernels(device, tf32):
         for _ in range(updates):
-            result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
-            losses.append(math.nan if result is None else result["loss"] / result["ntokens"])
+            result = _update(run, run.model, [batch], device, lambda: precision.autocast(device)).read()
+            losses.append(math.nan if result["skipped"] else result["loss"] / result["ntokens"])
     finite = all(math.isfinite(x) for x in losses)
     ok = finite and np.mean(losses[-3:]) < losses[0]
     return {
@@ -581,16 +581,26 @@ def measure(
         )
     net = torch.compile(run.model, dynamic=True) if compile_model else run.model
     run.model.train()
-    tokens, started, skipped = 0, None, 0
+    tokens, started, skipped, before = 0, None, 0, None
+
+    def count(update: tuple | None) -> None:  # as the loop counts an update: once the next one is queued
+        nonlocal tokens, skipped
+        if update is not None:
+            pending, ntokens = update
+            skipped += bool(pending.read()["skipped"])
+            tokens += 0 if pending.read()["skipped"] else ntokens
+
     with cuda_kernels(device, tf32):
         for i, batch in enumerate(order):
-            if i == warmup:
+            if i == warmup:  # the warm-up's last update counted, untimed
+                count(before)
+                before = None
                 torch.cuda.synchronize(device) if device.type == "cuda" else None
                 started, tokens = time.perf_counter(), 0
-            if _update(run, net, [batch], device, lambda: precision.autocast(device)) is not None:
-                tokens += batch.ntokens
-            else:
-                skipped += 1
+            queued = _update(run, net, [batch], device, lambda: precision.autocast(device)), batch.ntokens
+            count(before)
+            before = queued
+        count(before)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started

@@ -54,8 +54,8 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     batch = collate(ParallelData(data, "train", "de", "en"), list(range(16)))
     run.model.train()
     with cuda_kernels(device, tf32):
-        result = _update(run, run.model, [batch], device, lambda: precision.autocast(device))
-    loss = math.nan if result is None else result["loss"] / result["ntokens"]
+        result = _update(run, run.model, [batch], device, lambda: precision.autocast(device)).read()
+    loss = math.nan if result["skipped"] else result["loss"] / result["ntokens"]
     return {
         "ok": math.isfinite(loss),
         "loss": round(loss, 4) if math.isfinite(loss) else str(loss),

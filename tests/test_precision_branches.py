@@ -17,6 +17,7 @@ from layerwise_nmt.data.batching import ParallelData, collate
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.training.precision import Precision
 from layerwise_nmt.training.loop import TrainConfig, _start, _update
+from layerwise_nmt.training.reporting import Reporter
 
 CPU = torch.device("cpu")
 
@@ -43,6 +44,14 @@ def batch(toy_data, n: int = 12):
     return collate(ParallelData(toy_data, "train", "de", "en"), np.arange(n))
 
 
+def counted(run, micro, precision) -> dict | None:
+    """One update as the loop takes it: queued (`_update`), then read and counted (`_count`, which the loop does
+    once the next update is queued); its numbers, None if it was skipped."""
+    pending = _update(run, run.model, micro, CPU, lambda: precision.autocast(CPU))
+    taken = training._count(run, pending, 0.0, Reporter(None, run.cfg), updates_per_epoch=1)
+    return pending.read() if taken else None
+
+
 def gradients(run) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in run.model.named_parameters() if p.grad is not None}
 
@@ -63,7 +72,7 @@ def one_update_gradients(toy_data, tmp_path, amp: str, fused: bool = False) -> t
 
     run.optimizer.step = record
     precision = as_if_on_cuda(amp)
-    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)).read()
     return seen, result, run
 
 
@@ -108,7 +117,7 @@ def test_fp16_gradients_are_clipped_after_unscaling(toy_data, tmp_path):
     real_step = run.optimizer.step
     run.optimizer.step = lambda *a, **k: (seen.update(gradients(run)), real_step(*a, **k))[1]
     precision = as_if_on_cuda("fp16")
-    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)).read()
     assert result["grad_norm"] > 0.05 * 2  # the toy's first gradient is well above the clip
     clipped = math.sqrt(sum(float(g.double().pow(2).sum()) for g in seen.values()))
     assert clipped == pytest.approx(0.05, rel=1e-3)
@@ -122,13 +131,15 @@ def test_an_overflow_skips_the_update_and_fp16_halves_the_scale(toy_data, tmp_pa
     first = next(p for p in run.model.parameters() if p.requires_grad)
     hook = first.register_hook(lambda g: torch.full_like(g, math.inf))  # an overflow in backward
     before = {k: v.clone() for k, v in run.model.state_dict().items()}
-    assert _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)) is None
+    assert counted(run, [batch(toy_data)], precision) is None
     assert all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())  # no step taken
-    assert not run.optimizer.state  # Adam's moments untouched
+    # Adam's moments and step count untouched (fused: made by the step its kernel skipped, at zero)
+    assert not any(s["step"] or s["exp_avg"].any() or s["exp_avg_sq"].any() for s in run.optimizer.state.values())
+    assert bool(run.optimizer.state) == fused
     assert run.progress.skipped_updates == 1 and run.progress.update == 0
     assert run.scaler.get_scale() == (64.0 if amp == "fp16" else 1.0)
     hook.remove()
-    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+    result = counted(run, [batch(toy_data)], precision)
     assert result is not None and math.isfinite(result["grad_norm"])
     assert not all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())
     assert run.scaler.get_scale() == (64.0 if amp == "fp16" else 1.0)
@@ -143,8 +154,7 @@ def test_fp16_resume_keeps_the_loss_scale(toy_data, tmp_path):
         _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
     hook.remove()
     for _ in range(3):
-        assert _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)) is not None
-        run.progress.update += 1
+        assert counted(run, [batch(toy_data)], precision) is not None
     run.save(LAST)
     resumed = start(toy_data, tmp_path / "run", "fp16")
     assert resumed.scaler.get_scale() == 32.0
@@ -243,13 +253,15 @@ def test_decoding_attends_without_cudnn(toy_data, tmp_path, monkeypatch):
     assert torch.backends.cuda.cudnn_sdp_enabled()
 
 
-def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch):
-    """The loss sums, token count and gradient norm come back to the host in one read per update (each `.item()`
-    or `.tolist()` on a CUDA tensor waits for the GPU), however many micro-batches the update has. Counted in our
-    code: the optimizer is PyTorch's (fused on CUDA, where it reads nothing back; its CPU path reads step counts)."""
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
+def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch, fused):
+    """The loss sums, token count, gradient norm and skip flag come back to the host in one read per update (each
+    `.item()` or `.tolist()` on a CUDA tensor waits for the GPU), however many micro-batches the update has. Fused
+    (CUDA's optimizer): not while the update is queued, only when the loop reads it (one update late: see
+    test_throughput); the CPU's foreach path reads at once, which costs nothing there. Counted in our code."""
     import sys
 
-    run = start(toy_data, tmp_path / "run", "none")
+    run = start(toy_data, tmp_path / "run", "none", fused=fused)
     precision = as_if_on_cuda("none")
     ours = str(training.__file__).rsplit("/", 1)[0]
     reads = []
@@ -263,14 +275,15 @@ def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch):
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    result = _update(
+    pending = _update(
         run,
         run.model,
         [batch(toy_data, 4), batch(toy_data, 8), batch(toy_data, 6)],
         CPU,
         lambda: precision.autocast(CPU),
     )
-    assert result is not None and reads == ["tolist in _update"]
+    assert reads == ([] if fused else ["tolist in read"])
+    assert pending.read()["ntokens"] > 0 and reads == ["tolist in read"]
 
 
 def test_training_json_counts_the_sentence_pairs_and_target_tokens_seen(toy_data, tmp_path):

@@ -1,8 +1,10 @@
-"""The trainer keeps the device busy: batches collated ahead on a thread and copied without waiting,
-checkpoints written off the training thread from a copy, an update's batches merged into fewer passes with the
-same loss and gradients for every model family. Every GPU branch runs here on the CPU."""
+"""The trainer keeps the device busy: batches collated ahead on a thread and copied without waiting, updates
+queued without waiting for the device (their numbers read one update late), checkpoints written off the training
+thread from a copy, an update's batches merged into fewer passes with the same loss and gradients for every model
+family. Every GPU branch runs here on the CPU."""
 
 import importlib.util
+import math
 import sys
 import threading
 import time
@@ -13,7 +15,7 @@ import torch
 from conftest import ROOT, toy_spec
 
 from layerwise_nmt import UserError
-from layerwise_nmt.training import update_batches
+from layerwise_nmt.training import loop as training, update_batches
 from layerwise_nmt.training.checkpoint import LAST, load, resume_key
 from layerwise_nmt.data.batching import ParallelData, Prefetcher, make_batches, merge_batches
 from layerwise_nmt.data.vocab import load_pair
@@ -101,10 +103,13 @@ def test_batches_are_pinned_for_a_gpu_only(toy_data, monkeypatch):
     assert len(rank_batches(data, order, 4, 0, torch.device("cuda"), 0)) == 4 and len(pinned) == 12
 
 
-def test_an_update_makes_no_blocking_copy_to_the_device(toy_data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
+def test_an_update_makes_no_blocking_copy_to_the_device(toy_data, tmp_path, monkeypatch, fused):
     """A blocking host-to-device copy (`.to(device)`, `torch.tensor(..., device=)`) waits for the GPU's stream
-    to drain: the update's copies are non_blocking, its token count a Python number."""
+    to drain: the update's copies are non_blocking, its token count a Python number, its lr filled in place."""
     run = start(toy_data, tmp_path / "run")
+    if fused:
+        run.optimizer = training._adam(run.model, run.cfg, fused=True)
     data = ParallelData(toy_data, "train", "de", "en")
     micro = rank_batches(data, make_batches(data.src.sizes, data.tgt.sizes, 60, None, 1)[:3], 3, 0, CPU, 0)
     blocking = []
@@ -124,6 +129,103 @@ def test_an_update_makes_no_blocking_copy_to_the_device(toy_data, tmp_path, monk
     monkeypatch.setattr(torch, "tensor", tensor)
     assert _update(run, run.model, micro, CPU, lambda: torch.autocast("cpu", enabled=False)) is not None
     assert blocking == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Updates queued without waiting for the device
+
+# Tensor methods that make the host wait for a CUDA tensor's value
+SYNCS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy")
+
+
+def as_on_cuda(monkeypatch, amp: str) -> None:
+    """`lwnmt train` with CUDA's optimizer (fused AdamW, on the CPU's fused kernel) and the precision `amp`."""
+    real_adam = training._adam
+    monkeypatch.setattr(training, "_adam", lambda model, cfg, fused=None: real_adam(model, cfg, fused=True))
+    precision = Precision(amp, "auto", "the CUDA branch, run on the CPU by the tests", "cpu")
+    monkeypatch.setattr(training, "resolve", lambda *args, **kwargs: precision)
+
+
+@pytest.mark.parametrize("amp", ["none", "bf16", "fp16"])
+def test_the_device_paths_updates_never_wait_for_the_device(toy_data, tmp_path, monkeypatch, amp):
+    """Each read of a CUDA tensor waits for every kernel queued before it. With CUDA's optimizer an update reads
+    nothing back while it is queued (its lr and its skip are device tensors, one of them non-finite here); its
+    numbers are read once, after the next update is queued, and the last one's before the run goes on to what
+    needs them (the stop, its checkpoint, validation). Every such call on the training thread from the first update
+    to the last one's read is counted, in our code and PyTorch's alike."""
+    as_on_cuda(monkeypatch, amp)
+    real_update, real_accumulate = training._update, training.accumulate
+    events, queued, attempts = [], {}, {"n": 0}
+
+    def update(*args, **kwargs):
+        events.append(("queue", len(queued) + 1))
+        pending = real_update(*args, **kwargs)
+        numbers = getattr(pending, "stats", pending)
+        queued[id(numbers)] = (len(queued) + 1, numbers)  # held: no other tensor gets its id
+        return pending
+
+    def accumulate(model, *args, **kwargs):  # the 5th update's gradient overflows
+        sums = real_accumulate(model, *args, **kwargs)
+        attempts["n"] += 1
+        if attempts["n"] == 5:
+            next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = math.inf
+        return sums
+
+    for name in SYNCS:
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            if events and threading.current_thread() is threading.main_thread():
+                events.append(("read", queued[id(self)][0]) if id(self) in queued else (_name, None))
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    monkeypatch.setattr(training, "_update", update)
+    monkeypatch.setattr(training, "accumulate", accumulate)
+    progress = train(no_dropout_spec(max_update=12, max_tokens=60, amp=amp), str(toy_data), "de", "en", str(tmp_path))
+    assert progress["update"] == 12 and progress["skipped_updates"] == 1 and len(queued) == 13
+    late = [event for i in range(2, 14) for event in (("queue", i), ("read", i - 1))]
+    assert events[: 2 * 13] == [("queue", 1), *late, ("read", 13)]
+
+
+def test_the_lr_after_an_unread_skipped_update_retries_its_number():
+    """The schedule counts the updates taken: queued behind one not yet read, an update has the next number's lr,
+    or, where that one turns out skipped, the same number's; chosen on the device from its flag."""
+    from layerwise_nmt.training.deferred import Pending, set_lr
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1.0, fused=True)
+    for skipped, expected in ((0.0, 0.5), (1.0, 0.25)):
+        before = Pending(torch.tensor([0.0] * 6 + [skipped], dtype=torch.float64))
+        set_lr(optimizer, 0.5, 0.25, before)
+        lr = optimizer.param_groups[0]["lr"]
+        assert isinstance(lr, torch.Tensor) and lr.dtype == torch.float32 and float(lr) == expected
+        before.read()
+        set_lr(optimizer, 0.5, 0.25, before)  # read already: chosen on the host
+        assert optimizer.param_groups[0]["lr"] is lr and float(lr) == expected
+    foreach = torch.optim.AdamW(model.parameters(), lr=1.0)
+    set_lr(foreach, 0.5, 0.25, None)
+    assert foreach.param_groups[0]["lr"] == 0.5  # a Python number, as the foreach path needs without capturable
+
+
+def test_the_device_path_resumes_bit_for_bit(toy_data, tmp_path, monkeypatch):
+    """Checkpoints (every 4 updates, at epoch ends, at the stop) and validations (every 3) of the device path count
+    every update whose weights they hold: a run stopped at update 6 and resumed ends where a straight one does."""
+    as_on_cuda(monkeypatch, "none")
+    spec = no_dropout_spec(max_update=14, save_interval_updates=4, validate_interval_updates=3)
+    train(spec, str(toy_data), "de", "en", str(tmp_path / "straight"))
+    train({**spec, "train": {**spec["train"], "max_update": 6}}, str(toy_data), "de", "en", str(tmp_path / "resumed"))
+    assert load(tmp_path / "resumed" / LAST)["progress"]["update"] == 6
+    train(spec, str(toy_data), "de", "en", str(tmp_path / "resumed"))
+    a, b = (load(tmp_path / run / LAST) for run in ("straight", "resumed"))
+    assert a["progress"]["epoch"] > 1  # an epoch's end on the way
+    for key in ("update", "epoch", "next_batch", "epoch_stats", "history", "target_tokens", "sentences"):
+        if key == "history":
+            a["progress"][key] = [{k: v for k, v in row.items() if k != "minutes"} for row in a["progress"][key]]
+            b["progress"][key] = [{k: v for k, v in row.items() if k != "minutes"} for row in b["progress"][key]]
+        assert a["progress"][key] == b["progress"][key], key
+    for key, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][key]), key
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Data-parallel training across processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK): NCCL on GPUs, gloo on
-CPUs (which is how the tests exercise it), and the preemption signals every rank must agree on."""
+CPUs (which is how the tests exercise it), and the preemption signals every rank must agree on, with the exit they
+lead to."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import math
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -70,6 +72,30 @@ def per_rank_update_freq(update_freq: int) -> int:
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+class Stop(Exception):
+    """A SIGTERM/SIGUSR1 (preemption) or SIGINT (Ctrl-C) arrived: checkpoint, then exit non-zero."""
+
+
+class Stopped(SystemExit):
+    """The run saved checkpoint_last.pt on a signal and ends with exit status 75 (EX_TEMPFAIL), from which a retry,
+    a requeue or the same command rerun resumes. `line` says so in one line; `interrupted`: by a Ctrl-C (SIGINT),
+    which means "stop", where a scheduler's SIGTERM/SIGUSR1 means "resume elsewhere"."""
+
+    def __init__(self, signum: int, update: int, save_dir: Path):
+        super().__init__(75)
+        self.interrupted = signum == signal.SIGINT
+        if self.interrupted:
+            self.line = (
+                f"{save_dir}: stopped at update {update} (Ctrl-C; saved checkpoint_last.pt); rerun the same "
+                f"command to resume"
+            )
+        else:
+            self.line = (
+                f"{save_dir}: signal {signal.Signals(signum).name}: saved checkpoint_last.pt at update "
+                f"{update}; exiting so the job can be resumed (its retry, or the same command rerun)"
+            )
 
 
 class StopSignals:

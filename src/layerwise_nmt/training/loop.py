@@ -15,16 +15,16 @@
   `checkpoint_last.pt` holds everything needed to resume bit for bit (model, optimizer, schedule position, RNG,
   data position);
 - an update whose loss or gradient norm is not finite is skipped (fp16: with a smaller loss scale); too many in a
-  row stop the run with an error, its last checkpoint untouched.
+  row stop the run with an error, its last checkpoint untouched;
+- on a GPU the host never waits for an update: its numbers are read once the next one is queued (`deferred.py`),
+  and counted first where a checkpoint, a validation or a stop may follow it (`_due`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
-import signal
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -38,8 +38,10 @@ from . import checkpoint
 from .checkpoint import BEST, LAST, PREVIOUS
 from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
-from .distributed import StopSignals, barrier, broadcast_object, init_distributed, per_rank_update_freq, world
-from .loss import STATS, accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
+from .deferred import Pending, set_lr, step
+from .distributed import Stop, Stopped, StopSignals, barrier, broadcast_object, init_distributed, world
+from .distributed import per_rank_update_freq
+from .loss import accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
 from ..models import UserModel, build
 from ..models.transformer import Model, count_parameters
 from ..models.user import recorded
@@ -52,30 +54,6 @@ from .config import TrainConfig
 from .update_batches import batch_limits, check_merging, epoch_batches, log_batch_shapes, rank_batches
 
 log = logging.getLogger(__name__)
-
-
-class Stop(Exception):
-    """A SIGTERM/SIGUSR1 (preemption) or SIGINT (Ctrl-C) arrived: checkpoint, then exit non-zero."""
-
-
-class Stopped(SystemExit):
-    """The run saved checkpoint_last.pt on a signal and ends with exit status 75 (EX_TEMPFAIL), from which a retry,
-    a requeue or the same command rerun resumes. `line` says so in one line; `interrupted`: by a Ctrl-C (SIGINT),
-    which means "stop", where a scheduler's SIGTERM/SIGUSR1 means "resume elsewhere"."""
-
-    def __init__(self, signum: int, update: int, save_dir: Path):
-        super().__init__(75)
-        self.interrupted = signum == signal.SIGINT
-        if self.interrupted:
-            self.line = (
-                f"{save_dir}: stopped at update {update} (Ctrl-C; saved checkpoint_last.pt); rerun the same "
-                f"command to resume"
-            )
-        else:
-            self.line = (
-                f"{save_dir}: signal {signal.Signals(signum).name}: saved checkpoint_last.pt at update "
-                f"{update}; exiting so the job can be resumed (its retry, or the same command rerun)"
-            )
 
 
 @dataclass
@@ -98,12 +76,15 @@ class Run:
     # the longest training source and target (tokens with </s>): translate warns of inputs beyond what was learnt
     trained_lengths: dict = field(default_factory=dict)
     writer: checkpoint.Writer = field(default_factory=checkpoint.Writer)
+    pending: Pending | None = None  # the newest update, queued and not yet counted into `progress`
+    lr: float = 0.0  # the learning rate of the newest update counted (or skipped): what the reports show
 
     def save(self, *names: str, background: bool = False) -> None:
         """Rank 0 writes checkpoint_last.pt (all a resume needs; the only one resumed from) and weights-only
         checkpoints (the averaging candidates), then prunes the oldest, from a CPU copy of the state taken now.
         background=True (the training loop's saves): on the writer thread while training goes on, an error of the
         write raised by the next save or `flush`; else here, before returning (the save of a stopping process)."""
+        assert self.pending is None, "a checkpoint's progress counts every update whose weights it holds"
         if self.rank != 0:
             return
         self.writer.wait()  # the write before first: files in order, one copy of the state held at a time
@@ -179,6 +160,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
     log_batch_shapes(train_data, cfg, per_update)
     started = time.time() - progress.elapsed
+    validate = partial(evaluate, net, valid_data, cfg, device, autocast, search)  # no RNG draw, no update
     with StopSignals(device) as signals, cuda_kernels(device, cfg.tf32):
         try:
             while not progress.stop_reason(cfg):
@@ -186,35 +168,27 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
                 batches = partial(
                     rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device, shapes=shapes
                 )
+                count = partial(_count, run, reporter=reporter, updates_per_epoch=len(order) // per_update)
+                decide = partial(_decide, run, validate, reporter, len(order))
                 with Prefetcher(batches, range(progress.next_batch, len(order), per_update)) as ahead:
                     for position, micro in ahead:
+                        # every iteration on every rank: the signal's all-reduce is a collective they all make
+                        signalled, elapsed, before = signals.received(), time.time() - started, run.pending
+                        if before is not None and _due(run, elapsed, signalled, len(order)):
+                            run.pending = None
+                            if count(before, elapsed) and decide(signalled):
+                                break
+                            before = None
                         progress.next_batch = position + per_update  # a checkpoint resumes after this update
-                        result = _update(run, net, micro, device, autocast)
-                        if result is None:  # a non-finite loss or gradient: skipped
-                            continue
-                        progress.add(result, elapsed=time.time() - started)
-                        reporter.update(
-                            progress,
-                            result["ntokens"],
-                            _lr(run),
-                            result["grad_norm"],
-                            updates_per_epoch=len(order) // per_update,
-                        )
-                        if progress.stop_reason(cfg):
-                            break
-                        _save_on_schedule(run)
-                        if (
-                            cfg.validate_interval_updates
-                            and not progress.update % cfg.validate_interval_updates
-                            and progress.next_batch < len(order)
-                        ):  # the epoch's end validates anyway
-                            valid = evaluate(net, valid_data, cfg, device, autocast, search)  # no RNG draw, no update
-                            reporter.epoch(progress, valid, _lr(run), partial=True)
-                        if signals.received():
-                            raise Stop()
-                valid = evaluate(net, valid_data, cfg, device, autocast, search)
+                        run.pending = _update(run, net, micro, device, autocast, before)
+                        if before is not None:  # read once the next update is queued: the device never waits
+                            count(before, elapsed)
+                last, run.pending = run.pending, None  # the epoch's last update, counted before its end
+                if last is not None and count(last, time.time() - started):
+                    decide(signals.received())  # to stop or not, what follows is the same
+                valid = validate()
                 if progress.next_batch < len(order):  # the budget ran out mid-epoch: keep the position, so that
-                    reporter.epoch(progress, valid, _lr(run), partial=True)  # a larger budget continues right here
+                    reporter.epoch(progress, valid, run.lr, partial=True)  # a larger budget continues right here
                     run.save(f"checkpoint_{progress.epoch}_{progress.update}.pt", LAST, background=True)
                     break
                 _end_epoch(run, valid, reporter)
@@ -300,6 +274,7 @@ def _start(
         precision,
         dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
         languages=dict(zip(("src", "tgt"), vocabs)),
+        lr=cfg.lr,
     )
     if state is not None:
         assert resumed_from is not None  # found together
@@ -311,6 +286,7 @@ def _start(
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
         checkpoint.set_rng_state(state["rng"])
+        run.lr = float(run.optimizer.param_groups[0]["lr"])  # as the last update left it
         log.info(
             "resumed from %s: epoch %d, update %d, batch %d of the epoch",
             resumed_from,
@@ -321,44 +297,66 @@ def _start(
     return run
 
 
-def _update(run: Run, net, micro_batches, device, autocast) -> dict | None:
-    """One optimiser step on the update's batches: the loss sums and the gradient norm, read from the device once;
-    None when either is not finite, and the update is skipped (fp16: the scaler halves the loss scale)."""
+def _update(run: Run, net, micro_batches, device, autocast, before: Pending | None = None) -> Pending:
+    """One optimiser step on the update's batches, its numbers left on the device (`deferred`): skipped there when
+    its loss or gradient norm is not finite (fp16: the scaler halves the loss scale). `before`: the update before
+    it, not yet counted, whose skip would give this one its learning rate."""
     progress, optimizer, scaler = run.progress, run.optimizer, run.scaler
-    for group in optimizer.param_groups:
-        group["lr"] = lr_at(progress.update + 1, run.cfg, run.model.config.d_model, progress.restarted)
+    lr = partial(lr_at, cfg=run.cfg, d_model=run.model.config.d_model, restarted=progress.restarted)
+    set_lr(optimizer, lr(progress.update + 1 + (before is not None)), lr(progress.update + 1), before)
     sums = accumulate(net, micro_batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
     norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
-    values = torch.stack(
-        [torch.as_tensor(sums[k], dtype=torch.float64, device=norm.device) for k in STATS] + [norm.double()]
-    ).tolist()  # the update's one host-device sync
-    result = dict(zip((*STATS, "grad_norm"), values))
-    finite = math.isfinite(result["loss"]) and math.isfinite(result["grad_norm"])
-    if finite:
-        scaler.step(optimizer)  # fp16: skipped by the scaler itself if unscale_ found an inf; else optimizer.step()
-    scaler.update()  # fp16: an overflow halves the scale, 2^14 / update_freq clean updates double it (fairseq)
-    optimizer.zero_grad(set_to_none=True)
-    if not finite:
+    return step(optimizer, scaler, sums, norm)
+
+
+def _count(run: Run, update: Pending, elapsed: float, reporter: Reporter, updates_per_epoch: int) -> bool:
+    """Count an update into the run's progress (skipped: into the skipped ones) and report it; whether it was taken.
+    Its learning rate follows from the updates counted before it, as it did when it was queued."""
+    progress, result = run.progress, update.read()
+    run.lr = lr_at(progress.update + 1, run.cfg, run.model.config.d_model, progress.restarted)
+    if result["skipped"]:
         _skip_nonfinite(run, result)
-        return None
-    return result
+        return False
+    progress.add(result, elapsed)
+    reporter.update(progress, result["ntokens"], run.lr, result["grad_norm"], updates_per_epoch)
+    return True
+
+
+def _due(run: Run, elapsed: float, signalled: bool, epoch_batches: int) -> bool:
+    """Whether the pending update, if it was taken, ends the run or is followed by a checkpoint or a validation
+    (`_decide`): then it is counted before the next update moves the weights those would see."""
+    taken = replace(run.progress, update=run.progress.update + 1, elapsed=elapsed)
+    return bool(
+        signalled
+        or taken.stop_reason(run.cfg)
+        or _save_due(run, taken.update)
+        or _validate_due(run.cfg, taken.update, taken.next_batch, epoch_batches)
+    )
+
+
+def _decide(run: Run, validate, reporter: Reporter, epoch_batches: int, signalled: bool) -> bool:
+    """After an update counted with nothing queued behind it: True if the run stops here; else its checkpoint and
+    validation when due, and a Stop on a signal."""
+    progress = run.progress
+    if progress.stop_reason(run.cfg):
+        return True
+    _save_on_schedule(run)
+    if _validate_due(run.cfg, progress.update, progress.next_batch, epoch_batches):
+        reporter.epoch(progress, validate(), run.lr, partial=True)
+    if signalled:
+        raise Stop()
+    return False
+
+
+def _validate_due(cfg: TrainConfig, update: int, next_batch: int, epoch_batches: int) -> bool:
+    every = cfg.validate_interval_updates
+    return bool(every and not update % every and next_batch < epoch_batches)  # the epoch's end validates anyway
 
 
 def _skip_nonfinite(run: Run, result: dict) -> None:
     """Count a skipped update; too many in a row end the run, its last checkpoint untouched."""
     progress, limit = run.progress, run.cfg.max_nonfinite_updates
-    progress.skipped_updates += 1
-    progress.nonfinite_in_a_row += 1
-    log.warning(
-        "epoch %d, update %d: loss %s, gradient norm %s; update skipped (%d in a row, %d in all)",
-        progress.epoch,
-        progress.update + 1,
-        result["loss"],
-        result["grad_norm"],
-        progress.nonfinite_in_a_row,
-        progress.skipped_updates,
-    )
-    if progress.nonfinite_in_a_row > limit:
+    if progress.skip(result) > limit:
         last = (
             f"{LAST} (update {run.saved_update}) is the last good state"
             if run.saved_update is not None
@@ -372,18 +370,24 @@ def _skip_nonfinite(run: Run, result: dict) -> None:
 
 
 def _save_on_schedule(run: Run) -> None:
-    cfg, update = run.cfg, run.progress.update
+    names = _save_due(run, run.progress.update)
+    if names:
+        run.save(*names, background=True)
+
+
+def _save_due(run: Run, update: int) -> tuple[str, ...]:
+    cfg = run.cfg
     if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
-        run.save(f"checkpoint_{run.progress.epoch}_{update}.pt", LAST, background=True)
-    elif cfg.save_interval_minutes and time.time() - run.saved_time >= cfg.save_interval_minutes * 60:
-        run.save(LAST, background=True)  # a resume point only: which checkpoints are averaged must not depend on
-        # the clock
+        return f"checkpoint_{run.progress.epoch}_{update}.pt", LAST
+    if cfg.save_interval_minutes and time.time() - run.saved_time >= cfg.save_interval_minutes * 60:
+        return (LAST,)  # a resume point only: which checkpoints are averaged must not depend on the clock
+    return ()
 
 
 def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
     """Record the finished epoch, judge it for early stopping, start RestartAdam's stage when due, checkpoint."""
     progress, cfg = run.progress, run.cfg
-    reporter.epoch(progress, valid, _lr(run), partial=False)
+    reporter.epoch(progress, valid, run.lr, partial=False)
     improved = progress.judge(cfg, valid)
     if cfg.restart_after_epochs and not progress.restarted and progress.epoch >= cfg.restart_after_epochs:
         progress.restarted, progress.restart_epoch = True, progress.epoch
@@ -441,7 +445,3 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
         reporter.summary(progress, precision.to_dict())
     barrier()
     return progress.to_dict()
-
-
-def _lr(run: Run) -> float:
-    return run.optimizer.param_groups[0]["lr"]

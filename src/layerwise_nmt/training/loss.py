@@ -27,7 +27,7 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pa
     return loss.sum(), nll.sum().detach(), correct
 
 
-STATS = ("loss", "nll", "correct", "ntokens", "nsentences")  # an update's sums, on the device until _update reads them
+STATS = ("loss", "nll", "correct", "ntokens", "nsentences")  # an update's sums, on the device until the loop reads them
 
 
 def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=None) -> dict[str, torch.Tensor]:
@@ -42,7 +42,8 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
     is the exception, which merging would change: refused here, and at the start by `train.check_merging`.
 
     fp16: each loss is multiplied by the scaler's loss scale before backward, so that small gradients survive in
-    fp16; `train._update` unscales. The sums stay on the device (no host sync here): `_update` reads them once."""
+    fp16; `loop._update` unscales. The sums stay on the device (no host sync here), read once, an update late
+    (`deferred`)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     inner = model.module if ddp else model
     sums = torch.zeros(len(STATS), dtype=torch.float64, device=device)

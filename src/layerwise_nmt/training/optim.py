@@ -46,7 +46,7 @@ def adam(model, cfg: TrainConfig, fused: bool | None = None) -> torch.optim.Adam
     decoupled. Every row that sets weight_decay follows a fairseq recipe (GCA's IWSLT rows, config/study.yaml);
     the t2t, THUMT and MLRF rows train without it. PyTorch's fused kernel on CUDA (one launch for all parameters
     instead of several per tensor), its default (foreach) implementation elsewhere; `fused=True` takes the fused
-    path on the CPU too (the tests: GradScaler hands a fused optimizer its inf flag instead of skipping the step)."""
+    path on the CPU too (the tests: CUDA's update path, whose skip is the kernel's found_inf flag: `deferred`)."""
     if fused is None:
         fused = next(model.parameters()).device.type == "cuda"
     # a pair, as TrainConfig types it; tuple() of a YAML list keeps the values but not, for mypy, the length
@@ -71,7 +71,7 @@ def loss_scaler(precision: Precision, device: torch.device, batches_per_update: 
 
 def unscale_and_clip(model, optimizer, scaler, clip_norm: float) -> torch.Tensor:
     """Unscale fp16 gradients (divide by the loss scale), clip them to `clip_norm` if set; returns their total norm
-    as a device tensor (inf or nan if the update overflowed or diverged: then `_update` skips the step and what the
+    as a device tensor (inf or nan if the update overflowed or diverged: then the step is skipped and what the
     clipping did to the gradients does not matter). DDP ranks hold the same reduced gradients, so they all take the
     same decision."""
     if scaler.is_enabled():

@@ -59,6 +59,21 @@ class Progress:
         self.target_tokens += float(result["ntokens"])
         self.sentences += int(result.get("nsentences", 0))
 
+    def skip(self, result: dict) -> int:
+        """Count a skipped update (its loss or gradient norm not finite); returns how many in a row."""
+        self.skipped_updates += 1
+        self.nonfinite_in_a_row += 1
+        log.warning(
+            "epoch %d, update %d: loss %s, gradient norm %s; update skipped (%d in a row, %d in all)",
+            self.epoch,
+            self.update + 1,
+            result["loss"],
+            result["grad_norm"],
+            self.nonfinite_in_a_row,
+            self.skipped_updates,
+        )
+        return self.nonfinite_in_a_row
+
     def next_epoch(self) -> None:
         self.epoch, self.next_batch, self.epoch_stats = self.epoch + 1, 0, [0.0] * 4
 
