@@ -91,7 +91,13 @@ LENGTH_FILES = {  # (source, target) files under the data mirror, for --write-le
 }
 LENGTHS = ROOT / "benchmarks" / "lengths.json"
 # label → (amp, tf32): the precisions a run can train in; "tf32" and "fp32" are both `amp: none`
-PRECISIONS = {"bf16": ("bf16", True), "fp16": ("fp16", True), "tf32": ("none", True), "fp32": ("none", False)}
+PRECISIONS = {
+    "bf16": ("bf16", True),
+    "bf16-weights": ("bf16-weights", True),
+    "fp16": ("fp16", True),
+    "tf32": ("none", True),
+    "fp32": ("none", False),
+}
 RESUME_TOLERANCE = 1e-4
 
 
@@ -100,8 +106,10 @@ def precisions(device: torch.device) -> list[str]:
     from layerwise_nmt.training.precision import cpu_may_pick_bf16
 
     if device.type != "cuda":
-        return ["bf16", "fp32"] if cpu_may_pick_bf16() else ["fp32"]
-    return ["bf16", "fp16", "tf32", "fp32"] if torch.cuda.is_bf16_supported() else ["fp16", "tf32", "fp32"]
+        return ["bf16", "bf16-weights", "fp32"] if cpu_may_pick_bf16() else ["fp32"]
+    if torch.cuda.is_bf16_supported():
+        return ["bf16", "bf16-weights", "fp16", "tf32", "fp32"]
+    return ["fp16", "tf32", "fp32"]
 
 
 def precision_of(label: str, device: torch.device):
@@ -184,6 +192,7 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     from layerwise_nmt.data.vocab import load_pair
     from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.master_weights import compute_model
 
     spec = family_spec(family, label)
     torch.manual_seed(1)
@@ -199,10 +208,11 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     train = ParallelData(data, "train", "de", "en")
     batch = collate(train, np.arange(16))
     run.model.train()
+    net = compute_model(run.model, precision)  # bf16-weights: the bf16 copy, fp32 masters in run.model
     losses = []
     with cuda_kernels(device, tf32):
         for _ in range(updates):
-            result = _update(run, run.model, [batch], device, lambda: precision.autocast(device)).read()
+            result = _update(run, net, [batch], device, lambda: precision.autocast(device)).read()
             losses.append(math.nan if result["skipped"] else result["loss"] / result["ntokens"])
     finite = all(math.isfinite(x) for x in losses)
     ok = finite and np.mean(losses[-3:]) < losses[0]
@@ -234,13 +244,15 @@ def check_resume(family: str, label: str, device: torch.device, data: Path, work
     }
 
 
-BEAM_TOLERANCE = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 2e-2, "fp16": 2e-2}  # relative, of the largest |score|
+# relative, of the largest |score|
+BEAM_TOLERANCE = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 2e-2, "bf16-weights": 2e-2, "fp16": 2e-2}
 
 
 def check_beam(family: str, label: str, device: torch.device) -> dict:
     """Cached beam search returns the hypotheses of full recomputation, scores within the precision's rounding."""
     from layerwise_nmt.inference.decode import BeamConfig, Recompute, beam_search
     from layerwise_nmt.models import build
+    from layerwise_nmt.training.master_weights import bf16_params
     from layerwise_nmt.training.precision import cuda_kernels
 
     spec = family_spec(family, label)
@@ -250,6 +262,8 @@ def check_beam(family: str, label: str, device: torch.device) -> dict:
     src[:, -1], src[2, 6:], src[2, 5] = 2, 1, 2  # </s> at the end; one padded sentence
     beam = BeamConfig(beam=4, max_len_a=1.0, max_len_b=4)
     precision, tf32 = precision_of(label, device)
+    if precision.amp == "bf16-weights":
+        model = bf16_params(model)
     with cuda_kernels(device, tf32), precision.autocast(device):
         cached, full = beam_search(model, src, beam), beam_search(Recompute(model), src, beam)
     return {**beams_agree(cached, full, label), "matmul_precision": torch.get_float32_matmul_precision()}
@@ -265,7 +279,7 @@ def beams_agree(cached, full, label: str) -> dict:
     diff = max(abs(x.score - y.score) for a, b in zip(cached, full) for x, y in zip(a, b))
     scale = max(1.0, max(abs(h.score) for a in full for h in a))
     scores_agree = diff <= BEAM_TOLERANCE[label] * scale
-    mixed = PRECISIONS[label][0] in ("bf16", "fp16")
+    mixed = PRECISIONS[label][0] in ("bf16", "bf16-weights", "fp16")
     return {
         "ok": bool(scores_agree and (same_tokens or mixed)),
         "same_hypotheses": bool(same_tokens),
@@ -561,6 +575,7 @@ def measure(
     from layerwise_nmt.grid.pricing import task_vocab
     from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.master_weights import compute_model
 
     experiment, lengths, row_tokens = SPEED_ROWS[name]
     max_tokens = row_tokens or max_tokens
@@ -579,7 +594,8 @@ def measure(
         run = _start(
             spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device, precision
         )
-    net = torch.compile(run.model, dynamic=True) if compile_model else run.model
+    net = compute_model(run.model, precision)  # bf16-weights: the bf16 copy, fp32 masters in run.model
+    net = torch.compile(net, dynamic=True) if compile_model else net
     run.model.train()
     tokens, started, skipped, before = 0, None, 0, None
 

@@ -61,13 +61,15 @@ def one_precision(row: str, label: str, device: torch.device, updates: int, max_
     from torch.profiler import ProfilerActivity, profile
 
     from layerwise_nmt.training.loop import _update
+    from layerwise_nmt.training.master_weights import compute_model
     from layerwise_nmt.training.precision import cuda_kernels
 
     run, precision, tf32, batches = build(row, label, device, max_tokens)
+    net = compute_model(run.model, precision)  # bf16-weights: the bf16 copy, fp32 masters in run.model
     order = [batches[i % len(batches)] for i in np.random.RandomState(0).permutation(max(len(batches), updates * 3))]
 
     def step(batch):
-        return _update(run, run.model, [batch], device, lambda: precision.autocast(device))
+        return _update(run, net, [batch], device, lambda: precision.autocast(device))
 
     out = {"row": row, "precision": label, "amp": precision.amp, "tf32": tf32}
     with cuda_kernels(device, tf32):

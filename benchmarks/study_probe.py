@@ -40,6 +40,7 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     from layerwise_nmt.data.vocab import load_pair
     from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.master_weights import compute_model
 
     spec = gpu_check.family_spec(family, label)
     precision, tf32 = gpu_check.precision_of(label, device)
@@ -54,7 +55,8 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     batch = collate(ParallelData(data, "train", "de", "en"), list(range(16)))
     run.model.train()
     with cuda_kernels(device, tf32):
-        result = _update(run, run.model, [batch], device, lambda: precision.autocast(device)).read()
+        net = compute_model(run.model, precision)
+        result = _update(run, net, [batch], device, lambda: precision.autocast(device)).read()
     loss = math.nan if result["skipped"] else result["loss"] / result["ntokens"]
     return {
         "ok": math.isfinite(loss),

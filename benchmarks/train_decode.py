@@ -30,7 +30,11 @@ emulated AVX2-only CPU: amp auto picks fp32 there, so only fp32 is measured) for
 fairseq runs in its own venv (`.fairseq-venv`, Python 3.10 from pyenv; created on first use, ~2 minutes); the
 project never imports it.
 
+Precisions (`--parts precisions`): the demo model's update through the trainer's own `_update` in fp32, bf16
+autocast and bf16 weights with fp32 masters (`amp: bf16-weights`), paired round by round, in one thread's CPU time.
+
     python benchmarks/train_decode.py [--updates 12] [--warmup 3] [--isa native|avx2] [--models iwslt,demo]
+    python benchmarks/train_decode.py --parts precisions --updates 40 --warmup 4
 """
 
 from __future__ import annotations
@@ -360,6 +364,77 @@ def ours_train(work: Path, model: dict, updates: int, warmup: int, amp: str) -> 
     return rate_after_warmup(
         [(time.perf_counter(), n) for n in ours_updates(work, model, amp, updates + warmup)], warmup
     )
+
+
+TRAIN_PRECISIONS = {"fp32": "none", "bf16": "bf16", "bf16-weights": "bf16-weights"}  # label → amp
+
+
+def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
+    """One trainer update (`loop._update`: forward, loss, backward, the master-weight copies of bf16-weights, clipping
+    and AdamW, as `lwnmt train` runs it) of `model` in each of TRAIN_PRECISIONS, on `data` (a bin-joint folder whose
+    vocab/ is beside it). Paired: each round takes the next batch and updates every precision's own model (the same
+    initial weights) on it, the order of the precisions reversed every other round, so that a change in the
+    machine's load hits all of them. Timed in the CPU time of the one thread that computes, as the precision probe
+    (a background job on the other core changes it little; wall time is recorded beside it). Reports each
+    precision's median and fastest update and, per round, fp32's time over each precision's (median and quartiles)."""
+    import tempfile
+
+    import torch
+
+    from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.training import master_weights
+    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.precision import Precision
+
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    train_data = ParallelData(str(data), "train", "de", "en")
+    order = epoch_order(make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1), 1, 1)
+    batches = [collate(train_data, ids) for ids in order[: warmup + rounds]]
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    train = {"max_tokens": model["max_tokens"], "max_update": 1}
+    spec = {"model": "transformer", "arch": model["ours"], "train": train}
+    runs = {}
+    for label, amp in TRAIN_PRECISIONS.items():
+        precision = Precision(amp, amp, "benchmark", "cpu")
+        torch.manual_seed(1)
+        with tempfile.TemporaryDirectory() as tmp:
+            run = _start(spec, TrainConfig.from_dict(spec["train"]), vocabs, Path(tmp), cpu, precision)
+        runs[label] = (run, master_weights.compute_model(run.model, precision), precision)
+    cpu_s: dict[str, list[float]] = {label: [] for label in runs}
+    wall_s: dict[str, list[float]] = {label: [] for label in runs}
+    for i, batch in enumerate(batches):
+        for label in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+            run, net, precision = runs[label]
+            t0, w0 = time.thread_time(), time.perf_counter()
+            _update(run, net, [batch], cpu, lambda precision=precision: precision.autocast(cpu))
+            if i >= warmup:
+                cpu_s[label].append(time.thread_time() - t0)
+                wall_s[label].append(time.perf_counter() - w0)
+            run.progress.update += 1
+
+    def quartiles(values: list[float]) -> dict:
+        q1, median, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+        return {"q1": q1, "median": median, "q3": q3}
+
+    tokens = [b.ntokens for b in batches[warmup:]]
+    return {
+        "model": model["title"],
+        "parameters": parameters(runs["fp32"][0].model),
+        "rounds": rounds,
+        "warmup": warmup,
+        "threads": 1,
+        "target_tokens_per_update_mean": statistics.mean(tokens),
+        "cpu_seconds_per_update": {k: {"median": statistics.median(v), "min": min(v)} for k, v in cpu_s.items()},
+        "wall_seconds_per_update": {k: {"median": statistics.median(v), "min": min(v)} for k, v in wall_s.items()},
+        "speedup_over_fp32_per_round": {
+            k: quartiles([f / x for f, x in zip(cpu_s["fp32"], v)]) for k, v in cpu_s.items() if k != "fp32"
+        },
+        "bf16_weights_over_bf16_per_round": quartiles([a / w for a, w in zip(cpu_s["bf16"], cpu_s["bf16-weights"])]),
+        "load_average": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
@@ -926,6 +1001,7 @@ def main(argv: list[str] | None = None) -> None:
         help="where the demo-sized decoding model is trained and kept",
     )
     parser.add_argument("--decode-repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="precisions: measurements, each with fresh models")
     parser.add_argument(
         "--isa",
         choices=("native", "avx2"),
@@ -938,7 +1014,9 @@ def main(argv: list[str] | None = None) -> None:
         default="train,decode,gemm,profile,ctranslate2",
         help="which parts to (re)measure: train, decode, gemm (the GEMM-only bound on bf16 over "
         "fp32), profile (where an update's time goes; needs gemm), ctranslate2 (the demo baseline "
-        "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py); others are kept",
+        "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py), precisions (the demo "
+        "model's trainer update in fp32, bf16 autocast and bf16 weights, paired, --updates rounds "
+        "after --warmup; not in the default); others are kept",
     )
     args = parser.parse_args(argv)
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
@@ -954,11 +1032,14 @@ def main(argv: list[str] | None = None) -> None:
         ensure_fairseq()
     info = machine()
     run = result.setdefault("runs", {}).setdefault(machine_label(info), {})
-    run["machine"] = {
-        **info,
-        "load_average_at_start": os.getloadavg(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
+    # the precisions part dates itself: run alone, it leaves the date of the other parts' measurements as it was
+    dated = bool(parts - {"precisions"}) or "machine" not in run
+    if dated:
+        run["machine"] = {
+            **info,
+            "load_average_at_start": os.getloadavg(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if parts & {"train", "gemm", "profile", "decode"}:
@@ -1006,7 +1087,15 @@ def main(argv: list[str] | None = None) -> None:
                 work,
                 args.decode_repeats,
             )
-    run["machine"]["load_average_at_end"] = os.getloadavg()
+        if "precisions" in parts:
+            trained_on = DEMO_DATA / "bin-joint"  # only the training side: made by `make demo` or here
+            data = (
+                trained_on if (trained_on / "train.de-en.en.tokens.npy").exists() else ensure_demo_data() / "bin-joint"
+            )
+            repeats = [precision_part(data, MODELS["demo"], args.updates, args.warmup) for _ in range(args.repeats)]
+            run.setdefault("train_precisions", {})["demo"] = {"repeats": repeats}
+    if dated:
+        run["machine"]["load_average_at_end"] = os.getloadavg()
     record(out, result)  # before the report: a table that fails to print must not lose what was measured
     report(machine_label(info), run)
 
@@ -1029,6 +1118,15 @@ def report(label: str, run: dict) -> None:
             f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
             f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x"
         )
+    for name, measured in run.get("train_precisions", {}).items():
+        for part in measured["repeats"]:
+            print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
+            for label, seconds in part["cpu_seconds_per_update"].items():
+                ratio = part["speedup_over_fp32_per_round"].get(label)
+                versus = f"  {ratio['median']:.2f}x fp32 [{ratio['q1']:.2f}, {ratio['q3']:.2f}]" if ratio else ""
+                print(f"{label:<14} CPU s/update median {seconds['median']:.3f}, fastest {seconds['min']:.3f}{versus}")
+            pair = part["bf16_weights_over_bf16_per_round"]
+            print(f"bf16-weights {pair['median']:.2f}x bf16 autocast per round [{pair['q1']:.2f}, {pair['q3']:.2f}]")
     if "ctranslate2" in run:
         report_ctranslate2(run["ctranslate2"])
     for name, part in run.get("decode", {}).items():

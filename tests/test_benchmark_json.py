@@ -80,3 +80,20 @@ def test_a_value_json_cannot_hold_leaves_the_earlier_file_whole(tmp_path):
         out, {"runs": {"new": {"rate": torch.tensor(2.5), "shape": np.array([1, 2]), "count": np.int64(3)}}}
     )
     assert json.loads(out.read_text()) == {"runs": {"new": {"rate": 2.5, "shape": [1, 2], "count": 3}}}
+
+
+def test_the_precisions_part_times_each_precision_through_the_trainer(toy_data, capsys):
+    """`--parts precisions`: fp32, bf16 autocast and bf16 weights paired round by round on the same batches."""
+    torch_threads = torch.get_num_threads()
+    try:
+        part = train_decode.precision_part(toy_data, TINY, rounds=2, warmup=1)
+    finally:
+        torch.set_num_threads(torch_threads)  # it computes on one thread, as the probe
+    assert set(part["cpu_seconds_per_update"]) == {"fp32", "bf16", "bf16-weights"}
+    assert all(s["median"] > 0 for s in part["cpu_seconds_per_update"].values())
+    assert set(part["speedup_over_fp32_per_round"]) == {"bf16", "bf16-weights"}
+    assert part["bf16_weights_over_bf16_per_round"]["median"] > 0 and part["rounds"] == 2
+    train_decode.report(
+        "test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_precisions": {"demo": {"repeats": [part]}}}
+    )
+    assert "bf16-weights" in capsys.readouterr().out

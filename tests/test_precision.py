@@ -235,7 +235,7 @@ def test_explicit_precision_wins_and_fp16_needs_a_gpu(monkeypatch):
     assert precision.resolve("none", torch.device("cpu")).amp == "none"
     with pytest.raises(UserError, match="amp=fp16 needs a CUDA GPU"):
         precision.resolve("fp16", torch.device("cpu"))
-    with pytest.raises(UserError, match="expected one of auto, none, bf16, fp16"):
+    with pytest.raises(UserError, match="expected one of auto, none, bf16, bf16-weights, fp16"):
         precision.resolve("fp8", torch.device("cpu"))
 
 
@@ -431,6 +431,8 @@ def test_plan_prices_each_row_in_the_precision_it_trains_in():
     cost.train["tf32"] = False
     assert cost.precision(a100) == "fp32" and cost.hours(a100) == pytest.approx(cost.gpu_hours(19.5 * 0.33))
     assert cost.precision(v100) == "fp32"  # V100 has no TF32
+    cost.train = {**cost.train, "amp": "bf16-weights"}  # bf16 matmuls without autocast: priced as bf16
+    assert cost.precision(a100) == "bf16" and cost.hours(a100) == pytest.approx(cost.gpu_hours(312 * 0.33))
     assert Pricing("a100", tflops=50).rate("tf32") == pytest.approx(25)  # a stated rate scales by peak ratios
 
 

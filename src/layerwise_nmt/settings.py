@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 from . import UserError
 
-# `amp:` in training and decoding alike (training/precision.py): auto | none (fp32) | bf16 | fp16
-AMP_CHOICES = ("auto", "none", "bf16", "fp16")
+# `amp:` in training and decoding alike (training/precision.py): auto | none (fp32) | bf16 (autocast) | bf16-weights
+# (the model's parameters in bf16, fp32 master weights for the optimizer: training/master_weights.py) | fp16
+AMP_CHOICES = ("auto", "none", "bf16", "bf16-weights", "fp16")
 BOUNDS = {"ge": (operator.ge, "≥"), "gt": (operator.gt, ">"), "le": (operator.le, "≤"), "lt": (operator.lt, "<")}
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
 

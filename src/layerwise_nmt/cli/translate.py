@@ -142,7 +142,8 @@ def add_fairseq_generate_flags(parser: argparse.ArgumentParser) -> None:
         choices=AMP_CHOICES,
         help="precision (default auto: bf16 where a probe of a few beam steps finds it faster, "
         "else TF32 on a GPU, fp32 on a CPU; fp16 on GPUs without bf16; none = fp32, as "
-        "fairseq-generate without --fp16/--bf16); overrides --options",
+        "fairseq-generate without --fp16/--bf16; bf16-weights: a bf16 copy of the model, no autocast); "
+        "overrides --options",
     )
 
 

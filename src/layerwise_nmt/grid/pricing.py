@@ -48,6 +48,7 @@ class Gpu:
         amp = train.get("amp", TRAIN_DEFAULTS.amp)
         if amp == "auto":
             amp = "bf16" if self.bf16 else "fp16"
+        amp = "bf16" if amp == "bf16-weights" else amp  # the same bf16 matmuls, without autocast's casts
         if amp in ("bf16", "fp16") and getattr(self, amp):
             return amp
         # bf16 without hardware: emulated

@@ -22,7 +22,7 @@ class BeamConfig(Settings):
     # fairseq --min-len: </s> is barred before this many tokens (1: no empty translation)
     min_len: int = setting(1, ge=0)
     batch_size: int = setting(64, ge=1)  # sentences per batch (fairseq --batch-size)
-    amp: str = "auto"  # auto | none | bf16 | fp16, as in training (precision.py)
+    amp: str = "auto"  # auto | none | bf16 | bf16-weights | fp16, as in training (precision.py)
     # α values to try on the validation set; the best one (BLEU) replaces `lenpen` for every other decoding of the
     # run (the workflow's pick_lenpen step). Empty: decode with `lenpen` as given.
     tune_lenpen: tuple[float, ...] = setting((), ge=0)

@@ -32,6 +32,7 @@ from ..data.batching import pad as pad_batch
 from ..data.io import write_lines
 from ..data.vocab import Dictionary
 from ..models.user import UserCode, UserModel
+from ..training.master_weights import bf16_params
 from ..training.precision import cuda_kernels, resolve
 from ..training.precision_probe import Workload, autocast as probe_autocast, full_precision, model_shape, probe_step
 
@@ -244,6 +245,8 @@ def decode_lines(
     start, generated = time.time(), 0
     precision = resolve(cfg.amp, device, decoding_workload(model, cfg, device, tgt_vocab.eos, tgt_vocab.pad))
     log.info("precision: %s", precision)
+    if precision.amp == "bf16-weights":  # no weight changes while decoding: a bf16 copy, no masters
+        model = bf16_params(model)
     for b in range(0, len(order), cfg.batch_size):
         ids = order[b : b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)

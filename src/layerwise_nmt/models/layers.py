@@ -57,7 +57,7 @@ class Embedding(nn.Module):
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:  # (B, T) → (B, T, D)
         start = self.first + offset
         x = self.tokens(ids) * self.scale + self.positions[start : start + ids.size(1)]
-        return self.dropout(x)
+        return self.dropout(x.to(self.tokens.weight.dtype))  # bf16 weights: the fp32 sum, rounded once
 
 
 def new_token_embedding(vocab: int, config: ModelConfig) -> nn.Embedding:
@@ -83,12 +83,13 @@ def attention(
 ) -> Tensor:
     """softmax(QK^T/sqrt(Dh) + mask) V: (B, H, T, Dh) × (B, H, S, Dh) → (B, H, T, Dh).
 
-    scaled_dot_product_attention everywhere except on a CPU under bf16 autocast, where PyTorch's CPU flash kernel is
-    several times slower than these three ops for NMT-length sequences, and on a CPU in a decoding step (`step`;
-    default: a single query), where the three ops are faster in fp32 too (docs/benchmarks.md has the readings).
+    scaled_dot_product_attention everywhere except on a CPU in bf16 (autocast, or a model with bf16 weights), where
+    PyTorch's CPU flash kernel is several times slower than these three ops for NMT-length sequences, and on a CPU
+    in a decoding step (`step`; default: a single query), where the three ops are faster in fp32 too
+    (docs/benchmarks.md has the readings).
     """
     step = q.size(-2) == 1 if step is None else step
-    if not (q.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or step)):
+    if not (q.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or q.dtype == torch.bfloat16 or step)):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal and mask is None, dropout_p=dropout
         )

@@ -73,8 +73,9 @@ class TrainConfig(Settings):
     save_interval_minutes: float = setting(5.0, ge=0)
     keep_interval_updates: int = setting(10, ge=0)
     keep_last_epochs: int = setting(10, ge=0)
-    # auto | none | bf16 | fp16: auto = bf16 on bf16 GPUs and on CPUs with native bf16 where a probe of the model
-    # finds it faster (else TF32 / fp32); fp16 + loss scaling on older GPUs, fp32 elsewhere (precision.py); none = fp32
+    # auto | none | bf16 | bf16-weights | fp16: auto = bf16 (autocast, or bf16 weights with fp32 masters, whichever a
+    # probe of the model finds faster) on bf16 GPUs and on CPUs with native bf16 where it is faster than fp32 (else
+    # TF32 / fp32); fp16 + loss scaling on older GPUs, fp32 elsewhere (precision.py); none = fp32
     amp: str = "auto"
     tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
     # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error

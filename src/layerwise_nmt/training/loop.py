@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .. import UserError
-from . import checkpoint
+from . import checkpoint, master_weights
 from .checkpoint import BEST, LAST, PREVIOUS
 from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
@@ -152,9 +152,8 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     run.trained_lengths = {
         side: int(data.sizes.max(initial=0)) for side, data in (("src", train_data.src), ("tgt", train_data.tgt))
     }
-    precision = run.precision
-    progress, autocast = run.progress, lambda: precision.autocast(device)
-    net = torch.nn.parallel.DistributedDataParallel(run.model) if world_size > 1 else run.model
+    precision, progress, autocast = run.precision, run.progress, lambda: precision.autocast(device)
+    net = master_weights.compute_model(run.model, precision, world_size > 1)  # bf16-weights: a bf16 copy of it
     run.model.train()
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
     reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
@@ -305,6 +304,7 @@ def _update(run: Run, net, micro_batches, device, autocast, before: Pending | No
     lr = partial(lr_at, cfg=run.cfg, d_model=run.model.config.d_model, restarted=progress.restarted)
     set_lr(optimizer, lr(progress.update + 1 + (before is not None)), lr(progress.update + 1), before)
     sums = accumulate(net, micro_batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
+    master_weights.to_masters(net, run.model, optimizer, run.precision)  # bf16-weights: grads to fp32 masters
     norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
     return step(optimizer, scaler, sums, norm)
 

@@ -1,17 +1,21 @@
 """Which precision a run computes in: `amp: auto` picks the fastest one the device runs.
 
-    CUDA with bf16 (Ampere and newer)   → measured: bf16 autocast where the work itself runs clearly faster in it,
-                                          else TF32 (fp32 with `tf32: false`); Transformer base and big train
-                                          faster in bf16, an IWSLT-sized model's small updates in TF32
+    CUDA with bf16 (Ampere and newer)   → measured: bf16 autocast or, for training, bf16 weights where the work
+                                          itself runs clearly faster in it, else TF32 (fp32 with `tf32: false`);
+                                          Transformer base and big train faster in bf16, an IWSLT-sized model's
+                                          small updates in TF32
     older CUDA (V100, P100, T4)         → fp16 autocast with the loss scaler (loop.py)
     CPU with AVX512_BF16 or AMX, whose
-      PyTorch kernels run at AVX-512    → measured: bf16 autocast where the work itself runs clearly faster in it,
-                                          else fp32 (precision_probe.py; training and decoding separately)
+      PyTorch kernels run at AVX-512    → measured: as on CUDA, else fp32 (precision_probe.py; training and decoding
+                                          separately)
     any other CPU                       → fp32 ("none"): without native bf16, PyTorch emulates it, over an order
                                           of magnitude slower than fp32 (docs/benchmarks.md)
 
-An explicit none | bf16 | fp16 is kept as given. fp32 on CUDA uses TF32 tensor-core matmuls unless `tf32: false`
-(PyTorch's default is full fp32, a fraction of the tensor cores' speed). Works on PyTorch 2.11 and 2.13.
+bf16-weights trains a bf16 copy of the model without autocast, the optimizer stepping fp32 master weights
+(master_weights.py); in decoding, which updates no weight, it decodes a bf16 copy of the model, without autocast
+either. An explicit none | bf16 | bf16-weights | fp16 is kept as given. fp32 on CUDA uses TF32 tensor-core matmuls
+unless `tf32: false` (PyTorch's default is full fp32, a fraction of the tensor cores' speed). Works on PyTorch 2.11
+and 2.13.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 @dataclass(frozen=True)
 class Precision:
-    amp: str  # none | bf16 | fp16: what the run computes in
-    requested: str  # what the config asked for (auto | none | bf16 | fp16)
+    amp: str  # none | bf16 | bf16-weights | fp16: what the run computes in
+    requested: str  # what the config asked for (auto or one of those)
     reason: str  # why, in words, for the log and training.json
     device: str  # the device's name: "cpu: <CPU model> (<PyTorch's kernel level>)", or the GPU's
     measured: str = ""  # what the probe found, when it decided ("bf16 1.42x fp32"); "" otherwise
@@ -46,8 +50,9 @@ class Precision:
         return ("TF32" if self.tf32 else "fp32") if self.amp == "none" else self.amp
 
     def autocast(self, device: torch.device):
-        """A fresh autocast context for this precision on `device` (a no-op for fp32)."""
-        if self.amp == "none":
+        """A fresh autocast context for this precision on `device` (a no-op for fp32, and for bf16-weights, whose
+        model is bf16 itself)."""
+        if self.amp in ("none", "bf16-weights"):
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=_DTYPES[self.amp])
 

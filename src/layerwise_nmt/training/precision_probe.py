@@ -6,7 +6,11 @@ others bf16 is clearly faster; on a GPU, bf16 speeds up a large model but can sl
 the host's kernel launches, to which autocast's casts add (docs/benchmarks.md has the measurements). So the first run of
 a workload on a machine times a few of its own steps (a training update's forward and backward at the model's
 shapes, or a few beam-search steps) in fp32 (TF32 on a GPU unless `tf32: false`) and in bf16, and picks bf16 only
-when it is at least `SPEEDUP` times faster.
+when it is at least `SPEEDUP` times faster. A training update is also timed with bf16 weights (`amp: bf16-weights`,
+master_weights.py: no casts, but the gradients and weights copied between bf16 and fp32 masters once per update),
+and bf16 weights replace autocast only where they are at least `WEIGHTS_SPEEDUP` times faster than it: which one is
+faster depends on the device and the model (how much autocast's casts cost against the copies), and where the two
+are as fast, within the probe's noise, machines of one type must not split between them run by run.
 
 On a CPU a step is timed in the CPU time of the thread that runs it, with PyTorch at one thread for the probe, not
 in wall time: the same machine type must pick the same precision whether or not other jobs share its cores. In wall
@@ -50,7 +54,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+TWO = ("none", "bf16")  # what a workload times unless it says otherwise
 SPEEDUP = 1.15  # bf16 must be this much faster than fp32 to be picked: below it, the noise of a 2-second probe
+# bf16 weights must be this much faster than bf16 autocast to replace it: on a Zen 4 EPYC, where paired runs measured
+# them 1.02-1.03x autocast, single 2-round probes read 0.96-1.05x
+WEIGHTS_SPEEDUP = 1.10
 CACHE_FILE = "precision-probe.json"
 ROUNDS, BUDGET_S = 5, 2.0  # timed rounds (each: one fp32 step and one bf16 step) at most; stop after the budget
 # in the cache key: choices timed by an earlier wall clock, perhaps on a busy core, are measured again, not reused;
@@ -62,12 +70,13 @@ CPU_CLOCK = "thread CPU time, 1 thread"
 class Measured:
     """The probe's result: what to compute in and the two timings it was chosen from."""
 
-    amp: str  # none | bf16
+    amp: str  # none | bf16 | bf16-weights
     fp32_s: float  # the fastest step in fp32
-    bf16_s: float
+    bf16_s: float  # in bf16 autocast
     kind: str
     measured_at: str  # when the probe ran (ISO date); a cached choice keeps it
     full: str = "fp32"  # what "none" computes in there: fp32, or TF32 on a GPU's tensor cores
+    weights_s: float | None = None  # with bf16 weights (training only); None where not timed
 
     @property
     def speedup(self) -> float:
@@ -76,20 +85,26 @@ class Measured:
     def summary(self) -> str:  # "bf16 1.42x fp32", the tables' precision line
         if math.isinf(self.fp32_s):
             return f"{self.full} out of memory"
-        return f"bf16 {self.speedup:.2f}x {self.full}"
+        weights = f", bf16-weights {self.fp32_s / self.weights_s:.2f}x" if self.weights_s else ""
+        return f"bf16 {self.speedup:.2f}x{weights} {self.full}"
 
     def reason(self) -> str:
-        picked = "bf16" if self.amp == "bf16" else self.full
+        steps = f"{self.bf16_s:.3f} s" + (f" (bf16 weights {self.weights_s:.3f} s)" if self.weights_s else "")
+        why = {
+            "none": f"{self.full}, as bf16 is not ≥ {SPEEDUP}x faster",
+            "bf16": f"bf16, as bf16 is ≥ {SPEEDUP}x faster",
+            "bf16-weights": f"bf16-weights, as bf16 is ≥ {SPEEDUP}x faster with bf16 weights, which beat autocast "
+            f"(≥ {WEIGHTS_SPEEDUP}x where it is as fast)",
+        }[self.amp]
         return (
-            f"measured: {self.summary()} ({self.kind} step {self.bf16_s:.3f} s vs {self.fp32_s:.3f} s, "
-            f"probed {self.measured_at[:10]}); {picked}, as bf16 "
-            f"{'is' if self.amp == 'bf16' else 'is not'} ≥ {SPEEDUP}x faster"
+            f"measured: {self.summary()} ({self.kind} step {steps} vs {self.fp32_s:.3f} s, "
+            f"probed {self.measured_at[:10]}); {why}"
         )
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A few seconds of representative work: `step(amp)` runs one step of it at amp "none" or "bf16", leaving the
+    """A few seconds of representative work: `step(amp)` runs one step of it at each amp of `amps`, leaving the
     model, the RNG streams and the gradients as they were, and returns once the device has finished it."""
 
     kind: str  # train | decode
@@ -97,9 +112,12 @@ class Workload:
     step: Callable[[str], None]
     device: torch.device = torch.device("cpu")
     full: str = "fp32"  # what amp "none" computes in on the device: fp32, or TF32
+    amps: tuple[str, ...] = TWO  # what is timed: "none" and "bf16", for training also "bf16-weights"
 
     def choose(self) -> Measured:
         key = cache_key(self.kind, self.shape, self.device)
+        if self.amps != TWO:  # a choice made among fewer is measured again, not reused
+            key["candidates"] = list(self.amps)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
         directory = cache_dir()
         try:
@@ -115,6 +133,7 @@ class Workload:
                 return Measured(
                     **{k: cached[k] for k in ("amp", "fp32_s", "bf16_s", "kind", "measured_at")},
                     full=cached.get("full", "fp32"),
+                    weights_s=cached.get("weights_s"),
                 )
             measured = self.measure()
             entries = read_cache(directory)
@@ -131,7 +150,7 @@ class Workload:
         try:
             return self._measure(attempted)
         except torch.cuda.OutOfMemoryError:
-            if attempted[-1] == "bf16":  # bf16 needs the least: the batch fits neither
+            if attempted[-1] != "none":  # bf16 needs the least: the batch fits neither
                 raise
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -165,42 +184,60 @@ class Workload:
             torch.set_num_threads(threads)
 
     def _timed(self, attempted: list[str], clock: Callable[[], float]) -> Measured:
-        for amp in ("none", "bf16"):
+        for amp in self.amps:
             attempted.append(amp)
             self.step(amp)
-        times: dict[str, list[float]] = {"none": [], "bf16": []}
+        times: dict[str, list[float]] = {amp: [] for amp in self.amps}
         started = time.perf_counter()
         for round_ in range(ROUNDS):
-            for amp in ("none", "bf16") if round_ % 2 == 0 else ("bf16", "none"):
+            for amp in self.amps if round_ % 2 == 0 else self.amps[::-1]:
                 attempted.append(amp)
                 t0 = clock()
                 self.step(amp)
                 times[amp].append(clock() - t0)
             if round_ >= 1 and (clear_cut(times) or time.perf_counter() - started > BUDGET_S):
                 break
-        fp32_s, bf16_s = min(times["none"]), min(times["bf16"])
-        amp = "bf16" if fp32_s >= SPEEDUP * bf16_s else "none"
+        fastest = {amp: min(steps) for amp, steps in times.items()}
+        amp = pick(fastest)
         measured = Measured(
-            amp, fp32_s, bf16_s, self.kind, datetime.now(timezone.utc).isoformat(timespec="seconds"), self.full
+            amp,
+            fastest["none"],
+            fastest["bf16"],
+            self.kind,
+            datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            self.full,
+            fastest.get("bf16-weights"),
         )
         log.info(
-            "precision probe (%s, %d rounds): %s %.3f s, bf16 %.3f s per step → %s",
+            "precision probe (%s, %d rounds): %s per step → %s",
             self.kind,
             len(times["none"]),
-            self.full,
-            fp32_s,
-            bf16_s,
-            "bf16" if amp == "bf16" else self.full,
+            ", ".join(f"{self.full if a == 'none' else a} {s:.3f} s" for a, s in fastest.items()),
+            self.full if amp == "none" else amp,
         )
         return measured
 
 
+def pick(fastest: dict[str, float]) -> str:
+    """From each precision's fastest step: bf16 where it is at least `SPEEDUP` times faster than fp32, bf16 weights
+    instead where they are too and, if autocast is, `WEIGHTS_SPEEDUP` times faster than it; else fp32 ("none")."""
+    fast = {amp for amp, seconds in fastest.items() if amp != "none" and fastest["none"] >= SPEEDUP * seconds}
+    if "bf16-weights" in fast and ("bf16" not in fast or fastest["bf16"] >= WEIGHTS_SPEEDUP * fastest["bf16-weights"]):
+        return "bf16-weights"
+    return "bf16" if "bf16" in fast else "none"
+
+
 def clear_cut(times: dict[str, list[float]]) -> bool:
-    """Whether the steps so far leave no doubt: every bf16 step slower than every fp32 step, or every one faster by
-    the margin. Then more rounds would only confirm the choice (a tiny model's probe stops after 2 rounds rather than
-    running into its budget); where the two precisions' steps overlap, the probe goes on."""
-    fp32, bf16 = times["none"], times["bf16"]
-    return max(fp32) < min(bf16) or min(fp32) >= SPEEDUP * max(bf16)
+    """Whether the steps so far leave no doubt: every bf16 step (of either variant) slower than every fp32 step, or
+    each comparison `pick` makes settled by every step (the slower one slower in all, or the faster one faster by
+    the margin in all). Then more rounds would only confirm the choice (a tiny model's probe stops after 2 rounds
+    rather than running into its budget); where the precisions' steps overlap, the probe goes on."""
+    fp32, bf16, weights = times["none"], times["bf16"], times.get("bf16-weights")
+    variants = [bf16] if weights is None else [bf16, weights]
+    if all(max(fp32) < min(steps) for steps in variants):
+        return True
+    pairs = [(fp32, steps, SPEEDUP) for steps in variants] + ([(bf16, weights, WEIGHTS_SPEEDUP)] if weights else [])
+    return all(max(slow) < min(fast) or min(slow) >= margin * max(fast) for slow, fast, margin in pairs)
 
 
 def cache_dir() -> Path:
@@ -277,25 +314,36 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     fixed. On a CPU at most 1,024 target tokens (the matmuls' inner dimensions are the model's); on a GPU the run's
     whole max_tokens, since there the batch's size decides whether the update waits on the host or on the GPU. The
     RNG streams are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly
-    as an unprobed one."""
+    as an unprobed one. bf16-weights runs on a bf16 copy of the model, made at its first step, and its step includes
+    the two copies between bf16 and the fp32 masters that each of its updates adds (the masters are not changed)."""
+    from .master_weights import bf16_copy, link
+
     config, length = model.config, min(24, model.config.max_positions - 1)
     rows = probe_rows(cfg.max_tokens, length, device)
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(4, config.src_vocab, (rows, length), generator=generator).to(device)
     prev = torch.randint(4, config.tgt_vocab, (rows, length), generator=generator).to(device)
     target = prev.roll(-1, dims=1)
+    copies: list[torch.nn.Module] = []
 
     def step(amp: str) -> None:
+        if amp == "bf16-weights" and not copies:
+            copies.append(bf16_copy(model))
+        net = copies[0] if amp == "bf16-weights" else model
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), probe_step(device, cfg.tf32):
             with autocast(amp, device):
-                output = model(src, prev, full=True)
+                output = net(src, prev, full=True)
                 loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
             loss.backward()
+            linked = link(net)
+            if linked is not None:
+                linked.grads_to_masters()
+                linked.masters_to_model()
             model.zero_grad(set_to_none=True)
 
-    return Workload(
-        "train", model_shape(model, rows=rows, length=length), step, device, full_precision(device, cfg.tf32)
-    )
+    shape = model_shape(model, rows=rows, length=length)
+    amps = (*TWO, "bf16-weights")
+    return Workload("train", shape, step, device, full_precision(device, cfg.tf32), amps)
 
 
 def probe_rows(max_tokens: int | None, length: int, device: torch.device) -> int:
