@@ -299,3 +299,42 @@ def test_two_ranks_train_in_bf16_weights(toy_data, tmp_path):
     state = load(tmp_path / "run" / LAST)
     assert state["progress"]["update"] == 3 and state["progress"]["skipped_updates"] == 0
     assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
+
+
+def test_the_probe_copies_a_model_that_keeps_its_last_auxiliary_loss():
+    """Dou et al.'s layer-diversity model keeps the last forward's auxiliary loss on itself, part of that forward's
+    graph: the probe's bf16 copy, made after the fp32 and autocast steps, failed to deepcopy it and stopped the run."""
+    from layerwise_nmt.models import build
+
+    model = build(
+        "deep",
+        {
+            "preset": "small",
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "d_model": 32,
+            "d_ff": 64,
+            "heads": 4,
+            "src_vocab": 40,
+            "tgt_vocab": 40,
+            "aggregation": "hierarchical",
+            "diversity": 1.0,
+        },
+    ).train()
+    workload = precision_probe.training_workload(
+        model, TrainConfig.from_dict({"max_tokens": 256, "max_update": 1}), CPU
+    )
+    for amp in AMPS:
+        workload.step(amp)
+    assert model.auxiliary_loss is not None and model.auxiliary_loss.grad_fn is not None  # the case itself
+
+
+def test_a_cpu_probe_that_fails_costs_its_speed_up_not_the_run(monkeypatch):
+    monkeypatch.setattr(precisions, "cpu_may_pick_bf16", lambda: True)
+
+    class Broken:
+        def choose(self):
+            raise RuntimeError("a model the probe cannot copy")
+
+    chosen = precisions.resolve("auto", CPU, Broken())
+    assert chosen.amp == "none" and "the probe failed (RuntimeError)" in chosen.reason

@@ -82,7 +82,15 @@ class Link:
 def bf16_params(model: nn.Module) -> nn.Module:
     """A copy of `model` with its parameters in bf16 (decoding with bf16 weights needs no more). Buffers keep their
     dtype: the only floating one, the position table, is added in fp32 and the sum rounded to the token table's."""
-    model = copy.deepcopy(model)
+    # a tensor a forward left on a module (a model's last auxiliary loss) is part of that forward's graph, which
+    # deepcopy refuses: the copy gets it detached
+    memo = {
+        id(value): value.detach()
+        for module in model.modules()
+        for value in vars(module).values()
+        if isinstance(value, torch.Tensor) and value.grad_fn is not None
+    }
+    model = copy.deepcopy(model, memo)
     for param in model.parameters():  # each shared parameter once, so a tied matrix stays tied
         param.data = param.data.to(torch.bfloat16)
     return model

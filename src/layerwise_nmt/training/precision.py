@@ -116,7 +116,11 @@ def _resolve(requested: str, device: torch.device, workload) -> Precision:
         if cpu_may_pick_bf16():
             if workload is None:
                 return Precision("none", "auto", "CPU with native bf16, not measured for this work: fp32", name)
-            measured = workload.choose()
+            try:
+                measured = workload.choose()
+            except Exception as err:  # noqa: BLE001  (a probe that fails costs its speed-up, never the run)
+                log.warning("precision probe failed on %s (%s: %s); fp32", name, type(err).__name__, err)
+                return Precision("none", "auto", f"CPU with native bf16; the probe failed ({type(err).__name__})", name)
             return Precision(measured.amp, "auto", measured.reason(), name, measured.summary())
         why = "no AVX512_BF16/AMX" if not cpu_has_native_bf16() else f"PyTorch kernels at {capability}"
         return Precision("none", "auto", f"CPU without native bf16 ({why}): bf16 would be emulated", name)
