@@ -507,8 +507,8 @@ def real_batches(
     """The trainer's length-bucketed batches over these lengths, filled with random token ids (4 ..); with a
     `growth` factor, in the fixed shapes the trainer's `bucket_growth_factor` gives them (its `seq_len_multiple`
     default), dummy rows included."""
-    from layerwise_nmt.data.batch_shapes import FixedShapes, dummy_row
-    from layerwise_nmt.data.batching import Batch, make_batches, pad
+    from layerwise_nmt.data.batch_shapes import FixedShapes
+    from layerwise_nmt.data.batching import batch_of, make_batches
     from layerwise_nmt.training.config import TrainConfig
 
     rng = np.random.RandomState(seed)
@@ -520,22 +520,7 @@ def real_batches(
     for ids in make_batches(src_sizes, tgt_sizes, max_tokens, None, seed, shapes=shapes):
         srcs = [np.append(rng.randint(4, vocab[0], src_sizes[i] - 1), 2) for i in ids]
         tgts = [np.append(rng.randint(4, vocab[1], tgt_sizes[i] - 1), 2) for i in ids]
-        prev = [np.concatenate([[2], t[:-1]]) for t in tgts]
-        ntokens = int(sum(len(t) for t in tgts))
-        if shapes is None:
-            out.append(Batch(pad(srcs, 1), pad(prev, 1), pad(tgts, 1), ids, ntokens))
-            continue
-        rows, src_len, tgt_len = shapes.shape(src_sizes[ids], tgt_sizes[ids])
-        dummies = [dummy_row(2)] * (rows - len(ids))
-        out.append(
-            Batch(
-                pad(srcs + dummies, 1, (rows, src_len)),
-                pad(prev + dummies, 1, (rows, tgt_len)),
-                pad(tgts, 1, (rows, tgt_len)),
-                ids,
-                ntokens,
-            )
-        )
+        out.append(batch_of(srcs, tgts, ids, shapes=shapes))
     return out
 
 

@@ -138,12 +138,23 @@ def collate(
 ) -> Batch:
     """The sentences `ids` as a batch padded to its longest source and target, or with `shapes` to the batch's
     fixed shape, whose missing rows are `dummy_row`s: `ids` and `ntokens` count the real sentences only."""
-    srcs, tgts = [data.src[i] for i in ids], [data.tgt[i] for i in ids]
+    return batch_of([data.src[i] for i in ids], [data.tgt[i] for i in ids], ids, pad_id, eos, shapes)
+
+
+def batch_of(
+    srcs: list[np.ndarray],
+    tgts: list[np.ndarray],
+    ids: np.ndarray,
+    pad_id: int = 1,
+    eos: int = 2,
+    shapes: FixedShapes | None = None,
+) -> Batch:
+    """`collate`'s batch of these source and target sentences (each ending with </s>)."""
     prevs = [np.concatenate([[eos], t[:-1]]) for t in tgts]
     ntokens = int(sum(len(t) for t in tgts))
     if shapes is None:
         return Batch(pad(srcs, pad_id), pad(prevs, pad_id), pad(tgts, pad_id), ids, ntokens)
-    rows, src_len, tgt_len = shapes.shape(data.src.sizes[ids], data.tgt.sizes[ids])
+    rows, src_len, tgt_len = shapes.shape(np.array([len(s) for s in srcs]), np.array([len(t) for t in tgts]))
     dummies = [dummy_row(eos)] * (rows - len(ids))
     return Batch(
         pad(srcs + dummies, pad_id, (rows, src_len)),
