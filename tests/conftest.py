@@ -246,3 +246,13 @@ def training_in_the_background(spec: dict, data: Path, tmp_path: Path) -> tuple[
         time.sleep(0.2)
     time.sleep(0.5)
     return proc, cmd, save_dir
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (the folder is scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

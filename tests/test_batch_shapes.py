@@ -2,13 +2,12 @@
 max_tokens, every sentence once an epoch, dummy rows that change nothing, a training that resumes bit for bit, and
 the settings it refuses."""
 
-import importlib.util
 import logging
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, toy_spec
+from conftest import load_benchmark, toy_spec
 
 from layerwise_nmt import UserError
 from layerwise_nmt.data.batch_shapes import FixedShapes, batching_summary
@@ -23,9 +22,7 @@ from layerwise_nmt.training.update_batches import check_merging
 
 CPU = torch.device("cpu")
 FP32 = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
-_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_check)
+gpu_check = load_benchmark("gpu_check")
 # every dropout off (the conv backbones drop kernel weights by default): the same arithmetic in both passes
 NO_DROPOUT = {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0, "weight_dropout": 0.0}
 

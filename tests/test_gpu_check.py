@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
-spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
+gpu_check = load_benchmark("gpu_check")
 
 
 def test_mfu_is_six_n_tokens_over_the_bf16_peak_of_plan_gpus():

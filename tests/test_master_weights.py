@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import toy_spec
+from conftest import load_benchmark, toy_spec
 from layerwise_nmt.data.batching import ParallelData, collate
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.training import loop as training, master_weights, precision as precisions, precision_probe
@@ -340,24 +340,13 @@ def test_a_cpu_probe_that_fails_costs_its_speed_up_not_the_run(monkeypatch):
     assert chosen.amp == "none" and "the probe failed (RuntimeError)" in chosen.reason
 
 
-def _gpu_check():
-    import importlib.util
-
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("family", list(_gpu_check().FAMILIES))
+@pytest.mark.parametrize("family", list(load_benchmark("gpu_check").FAMILIES))
 def test_the_training_probe_steps_every_model_family_in_every_precision(family):
     """`amp: auto`'s probe runs fp32 and autocast before it copies the model to bf16: whatever a family leaves on its
     modules after a forward must not stop the copy (Dou's auxiliary loss did)."""
     from layerwise_nmt.models import build
 
-    gpu_check = _gpu_check()
+    gpu_check = load_benchmark("gpu_check")
     spec = gpu_check.family_spec(family, "fp32")
     model = build(spec["model"], {**spec["arch"], "src_vocab": 40, "tgt_vocab": 40}).train()
     workload = precision_probe.training_workload(model, TrainConfig.from_dict(spec["train"]), CPU)

@@ -3,7 +3,6 @@ queued without waiting for the device (their numbers read one update late), chec
 thread from a copy, an update's batches merged into fewer passes with the same loss and gradients for every model
 family. Every GPU branch runs here on the CPU."""
 
-import importlib.util
 import math
 import sys
 import threading
@@ -12,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, toy_spec
+from conftest import load_benchmark, toy_spec
 
 from layerwise_nmt import UserError
 from layerwise_nmt.training import loop as training, update_batches
@@ -26,9 +25,7 @@ from layerwise_nmt.training.update_batches import check_merging, rank_batches
 
 CPU = torch.device("cpu")
 OURS = str(update_batches.__file__).rsplit("/", 1)[0]
-_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_check)
+gpu_check = load_benchmark("gpu_check")
 
 
 def no_dropout_spec(**train) -> dict:
