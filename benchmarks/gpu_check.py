@@ -9,6 +9,8 @@ the loss scaler — V100/T4 users get it, so it is checked on bf16 GPUs too — 
            1e-4 where CUDA's non-deterministic kernels differ, which is reported);
   beam     cached beam search (`decode.beam_search`) = full recomputation (`decode.Recompute`) in that precision
            (strict fp32 to 1e-5; TF32 and mixed precision to their rounding);
+  graphs   40 updates in fixed shapes replayed as CUDA graphs (`cuda_graphs: auto`) = the same updates taken
+           eagerly (the resume check's tolerance), updates replayed and no capture failed (fp16: not applicable);
 and once: data-parallel training (`lwnmt train --ranks N` under torchrun with NCCL over the visible GPUs; with one
 GPU, a one-rank NCCL group around the trainer's `accumulate`), and the GPU lock (`gpu_lock.claim`) claiming a real
 device in a child process that then computes on it, CUDA not initialised before the claim.
@@ -22,7 +24,10 @@ IWSLT14 BPE valid+test sets for the IWSLT model, newstest2013 (Moses tokens; 32K
 base and big. The lengths travel with the repository (benchmarks/lengths.json, written from the data mirror by
 `--write-lengths`): a GPU machine has no data mirror. Token ids are random: speed does not depend on them. After a
 model's rows, its `auto` row: the trainer started with `amp: auto` (its probe run afresh) and what it picked, which
-fails where the other precision measured faster by more than the probe's margin.
+fails where the other precision measured faster by more than the probe's margin. With `--bucket-growth-factor 0 1.1`
+each model × precision is timed in today's batches, in fixed shapes eagerly, and in fixed shapes replayed as CUDA
+graphs (`--cuda-graphs auto`, the trainer's default; each timed shape captured before the clock starts): the row
+says how its timed updates ran (`timed_updates_by_path`: replayed, or eager where a capture failed).
 
 Probe (`--probe DATA_DIR`, the study's binarized data): the study baseline trained by `lwnmt train` alone, then
 three at once on the one GPU, 60 s each: the target tokens/s the study's shards are sized from.
@@ -31,7 +36,7 @@ Every result is written to the JSON as soon as it exists, so a command killed at
 what it finished. Exit 1 if any check or speed row failed (a row that raised is a failure, not a skipped row).
 
     python benchmarks/gpu_check.py [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30]
-        [--bucket-growth-factor 0 1.1]
+        [--bucket-growth-factor 0 1.1] [--cuda-graphs [auto]]
         [--families ...] [--precisions ...] [--skip-speed] [--probe DIR] [--compile]
 
 Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
@@ -46,8 +51,10 @@ import contextlib
 import datetime
 import gzip
 import json
+import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -244,6 +251,65 @@ def check_resume(family: str, label: str, device: torch.device, data: Path, work
     }
 
 
+def check_graphs(family: str, label: str, device: torch.device, data: Path, work: Path) -> dict:
+    """`train.train` 40 updates in fixed shapes, with dropout, replayed as CUDA graphs (`cuda_graphs: auto`; on the
+    CPU `emulated`) vs eagerly: the same weights (bit for bit, or within the resume check's tolerance where CUDA's
+    non-deterministic kernels differ), and updates replayed."""
+    from layerwise_nmt.training.graphs import why_not
+    from layerwise_nmt.training.loop import train
+
+    mode = "auto" if device.type == "cuda" else "emulated"
+    amp = PRECISIONS[label][0] if label in PRECISIONS else label
+    why = why_not(mode, device, amp, True, 1)
+    if why:
+        return {"ok": True, "skipped": why}
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    trainer_log = logging.getLogger("layerwise_nmt.training")
+    trainer_log.addHandler(handler)
+    level = trainer_log.level
+    trainer_log.setLevel(logging.INFO)
+    dirs = {graphs: work / f"graphs-{family}-{label}-{graphs}" for graphs in (mode, "off")}
+    try:
+        with trainer_precision(label, device), _fused_adam_everywhere():
+            for graphs, save_dir in dirs.items():
+                spec = family_spec(family, label, max_update=40, bucket_growth_factor=1.1, cuda_graphs=graphs)
+                spec["arch"] = {**spec["arch"], "dropout": 0.1}
+                train(spec, str(data), "de", "en", str(save_dir))
+    finally:
+        trainer_log.removeHandler(handler)
+        trainer_log.setLevel(level)
+    a, b = (torch.load(d / "checkpoint_last.pt", weights_only=False) for d in dirs.values())
+    diff = max(float((a["model"][k].float() - b["model"][k].float()).abs().max()) for k in a["model"])
+    said = [line for line in lines if line.startswith("cuda_graphs: ")]
+    replayed = re.search(r"updates replayed ([\d,]+)", said[-1]) if said else None
+    replays = int(replayed.group(1).replace(",", "")) if replayed else 0
+    failed = [line for line in said if "capture failed" in line]
+    return {
+        "ok": diff <= RESUME_TOLERANCE and replays > 0 and not failed,
+        "max_abs_diff": diff,
+        "exact": diff == 0.0,
+        "replayed_updates": replays,
+        **({"capture_failed": failed[0]} if failed else {}),
+    }
+
+
+@contextlib.contextmanager
+def _fused_adam_everywhere():
+    """The eager run steps the fused Adam that CUDA and the emulated graphs step (the CPU's default is foreach):
+    only the replay differs between the two runs of the graphs check."""
+    from layerwise_nmt.training import loop
+    from layerwise_nmt.training.optim import adam
+
+    default = loop._optimizer
+    loop._optimizer = lambda model, cfg: adam(model, cfg, fused=True)
+    try:
+        yield
+    finally:
+        loop._optimizer = default
+
+
 # relative, of the largest |score|
 BEAM_TOLERANCE = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 2e-2, "bf16-weights": 2e-2, "fp16": 2e-2}
 
@@ -419,6 +485,7 @@ def correctness(
                     ("overfit", lambda: check_overfit(family, label, device, data, work)),
                     ("resume", lambda: check_resume(family, label, device, data, work)),
                     ("beam", lambda: check_beam(family, label, device)),
+                    ("graphs", lambda: check_graphs(family, label, device, data, work)),
                 )
             }
             results.save()
@@ -552,9 +619,12 @@ def measure(
     warmup: int,
     compile_model: bool,
     growth: float = 0.0,
+    cuda_graphs: str = "off",
 ) -> dict:
     """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
-    length-bucketed batches of real lengths (in fixed shapes with a `growth` factor), after `warmup` updates."""
+    length-bucketed batches of real lengths (in fixed shapes with a `growth` factor), after `warmup` updates; with
+    `cuda_graphs` (auto, emulated), each shape the timed updates take is first warmed up and captured, untimed, so
+    that the rate is the long run's, where every shape has been seen before."""
     from layerwise_nmt import grid as cfg
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.grid.pricing import task_vocab
@@ -570,11 +640,24 @@ def measure(
     spec = {
         "model": e["model"],
         "arch": e["arch"],
-        "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens},
+        "train": {
+            **e["train"],
+            "amp": precision.amp,
+            "tf32": tf32,
+            "max_tokens": max_tokens,
+            "bucket_growth_factor": growth,
+            "cuda_graphs": cuda_graphs,
+        },
     }
     batches = real_batches(*stored_lengths(lengths), max_tokens, vocab, growth=growth)
     picks = np.random.RandomState(0).permutation(len(batches))  # a shuffled pass, again where it is too short
     order = [batches[picks[i % len(batches)]] for i in range(warmup + updates)]
+    if cuda_graphs != "off":  # each timed shape's eager updates and its capture, before the warm-up
+        from layerwise_nmt.training.graphs import EAGER_UPDATES, update_shape
+
+        firsts = {update_shape([b]): b for b in order[warmup:]}
+        order = [b for b in firsts.values() for _ in range(EAGER_UPDATES + 1)] + order
+        warmup += len(order) - warmup - updates
     with tempfile.TemporaryDirectory() as tmp:
         run = _start(
             spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device, precision
@@ -598,6 +681,7 @@ def measure(
                 before = None
                 torch.cuda.synchronize(device) if device.type == "cuda" else None
                 started, tokens = time.perf_counter(), 0
+                untimed = dict(run.graphs.counts) if run.graphs is not None else {}
             queued = _update(run, net, [batch], device, lambda: precision.autocast(device)), batch.ntokens
             count(before)
             before = queued
@@ -614,6 +698,7 @@ def measure(
         "precision": label,
         "compiled": compile_model,
         "bucket_growth_factor": growth,
+        "cuda_graphs": cuda_graphs,
         "batch_shapes": len({(b.src.shape, b.tgt.shape) for b in batches}),
         "parameters": params,
         "vocab": list(vocab),
@@ -625,6 +710,9 @@ def measure(
         "target_tokens_per_second": round(rate),
         "mfu": mfu(params, rate, peak),
     }
+    if run.graphs is not None:  # how the timed updates ran: replayed, or eagerly (a shape whose capture failed)
+        row["timed_updates_by_path"] = {k: v - untimed.get(k, 0) for k, v in run.graphs.counts.items()}
+        row["graphs_captured"] = len(run.graphs.graphs)
     if device.type == "cuda":
         row["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         torch.cuda.reset_peak_memory_stats(device)
@@ -639,26 +727,29 @@ def speed(config: dict, device: torch.device, args, results: Results) -> list[di
     for name in args.speed_rows:
         for label in labels:
             for growth in args.bucket_growth_factor:  # today's batches and fixed shapes, side by side
-                for compiled in (False, True) if args.compile else (False,):
-                    keep(
-                        results,
-                        device,
-                        _guarded(
-                            lambda: measure(
-                                name,
-                                config,
-                                device,
-                                label,
-                                args.max_tokens,
-                                args.updates,
-                                args.warmup,
-                                compiled,
-                                growth,
-                            )
-                        ),
-                        name,
-                        label,
-                    )
+                # fixed shapes eagerly and as CUDA graphs: what each of the two changes buys
+                for graphs in ("off", *args.cuda_graphs) if growth else ("off",):
+                    for compiled in (False, True) if args.compile else (False,):
+                        keep(
+                            results,
+                            device,
+                            _guarded(
+                                lambda: measure(
+                                    name,
+                                    config,
+                                    device,
+                                    label,
+                                    args.max_tokens,
+                                    args.updates,
+                                    args.warmup,
+                                    compiled,
+                                    growth,
+                                    graphs,
+                                )
+                            ),
+                            name,
+                            label,
+                        )
         measured = [
             row
             for row in results.speed
@@ -897,6 +988,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile'd models")
+    parser.add_argument(
+        "--cuda-graphs",
+        nargs="*",
+        default=["auto"],
+        choices=["auto", "emulated"],
+        help="fixed-shape rows: also timed with these cuda_graphs modes (beside off); none: eagerly only",
+    )
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument(
         "--bucket-growth-factor",

@@ -116,6 +116,24 @@ def test_a_speed_row_times_the_updates_asked_for_however_few_batches_there_are(m
     assert "error" not in row and row["updates_timed"] == 3
 
 
+def test_a_graphs_speed_row_times_replays_only():
+    """With cuda_graphs, the shapes the timed updates take are warmed up and captured before the clock starts."""
+    row = gpu_check.measure(
+        "transformer_iwslt_de_en",
+        gpu_check.read_config(ROOT / "config.yaml"),
+        torch.device("cpu"),
+        "fp32",
+        max_tokens=0,
+        updates=2,
+        warmup=1,
+        compile_model=False,
+        growth=1.1,
+        cuda_graphs="emulated",
+    )
+    assert "error" not in row and row["updates_timed"] == 2 and row["cuda_graphs"] == "emulated"
+    assert row["timed_updates_by_path"] == {"eager": 0, "captured": 0, "replayed": 2} and row["graphs_captured"] >= 1
+
+
 def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: 1 / 0)
     monkeypatch.setattr(
@@ -198,6 +216,11 @@ def test_checks_pass_on_the_cpu_in_every_precision(tmp_path, label):
     assert gpu_check.check_beam("deep", label, device)["ok"]
     resume = gpu_check.check_resume("transformer_pre", label, device, data, tmp_path)
     assert resume["ok"] and resume["exact"]
+    graphs = gpu_check.check_graphs("mlrf", label, device, data, tmp_path)
+    if label == "fp16":
+        assert graphs == {"ok": True, "skipped": "fp16's loss scaler keeps host state per update"}
+    else:
+        assert graphs["ok"] and graphs["exact"] and graphs["replayed_updates"] > 20
 
 
 def test_checks_fail_when_the_model_is_broken(tmp_path, monkeypatch):
@@ -263,8 +286,8 @@ def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
 def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growth_asked(tmp_path, monkeypatch):
     timed = []
 
-    def measure(name, config, device, label, max_tokens, updates, warmup, compiled, growth=0.0):
-        timed.append((name, label, growth))
+    def measure(name, config, device, label, max_tokens, updates, warmup, compiled, growth=0.0, graphs="off"):
+        timed.append((name, label, growth, graphs))
         return {"target_tokens_per_second": 1000 if growth else 900, "bucket_growth_factor": growth}
 
     monkeypatch.setattr(gpu_check, "measure", measure)
@@ -272,6 +295,7 @@ def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growt
     args = gpu_check.argparse.Namespace(
         speed_rows=["transformer_iwslt_de_en"],
         bucket_growth_factor=[0.0, 1.1],
+        cuda_graphs=["auto"],
         compile=False,
         max_tokens=4096,
         updates=1,
@@ -279,7 +303,9 @@ def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growt
     )
     results = gpu_check.Results(tmp_path / "gpu.json", torch.device("cpu"))
     rows = gpu_check.speed({}, torch.device("cpu"), args, results)
-    assert [growth for *_, growth in timed] == [0.0, 1.1] * (len(timed) // 2) and timed
+    assert [(growth, graphs) for *_, growth, graphs in timed] == [(0.0, "off"), (1.1, "off"), (1.1, "auto")] * (
+        len(timed) // 3
+    ) and timed
     assert all(row["bucket_growth_factor"] == 0.0 for row in rows[-1]["rows"])  # auto compares today's batches
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from .. import UserError
 from ..settings import AMP_CHOICES, Settings, setting
 
+CUDA_GRAPHS_CHOICES = ("auto", "off", "emulated")
+
 
 @dataclass
 class TrainConfig(Settings):
@@ -77,6 +79,10 @@ class TrainConfig(Settings):
     # probe of the model finds faster) on bf16 GPUs and on CPUs with native bf16 where it is faster than fp32 (else
     # TF32 / fp32); fp16 + loss scaling on older GPUs, fp32 elsewhere (precision.py); none = fp32
     amp: str = "auto"
+    # auto | off | emulated: auto = each update shape captured as a CUDA graph at its second update and replayed
+    # from then on, on one CUDA GPU with fixed batch shapes (bucket_growth_factor > 0) in fp32 or bf16 (graphs.py);
+    # emulated = the same bookkeeping without graphs on any device, the update's Python replayed (what the tests run)
+    cuda_graphs: str = "auto"
     tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
     # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
     max_nonfinite_updates: int = setting(8, ge=1)
@@ -109,6 +115,8 @@ class TrainConfig(Settings):
                 f"bucket_growth_factor={self.bucket_growth_factor:g} with micro_batch_tokens="
                 f"{self.micro_batch_tokens}: merged passes would leave the fixed shapes; set one of them to 0"
             )
+        if self.cuda_graphs not in CUDA_GRAPHS_CHOICES:
+            raise UserError(f"cuda_graphs={self.cuda_graphs!r}; expected {', '.join(CUDA_GRAPHS_CHOICES)}")
         if self.amp not in AMP_CHOICES:
             raise UserError(f"amp={self.amp!r}; expected {', '.join(AMP_CHOICES)}")
         if not (self.max_update or self.max_epoch or self.max_minutes):

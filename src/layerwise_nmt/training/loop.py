@@ -39,6 +39,7 @@ from .checkpoint import BEST, LAST, PREVIOUS
 from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
 from .deferred import Pending, set_lr, step
+from .graphs import UpdateGraphs, for_run as update_graphs, stream_of
 from .distributed import Stop, Stopped, StopSignals, barrier, broadcast_object, init_distributed, world
 from .distributed import per_rank_update_freq
 from .loss import accumulate, evaluate  # accumulate: looked up here at each update, tests replace it
@@ -78,6 +79,7 @@ class Run:
     writer: checkpoint.Writer = field(default_factory=checkpoint.Writer)
     pending: Pending | None = None  # the newest update, queued and not yet counted into `progress`
     lr: float = 0.0  # the learning rate of the newest update counted (or skipped): what the reports show
+    graphs: UpdateGraphs | None = None  # the updates' CUDA graphs (`cuda_graphs`), where they are used
 
     def save(self, *names: str, background: bool = False) -> None:
         """Rank 0 writes checkpoint_last.pt (all a resume needs; the only one resumed from) and weights-only
@@ -265,7 +267,7 @@ def _start(
         spec,
         cfg,
         model,
-        _adam(model, cfg),
+        _optimizer(model, cfg),
         scaler,
         Progress(),
         save_dir,
@@ -275,6 +277,7 @@ def _start(
         languages=dict(zip(("src", "tgt"), vocabs)),
         lr=cfg.lr,
     )
+    run.graphs = update_graphs(cfg.cuda_graphs, device, precision.amp, cfg.bucket_growth_factor > 0, world_size)
     if state is not None:
         assert resumed_from is not None  # found together
         try:
@@ -296,17 +299,27 @@ def _start(
     return run
 
 
+def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam; fused (CUDA's update path, its skip and lr on the device) on CUDA, and wherever graphs are emulated."""
+    return _adam(model, cfg, fused=True if cfg.cuda_graphs == "emulated" else None)
+
+
 def _update(run: Run, net, micro_batches, device, autocast, before: Pending | None = None) -> Pending:
     """One optimiser step on the update's batches, its numbers left on the device (`deferred`): skipped there when
     its loss or gradient norm is not finite (fp16: the scaler halves the loss scale). `before`: the update before
     it, not yet counted, whose skip would give this one its learning rate."""
     progress, optimizer, scaler = run.progress, run.optimizer, run.scaler
     lr = partial(lr_at, cfg=run.cfg, d_model=run.model.config.d_model, restarted=progress.restarted)
-    set_lr(optimizer, lr(progress.update + 1 + (before is not None)), lr(progress.update + 1), before)
-    sums = accumulate(net, micro_batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
-    master_weights.to_masters(net, run.model, optimizer, run.precision)  # bf16-weights: grads to fp32 masters
-    norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
-    return step(optimizer, scaler, sums, norm)
+
+    def body(batches) -> Pending:  # what a CUDA graph of the update holds (`graphs`): nothing read on the host
+        sums = accumulate(net, batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
+        master_weights.to_masters(net, run.model, optimizer, run.precision)  # bf16-weights: grads to fp32 masters
+        norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
+        return step(optimizer, scaler, sums, norm)
+
+    with stream_of(run.graphs):
+        set_lr(optimizer, lr(progress.update + 1 + (before is not None)), lr(progress.update + 1), before)
+        return body(micro_batches) if run.graphs is None else run.graphs.update(micro_batches, body, optimizer)
 
 
 def _count(run: Run, update: Pending, elapsed: float, reporter: Reporter, updates_per_epoch: int) -> bool:
@@ -391,7 +404,7 @@ def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
     improved = progress.judge(cfg, valid)
     if cfg.restart_after_epochs and not progress.restarted and progress.epoch >= cfg.restart_after_epochs:
         progress.restarted, progress.restart_epoch = True, progress.epoch
-        run.optimizer = _adam(run.model, cfg)  # RestartAdam (MLRF §4.1): fresh moment estimates
+        run.optimizer = _optimizer(run.model, cfg)  # RestartAdam (MLRF §4.1): fresh moment estimates
         log.info(
             "RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
             progress.epoch,
@@ -416,6 +429,8 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
             progress.epoch,
         )
     reporter.write_history(progress)
+    if run.graphs is not None:
+        log.info("%s", run.graphs.summary())
     if run.rank == 0 and final:
         weights, chosen = run.model.state_dict(), "the last update"
         best = run.save_dir / BEST

@@ -61,11 +61,13 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
                     f"a per-pass auxiliary loss, which merged batches would change; set "
                     f"micro_batch_tokens: 0"
                 )
-            total = loss if extra is None else loss + extra * batch.ntokens
+            # counted on the device, not taken from the batch's Python numbers, which a CUDA graph replaying this
+            # update would hold as they were at its capture: a target's first token is pad in a dummy row only
+            real = batch.tgt != inner.config.pad
+            ntokens, nsentences = real.sum(), real[:, 0].sum()
+            total = loss if extra is None else loss + extra * ntokens
             (total if scaler is None else scaler.scale(total)).backward()
-        sums[:3] += torch.stack([loss.detach().double(), nll.double(), ok.double()])
-        sums[3] += batch.ntokens  # Python numbers: no host-to-device copy, which would wait for the stream
-        sums[4] += len(batch.ids)
+        sums += torch.stack([loss.detach(), nll, ok, ntokens, nsentences]).double()
     sums = all_reduce_sum(sums)
     grads = [p.grad for p in inner.parameters() if p.grad is not None]
     if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
