@@ -632,6 +632,7 @@ def measure(
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
     from layerwise_nmt.training.master_weights import compute_model
 
+    began = time.perf_counter()
     experiment, lengths, row_tokens = SPEED_ROWS[name]
     max_tokens = row_tokens or max_tokens
     e = cfg.experiment(config, experiment)
@@ -709,6 +710,7 @@ def measure(
         "target_tokens_per_update": round(tokens / max(1, len(order) - warmup)),
         "target_tokens_per_second": round(rate),
         "mfu": mfu(params, rate, peak),
+        "row_seconds": round(time.perf_counter() - began, 1),  # building, warming up and timing: what a call costs
     }
     if run.graphs is not None:  # how the timed updates ran: replayed, or eagerly (a shape whose capture failed)
         row["timed_updates_by_path"] = {k: v - untimed.get(k, 0) for k, v in run.graphs.counts.items()}

@@ -4,6 +4,8 @@ runs): nothing here needs CUDA."""
 import importlib.util
 import itertools
 import json
+import re
+import shlex
 import subprocess
 import sys
 
@@ -446,3 +448,16 @@ def test_the_update_profile_times_and_names_where_the_time_goes(tmp_path):
     [row] = json.loads(out.read_text())
     assert row["precision"] == "fp32" and row["target_tokens_per_second"] > 0
     assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in row["top_device_ops"])
+
+
+def test_the_prepared_gpu_command_in_the_benchmarks_page_parses(capsys):
+    """docs/benchmarks.md's command for the next GPU allocation: its flags are gpu_check's (a typo there would cost
+    the allocation's one call)."""
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is visible here: the command would run")
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    command = re.search(r"```bash\n(python3 benchmarks/gpu_check\.py .*?)\n```", page, re.S)
+    assert command, "no gpu_check command in docs/benchmarks.md"
+    argv = shlex.split(command.group(1).replace("\\\n", " "))[2:]
+    assert "--speed-rows" in argv and gpu_check.main(argv) == 0
+    assert "no CUDA device visible" in capsys.readouterr().out

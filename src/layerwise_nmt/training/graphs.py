@@ -1,6 +1,6 @@
 """`cuda_graphs`: each batch shape's update captured once as a CUDA graph and replayed from then on.
 
-An IWSLT-sized Transformer's update is ~1,500 small kernels; launched one by one from Python, the host takes
+An IWSLT-sized Transformer's update is many hundreds of small kernels; launched one by one from Python, the host takes
 longer to queue them than the GPU to run them (docs/benchmarks.md: the GPU busy 10-14 ms of a 45-72 ms update). A
 captured graph is queued with one call. What the update needs for that, the loop already gives it: fixed batch
 shapes (`bucket_growth_factor`), numbers read one update late and a non-finite update skipped by the optimizer's
