@@ -212,3 +212,35 @@ def test_auto_on_the_cpu_runs_eagerly_and_a_wrong_mode_is_refused(toy_data, tmp_
     assert not any(SUMMARY.match(r.getMessage()) for r in caplog.records)
     with pytest.raises(UserError, match=r"^cuda_graphs='always'; expected auto, off, emulated$"):
         TrainConfig.from_dict({"max_update": 1, "cuda_graphs": "always"})
+
+
+def test_the_precision_probe_times_the_replayed_step_where_the_run_replays(toy_data, tmp_path, monkeypatch):
+    """amp: auto must pick for the updates the run will take: where they are graphs, the probe's timed steps are
+    replays (each precision's first, untimed call captures), the model, its gradients and the RNG left as they were,
+    and the cached choice is one of its own."""
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.training import precision_probe
+    from layerwise_nmt.training.precision import Precision, device_name
+
+    replays = Counter()
+    replay = graphs.EmulatedGraph.replay
+    monkeypatch.setattr(graphs.EmulatedGraph, "replay", lambda self: replays.update(["replay"]) or replay(self))
+    spec = toy_spec(**FIXED)
+    spec["arch"] = {**spec["arch"], "dropout": 0.1}
+    vocabs = dict(zip(("de", "en"), load_pair(toy_data, "de", "en")))
+    keys = {}
+    for mode in ("emulated", "off"):
+        cfg = TrainConfig.from_dict({**spec["train"], "max_update": 10, "cuda_graphs": mode})
+        run = loop._start(
+            spec, cfg, vocabs, tmp_path / mode, CPU, Precision("none", "none", "as configured", device_name(CPU))
+        )
+        workload = precision_probe.training_workload(run.model, cfg, CPU)
+        keys[mode] = workload.shape
+        before, rng = {k: v.clone() for k, v in run.model.state_dict().items()}, torch.get_rng_state()
+        for _ in range(3):
+            for amp in workload.amps:
+                workload.step(amp)
+        assert all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())
+        assert all(p.grad is None for p in run.model.parameters()) and torch.equal(rng, torch.get_rng_state())
+    assert replays["replay"] == 2 * len(workload.amps)  # the emulated run's: all but each precision's first call
+    assert keys["emulated"] == {**keys["off"], "cuda_graphs": True}

@@ -153,7 +153,7 @@ class UpdateGraphs:
         inputs = [b.to(self.device) for b in batches]  # this update's batches become the graph's inputs
         if inputs[0].src is batches[0].src:  # on the same device `to` is no copy: the caller's tensors are theirs
             inputs = [Batch(b.src.clone(), b.prev.clone(), b.tgt.clone(), b.ids, b.ntokens, b.parts) for b in inputs]
-        graph = EmulatedGraph() if self.stream is None else CudaGraph(self.pool, self.stream)
+        graph = self.new_graph()
         groups = optimizer.param_groups
         capturable = [group.get("capturable", False) for group in groups]
         for group in groups:  # the fused kernel reads its step count on the device either way; the flag is the
@@ -170,6 +170,10 @@ class UpdateGraphs:
         self.counts["captured"] += 1
         self.graphs[shape] = captured = Captured(graph, inputs)
         return captured
+
+    def new_graph(self) -> CudaGraph | EmulatedGraph:
+        """A graph to capture into, on the graphs' stream and in their pool (its work inside `on_stream`)."""
+        return EmulatedGraph() if self.stream is None else CudaGraph(self.pool, self.stream)
 
     def summary(self) -> str:
         return (

@@ -51,6 +51,9 @@ from .precision import cpu_capability, cpu_flags, cpu_model, cuda_kernels
 if TYPE_CHECKING:
     from ..models.transformer import Model
     from .config import TrainConfig
+    from .graphs import CudaGraph, EmulatedGraph
+
+    CapturedStep = CudaGraph | EmulatedGraph
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +318,14 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     whole max_tokens, since there the batch's size decides whether the update waits on the host or on the GPU. The
     RNG streams are forked (dropout draws from a copy) and the gradients dropped, so a probed run trains exactly
     as an unprobed one. bf16-weights runs on a bf16 copy of the model, made at its first step, and its step includes
-    the two copies between bf16 and the fp32 masters that each of its updates adds (the masters are not changed)."""
+    the two copies between bf16 and the fp32 masters that each of its updates adds (the masters are not changed).
+
+    Where the run's updates will be replayed as CUDA graphs (`cuda_graphs`, graphs.py), so is the probe's step: its
+    first call per precision runs it eagerly and captures it, untimed, and the timed calls replay it. A host-bound
+    model then costs what its GPU work costs, and the pick is the one for the run's own updates (eagerly, bf16's
+    casts add launches that a graph does not pay for)."""
+    from .graphs import UpdateGraphs, why_not
+    from .distributed import world
     from .master_weights import bf16_copy, link
 
     config, length = model.config, min(24, model.config.max_positions - 1)
@@ -325,23 +335,40 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     prev = torch.randint(4, config.tgt_vocab, (rows, length), generator=generator).to(device)
     target = prev.roll(-1, dims=1)
     copies: list[torch.nn.Module] = []
+    # bf16 stands for the three: the graphs apply to fp32 and both bf16 forms alike, not to fp16 (never probed)
+    graphed = not why_not(cfg.cuda_graphs, device, "bf16", cfg.bucket_growth_factor > 0, world()[1])
+    graphs = UpdateGraphs(device, emulated=device.type != "cuda") if graphed else None
+    captured: dict[str, CapturedStep] = {}
 
-    def step(amp: str) -> None:
+    def forward_backward(amp: str) -> torch.Tensor:
         if amp == "bf16-weights" and not copies:
             copies.append(bf16_copy(model))
         net = copies[0] if amp == "bf16-weights" else model
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), probe_step(device, cfg.tf32):
-            with autocast(amp, device):
-                output = net(src, prev, full=True)
-                loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
-            loss.backward()
-            linked = link(net)
-            if linked is not None:
-                linked.grads_to_masters()
-                linked.masters_to_model()
-            model.zero_grad(set_to_none=True)
+        with autocast(amp, device):
+            output = net(src, prev, full=True)
+            loss = torch.nn.functional.cross_entropy(output.logits.float().flatten(0, 1), target.flatten())
+        loss.backward()
+        linked = link(net)
+        if linked is not None:
+            linked.grads_to_masters()
+            linked.masters_to_model()
+        model.zero_grad(set_to_none=True)
+        return loss.detach()
 
-    shape = model_shape(model, rows=rows, length=length)
+    def step(amp: str) -> None:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), probe_step(device, cfg.tf32):
+            if graphs is None:
+                forward_backward(amp)
+                return
+            with graphs.on_stream():
+                if amp in captured:
+                    captured[amp].replay()
+                    return
+                forward_backward(amp)  # the warm-up, then the capture (which runs nothing)
+                captured[amp] = graphs.new_graph()
+                captured[amp].capture(lambda: forward_backward(amp))
+
+    shape = model_shape(model, rows=rows, length=length, **({"cuda_graphs": True} if graphed else {}))
     amps = (*TWO, "bf16-weights")
     return Workload("train", shape, step, device, full_precision(device, cfg.tf32), amps)
 
