@@ -32,6 +32,11 @@ def fused_when_eager(monkeypatch):
     monkeypatch.setattr(loop, "_optimizer", lambda model, cfg: adam(model, cfg, fused=True))
 
 
+def train_in(mode: str, spec: dict, toy_data, save_dir) -> None:
+    """`spec`'s training with `cuda_graphs: mode`."""
+    train({**spec, "train": {**spec["train"], "cuda_graphs": mode}}, str(toy_data), "de", "en", str(save_dir))
+
+
 def weights(save_dir) -> dict:
     return load(save_dir / LAST)["model"]
 
@@ -63,20 +68,14 @@ def test_replayed_updates_train_as_the_eager_ones_to_the_bit(toy_data, tmp_path,
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loop, "accumulate", recording)
-        train(
-            {**spec, "train": {**spec["train"], "cuda_graphs": "emulated"}},
-            str(toy_data),
-            "de",
-            "en",
-            str(tmp_path / "g"),
-        )
+        train_in("emulated", spec, toy_data, tmp_path / "g")
     shapes, replayed, eager = summary(caplog)
     assert sum(seen.values()) == replayed + eager == 200
     assert eager == len(seen) and shapes == sum(n > 1 for n in seen.values()) and replayed > 150
     assert load(tmp_path / "g" / LAST)["optimizer"]["param_groups"][0]["capturable"] is False
 
     monkeypatch.setattr(loop, "_optimizer", lambda model, cfg: adam(model, cfg, fused=True))
-    train({**spec, "train": {**spec["train"], "cuda_graphs": "off"}}, str(toy_data), "de", "en", str(tmp_path / "e"))
+    train_in("off", spec, toy_data, tmp_path / "e")
     assert_equal_weights(weights(tmp_path / "g"), weights(tmp_path / "e"))
 
 
@@ -86,9 +85,7 @@ def test_the_emulated_path_follows_todays_default_update_within_rounding(toy_dat
     magnifies a rounding difference in a gradient near zero, and fused and foreach Adam round differently)."""
     spec = toy_spec(max_update=300, **FIXED)
     for name, mode in (("g", "emulated"), ("e", "off")):
-        train(
-            {**spec, "train": {**spec["train"], "cuda_graphs": mode}}, str(toy_data), "de", "en", str(tmp_path / name)
-        )
+        train_in(mode, spec, toy_data, tmp_path / name)
     g, e = (pd.read_csv(tmp_path / name / "metrics.csv") for name in ("g", "e"))
     assert len(g) == len(e) > 10 and g["update"].iloc[-1] == e["update"].iloc[-1] == 300
     for column in ("train_loss", "valid_loss"):
@@ -110,13 +107,7 @@ def test_an_update_that_reads_a_python_number_of_its_batch_is_caught(toy_data, t
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loop, "accumulate", frozen_count)
         for name, mode in (("g", "emulated"), ("e", "off")):
-            train(
-                {**spec, "train": {**spec["train"], "cuda_graphs": mode}},
-                str(toy_data),
-                "de",
-                "en",
-                str(tmp_path / name),
-            )
+            train_in(mode, spec, toy_data, tmp_path / name)
     g, e = weights(tmp_path / "g"), weights(tmp_path / "e")
     assert any(not torch.equal(g[key], e[key]) for key in g)
 
@@ -152,20 +143,14 @@ def test_a_shape_whose_capture_fails_stays_eager_with_a_warning(
     caplog.set_level(logging.INFO)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(graphs.EmulatedGraph, "capture", refuse)
-        train(
-            {**spec, "train": {**spec["train"], "cuda_graphs": "emulated"}},
-            str(toy_data),
-            "de",
-            "en",
-            str(tmp_path / "g"),
-        )
+        train_in("emulated", spec, toy_data, tmp_path / "g")
     warned = [
         r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "capture failed" in r.getMessage()
     ]
     assert warned and all("runs eagerly" in w and "operation not permitted" in w for w in warned)
     assert len(warned) == len(set(warned))  # once per shape
     assert summary(caplog) == (0, 0, 40)
-    train({**spec, "train": {**spec["train"], "cuda_graphs": "off"}}, str(toy_data), "de", "en", str(tmp_path / "e"))
+    train_in("off", spec, toy_data, tmp_path / "e")
     assert_equal_weights(weights(tmp_path / "g"), weights(tmp_path / "e"))
 
 

@@ -83,19 +83,16 @@ def test_missing_data_is_one_line_naming_the_file(tmp_path):
         gpu_check.read_lengths(tmp_path, "iwslt14")
 
 
+def measure_iwslt_fp32(**settings) -> dict:
+    """A speed row of transformer_iwslt_de_en in fp32 on the CPU, as config.yaml defines it."""
+    config = gpu_check.read_config(ROOT / "config.yaml")
+    return gpu_check.measure("transformer_iwslt_de_en", config, torch.device("cpu"), "fp32", max_tokens=0, **settings)
+
+
 def test_a_speed_row_is_measured_with_real_dictionaries():
     """measure() once handed ranges to the trainer as vocabularies: every speed row raised, and the script still
     said all checks passed."""
-    row = gpu_check.measure(
-        "transformer_iwslt_de_en",
-        gpu_check.read_config(ROOT / "config.yaml"),
-        torch.device("cpu"),
-        "fp32",
-        max_tokens=0,
-        updates=1,
-        warmup=0,
-        compile_model=False,
-    )
+    row = measure_iwslt_fp32(updates=1, warmup=0, compile_model=False)
     assert "error" not in row and row["target_tokens_per_second"] > 0 and row["max_tokens"] == 4096
     assert row["parameters"] > 30_000_000 and row["precision"] == "fp32"
 
@@ -105,16 +102,7 @@ def test_a_speed_row_times_the_updates_asked_for_however_few_batches_there_are(m
     4 updates (9 less the 5 warm-up ones) instead of 30."""
     real = gpu_check.real_batches
     monkeypatch.setattr(gpu_check, "real_batches", lambda *args, **kwargs: real(*args, **kwargs)[:2])
-    row = gpu_check.measure(
-        "transformer_iwslt_de_en",
-        gpu_check.read_config(ROOT / "config.yaml"),
-        torch.device("cpu"),
-        "fp32",
-        max_tokens=0,
-        updates=3,
-        warmup=1,
-        compile_model=False,
-    )
+    row = measure_iwslt_fp32(updates=3, warmup=1, compile_model=False)
     assert "error" not in row and row["updates_timed"] == 3
 
 
@@ -123,18 +111,7 @@ def test_a_graphs_speed_row_times_replays_only(monkeypatch):
     monkeypatch.setitem(gpu_check.SPEED_ROWS, "transformer_iwslt_de_en", ("gca.deen.transformer", "iwslt14", 512))
     real = gpu_check.real_batches
     monkeypatch.setattr(gpu_check, "real_batches", lambda *args, **kwargs: real(*args, **kwargs)[:3])
-    row = gpu_check.measure(
-        "transformer_iwslt_de_en",
-        gpu_check.read_config(ROOT / "config.yaml"),
-        torch.device("cpu"),
-        "fp32",
-        max_tokens=0,
-        updates=2,
-        warmup=1,
-        compile_model=False,
-        growth=1.1,
-        cuda_graphs="emulated",
-    )
+    row = measure_iwslt_fp32(updates=2, warmup=1, compile_model=False, growth=1.1, cuda_graphs="emulated")
     assert "error" not in row and row["updates_timed"] == 2 and row["cuda_graphs"] == "emulated"
     assert row["timed_updates_by_path"] == {"eager": 0, "captured": 0, "replayed": 2} and row["graphs_captured"] >= 1
 
