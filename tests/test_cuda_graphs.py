@@ -133,16 +133,32 @@ def test_a_run_stopped_and_resumed_replays_to_the_weights_of_one_straight_run(to
         assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
 
 
-def test_a_shape_whose_capture_fails_stays_eager_with_a_warning(
-    toy_data, tmp_path, monkeypatch, caplog, fused_when_eager
-):
-    def refuse(self, body):
+def refuse(self, body):
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def fail_after_backward(self, body):
+    """A capture that fails at the clipping, after backward has set the gradients (a CUDA capture would leave
+    them recorded but never computed): the eager update that follows must not add to them."""
+
+    def boom(*args, **kwargs):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    spec = toy_spec(max_update=40, **FIXED)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "_unscale_and_clip", boom)
+        body()
+
+
+@pytest.mark.parametrize("failing", [refuse, fail_after_backward])
+@pytest.mark.parametrize("amp", ["none", "bf16-weights"])
+def test_a_shape_whose_capture_fails_stays_eager_with_a_warning(
+    toy_data, tmp_path, caplog, fused_when_eager, failing, amp
+):
+    spec = toy_spec(max_update=40, **{**FIXED, "amp": amp})
+    spec["arch"] = {**spec["arch"], "dropout": 0.0}  # the emulated failure runs a forward: it must draw no RNG
     caplog.set_level(logging.INFO)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(graphs.EmulatedGraph, "capture", refuse)
+        patch.setattr(graphs.EmulatedGraph, "capture", failing)
         train_in("emulated", spec, toy_data, tmp_path / "g")
     warned = [
         r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "capture failed" in r.getMessage()
@@ -168,7 +184,7 @@ def test_a_new_optimizer_starts_the_graphs_again():
     update_graphs = graphs.UpdateGraphs(CPU, emulated=True)
     first, second = adam(model, cfg, fused=True), adam(model, cfg, fused=True)
     for optimizer in (first, first, first, second, second):
-        update_graphs.update([batch], body, optimizer)
+        update_graphs.update([batch], body, optimizer, lambda: None)
     assert update_graphs.counts == {"eager": 2, "captured": 2, "replayed": 3}
     assert ran[0] == batch.src.data_ptr() and ran[1] != batch.src.data_ptr()  # a replay reads the graph's inputs
     assert ran[1] == ran[2]

@@ -124,8 +124,12 @@ class UpdateGraphs:
             yield
         current.wait_stream(self.stream)
 
-    def update(self, batches: list[Batch], body: Callable[[list[Batch]], Pending], optimizer) -> Pending:
-        """`body(batches)`, the update (forward, backward, clipping, step), eagerly or as its shape's graph."""
+    def update(
+        self, batches: list[Batch], body: Callable[[list[Batch]], Pending], optimizer, clear_grads: Callable[[], None]
+    ) -> Pending:
+        """`body(batches)`, the update (forward, backward, clipping, step), eagerly or as its shape's graph.
+        `clear_grads` drops every gradient the body writes: after a failed capture, whose backward may have left
+        gradients that were recorded but never computed, for the eager update to add to."""
         if optimizer is not self.optimizer:  # the graphs step the optimizer they captured
             self.graphs.clear()
             self.seen.clear()
@@ -139,6 +143,7 @@ class UpdateGraphs:
                 return body(batches)
             captured = self._capture(shape, batches, body, optimizer)
             if captured is None:
+                clear_grads()
                 self.counts["eager"] += 1
                 return body(batches)
         else:

@@ -245,7 +245,14 @@ def _update(run: Run, net, micro_batches, device, autocast, before: Pending | No
 
     with stream_of(run.graphs):
         set_lr(optimizer, lr(progress.update + 1 + (before is not None)), lr(progress.update + 1), before)
-        return body(micro_batches) if run.graphs is None else run.graphs.update(micro_batches, body, optimizer)
+        if run.graphs is None:
+            return body(micro_batches)
+        return run.graphs.update(micro_batches, body, optimizer, lambda: _clear_grads(net, run.model))
+
+
+def _clear_grads(*models: torch.nn.Module) -> None:
+    for model in models:
+        model.zero_grad(set_to_none=True)
 
 
 def _count(run: Run, update: Pending, elapsed: float, reporter: Reporter, updates_per_epoch: int) -> bool:
