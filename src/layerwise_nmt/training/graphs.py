@@ -194,6 +194,7 @@ def for_run(mode: str, device: torch.device, amp: str, fixed_shapes: bool, world
         if (mode == "auto" and device.type == "cuda") or mode == "emulated":
             log.info("cuda_graphs: updates run eagerly: %s", why)
         return None
+    log.info("cuda_graphs: %s: each update shape captured at its second update, then replayed", mode)
     return UpdateGraphs(device, emulated=mode == "emulated")
 
 
