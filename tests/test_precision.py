@@ -152,17 +152,22 @@ def test_a_busy_core_picks_the_precision_a_quiet_one_does(monkeypatch, tmp_path,
         if busy:
             other.send_signal(signal.SIGSTOP)
 
+    # three quiet and three busy probes, alternated: a process outside the test (another test on a sibling
+    # hyperthread) can stretch one probe's few steps; the median of three is the finding it cannot move
     os.sched_setaffinity(0, {core})
     try:
-        quiet = Workload("train", {"load": "none"}, lambda amp: step(amp, False)).measure()
-        busy = Workload("train", {"load": busy_during}, lambda amp: step(amp, True)).measure()
+        quiet, busy = [], []
+        for _ in range(3):
+            quiet.append(Workload("train", {"load": "none"}, lambda amp: step(amp, False)).measure())
+            busy.append(Workload("train", {"load": busy_during}, lambda amp: step(amp, True)).measure())
     finally:
         os.sched_setaffinity(0, before)
         other.kill()
         other.wait()
-    assert quiet.amp == expected, quiet
-    assert busy.amp == quiet.amp, (busy, quiet)
-    assert 0.7 < busy.speedup / quiet.speedup < 1.4  # the same finding, not only the same side of the bar
+    assert [m.amp for m in quiet] == [expected] * 3, quiet
+    assert [m.amp for m in busy] == [expected] * 3, (busy, quiet)
+    median = lambda probes: sorted(m.speedup for m in probes)[1]  # noqa: E731
+    assert 0.7 < median(busy) / median(quiet) < 1.4, (busy, quiet)  # the same finding, not only the same side
 
 
 def test_the_probe_runs_once_per_machine_and_workload_and_its_choice_is_reused(monkeypatch, tmp_path):
