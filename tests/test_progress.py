@@ -130,3 +130,18 @@ def test_without_a_writer_one_line_says_why(tmp_path, monkeypatch, caplog):
     said = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("no TensorBoard event files: tensorboardX")
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_a_resumed_runs_eta_follows_its_own_pace_not_the_stopped_attempts(tmp_path, caplog):
+    """A run stopped at update 100 after 50 minutes (a slow start on a busy machine) resumes at one update a
+    second: its ETA for the 900 left is 15 minutes, not the 450 the whole run's mean pace would say."""
+    caplog.set_level(logging.INFO, logger="layerwise_nmt.training.reporting")
+    cfg = TrainConfig.from_dict({"max_update": 1000, "log_interval": 10})
+    progress = Progress(update=100, elapsed=3000.0)
+    reporter = Reporter(tmp_path, cfg)
+    for _ in range(10):
+        progress.add(result(2.0, 0.5, 100), elapsed=progress.elapsed + 1.0)
+        reporter.update(progress, 100, lr=1e-3, grad_norm=1.0, updates_per_epoch=10_000)
+    (line,) = logged(caplog, "ETA")
+    assert line.endswith("ETA 14.8 min"), line  # 890 updates left at 1 s each
+    assert Progress(update=100, elapsed=3000.0).eta_seconds(cfg, 10_000) == pytest.approx(900 * 30)  # no pace yet

@@ -103,15 +103,18 @@ class Progress:
             self.early_stopped = True
         return improved
 
-    def eta_seconds(self, cfg, updates_per_epoch: int) -> float | None:
+    def eta_seconds(self, cfg, updates_per_epoch: int, seconds_per_update: float | None = None) -> float | None:
+        """Seconds left until the first budget is spent, at `seconds_per_update` (the current pace) or else at the
+        run's mean pace so far."""
+        pace = self.elapsed / max(self.update, 1) if seconds_per_update is None else seconds_per_update
         remaining = []
         if cfg.max_update:
-            remaining.append((cfg.max_update - self.update) * self.elapsed / max(self.update, 1))
+            remaining.append((cfg.max_update - self.update) * pace)
         if cfg.max_minutes:
             remaining.append(cfg.max_minutes * 60 - self.elapsed)
         if cfg.max_epoch:
             done = (self.epoch - 1) * updates_per_epoch + self.next_batch / max(1, cfg.update_freq)
-            remaining.append((cfg.max_epoch * updates_per_epoch - done) * self.elapsed / max(done, 1))
+            remaining.append((cfg.max_epoch * updates_per_epoch - done) * pace)
         return min(remaining) if remaining else None
 
 

@@ -28,6 +28,9 @@ class Reporter:
     def __init__(self, run_dir: Path | None, cfg):
         self.run_dir, self.cfg, self.writer = run_dir, cfg, None
         self.tokens, self.since = 0.0, time.time()
+        # (update, elapsed) at this attempt's first update: the ETA's pace is this attempt's, since a resumed run's
+        # elapsed time includes whatever slowed the attempts before it
+        self.paced_from: tuple[int, float] | None = None
         if run_dir is None:
             return
         try:
@@ -44,6 +47,8 @@ class Reporter:
 
     def update(self, progress: Progress, ntokens: float, lr: float, grad_norm: float, updates_per_epoch: int):
         self.tokens += ntokens
+        if self.paced_from is None:
+            self.paced_from = (progress.update, progress.elapsed)
         if progress.update % self.cfg.log_interval:
             return
         interval, progress.interval_stats = progress.interval_stats, [0.0] * 5  # every rank: checkpointed state
@@ -52,7 +57,13 @@ class Reporter:
         now = time.time()
         tps, self.tokens, self.since = self.tokens / max(now - self.since, 1e-9), 0.0, now
         mean = means(interval)
-        eta = progress.eta_seconds(self.cfg, updates_per_epoch)
+        first_update, first_elapsed = self.paced_from
+        pace = (
+            (progress.elapsed - first_elapsed) / (progress.update - first_update)
+            if progress.update > first_update
+            else None
+        )
+        eta = progress.eta_seconds(self.cfg, updates_per_epoch, pace)
         self._board(progress.update, "train", **mean, lr=lr, grad_norm=grad_norm, target_tokens_per_second=tps)
         log.info(
             "epoch %d update %d: loss %.3f, nll %.3f, ppl %.2f, acc %.3f, lr %.2e, gnorm %.3f, %.0f target "
