@@ -35,6 +35,11 @@ autocast and bf16 weights with fp32 masters (`amp: bf16-weights`), paired round 
 
     python benchmarks/train_decode.py [--updates 12] [--warmup 3] [--isa native|avx2] [--models iwslt,demo]
     python benchmarks/train_decode.py --parts precisions --updates 40 --warmup 4
+
+Fixed batch shapes (`--parts shapes`): each of --models trained through `_update` on fairseq's batches and on fixed
+shapes (`bucket_growth_factor: 1.1`), paired round by round, per precision, in real target tokens per CPU second.
+
+    python benchmarks/train_decode.py --parts shapes --updates 40 --warmup 4 --models demo,iwslt
 """
 
 from __future__ import annotations
@@ -435,6 +440,75 @@ def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
         "load_average": os.getloadavg(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+SHAPES = {"fairseq": 0.0, "fixed 1.1": 1.1}  # label → bucket_growth_factor (seq_len_multiple 2, the default)
+
+
+def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
+    """`bucket_growth_factor` on the CPU: `model` trained by the trainer's `_update` on fairseq's batches (each padded
+    to its own longest) and on fixed shapes (1.1), in each precision, one thread. Paired: each round updates both
+    batchings' models (the same initial weights; each its own epoch of batches, in the trainer's seeded order), the
+    order reversed every other round. The batches differ, so the figure compared is real target tokens per CPU
+    second over the timed rounds (padding and dummy rows cost time and count nothing), with the padded share of
+    each batching's token slots beside it."""
+    import tempfile
+
+    import torch
+
+    from layerwise_nmt.data.batch_shapes import FixedShapes
+    from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.precision import Precision
+
+    model = MODELS[name]
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    train_data = ParallelData(str(data), "train", "de", "en")
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
+    for label in precisions:
+        amp = TRAIN_PRECISIONS[label]
+        precision = Precision(amp, amp, "benchmark", "cpu")
+        runs = {}
+        for batching, growth in SHAPES.items():
+            train = {"max_tokens": model["max_tokens"], "max_update": 1, "bucket_growth_factor": growth}
+            spec = {"model": "transformer", "arch": model["ours"], "train": train}
+            shapes = FixedShapes(growth, 2, model["max_tokens"], None) if growth else None
+            batches = make_batches(
+                train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1, shapes=shapes
+            )
+            order = epoch_order(batches, 1, 1)[: warmup + rounds]
+            torch.manual_seed(1)
+            with tempfile.TemporaryDirectory() as tmp:
+                run = _start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision)
+            runs[batching] = (run, [collate(train_data, ids, shapes=shapes) for ids in order])
+        cpu_s = {batching: 0.0 for batching in runs}
+        tokens = {batching: 0 for batching in runs}
+        slots = {batching: [0, 0] for batching in runs}  # padded token slots (source + target), of them padding
+        for i in range(warmup + rounds):
+            for batching in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+                run, batches = runs[batching]
+                batch = batches[i]
+                t0 = time.thread_time()
+                _update(run, run.model, [batch], cpu, lambda: precision.autocast(cpu))
+                if i >= warmup:
+                    cpu_s[batching] += time.thread_time() - t0
+                    tokens[batching] += batch.ntokens
+                    real = int((batch.src != 1).sum() + (batch.tgt != 1).sum())
+                    size = batch.src.numel() + batch.tgt.numel()
+                    slots[batching] = [slots[batching][0] + size, slots[batching][1] + size - real]
+                run.progress.update += 1
+        rate = {batching: tokens[batching] / cpu_s[batching] for batching in runs}
+        result[label] = {
+            "target_tokens_per_cpu_s": rate,
+            "padding_share": {batching: pad / size for batching, (size, pad) in slots.items()},
+            "fixed_over_fairseq": rate["fixed 1.1"] / rate["fairseq"],
+        }
+    result["load_average"] = os.getloadavg()
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return result
 
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
@@ -1016,7 +1090,8 @@ def main(argv: list[str] | None = None) -> None:
         "fp32), profile (where an update's time goes; needs gemm), ctranslate2 (the demo baseline "
         "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py), precisions (the demo "
         "model's trainer update in fp32, bf16 autocast and bf16 weights, paired, --updates rounds "
-        "after --warmup; not in the default); others are kept",
+        "after --warmup; not in the default), shapes (--models' trainer updates on fairseq's batches and on "
+        "fixed shapes, paired, per precision; not in the default); others are kept",
     )
     args = parser.parse_args(argv)
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
@@ -1032,8 +1107,8 @@ def main(argv: list[str] | None = None) -> None:
         ensure_fairseq()
     info = machine()
     run = result.setdefault("runs", {}).setdefault(machine_label(info), {})
-    # the precisions part dates itself: run alone, it leaves the date of the other parts' measurements as it was
-    dated = bool(parts - {"precisions"}) or "machine" not in run
+    # the precisions and shapes parts date themselves: run alone, they leave the other parts' date as it was
+    dated = bool(parts - {"precisions", "shapes"}) or "machine" not in run
     if dated:
         run["machine"] = {
             **info,
@@ -1088,16 +1163,26 @@ def main(argv: list[str] | None = None) -> None:
                 args.decode_repeats,
             )
         if "precisions" in parts:
-            trained_on = DEMO_DATA / "bin-joint"  # only the training side: made by `make demo` or here
-            data = (
-                trained_on if (trained_on / "train.de-en.en.tokens.npy").exists() else ensure_demo_data() / "bin-joint"
-            )
+            data = demo_training_data()
             repeats = [precision_part(data, MODELS["demo"], args.updates, args.warmup) for _ in range(args.repeats)]
             run.setdefault("train_precisions", {})["demo"] = {"repeats": repeats}
+        if "shapes" in parts:
+            data = demo_training_data()
+            shapes = {
+                name: [shapes_part(data, name, args.updates, args.warmup, precisions) for _ in range(args.repeats)]
+                for name in models
+            }
+            run.setdefault("train_shapes", {}).update(shapes)
     if dated:
         run["machine"]["load_average_at_end"] = os.getloadavg()
     record(out, result)  # before the report: a table that fails to print must not lose what was measured
     report(machine_label(info), run)
+
+
+def demo_training_data() -> Path:
+    """The demo's binarized training set (only its training side is read): made by `make demo` or here."""
+    trained_on = DEMO_DATA / "bin-joint"
+    return trained_on if (trained_on / "train.de-en.en.tokens.npy").exists() else ensure_demo_data() / "bin-joint"
 
 
 def report(label: str, run: dict) -> None:
@@ -1127,6 +1212,17 @@ def report(label: str, run: dict) -> None:
                 print(f"{label:<14} CPU s/update median {seconds['median']:.3f}, fastest {seconds['min']:.3f}{versus}")
             pair = part["bf16_weights_over_bf16_per_round"]
             print(f"bf16-weights {pair['median']:.2f}x bf16 autocast per round [{pair['q1']:.2f}, {pair['q3']:.2f}]")
+    for name, repeats in run.get("train_shapes", {}).items():
+        for part in repeats:
+            print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
+            for label in ("fp32", "bf16"):
+                if label in part:
+                    rates, pads = part[label]["target_tokens_per_cpu_s"], part[label]["padding_share"]
+                    print(
+                        f"{label:<5} target tokens per CPU s: "
+                        + ", ".join(f"{b} {rates[b]:.0f} ({pads[b]:.1%} padding)" for b in rates)
+                        + f"; fixed/fairseq {part[label]['fixed_over_fairseq']:.3f}"
+                    )
     if "ctranslate2" in run:
         report_ctranslate2(run["ctranslate2"])
     for name, part in run.get("decode", {}).items():

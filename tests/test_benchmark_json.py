@@ -97,3 +97,21 @@ def test_the_precisions_part_times_each_precision_through_the_trainer(toy_data, 
         "test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_precisions": {"demo": {"repeats": [part]}}}
     )
     assert "bf16-weights" in capsys.readouterr().out
+
+
+def test_the_shapes_part_trains_on_fairseqs_batches_and_on_fixed_shapes(toy_data, monkeypatch, capsys):
+    """`--parts shapes`: the same model on both batchings, per precision; the fixed shapes' batches carry padding
+    and dummy rows, so they are compared in real target tokens per CPU second."""
+    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    torch_threads = torch.get_num_threads()
+    try:
+        part = train_decode.shapes_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["fp32", "bf16"])
+    finally:
+        torch.set_num_threads(torch_threads)
+    for label in ("fp32", "bf16"):
+        rates, padding = part[label]["target_tokens_per_cpu_s"], part[label]["padding_share"]
+        assert set(rates) == {"fairseq", "fixed 1.1"} and all(r > 0 for r in rates.values())
+        assert 0 <= padding["fairseq"] < padding["fixed 1.1"] < 1  # buckets pad more than each batch's longest
+        assert part[label]["fixed_over_fairseq"] == rates["fixed 1.1"] / rates["fairseq"]
+    train_decode.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_shapes": {"tiny": [part]}})
+    assert "fixed/fairseq" in capsys.readouterr().out
