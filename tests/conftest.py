@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,15 @@ def mirror() -> Path:
             pytest.fail(f"CI needs the data mirror ({reason})")
         pytest.skip(reason)
     return MIRROR
+
+
+def default_sigint() -> None:
+    """A child's SIGINT as a terminal gives it (`preexec_fn` of a process a test stops with SIGINT): delivered and
+    not ignored, whatever the test process's own state. A SIGINT the test process ignores (a job started in the
+    background by a non-interactive shell; a stopped training in this process ignores a second one) would be
+    inherited by the Snakemake it starts, which then keeps ignoring it, as it must where SIGINT is ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def snakemake(

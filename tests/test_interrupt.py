@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, snakemake
+from conftest import ROOT, default_sigint, snakemake
 
 RUN = Path("results/multi30k_ci/ci.transformer/seed1")
 TARGET = str(RUN / "model.pt")
@@ -40,12 +40,6 @@ def prepared(tmp_path_factory, mirror) -> Path:
         mirror=mirror,
     )
     return root / "results"
-
-
-def default_sigint() -> None:
-    """A SIGINT the test process ignores (a stopped training in this process ignores a second one) would be
-    inherited by the Snakemake it starts, which then keeps ignoring it, as it must where SIGINT is ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_a_long_training(tmp_path, mirror, prepared, preexec_fn=default_sigint) -> tuple[subprocess.Popen, Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, snakemake
+from conftest import ROOT, default_sigint, snakemake
 
 pytestmark = pytest.mark.slurm
 
@@ -66,7 +66,9 @@ def through_slurm(tmp_path: Path, mirror: Path, **popen) -> tuple[subprocess.Pop
         str(ROOT / "profiles/slurm"),
         *configs,
     ]
-    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    run = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint, **popen
+    )
     return run, tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/checkpoints"
 
 

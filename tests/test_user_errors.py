@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, snakemake, toy_spec, training_in_the_background
+from conftest import ROOT, default_sigint, snakemake, toy_spec, training_in_the_background
 from layerwise_nmt import UserError
 from layerwise_nmt import grid
 from layerwise_nmt.grid.stage_checks import check_experiments
@@ -131,12 +131,6 @@ def test_ctrl_c_checkpoints_like_sigterm_and_exits_with_one_line(toy_data, tmp_p
     assert sum("saved checkpoint_last.pt" in line for line in err.splitlines()) == 1
 
 
-def as_in_a_terminal() -> None:
-    """A child's SIGINT as a terminal gives it: delivered and not ignored, whatever the test worker's own state."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def signal_dispositions(pid: int) -> str:
     """The blocked, ignored and caught signal masks of a process (for a failure's message)."""
     try:
@@ -189,7 +183,7 @@ def test_ctrl_c_outside_training_is_one_line_not_a_traceback(tmp_path):
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=as_in_a_terminal,
+        preexec_fn=default_sigint,
     )
     wait_until_reading_stdin(proc)
     dispositions = signal_dispositions(proc.pid)
