@@ -781,10 +781,14 @@ def keep(results: Results, device: torch.device, row: dict, name: str, label: st
         torch.cuda.empty_cache()
 
 
+JUDGED_UPDATES = 10  # the auto row judges its pick against rows timed over at least this many updates each
+
+
 def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, measured: list[dict]) -> dict:
     """What `amp: auto` picks for this model at its batch, probed afresh by the trainer's own start (`_start`, an
     empty probe cache), beside the rates the rows before measured: a pick slower than the other precision by more
-    than the probe's margin (`SPEEDUP`) fails the row."""
+    than the probe's margin (`SPEEDUP`) fails the row, where the rows timed `JUDGED_UPDATES` updates or more (a
+    toy-sized run's one or two updates per row are noise, not a verdict)."""
     from layerwise_nmt import grid as cfg
     from layerwise_nmt.training.loop import TrainConfig, _start
     from layerwise_nmt.training.precision_probe import SPEEDUP
@@ -811,7 +815,10 @@ def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, 
     }
     rates = {row_["precision"]: row_["target_tokens_per_second"] for row_ in measured}
     label = _label_of_none(device) if picked == "none" else picked
-    if label in rates:
+    timed = min((row_["updates_timed"] for row_ in measured), default=0)
+    if label in rates and timed < JUDGED_UPDATES:
+        row["not_judged"] = f"the rows timed {timed} update(s), too few to tell a {SPEEDUP}x difference"
+    elif label in rates:
         fastest = max(rates, key=rates.get)
         row["measured_fastest"] = fastest
         if rates[fastest] > SPEEDUP * rates[label]:

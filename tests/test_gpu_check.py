@@ -310,11 +310,17 @@ def test_the_auto_row_fails_where_auto_picked_the_clearly_slower_precision(monke
     monkeypatch.setattr(
         loop, "resolve", lambda amp, device, workload, tf32=True: Precision(picked, amp, "stand-in probe", "gpu")
     )
-    measured = [{"precision": label, "target_tokens_per_second": rate} for label, rate in rates.items()]
+    measured = [
+        {"precision": label, "target_tokens_per_second": rate, "updates_timed": 30} for label, rate in rates.items()
+    ]
     monkeypatch.setattr(gpu_check, "_label_of_none", lambda device: "tf32")  # the GPU's name for amp: none
     row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, measured)
     assert row["picked"] == picked and row["reason"] == "stand-in probe" and ("error" in row) == fails
     assert row["measured_fastest"] == max(rates, key=rates.get)
+    # rows of a toy-sized run (the node rehearsal's, on a CPU) time an update or two: their rates are not judged
+    few = [{**row_, "updates_timed": 1} for row_ in measured]
+    row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, few)
+    assert "error" not in row and "measured_fastest" not in row and "1 update(s)" in row["not_judged"]
 
 
 _probe_spec = importlib.util.spec_from_file_location("study_probe", ROOT / "benchmarks" / "study_probe.py")
