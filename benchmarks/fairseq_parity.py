@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_decode import FAIRSEQ_BIN, MIRROR, ROOT, ensure_fairseq, fairseq_cli, sh  # noqa: E402
+from train_decode import FAIRSEQ_BIN, MIRROR, ROOT, ensure_fairseq, fairseq_generate_command, sh  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "fairseq"
 LWNMT = [sys.executable, "-m", "layerwise_nmt"]
@@ -230,29 +230,7 @@ def round_to_fp16(checkpoint: Path, out: Path) -> None:
 
 
 def fairseq_generate(data: Path, checkpoint: Path, options: dict, subset: str = "test") -> str:
-    return sh(
-        fairseq_cli("generate")
-        + [
-            str(data),
-            "--path",
-            str(checkpoint),
-            "--gen-subset",
-            subset,
-            "--cpu",
-            "--beam",
-            str(options["beam"]),
-            "--lenpen",
-            str(options["lenpen"]),
-            "--max-len-a",
-            str(options["max_len_a"]),
-            "--max-len-b",
-            str(options["max_len_b"]),
-            "--batch-size",
-            str(options["batch_size"]),
-            "--num-workers",
-            "0",
-        ]
-    ).stdout
+    return sh(fairseq_generate_command(data, checkpoint, options, subset)).stdout
 
 
 def make_fixture(work: Path, updates: int) -> None:

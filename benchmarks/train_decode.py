@@ -140,6 +140,30 @@ def fairseq_cli(tool: str) -> list[str]:
     return [str(FAIRSEQ_BIN / "python"), "-c", driver]
 
 
+def fairseq_generate_command(data: Path, checkpoint: Path, settings: dict, subset: str = "test") -> list[str]:
+    """fairseq-generate on the CPU with a decode's settings (beam, lenpen, max_len_a/b, batch_size)."""
+    return fairseq_cli("generate") + [
+        str(data),
+        "--path",
+        str(checkpoint),
+        "--gen-subset",
+        subset,
+        "--cpu",
+        "--beam",
+        str(settings["beam"]),
+        "--lenpen",
+        str(settings["lenpen"]),
+        "--max-len-a",
+        str(settings["max_len_a"]),
+        "--max-len-b",
+        str(settings["max_len_b"]),
+        "--batch-size",
+        str(settings["batch_size"]),
+        "--num-workers",
+        "0",
+    ]
+
+
 def prepare(work: Path, fairseq: bool = True) -> None:
     """The same BPE text binarized for fairseq (fairseq-preprocess) and for us (lwnmt vocab + binarize)."""
     for lang in ("de", "en"):
@@ -874,26 +898,7 @@ def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], 
     """fairseq-generate vs lwnmt translate on one trained model: whole-process wall (median of `repeats`, taken in
     turn), each tool's own decoding rate, and agreement of the hypotheses."""
     settings = case.settings
-    generate = fairseq_cli("generate") + [
-        str(case.fairseq_data),
-        "--path",
-        str(case.fairseq_checkpoint),
-        "--gen-subset",
-        "test",
-        "--cpu",
-        "--beam",
-        str(settings["beam"]),
-        "--lenpen",
-        str(settings["lenpen"]),
-        "--max-len-a",
-        str(settings["max_len_a"]),
-        "--max-len-b",
-        str(settings["max_len_b"]),
-        "--batch-size",
-        str(settings["batch_size"]),
-        "--num-workers",
-        "0",
-    ]
+    generate = fairseq_generate_command(case.fairseq_data, case.fairseq_checkpoint, settings)
     commands = {"fairseq-generate (fp32)": generate}
     for amp, label in (("none", "fp32"), ("bf16", "bf16")):
         if label in precisions:
