@@ -223,14 +223,11 @@ def make_tgz(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-def training_in_the_background(spec: dict, data: Path, tmp_path: Path) -> tuple[subprocess.Popen, list[str], Path]:
-    """`lwnmt train` started as a user would, returned once its first epoch checkpoint exists (and a moment more, so
-    that the next signal lands mid-epoch): (process with stderr piped, its command, its save dir)."""
+def train_command(spec: dict, data: Path, save_dir: Path, *more: str) -> list[str]:
+    """`lwnmt train` on the toy de-en data at one thread, as a user starts it; `more` adds options."""
     import json
-    import time
 
-    save_dir = tmp_path / "run"
-    cmd = [
+    return [
         sys.executable,
         "-m",
         "layerwise_nmt",
@@ -245,11 +242,19 @@ def training_in_the_background(spec: dict, data: Path, tmp_path: Path) -> tuple[
         "en",
         "--save-dir",
         str(save_dir),
-        "--final",
-        str(tmp_path / "model.pt"),
         "--threads",
         "1",
+        *more,
     ]
+
+
+def training_in_the_background(spec: dict, data: Path, tmp_path: Path) -> tuple[subprocess.Popen, list[str], Path]:
+    """`lwnmt train` started as a user would, returned once its first epoch checkpoint exists (and a moment more, so
+    that the next signal lands mid-epoch): (process with stderr piped, its command, its save dir)."""
+    import time
+
+    save_dir = tmp_path / "run"
+    cmd = train_command(spec, data, save_dir, "--final", str(tmp_path / "model.pt"))
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline:  # at least one epoch done

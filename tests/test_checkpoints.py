@@ -8,37 +8,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import toy_spec
+from conftest import toy_spec, train_command
 
 from layerwise_nmt import UserError
 from layerwise_nmt.training import loop as training
 from layerwise_nmt.training.checkpoint import LAST, PREVIOUS, load
 from layerwise_nmt.training.loop import train
-
-
-def train_command(spec: dict, data: Path, save_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "layerwise_nmt",
-        "train",
-        "--spec",
-        json.dumps(spec),
-        "--data",
-        str(data),
-        "--src",
-        "de",
-        "--tgt",
-        "en",
-        "--save-dir",
-        str(save_dir),
-        "--threads",
-        "1",
-    ]
 
 
 def assert_same_weights(a: dict, b: dict) -> None:

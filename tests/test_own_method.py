@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, TINY, assert_autoregressive, snakemake, tiny_batch, toy_spec
+from conftest import ROOT, TINY, assert_autoregressive, snakemake, tiny_batch, toy_spec, train_command
 from test_driver_env import driver_fixture, run as run_driver  # noqa: F401 (the `driver` fixture: Snakemake alone)
 from layerwise_nmt import UserError
 from layerwise_nmt.training import checkpoint
@@ -579,28 +579,7 @@ def test_two_ranks_in_bf16_train_it(trained, tmp_path):
     """`lwnmt train --ranks 2` (torchrun, two gloo ranks) with amp: bf16: each rank imports the class the spec names."""
     spec = {**trained["spec"], "train": {**trained["spec"]["train"], "max_update": 2, "amp": "bf16"}}
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "layerwise_nmt",
-            "train",
-            "--spec",
-            json.dumps(spec),
-            "--data",
-            str(trained["data"]),
-            "--src",
-            "de",
-            "--tgt",
-            "en",
-            "--save-dir",
-            str(tmp_path / "run"),
-            "--final",
-            str(tmp_path / "model.pt"),
-            "--threads",
-            "1",
-            "--ranks",
-            "2",
-        ],
+        train_command(spec, trained["data"], tmp_path / "run", "--final", str(tmp_path / "model.pt"), "--ranks", "2"),
         capture_output=True,
         text=True,
         timeout=300,

@@ -22,7 +22,7 @@ from layerwise_nmt.inference.decode import validation_search
 
 from conftest import TOY_ARCH as ARCH
 from conftest import toy_spec as spec
-from conftest import training_in_the_background
+from conftest import train_command, training_in_the_background
 
 
 @pytest.fixture(scope="module")
@@ -291,28 +291,8 @@ def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(
     """`lwnmt train --ranks 2`: torchrun, two gloo ranks, update_freq 4 → 2 batches per rank; a SIGTERM to the
     job reaches both ranks, which checkpoint and exit; the retry resumes."""
     save_dir = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "layerwise_nmt",
-        "train",
-        "--spec",
-        json.dumps(spec(max_update=100000, update_freq=4, save_interval_updates=1000)),
-        "--data",
-        str(data),
-        "--src",
-        "de",
-        "--tgt",
-        "en",
-        "--save-dir",
-        str(save_dir),
-        "--final",
-        str(tmp_path / "model.pt"),
-        "--threads",
-        "1",
-        "--ranks",
-        "2",
-    ]
+    train_spec = spec(max_update=100000, update_freq=4, save_interval_updates=1000)
+    cmd = train_command(train_spec, data, save_dir, "--final", str(tmp_path / "model.pt"), "--ranks", "2")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while not (save_dir / "checkpoint1.pt").exists() and time.time() < deadline and proc.poll() is None:
