@@ -31,7 +31,7 @@ test: $(VENV)/.installed
 	python -m pytest -q -m "not slurm" -n auto --durations=20
 
 # The code's form, as pyproject.toml configures it: ruff's lint and format check over every Python file, then mypy
-# over the typed folders (tests/test_lint.py runs the same three, so that `make test` fails too when the code drifts).
+# over the package (tests/test_lint.py runs the same three, so that `make test` fails too when the code drifts).
 lint: $(VENV)/.installed
 	ruff check .
 	ruff format --check .

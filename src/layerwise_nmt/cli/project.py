@@ -223,5 +223,5 @@ def print_budgets_and_unpinned(config: dict, columns: int | None = None, dataset
             2,
         )
     )
-    for datasets, name, why in unpinned:
-        print(wrap(f"  unpinned {name} ({', '.join(datasets)}): {why}", columns, 11))
+    for needed_by, name, why in unpinned:
+        print(wrap(f"  unpinned {name} ({', '.join(needed_by)}): {why}", columns, 11))

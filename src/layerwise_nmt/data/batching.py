@@ -111,12 +111,8 @@ class Batch:
         """On `device`. non_blocking: from pinned memory (`pin_memory`) the copy to a GPU is queued behind the
         running kernels instead of waiting for them (a blocking copy synchronises the stream); from pageable memory
         it is staged at once, and CPU to CPU is no copy at all, so it is safe everywhere."""
-        return Batch(
-            *(t.to(device, non_blocking=True) for t in (self.src, self.prev, self.tgt)),
-            self.ids,
-            self.ntokens,
-            self.parts,
-        )
+        src, prev, tgt = (t.to(device, non_blocking=True) for t in (self.src, self.prev, self.tgt))
+        return Batch(src, prev, tgt, self.ids, self.ntokens, self.parts)
 
     def pin_memory(self) -> "Batch":
         """In page-locked host memory, which a GPU can copy from asynchronously (needs CUDA)."""
@@ -172,7 +168,9 @@ def merge_batches(batches: list[np.ndarray], sizes: np.ndarray, budget: int) -> 
     forward/backward passes carry them. Batches are taken shortest first, so that similar lengths share a pass and
     little of it is padding; one larger than the budget stays alone."""
     longest = [int(sizes[ids].max()) for ids in batches]
-    merged, ids, parts, width = [], [], 0, 0
+    merged: list[tuple[np.ndarray, int]] = []
+    ids: list[np.ndarray] = []
+    parts, width = 0, 0
     for i in sorted(range(len(batches)), key=longest.__getitem__):
         wider = max(width, longest[i])
         if parts and (sum(map(len, ids)) + len(batches[i])) * wider > budget:

@@ -148,12 +148,12 @@ def extract_member(
                     members = _matching(names, member, archive)
                     require_space(Path(out).parent, sum(map(size, members)), f"extracting {member}")
                     with open(tmp, "wb") as dst:
-                        counts = [
-                            _copy_lines(open_member(name), dst)
-                            if _is_pattern(member)
-                            else shutil.copyfileobj(open_member(name), dst, CHUNK)
-                            for name in members
-                        ]
+                        counts = []  # lines per member, where a wildcard's files are joined line by line
+                        for name in members:
+                            if _is_pattern(member):
+                                counts.append(_copy_lines(open_member(name), dst))
+                            else:
+                                shutil.copyfileobj(open_member(name), dst, CHUNK)
                     if pair_member:
                         _check_pairs(archive, members, counts, _matching(names, pair_member, archive), open_member)
             elif archive.endswith(".gz"):

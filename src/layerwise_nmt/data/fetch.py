@@ -323,7 +323,9 @@ def drive_confirm_url(url: str, page: str, opener: urllib.request.OpenerDirector
         return f"{action}?{urllib.parse.urlencode(fields)}"
     token = re.search(r"confirm=([0-9A-Za-z_-]+)", page)
     if token is None:
-        cookies = getattr(next((h for h in opener.handlers if hasattr(h, "cookiejar")), None), "cookiejar", [])
+        cookies = getattr(
+            next((h for h in getattr(opener, "handlers", []) if hasattr(h, "cookiejar")), None), "cookiejar", []
+        )
         token_value = next((c.value for c in cookies if c.name.startswith("download_warning")), None)
     else:
         token_value = token.group(1)

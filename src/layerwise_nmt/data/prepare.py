@@ -86,7 +86,7 @@ def assemble(splits: dict, outputs: dict, stats_out: str) -> dict:
         if split in held_out:
             continue
         counts: Counter = Counter()
-        pairs = itertools.islice(_paired_lines(spec["parts"]), spec.get("max_lines"))
+        pairs: Iterator[tuple[str, str]] = itertools.islice(_paired_lines(spec["parts"]), spec.get("max_lines"))
         empty = spec.get("empty_lines", "drop" if split == "train" else "refuse")
         if empty == "refuse":
             pairs = _require_nonempty(pairs, spec["parts"], split, Counter() if spec.get("clean") else counts)
@@ -142,10 +142,10 @@ def _paired_lines(parts) -> Iterator[tuple[str, str]]:
         try:
             n_raw = readers.check_parallel(raw_src, raw_tgt, fmt)
         except UserError as err:
-            origins = [first_use(raw) for raw in (raw_src, raw_tgt)]
-            if not all(o is not None and o.origin for o in origins):
+            src_use, tgt_use = first_use(raw_src), first_use(raw_tgt)
+            if src_use is None or tgt_use is None or not (src_use.origin and tgt_use.origin):
                 raise
-            raise UserError(f"{err} (copies of {origins[0].origin} and {origins[1].origin})") from None
+            raise UserError(f"{err} (copies of {src_use.origin} and {tgt_use.origin})") from None
         for pair in itertools.zip_longest(read_lines(tok_src), read_lines(tok_tgt)):
             if None in pair:
                 break  # counted and named below

@@ -165,7 +165,8 @@ class TokenizeOptions:
         moses = MosesTokenizer(lang="en")
 
         def segment(line: str) -> str:
-            out, latin = [], []  # runs of non-Chinese pieces are re-joined as written and Moses-tokenized
+            out: list[str] = []
+            latin: list[str] = []  # runs of non-Chinese pieces are re-joined as written and Moses-tokenized
             for piece in [*jieba.cut(line), "。"]:
                 if HAN.search(piece) or piece == "。":
                     run = "".join(latin).strip()

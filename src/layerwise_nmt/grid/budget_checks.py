@@ -76,7 +76,7 @@ def budget(config: dict, name: str) -> Budget:
         bounds["max_update"] = epochs
     if not bounds:
         return Budget(name, None, None, None, upe, "none", ["no max_update or max_epoch: the run never ends"])
-    bounded_by = min(bounds, key=bounds.get)
+    bounded_by = min(bounds, key=bounds.__getitem__)
     epochs = bounds[bounded_by]
     updates = (
         train["max_update"]
@@ -95,6 +95,7 @@ def budget(config: dict, name: str) -> Budget:
 def _policy_problems(e: dict, b: Budget) -> list[str]:
     """What cannot work as configured, given the estimated budget (each a short phrase naming the keys)."""
     train, average, out = e["train"], e["average"] or {}, []
+    assert b.epochs is not None and b.updates is not None and b.updates_per_epoch is not None  # estimated
     whole_epochs = math.floor(b.epochs + 1e-9)
     if b.updates_per_epoch < 1:
         update_freq = train.get("update_freq", TRAIN_DEFAULTS.update_freq)
@@ -149,6 +150,7 @@ def _decay_problems(train: dict, b: Budget, warmup: int) -> list[str]:
         or total == b.updates
     ):
         return []
+    assert b.updates is not None  # bounded by max_update
     updates, fix = int(b.updates), f"(set total_num_update: {int(b.updates)} with max_update)"
     if total > updates:
         if warmup >= updates:
@@ -184,7 +186,7 @@ def budget_warnings(config: dict) -> list[str]:
 
 
 def budget_text(b: Budget) -> str:
-    if b.epochs is None:
+    if b.epochs is None or b.updates is None or b.tokens is None:
         return "budget unknown"
     mid = ", ends mid-epoch" if b.ends_mid_epoch else ""
     return f"{b.updates:,.0f} updates, {b.tokens / 1e9:.3g}B target tokens, ~{b.epochs:.3g} epochs{mid}"
@@ -199,7 +201,7 @@ def render_budgets(config: dict) -> str:
         f"{'experiment':<36} {'updates':>9} {'tokens':>8} {'epochs':>7}  problems",
     ]
     for b in budgets(config):
-        if b.epochs is None:
+        if b.epochs is None or b.updates is None or b.tokens is None:
             lines.append(f"{b.experiment:<36} {'—':>9} {'—':>8} {'—':>7}  {'; '.join(b.problems)}")
             continue
         lines.append(

@@ -110,7 +110,7 @@ def expand_comparisons(config: dict) -> None:
     """Each `compare:` entry as experiments, a paper with table T1 and figure buckets (a sweep: figure delta), and
     the targets; in place, and the same however often it runs."""
     comparisons = config.get("compare") or {}
-    targets = {"tasks": [], "tables": [], "figures": []}
+    targets: dict[str, list[str]] = {"tasks": [], "tables": [], "figures": []}
     for name, spec in comparisons.items():
         if spec.get("task") not in config.get("tasks", {}):
             raise UserError(

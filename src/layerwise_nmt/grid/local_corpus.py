@@ -73,7 +73,7 @@ def expand_local(config: dict) -> None:
                 task.setdefault("tokenize", {}).setdefault("zh", {}).setdefault("tokenizer", "jieba")
         splits = task.setdefault("splits", {})
         for split in SPLITS + tuple(named):
-            default = {"parts": [f"{split}.{{lang}}"], "format": "plain"}
+            default: dict = {"parts": [f"{split}.{{lang}}"], "format": "plain"}
             if split == "train":
                 default["clean"] = {"ratio": 9.0, "min_len": 1, "max_len": 250}
             else:  # the user's own evaluation data (valid, test, named test sets): nothing else checked it
@@ -180,10 +180,10 @@ def _count(path: Path) -> tuple[int, float]:
     """(lines, words per line) of a text file: counted up to SAMPLE_BYTES, extrapolated from there by size."""
     compressed = path.name.endswith(".gz")
     size = os.path.getsize(path)
-    with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
+    with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw) if compressed else raw as f:
         sample = f.read(SAMPLE_BYTES)
         whole = not f.read(1)
-        consumed = f.fileobj.tell() if compressed else len(sample)  # compressed bytes behind the sample
+        consumed = raw.tell() if compressed else len(sample)  # compressed bytes behind the sample
     lines = sample.count(b"\n") + (0 if sample.endswith(b"\n") or not sample else 1)
     words = len(sample.split()) / lines if lines else 0.0
     if whole or not consumed:

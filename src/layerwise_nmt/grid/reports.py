@@ -139,7 +139,7 @@ def gain_references(config, paper, figure, spec) -> dict[int, str]:
     the paper's tables test it against; rows with neither are drawn against the first row. A row whose control
     the figure lacks is an error: drawn over the first row instead, a warm start's gain would count its extra
     updates as the method's."""
-    tested = {}
+    tested: dict = {}
     for name, table in config["papers"][paper].get("tables", {}).items():
         for row in table.get("rows", []):
             if row.get("experiment") and row.get("compare_to"):

@@ -15,11 +15,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import CONFIG_ERROR, UserError
 from ..data.io import atomic_path
-from ..settings import SettingError
+from ..settings import SettingError, Settings
 from .experiments import experiment
 
 
@@ -101,7 +102,7 @@ def _code_files(config: dict) -> list[Path] | None:
     return files
 
 
-def _passed_key(config: dict, extra: list[Path] = ()) -> str:
+def _passed_key(config: dict, extra: Sequence[Path] = ()) -> str:
     seen = {k: config.get(k) for k in ("experiments", "defaults", "tasks", "models")}
     digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode())
     for path in extra:
@@ -135,7 +136,7 @@ def _check_experiments(config: dict) -> None:
 
     for name in config.get("experiments", {}):
         e = experiment(config, name)
-        stages = [
+        stages: list[tuple[str, type[Settings], dict]] = [
             ("train", TrainConfig, e["train"]),
             ("decode", BeamConfig, e["decode"]),
             ("score", ScoreConfig, e["score"]),

@@ -85,7 +85,8 @@ def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[
     """The downloads a dataset's files need (those not in the data mirror): ({why a person must fetch them: their
     places in the download cache}, [names fetched automatically])."""
     spec = config["datasets"][dataset]
-    by_hand, automatic = {}, []
+    by_hand: dict[str, list[str]] = {}
+    automatic: list[str] = []
     for name in spec.get("files", {}) if "user_path" not in spec else ():
         path = file_source(config, dataset, name).path
         if not is_download(path):

@@ -5,6 +5,7 @@ handlers, and, for an uncaught KeyboardInterrupt, death by SIGINT."""
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import signal
 import sys
@@ -42,10 +43,12 @@ def fresh_state() -> None:
     """What a fresh interpreter would not have inherited: stdout's buffering chosen for the job's own stdout, the
     temporary directory looked up again (TMPDIR may differ), torch's and numpy's global generators seeded anew from
     the OS, as each seeds itself when imported (Python's `random` reseeds itself after a fork)."""
-    if sys.stdout is not None and not sys.stdout.write_through:
+    if isinstance(sys.stdout, io.TextIOWrapper) and not sys.stdout.write_through:
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
     if "tempfile" in sys.modules:
-        sys.modules["tempfile"].tempdir = None
+        import tempfile
+
+        tempfile.tempdir = None
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     if "torch" in sys.modules:

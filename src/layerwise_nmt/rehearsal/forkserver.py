@@ -181,7 +181,8 @@ def serve(path: str, parent: int, entry: str, log=sys.stderr) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    jobs, served, declined = {}, 0, 0
+    jobs: dict = {}  # pid → (its client's connection, whether the job still runs)
+    served, declined = 0, 0
     print(f"fork server {os.getpid()} ready on {path}", file=log, flush=True)
     try:
         while os.getppid() == parent:

@@ -103,8 +103,9 @@ def shrink_experiment(real: dict, name: str, spec: dict, task: dict) -> dict:
         spec["arch"].update(TINY_FUSION)
     b = budget(real, name)
     train = {**real.get("defaults", {}).get("train", {}), **spec.get("train", {})}
-    if b.epochs is None:
+    if b.epochs is None or b.updates_per_epoch is None:
         return {"real": None}
+    real_per_epoch = b.updates_per_epoch
     update_freq = train.get("update_freq", 1)
     pairs = task["estimate"]["train_pairs"]
     target = max(2, min(UPDATES_PER_EPOCH, BATCHES_PER_EPOCH // update_freq))
@@ -112,7 +113,7 @@ def shrink_experiment(real: dict, name: str, spec: dict, task: dict) -> dict:
     per_epoch = max(1, pairs // sentences // update_freq)  # the rehearsal's updates per epoch
 
     def updates(real_updates: float, mid_epoch: bool = False) -> int:
-        n = max(1, round(squeeze(real_updates / b.updates_per_epoch) * per_epoch))
+        n = max(1, round(squeeze(real_updates / real_per_epoch) * per_epoch))
         if mid_epoch and n % per_epoch == 0:
             n += 1 if per_epoch > 1 else 0  # one update per epoch cannot end mid-epoch
         return n

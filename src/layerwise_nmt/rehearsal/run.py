@@ -70,9 +70,9 @@ def dry_run(workdir: Path, *args: str, env: dict) -> Counter:
 def parse_log(text: str) -> tuple[Counter, list[dict]]:
     """(finished jobs per rule, failed jobs with their rule, outputs and log) from a Snakemake log."""
     finished = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", text))
-    failures = []
+    failures: list[dict] = []
     for block in re.split(r"\n(?=Error in rule )", text)[1:]:
-        rule = re.match(r"Error in rule (\w+):", block).group(1)
+        rule = block[len("Error in rule ") :].split(":", 1)[0]
         output = re.search(r"\n\s+output: (.*)", block)
         log = re.search(r"\n\s+log: (\S+)", block)
         failure = {
@@ -215,7 +215,7 @@ def run_logged(command: list[str], log_path: Path, env: dict) -> int:
     """Snakemake's output to the log, every 50th step and each error also to the console; its exit code."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for line in process.stdout:
+        for line in process.stdout or ():
             log.write(line)
             step = re.match(r"(\d+) of (\d+) steps", line)
             if (step and (int(step.group(1)) % 50 == 0 or step.group(1) == step.group(2))) or line.startswith(

@@ -124,7 +124,9 @@ class TextPool:
     """Sentence pairs for a language pair, handed out in fresh slices so that no two stand-in parts repeat."""
 
     def __init__(self, mirror: Path):
-        self.mirror, self.cursor, self.cache = mirror, {}, {}
+        self.mirror = mirror
+        self.cursor: dict[str, int] = {}
+        self.cache: dict[str, list[str]] = {}
 
     def _read(self, relative: str) -> list[str]:
         if relative not in self.cache:
@@ -301,15 +303,16 @@ def spread(data: bytes, members: list[str]) -> dict[str, bytes]:
 
 def pack(archive: str, members: dict[str | None, bytes]) -> bytes:
     buffer = io.BytesIO()
+    named = {name: data for name, data in members.items() if name is not None}  # an archive's members
     if archive.endswith((".tgz", ".tar.gz", ".tar")):
         with tarfile.open(fileobj=buffer, mode="w:gz" if not archive.endswith(".tar") else "w") as tar:
-            for name, data in sorted(members.items()):
+            for name, data in sorted(named.items()):
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime = len(data), 0
                 tar.addfile(info, io.BytesIO(data))
     elif archive.endswith(".zip"):
         with zipfile.ZipFile(buffer, "w") as zf:
-            for name, data in sorted(members.items()):
+            for name, data in sorted(named.items()):
                 zf.writestr(zipfile.ZipInfo(name, date_time=(2014, 1, 1, 0, 0, 0)), data)
     elif archive.endswith(".gz"):
         if list(members) != [None]:

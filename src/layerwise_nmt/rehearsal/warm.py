@@ -105,7 +105,7 @@ def wait_ready(server: Server) -> Server:
     as fresh processes)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while server.socket and not os.path.exists(server.socket):
-        if server.process.poll() is not None or time.monotonic() > deadline:
+        if server.process is None or server.process.poll() is not None or time.monotonic() > deadline:
             print(f"fork server did not start (see {server.log}); every job starts its own process", flush=True)
             server.stop()
             return Server(None, None, server.log, None)

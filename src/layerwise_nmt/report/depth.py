@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from .evidence import P_VALUE, SUMMARY
 from .evidence_page import fmt
 
 
-def depth_summary(studies: list[tuple[str, str | Path]]) -> dict:
+def depth_summary(studies: Sequence[tuple[str, str | Path]]) -> dict:
     """From each study's summary.json ((depth label such as "3+3", its evidence folder), shallowest first): the
     baseline's BLEU per depth and, per method (a row compared with a control of another model; checks such as the
     budget's compare a model with itself), its comparison per depth. A method is matched across studies by its
     experiment's name after the study's prefix (study_cpu.lwc, study_cpu6.lwc)."""
-    depths, baseline, methods = [], {}, {}
+    depths: list[dict] = []
+    baseline: dict[str, dict] = {}
+    methods: dict[str, dict] = {}
     for depth, folder in studies:
         path = Path(folder) / SUMMARY
         if not path.exists():

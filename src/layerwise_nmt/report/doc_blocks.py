@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def depth_block(config: dict, studies: str) -> str:
     studies=3+3:docs/study/cpu,6+6:docs/study/cpu6, shallowest first."""
     from . import depth
 
-    pairs = [tuple(spec.split(":", 1)) for spec in studies.split(",")]
+    pairs = [(label, folder) for label, folder in (spec.split(":", 1) for spec in studies.split(","))]
     return depth.depth_block(depth.depth_summary(pairs))  # relative: lwnmt docs runs in the checkout
 
 
@@ -136,7 +137,7 @@ def table_block(config: dict, file: str) -> str:
     return "\n".join(rows + ([""] + notes if notes else [])) + "\n"
 
 
-GENERATORS = {
+GENERATORS: dict[str, Callable[..., str]] = {
     "plan": plan_block,
     "params": params_block,
     "figure-kinds": figure_kinds_block,

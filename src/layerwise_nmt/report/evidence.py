@@ -266,7 +266,7 @@ def compare(
     from ..scoring.config import ScoreConfig
 
     deltas = [bleu[s] - theirs[s] for s in seeds]
-    result = {"control": control, "seeds": seeds, "delta": statistics.fmean(deltas), "deltas": deltas}
+    result: dict = {"control": control, "seeds": seeds, "delta": statistics.fmean(deltas), "deltas": deltas}
     if ref is not None:
         refs = ref.read_text(encoding="utf-8").splitlines()
         options = ScoreConfig.from_dict(experiment(config, name)["score"])

@@ -230,11 +230,13 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     ax.set_ylabel("BLEU")
     by_experiment = {row.get("experiment"): row for row in spec["rows"]}
     # a row compared with one that did not run has no gain to draw (that row is named as not drawn)
-    pairs = [
+    candidates = [
         (i, row, by_experiment.get(row["compare_to"]) if row.get("compare_to") else rows[0])
         for i, row in enumerate(rows)
     ]
-    pairs = [(i, row, other) for i, row, other in pairs if other is not row and other in rows]
+    pairs = [
+        (i, row, other) for i, row, other in candidates if other is not None and other is not row and other in rows
+    ]
     if not pairs:
         return table
 
@@ -412,7 +414,8 @@ def legend_below(fig, ax) -> float:
     """One legend for the plot and its twin axis (the gain), under the axes' labels, and the lowest point drawn
     (figure coordinates) for what goes under it."""
     twins = [other for other in fig.axes if other is not ax and other.bbox.bounds == ax.bbox.bounds]
-    handles, labels = [], []
+    handles: list = []
+    labels: list[str] = []
     for axis in [ax] + twins:
         h, lab = axis.get_legend_handles_labels()
         handles, labels = handles + h, labels + lab

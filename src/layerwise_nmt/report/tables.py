@@ -30,7 +30,7 @@ def build(spec: dict) -> pd.DataFrame:
     three per metric, suffixed with its name (e.g. "ours valid_bleu")."""
     metrics = metrics_of(spec)
     with_params = any("params_m" in row.get("paper", {}) for row in spec["rows"])
-    test = spec.get("significance")
+    test = spec.get("significance") or {}
     every = bool(test and spec.get("verdict"))  # the papers test BLEU; a verdict table tests every metric
     records = []
     for row in spec["rows"]:
@@ -219,11 +219,13 @@ def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
     paper = [
         (row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s")) for row in rows
     ]
+
+    def ratio(speed: float | None, first: float | None) -> str:
+        return f"{speed / first:.2f}×" if speed and first else NOT_RUN
+
     for k, name in enumerate(("train speed", "decode speed")):
         for record, p, o in zip(records, paper, ours):
-            p_ratio = f"{p[k] / paper[0][k]:.2f}×" if p[k] and paper[0][k] else NOT_RUN
-            o_ratio = f"{o[k] / ours[0][k]:.2f}×" if o[k] and ours[0][k] else NOT_RUN
-            record[f"{name} (paper)"], record[f"{name} (ours)"] = p_ratio, o_ratio
+            record[f"{name} (paper)"], record[f"{name} (ours)"] = ratio(p[k], paper[0][k]), ratio(o[k], ours[0][k])
 
 
 def cells(paper: float | None, scores: list[float], ran: bool) -> dict:

@@ -140,6 +140,7 @@ def paired_bootstrap(
     )
     _, results = test()
     system_result = next(column for name, column in results.items() if name != "System")[1]  # BLEU or chrF2
+    assert not isinstance(system_result, str)  # the system's row (the baseline's holds the name)
     return {"p_value": system_result.p_value, "mean": system_result.mean, "ci": system_result.ci, "samples": samples}
 
 

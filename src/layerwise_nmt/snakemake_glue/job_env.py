@@ -41,7 +41,7 @@ def job_path(path: str | None, executable: str = sys.executable) -> str:
 
 def _ancestors(pid: int) -> list[int]:
     """The parent chain of process `pid` up to init, from /proc (empty where there is none)."""
-    chain = []
+    chain: list[int] = []
     while pid > 1 and len(chain) < 64:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
@@ -123,7 +123,7 @@ def forward_stops() -> bool:
             stop_jobs()
             previous(signum, frame)
 
-        on_sigint.lwnmt_stops_jobs = True
+        setattr(on_sigint, "lwnmt_stops_jobs", True)
         signal.signal(signal.SIGINT, on_sigint)
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
@@ -139,7 +139,7 @@ def forward_stops() -> bool:
             cancel_cluster_jobs(getattr(self, "_executor", None))
             return graceful(self, *args)
 
-        exit_gracefully.lwnmt_stops_jobs = True
+        setattr(exit_gracefully, "lwnmt_stops_jobs", True)
         JobScheduler.exit_gracefully = exit_gracefully
     return True
 

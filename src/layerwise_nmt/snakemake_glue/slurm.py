@@ -30,6 +30,6 @@ def patch_status_query() -> bool:
         states, seconds = await query(command, logger)
         return normalised(states), seconds
 
-    query_job_status.lwnmt_normalised = True
+    setattr(query_job_status, "lwnmt_normalised", True)
     plugin.query_job_status = query_job_status
     return True
