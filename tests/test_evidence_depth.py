@@ -215,7 +215,7 @@ def test_each_method_side_by_side_at_both_depths_with_a_sentence_and_a_figure(tm
     assert (
         "| LWC, He et al. 2018 | -1.50 ± 0.10 (n=3) | 0.010, 0.010, 0.010 | 0.200 | not held | +1.10 ± 0.10 (n=3) |"
     ) in block
-    assert "**What depth buys the baseline**: 41.67 at 3+3 → 43.20 at 6+6 (+1.53 BLEU; n=3 and 3 seeds)." in block
+    assert "**What depth buys the baseline**: 41.67 at 3+3 → 43.20 at 6+6 (+1.53 BLEU; 3 seeds and 3 seeds)." in block
     assert (
         "**LWC, He et al. 2018**: its gain grows with depth, as its paper says (-1.50 at 3+3 (3 seeds) → +1.10 at "
         "6+6 (3 seeds); Welch's t-test over the seeds' Δs p 0.000); at 6+6 the claim is held." in block
@@ -225,7 +225,7 @@ def test_each_method_side_by_side_at_both_depths_with_a_sentence_and_a_figure(tm
         "beyond what the seeds' spread allows" in block
     )
     assert (
-        "**Dou et al.**: its Δ does not grow with depth (+0.20 at 3+3 (3 seeds) → +0.20 at 6+6 (1 seeds); too few "
+        "**Dou et al.**: its Δ does not grow with depth (+0.20 at 3+3 (3 seeds) → +0.20 at 6+6 (1 seed); too few "
         "seeds to test the change)" in block
     )
     figure = depth.depth_figure(summary, tmp_path / "depth.png")

@@ -13,6 +13,10 @@ from .evidence import P_VALUE, SUMMARY
 from .evidence_page import fmt
 
 
+def seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def depth_summary(studies: Sequence[tuple[str, str | Path]]) -> dict:
     """From each study's summary.json ((depth label such as "3+3", its evidence folder), shallowest first): the
     baseline's BLEU per depth and, per method (a row compared with a control of another model; checks such as the
@@ -74,8 +78,8 @@ def depth_sentence(method: dict) -> str:
         return f"**{method['label']}**: {have}; no trend with depth yet."
     first, last = method["depths"][t["from"]], method["depths"][t["to"]]
     span = (
-        f"{first['delta']:+.2f} at {t['from']} ({len(first['seeds'])} seeds) → {last['delta']:+.2f} at "
-        f"{t['to']} ({len(last['seeds'])} seeds)"
+        f"{first['delta']:+.2f} at {t['from']} ({seeds(len(first['seeds']))}) → {last['delta']:+.2f} at "
+        f"{t['to']} ({seeds(len(last['seeds']))})"
     )
     welch = (
         f"Welch's t-test over the seeds' Δs p {t['welch_p']:.3f}"
@@ -143,7 +147,7 @@ def depth_block(summary: dict) -> str:
         a, b = base[done[0]], base[done[-1]]
         words.append(
             f"- **What depth buys the baseline**: {a['mean']:.2f} at {done[0]} → {b['mean']:.2f} at "
-            f"{done[-1]} ({b['mean'] - a['mean']:+.2f} BLEU; n={a['n']} and {b['n']} seeds)."
+            f"{done[-1]} ({b['mean'] - a['mean']:+.2f} BLEU; {seeds(a['n'])} and {seeds(b['n'])})."
         )
     words += [f"- {depth_sentence(m)}" for m in summary["methods"].values()]
     missing = [d["depth"] for d in summary["depths"] if not d["present"]]
