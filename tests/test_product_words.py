@@ -42,6 +42,14 @@ PATTERNS = {
 EXEMPT = {".ci/run", "tests/test_product_words.py"}  # CI's wiring; this file lists the words
 
 
+def is_model_output(name: str) -> bool:
+    """A study's translations: a model's words, which may be any word (a held-out caption's "leases", say)."""
+    base = name.rsplit("/", 1)[-1]
+    return name.startswith("docs/study/") and (
+        base == "test.txt" or re.fullmatch(r"heldout\.[\w.-]+\.txt", base) is not None
+    )
+
+
 def tracked_text_files():
     try:
         listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
@@ -49,8 +57,7 @@ def tracked_text_files():
         pytest.skip("not a git checkout: no list of tracked files")
     for name in filter(None, listed.decode().split("\0")):
         path = ROOT / name
-        machine_translated = name.startswith("docs/study/") and name.endswith("/test.txt")  # a model's output
-        if name in EXEMPT or name.startswith("tests/fixtures/") or machine_translated or not path.is_file():
+        if name in EXEMPT or name.startswith("tests/fixtures/") or is_model_output(name) or not path.is_file():
             continue
         data = path.read_bytes()
         if b"\0" in data:
@@ -67,6 +74,20 @@ def hits(text: str):
             match = pattern.search(line)
             if match:
                 yield number, word, match.group(0)
+
+
+@pytest.mark.parametrize(
+    "name, translated",
+    [
+        ("docs/study/cpu6/study_cpu6.transformer_2x/seed1/heldout.test_2018_flickr.txt", True),
+        ("docs/study/cpu/study_cpu.transformer/seed2/test.txt", True),
+        ("docs/study/cpu6/README.md", False),
+        ("docs/study/cpu6/study_cpu6.transformer/seed1/training.txt", False),
+        ("docs/heldout.test.txt", False),
+    ],
+)
+def test_only_a_studys_translations_are_read_as_a_models_words(name, translated):
+    assert is_model_output(name) is translated
 
 
 def test_no_tracked_file_speaks_of_where_or_how_it_is_built():
