@@ -98,12 +98,21 @@ def test_held_out_hypotheses_are_copied_beside_test_txt_and_counted(config, held
     )
 
 
+@pytest.mark.parametrize(
+    "device, kind",
+    [("cpu: AMD EPYC (AVX512)", "cpu"), ("NVIDIA H200", "cuda"), ("cuda: NVIDIA H100 80GB HBM3", "cuda"), ("", None)],
+)
+def test_the_kind_of_machine_a_run_trained_on_is_read_from_its_device(device, kind):
+    assert evidence.device_kind({"precision": {"device": device}}) == kind
+
+
 def test_one_seed_on_one_kind_of_machine(config, heldout, tmp_path, monkeypatch):
     results, out = tmp_path / "run", tmp_path / "docs"
-    fake_seed(results, 2, device="cuda: NVIDIA H100 80GB HBM3")
+    fake_seed(results, 2, device="NVIDIA H100 80GB HBM3")  # a CUDA device, as precision.device_name writes it
     evidence.copy(config, TABLE, 2, out, results)
     page = evidence_page.write(evidence.summarise(config, TABLE, out, None), out).read_text()
     assert "| CPU or GPU |" in page and "| NVIDIA H100 80GB HBM3 |" in page
+    assert "seed 2, 6 of 6 runs, 1.0 h on GPU" in page
     # the seed's baseline trained on a GPU: its warm starts may not continue on a CPU
     monkeypatch.setattr(evidence, "this_machine_kind", lambda: "cpu")
     with pytest.raises(

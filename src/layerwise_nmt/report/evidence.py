@@ -100,10 +100,17 @@ def this_machine_kind() -> str:
 
 
 def device_kind(training: dict) -> str | None:
-    """cpu or cuda: what the run's training.json says it trained on ("cpu: AMD EPYC (AVX512)", "cuda: NVIDIA ...")."""
+    """cpu or cuda: what the run's training.json says it trained on (precision.device_name: "cpu: AMD EPYC
+    (AVX512)" for a CPU, the GPU's own name, "NVIDIA H200", for a CUDA device)."""
     precision = training.get("precision")
     device = precision.get("device") if isinstance(precision, dict) else None
-    return device.split(":", 1)[0].strip() or None if device else None
+    if not device:
+        return None
+    return "cpu" if device.startswith("cpu") else "cuda"
+
+
+def gpu_name(device: str) -> str:
+    return device.removeprefix("cuda:").strip()
 
 
 def check_one_kind(out: Path, config: dict, table: str, seed: int, more: dict[str, str]) -> None:
@@ -214,7 +221,7 @@ def run_record(folder: Path) -> dict:
         "precision": (precision.get("computes") or precision.get("amp")) if isinstance(precision, dict) else precision,
         "kind": kind,
         # a GPU run names its GPU (training.json's device); a CPU run its CPU with the features that decide bf16
-        "cpu": (device.split(":", 1)[1].strip() if kind == "cuda" and device else None) or cpu_cell(about) or device,
+        "cpu": (gpu_name(device) if kind == "cuda" and device else None) or cpu_cell(about) or device,
         "heldout": sorted(p.name[len("heldout.") : -len(".txt")] for p in folder.glob("heldout.*.txt")),
         "commit": about.get("commit"),
         "curve": validation_curve(folder / "metrics.csv"),
