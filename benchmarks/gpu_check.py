@@ -755,10 +755,7 @@ def speed(config: dict, device: torch.device, args, results: Results) -> list[di
         measured = [
             row
             for row in results.speed
-            if row.get("model") == name
-            and "target_tokens_per_second" in row
-            and not row.get("compiled")
-            and not row.get("bucket_growth_factor")
+            if row.get("model") == name and "target_tokens_per_second" in row and not row.get("compiled")
         ]
         if measured:  # nothing to compare a pick with where every row failed
             keep(
@@ -786,7 +783,8 @@ JUDGED_UPDATES = 10  # the auto row judges its pick against rows timed over at l
 
 def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, measured: list[dict]) -> dict:
     """What `amp: auto` picks for this model at its batch, probed afresh by the trainer's own start (`_start`, an
-    empty probe cache), beside the rates the rows before measured: a pick slower than the other precision by more
+    empty probe cache), beside the rates the rows before measured on the path that start chose (its
+    `bucket_growth_factor`, and CUDA graphs where it replays them): a pick slower than the other precision by more
     than the probe's margin (`SPEEDUP`) fails the row, where the rows timed `JUDGED_UPDATES` updates or more (a
     toy-sized run's one or two updates per row are noise, not a verdict)."""
     from layerwise_nmt import grid as cfg
@@ -805,14 +803,23 @@ def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, 
         run = _start(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device)
         seconds = time.perf_counter() - started
     picked = run.precision.amp
+    growth, graphs = run.cfg.bucket_growth_factor, "off" if run.graphs is None else "auto"
     row = {
         "model": name,
         "experiment": experiment,
         "precision": "auto",
         "picked": picked,
         "reason": run.precision.reason,
+        "bucket_growth_factor": growth,
+        "cuda_graphs": graphs,
         "start_seconds": round(seconds, 2),
     }
+    measured = [
+        r for r in measured if (r.get("bucket_growth_factor") or 0) == growth and r.get("cuda_graphs", "off") == graphs
+    ]
+    if not measured:
+        row["not_judged"] = f"no row timed the trainer's path (bucket_growth_factor {growth:g}, cuda_graphs {graphs})"
+        return row
     rates = {row_["precision"]: row_["target_tokens_per_second"] for row_ in measured}
     label = _label_of_none(device) if picked == "none" else picked
     timed = min((row_["updates_timed"] for row_ in measured), default=0)

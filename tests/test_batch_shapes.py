@@ -160,7 +160,7 @@ def test_training_with_fixed_shapes_takes_them_resumes_bit_for_bit_and_validates
 
 
 def test_the_settings_fixed_shapes_refuse():
-    with pytest.raises(UserError, match=r"^bucket_growth_factor=0.5; expected 0 \(off\) or at least 1"):
+    with pytest.raises(UserError, match=r"^bucket_growth_factor=0.5; expected auto, 0 \(off\) or at least 1"):
         TrainConfig.from_dict({"max_update": 1, "bucket_growth_factor": 0.5})
     with pytest.raises(UserError, match="bucket_growth_factor=1.1 with micro_batch_tokens=4096: .*set one of them"):
         TrainConfig.from_dict({"max_update": 1, "bucket_growth_factor": 1.1, "micro_batch_tokens": 4096})

@@ -245,3 +245,94 @@ def test_the_precision_probe_times_the_replayed_step_where_the_run_replays(toy_d
         assert all(p.grad is None for p in run.model.parameters()) and torch.equal(rng, torch.get_rng_state())
     assert replays["replay"] == 2 * len(workload.amps)  # the emulated run's: all but each precision's first call
     assert keys["emulated"] == {**keys["off"], "cuda_graphs": True}
+
+
+@pytest.fixture
+def bf16_gpu(monkeypatch):
+    """What growth_for_run asks of a CUDA device, on a machine that has none: a bf16 GPU."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+
+
+@pytest.mark.parametrize(
+    "train, device, world, state, growth, reason",
+    [
+        ({}, "cuda", 1, None, 1.1, "replay as CUDA graphs"),
+        ({}, "cpu", 1, None, 0.0, "not on CUDA"),
+        ({"cuda_graphs": "emulated"}, "cpu", 1, None, 1.1, "replay"),
+        ({}, "cuda", 2, None, 0.0, "DDP"),
+        ({"cuda_graphs": "off"}, "cuda", 1, None, 0.0, "cuda_graphs: off"),
+        ({"amp": "fp16"}, "cuda", 1, None, 0.0, "fp16"),
+        ({"micro_batch_tokens": 8192}, "cuda", 1, None, 0.0, "micro_batch_tokens 8192"),
+        ({"bucket_growth_factor": 0}, "cuda", 1, None, 0.0, "as configured"),
+        ({"bucket_growth_factor": 1.2}, "cpu", 1, None, 1.2, "as configured"),
+        ({}, "cpu", 1, {"train_config": {"bucket_growth_factor": 1.1}}, 1.1, "as the run's checkpoints trained"),
+        ({}, "cuda", 1, {"train_config": {"bucket_growth_factor": 0.0}}, 0.0, "as the run's checkpoints trained"),
+    ],
+)
+def test_auto_takes_fixed_shapes_where_the_updates_replay_as_graphs(
+    train, device, world, state, growth, reason, bf16_gpu
+):
+    from layerwise_nmt.models import build
+    from layerwise_nmt.training.update_batches import growth_for_run
+
+    model = build("transformer", {**GPU_CHECK.TINY, "src_vocab": 40, "tgt_vocab": 40})
+    cfg = TrainConfig.from_dict({"max_update": 1, **train})
+    decided, why = growth_for_run(cfg, model, torch.device(device), world, state)
+    assert decided == growth and reason in why
+
+
+def test_auto_leaves_a_model_whose_loss_fixed_shapes_would_change_in_fairseqs_batches(bf16_gpu):
+    from layerwise_nmt.models import build
+    from layerwise_nmt.training.update_batches import check_merging, growth_for_run
+
+    name, extra = GPU_CHECK.FAMILIES["deep"]
+    model = build(name, {**GPU_CHECK.TINY, **extra, "src_vocab": 40, "tgt_vocab": 40})
+    growth, why = growth_for_run(TrainConfig.from_dict({"max_update": 1}), model, torch.device("cuda"), 1)
+    assert growth == 0.0 and "diversity" in why
+    check_merging(model, TrainConfig.from_dict({"max_update": 1}))  # auto: fine
+    with pytest.raises(
+        UserError, match=r"bucket_growth_factor=1.1: model DeepTransformer .* set bucket_growth_factor: 0"
+    ):
+        check_merging(model, TrainConfig.from_dict({"max_update": 1, "bucket_growth_factor": 1.1}))
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("fast", r"bucket_growth_factor='fast'; expected auto, 0 \(off\) or at least 1"),
+        (0.5, r"bucket_growth_factor=0.5; expected auto, 0 \(off\) or at least 1"),
+        (-1, r"bucket_growth_factor=-1; expected auto, 0 \(off\) or at least 1"),
+        (True, r"bucket_growth_factor=True; expected a number or a string"),
+    ],
+)
+def test_a_wrong_growth_factor_is_refused_by_name(value, message):
+    with pytest.raises(UserError, match=message):
+        TrainConfig.from_dict({"max_update": 1, "bucket_growth_factor": value})
+    TrainConfig.from_dict({"max_update": 1, "bucket_growth_factor": "auto", "micro_batch_tokens": 8192})
+
+
+def test_a_run_says_which_batches_it_trained_on_and_a_resume_keeps_them(toy_data, tmp_path, caplog):
+    """The default (`auto`) on the CPU: fairseq's batches; with `cuda_graphs: emulated` (the graphs' path on any
+    device) fixed shapes, recorded in training.json, and kept by a resume whatever `auto` would decide then."""
+    import json
+
+    caplog.set_level(logging.INFO)
+
+    def run(name: str, max_update: int, **more) -> None:
+        spec = toy_spec(max_update=max_update, **more)
+        train(spec, str(toy_data), "de", "en", str(tmp_path / name), final=str(tmp_path / name / "model.pt"))
+
+    run("cpu", 4)
+    assert json.loads((tmp_path / "cpu" / "training.json").read_text())["bucket_growth_factor"] == 0.0
+    assert any(
+        "bucket_growth_factor: 0 (auto: fairseq's batches (not on CUDA))" in r.getMessage() for r in caplog.records
+    )
+    run("graphs", 4, cuda_graphs="emulated")
+    assert json.loads((tmp_path / "graphs" / "training.json").read_text())["bucket_growth_factor"] == 1.1
+    assert load(tmp_path / "graphs" / LAST)["train_config"]["bucket_growth_factor"] == 1.1
+    caplog.clear()
+    # the same run given a larger budget resumes (the budget aside, its settings are the same) in its fixed shapes
+    run("graphs", 6, cuda_graphs="emulated")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("resumed from") for m in messages), messages
+    assert any("bucket_growth_factor: 1.1 (auto, as the run's checkpoints trained)" in m for m in messages)

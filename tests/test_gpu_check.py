@@ -288,7 +288,8 @@ def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growt
     assert [(growth, graphs) for *_, growth, graphs in timed] == [(0.0, "off"), (1.1, "off"), (1.1, "auto")] * (
         len(timed) // 3
     ) and timed
-    assert all(row["bucket_growth_factor"] == 0.0 for row in rows[-1]["rows"])  # auto compares today's batches
+    # auto is handed every path's rows and compares its pick on the path the trainer takes (auto_choice)
+    assert {row["bucket_growth_factor"] for row in rows[-1]["rows"]} == {0.0, 1.1}
 
 
 @pytest.mark.parametrize(
@@ -321,6 +322,22 @@ def test_the_auto_row_fails_where_auto_picked_the_clearly_slower_precision(monke
     few = [{**row_, "updates_timed": 1} for row_ in measured]
     row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, few)
     assert "error" not in row and "measured_fastest" not in row and "1 update(s)" in row["not_judged"]
+    # on a CPU the trainer takes fairseq's batches eagerly: rows of fixed shapes replayed as graphs are not its path
+    graphed = [{**row_, "bucket_growth_factor": 1.1, "cuda_graphs": "auto"} for row_ in measured]
+    row = gpu_check.auto_choice("transformer_iwslt_de_en", config, torch.device("cpu"), 4096, graphed)
+    assert (row["bucket_growth_factor"], row["cuda_graphs"]) == (0.0, "off") and "error" not in row
+    assert row["not_judged"] == "no row timed the trainer's path (bucket_growth_factor 0, cuda_graphs off)"
+    slower_graphed = {
+        "precision": "bf16",
+        "target_tokens_per_second": 10**7,
+        "updates_timed": 30,
+        "bucket_growth_factor": 1.1,
+        "cuda_graphs": "auto",
+    }
+    row = gpu_check.auto_choice(
+        "transformer_iwslt_de_en", config, torch.device("cpu"), 4096, [*measured, slower_graphed]
+    )
+    assert ("error" in row) == fails and row["measured_fastest"] == max(rates, key=rates.get)
 
 
 _probe_spec = importlib.util.spec_from_file_location("study_probe", ROOT / "benchmarks" / "study_probe.py")

@@ -9,6 +9,7 @@ from .. import UserError
 from ..settings import AMP_CHOICES, Settings, setting
 
 CUDA_GRAPHS_CHOICES = ("auto", "off", "emulated")
+AUTO_GROWTH = 1.1  # bucket_growth_factor's advised value, which `auto` takes where the updates replay as graphs
 
 
 @dataclass
@@ -25,10 +26,13 @@ class TrainConfig(Settings):
     # fixed batch shapes, so that a GPU update can be captured as a CUDA graph or compiled once per shape: lengths
     # padded up to buckets that grow by this factor, each a multiple of seq_len_multiple, and rows fixed per bucket
     # (max_tokens // the longer side's bucket, capped by max_sentences; missing rows are dummies that count for
-    # nothing: data/batch_shapes.py); 0 = off, each batch padded to its own longest sentences as in fairseq. 1.1 is
-    # the advised value: 48 buckets up to 1,024 tokens (at most 3 shapes each), 6-10% of the token slots padding and
-    # sentences per update within 4% of fairseq's batches on Multi30k and on IWSLT14's lengths (docs/benchmarks.md)
-    bucket_growth_factor: float = setting(0.0, ge=0)
+    # nothing: data/batch_shapes.py); 0 = off, each batch padded to its own longest sentences as in fairseq. 1.1
+    # (AUTO_GROWTH): 48 buckets up to 1,024 tokens (at most 3 shapes each), 6-10% of the token slots padding and
+    # sentences per update within 4% of fairseq's batches on Multi30k and on IWSLT14's lengths (docs/benchmarks.md).
+    # auto = 1.1 where the updates will replay as CUDA graphs (one CUDA GPU, `cuda_graphs: auto`, a precision they
+    # take, a model whose loss fixed shapes leave alone, no micro_batch_tokens), 0 elsewhere: the CPU trains in
+    # fairseq's batches (update_batches.growth_for_run)
+    bucket_growth_factor: float | str = "auto"
     # 2, as MLPerf's Transformer: NMT sentences are short, and 8 pads a 9-token sentence to 16 (on Multi30k a fifth
     # of the token slots would be padding, against 7% with 2)
     seq_len_multiple: int = setting(2, ge=1)
@@ -80,7 +84,7 @@ class TrainConfig(Settings):
     # TF32 / fp32); fp16 + loss scaling on older GPUs, fp32 elsewhere (precision.py); none = fp32
     amp: str = "auto"
     # auto | off | emulated: auto = each update shape captured as a CUDA graph at its second update and replayed
-    # from then on, on one CUDA GPU with fixed batch shapes (bucket_growth_factor > 0) in fp32 or bf16 (graphs.py);
+    # from then on, on one CUDA GPU with fixed batch shapes (bucket_growth_factor auto or 1.1) in fp32, bf16 (graphs.py)
     # emulated = the same bookkeeping without graphs on any device, the update's Python replayed (what the tests run)
     cuda_graphs: str = "auto"
     tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
@@ -105,15 +109,15 @@ class TrainConfig(Settings):
             raise UserError(f"early_stop_metric={self.early_stop_metric!r}; expected loss or bleu")
         if self.final_model not in ("last", "best"):
             raise UserError(f"final_model={self.final_model!r}; expected last or best")
-        if 0 < self.bucket_growth_factor < 1:
+        growth = self.bucket_growth_factor
+        if growth != "auto" and (isinstance(growth, str) or growth < 0 or 0 < growth < 1):
             raise UserError(
-                f"bucket_growth_factor={self.bucket_growth_factor:g}; expected 0 (off) or at least 1 (1.1: buckets "
-                f"10% apart)"
+                f"bucket_growth_factor={growth!r}; expected auto, 0 (off) or at least 1 (1.1: buckets 10% apart)"
             )
-        if self.bucket_growth_factor and self.micro_batch_tokens:
+        if growth != "auto" and growth and self.micro_batch_tokens:
             raise UserError(
-                f"bucket_growth_factor={self.bucket_growth_factor:g} with micro_batch_tokens="
-                f"{self.micro_batch_tokens}: merged passes would leave the fixed shapes; set one of them to 0"
+                f"bucket_growth_factor={growth:g} with micro_batch_tokens={self.micro_batch_tokens}: merged passes "
+                f"would leave the fixed shapes; set one of them to 0"
             )
         if self.cuda_graphs not in CUDA_GRAPHS_CHOICES:
             raise UserError(f"cuda_graphs={self.cuda_graphs!r}; expected {', '.join(CUDA_GRAPHS_CHOICES)}")

@@ -53,7 +53,7 @@ from .precision_probe import training_workload
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
 from .config import TrainConfig
-from .update_batches import batch_limits, check_merging, epoch_batches, log_batch_shapes, rank_batches
+from .update_batches import batch_limits, check_merging, epoch_batches, growth_for_run, log_batch_shapes, rank_batches
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     torch.manual_seed(cfg.seed)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
     run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device)
+    cfg = run.cfg  # with `auto`s decided for this run and device (bucket_growth_factor)
     run.trained_lengths = {
         side: int(data.sizes.max(initial=0)) for side, data in (("src", train_data.src), ("tgt", train_data.tgt))
     }
@@ -180,6 +181,10 @@ def _start(
                 spec["init_from"],
                 ", ".join(new) or "none",
             )
+    growth, why_growth = growth_for_run(cfg, model, device, world_size, state)
+    cfg = replace(cfg, bucket_growth_factor=growth)
+    if rank == 0:
+        log.info("bucket_growth_factor: %g (%s)", growth, why_growth)
     check_merging(model, cfg)
     # every rank trains in rank 0's choice: a probe on another machine may measure otherwise
     precision = precision or broadcast_object(

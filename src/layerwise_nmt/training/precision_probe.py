@@ -325,6 +325,7 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     model then costs what its GPU work costs, and the pick is the one for the run's own updates (eagerly, bf16's
     casts add launches that a graph does not pay for)."""
     from .graphs import UpdateGraphs, why_not
+    from .update_batches import growth_for_run
     from .distributed import world
     from .master_weights import bf16_copy, link
 
@@ -336,7 +337,10 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     target = prev.roll(-1, dims=1)
     copies: list[torch.nn.Module] = []
     # bf16 stands for the three: the graphs apply to fp32 and both bf16 forms alike, not to fp16 (never probed)
-    graphed = not why_not(cfg.cuda_graphs, device, "bf16", cfg.bucket_growth_factor > 0, world()[1])
+    growth = cfg.bucket_growth_factor
+    if growth == "auto":  # as the trainer decides it (`_start` hands the probe its decision)
+        growth = growth_for_run(cfg, model, device, world()[1])[0]
+    graphed = not why_not(cfg.cuda_graphs, device, "bf16", growth > 0, world()[1])
     graphs = UpdateGraphs(device, emulated=device.type != "cuda") if graphed else None
     captured: dict[str, CapturedStep] = {}
 

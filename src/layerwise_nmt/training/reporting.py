@@ -150,6 +150,8 @@ class Reporter:
             "minutes": round(progress.elapsed / 60, 2),
             "peak_gpu_memory_gib": _peak_gpu_memory(),
             "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")},
+            # the batches it trained on: fairseq's (0) or fixed shapes (`auto` decided per run and device)
+            "bucket_growth_factor": self.cfg.bucket_growth_factor,
         }
         assert self.run_dir is not None  # rank 0's reporter, the one that writes the summary
         with atomic_path(self.run_dir / "training.json") as tmp:

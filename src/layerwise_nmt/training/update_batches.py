@@ -14,7 +14,7 @@ from .. import UserError
 from ..data.batch_shapes import FixedShapes, batching_summary
 from ..data.batching import Batch, ParallelData, collate, epoch_order, make_batches, merge_batches
 from ..models.transformer import Model
-from .config import TrainConfig
+from .config import AUTO_GROWTH, TrainConfig
 from .distributed import world
 from .progress import Progress
 
@@ -53,8 +53,39 @@ def batch_limits(cfg: TrainConfig, restarted: bool) -> tuple[int | None, int | N
     return cfg.max_tokens, cfg.max_sentences
 
 
+def growth_for_run(
+    cfg: TrainConfig, model: Model, device: torch.device, world_size: int, state: dict | None = None
+) -> tuple[float, str]:
+    """The run's bucket_growth_factor and why: a number as configured; `auto`, AUTO_GROWTH where the updates will
+    replay as CUDA graphs (the only place fixed shapes pay: on a CPU, or with DDP, they add padding and save
+    nothing) and the model's loss leaves fixed shapes alone, else 0 (fairseq's batches). A resumed run keeps the
+    factor its checkpoints trained with (`state`'s train_config), so that a resume takes the same batches."""
+    from .graphs import why_not
+
+    if cfg.bucket_growth_factor != "auto":
+        return float(cfg.bucket_growth_factor), "as configured"
+    recorded = ((state or {}).get("train_config") or {}).get("bucket_growth_factor")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+        return float(recorded), "auto, as the run's checkpoints trained"
+    # what `amp: auto` computes in on a CUDA device: a bf16 GPU's three choices all replay; fp16 (older GPUs) not
+    amp = (
+        cfg.amp
+        if cfg.amp != "auto"
+        else ("bf16" if device.type != "cuda" or torch.cuda.is_bf16_supported() else "fp16")
+    )
+    why = (
+        why_not(cfg.cuda_graphs, device, amp, True, world_size)
+        or (cfg.micro_batch_tokens and f"micro_batch_tokens {cfg.micro_batch_tokens}")
+        or model.merging_changes_loss()
+    )
+    if why:
+        return 0.0, f"auto: fairseq's batches ({why})"
+    return AUTO_GROWTH, "auto: fixed shapes, so that the updates replay as CUDA graphs"
+
+
 def fixed_shapes(cfg: TrainConfig, restarted: bool) -> FixedShapes | None:
     """The current stage's batch shapes when `bucket_growth_factor` is set; None (today's batches) when not."""
+    assert cfg.bucket_growth_factor != "auto", "decided per run first (growth_for_run)"
     if not cfg.bucket_growth_factor:
         return None
     return FixedShapes(cfg.bucket_growth_factor, cfg.seq_len_multiple, *batch_limits(cfg, restarted))
@@ -115,7 +146,8 @@ def check_merging(model: Model, cfg: TrainConfig) -> None:
     """Refuse micro_batch_tokens, and fixed batch shapes, for a model whose loss has a term per pass rather than per
     token (`loss.accumulate`; the model says why: `Model.merging_changes_loss`): merged batches change what a pass
     holds, and so do a fixed shape's padding and dummy rows."""
-    why = model.merging_changes_loss() if cfg.micro_batch_tokens or cfg.bucket_growth_factor else None
+    fixed = cfg.bucket_growth_factor != "auto" and cfg.bucket_growth_factor  # auto: none for such a model
+    why = model.merging_changes_loss() if cfg.micro_batch_tokens or fixed else None
     if why and cfg.micro_batch_tokens:
         raise UserError(
             f"micro_batch_tokens={cfg.micro_batch_tokens}: model {type(model).__name__} {why}, which "
