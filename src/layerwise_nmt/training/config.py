@@ -96,6 +96,11 @@ class TrainConfig(Settings):
     validate_interval_updates: int = setting(0, ge=0)
     seed: int = setting(1, ge=0)
 
+    def decided_growth(self) -> float:
+        """bucket_growth_factor as the run trains with it, once `auto` is decided (update_batches.growth_for_run)."""
+        assert not isinstance(self.bucket_growth_factor, str), "bucket_growth_factor auto: decide it for the run first"
+        return float(self.bucket_growth_factor)
+
     def check(self) -> None:
         if self.lr_scheduler not in ("inverse_sqrt", "noam", "polynomial_decay", "cosine", "fixed"):
             raise UserError(

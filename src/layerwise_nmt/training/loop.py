@@ -208,7 +208,7 @@ def _start(
         languages=dict(zip(("src", "tgt"), vocabs)),
         lr=cfg.lr,
     )
-    run.graphs = update_graphs(cfg.cuda_graphs, device, precision.amp, cfg.bucket_growth_factor > 0, world_size)
+    run.graphs = update_graphs(cfg.cuda_graphs, device, precision.amp, cfg.decided_growth() > 0, world_size)
     if state is not None:
         assert resumed_from is not None  # found together
         try:

@@ -85,10 +85,10 @@ def growth_for_run(
 
 def fixed_shapes(cfg: TrainConfig, restarted: bool) -> FixedShapes | None:
     """The current stage's batch shapes when `bucket_growth_factor` is set; None (today's batches) when not."""
-    assert cfg.bucket_growth_factor != "auto", "decided per run first (growth_for_run)"
-    if not cfg.bucket_growth_factor:
+    growth = cfg.decided_growth()
+    if not growth:
         return None
-    return FixedShapes(cfg.bucket_growth_factor, cfg.seq_len_multiple, *batch_limits(cfg, restarted))
+    return FixedShapes(growth, cfg.seq_len_multiple, *batch_limits(cfg, restarted))
 
 
 def log_batch_shapes(data: ParallelData, cfg: TrainConfig, per_update: int) -> None:
