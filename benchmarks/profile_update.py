@@ -1,8 +1,10 @@
 """Where a training update's time goes, per precision: the trainer's `_update` on gpu_check's speed batches, timed,
-then profiled (torch.profiler), the ops that take the most device and host time printed per precision.
+then profiled (torch.profiler), the ops that take the most device and host time printed per precision. The
+batches are those the trainer takes on a GPU by default (fixed shapes, `--bucket-growth-factor 1.1`; 0: fairseq's),
+each update taken eagerly: a CUDA graph's replay would show the profiler one launch instead of its kernels.
 
     python benchmarks/profile_update.py [--row transformer_iwslt_de_en] [--precisions bf16 tf32] [--updates 10]
-        [--device cuda|cpu] [--json out.json]
+        [--bucket-growth-factor 1.1] [--device cuda|cpu] [--json out.json]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402  (the speed rows' batches and precisions)
 
 
-def build(row: str, label: str, device: torch.device, max_tokens: int | None):
+def build(row: str, label: str, device: torch.device, max_tokens: int | None, growth: float):
     from layerwise_nmt import grid
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.grid.pricing import task_vocab
@@ -39,9 +41,16 @@ def build(row: str, label: str, device: torch.device, max_tokens: int | None):
     spec = {
         "model": e["model"],
         "arch": e["arch"],
-        "train": {**e["train"], "amp": precision.amp, "tf32": tf32, "max_tokens": max_tokens},
+        "train": {
+            **e["train"],
+            "amp": precision.amp,
+            "tf32": tf32,
+            "max_tokens": max_tokens,
+            "bucket_growth_factor": growth,
+            "cuda_graphs": "off",
+        },
     }
-    batches = gpu_check.real_batches(*gpu_check.stored_lengths(lengths), max_tokens, vocab)
+    batches = gpu_check.real_batches(*gpu_check.stored_lengths(lengths), max_tokens, vocab, growth=growth)
     dictionaries = {
         lang: Dictionary([f"w{i}" for i in range(size - len(SPECIALS))], [1] * (size - len(SPECIALS)))
         for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))
@@ -57,21 +66,23 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def one_precision(row: str, label: str, device: torch.device, updates: int, max_tokens: int | None) -> dict:
+def one_precision(
+    row: str, label: str, device: torch.device, updates: int, max_tokens: int | None, growth: float = 1.1
+) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from layerwise_nmt.training.loop import _update
     from layerwise_nmt.training.master_weights import compute_model
     from layerwise_nmt.training.precision import cuda_kernels
 
-    run, precision, tf32, batches = build(row, label, device, max_tokens)
+    run, precision, tf32, batches = build(row, label, device, max_tokens, growth)
     net = compute_model(run.model, precision)  # bf16-weights: the bf16 copy, fp32 masters in run.model
     order = [batches[i % len(batches)] for i in np.random.RandomState(0).permutation(max(len(batches), updates * 3))]
 
     def step(batch):
         return _update(run, net, [batch], device, lambda: precision.autocast(device))
 
-    out = {"row": row, "precision": label, "amp": precision.amp, "tf32": tf32}
+    out = {"row": row, "precision": label, "amp": precision.amp, "tf32": tf32, "bucket_growth_factor": growth}
     with cuda_kernels(device, tf32):
         for b in order[:3]:
             step(b)
@@ -113,13 +124,14 @@ def main(argv=None) -> int:
     parser.add_argument("--precisions", nargs="+", default=["bf16", "tf32"], choices=list(gpu_check.PRECISIONS))
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--bucket-growth-factor", type=float, default=1.1, help="0: fairseq's batches")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     results = []
     for label in args.precisions:
-        results.append(one_precision(args.row, label, device, args.updates, args.max_tokens))
+        results.append(one_precision(args.row, label, device, args.updates, args.max_tokens, args.bucket_growth_factor))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0

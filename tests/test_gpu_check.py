@@ -450,6 +450,7 @@ def test_the_update_profile_times_and_names_where_the_time_goes(tmp_path):
     )
     [row] = json.loads(out.read_text())
     assert row["precision"] == "fp32" and row["target_tokens_per_second"] > 0
+    assert row["bucket_growth_factor"] == 1.1  # the batches a GPU run takes by default, profiled eagerly
     assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in row["top_device_ops"])
 
 
