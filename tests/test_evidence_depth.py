@@ -283,3 +283,21 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
     runs = {t.split("/")[2] for t in out if t.endswith("test.score.json")}
     assert runs == {f"study_cpu6.{e}" for e in RUNS} and all("/seed2/" in t for t in out)
     assert len([t for t in out if "/heldout." in t]) == 6 * 3
+
+
+def test_a_recipe_check_is_named_by_what_it_changes_not_as_training_longer(config):
+    """The dropout check is the same model as the baseline, and the page called it 'the same model trained longer'."""
+    from layerwise_nmt.report.evidence_page import comparison_cells, plain_words
+
+    assert evidence.changed_settings(config, "study_cpu6.transformer_dropout3", "study_cpu6.transformer") == [
+        "dropout 0.3"
+    ]
+    assert evidence.changed_settings(config, "study_cpu6.transformer_2x", "study_cpu6.transformer") == []
+    check = {"same_model": True, "changed": ["dropout 0.3"], "delta": -23.52, "seeds": [1], "bootstrap_p": [0.001]}
+    check |= {"control": "study_cpu6.transformer", "t_test_p": None, "claim": "not held"}
+    assert comparison_cells({"compare": check})[3] == "— (a recipe check: dropout 0.3)"
+    assert plain_words(check) == "the recipe's own settings do better here (significant by the paired bootstrap)"
+    assert plain_words({**check, "delta": 0.4, "bootstrap_p": [0.3]}) == (
+        "dropout 0.3 does better here (not significant by the paired bootstrap); the recipe chose by validation loss"
+    )
+    assert comparison_cells({"compare": {**check, "changed": []}})[3] == "— (the same model trained longer)"

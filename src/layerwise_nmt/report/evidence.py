@@ -283,9 +283,37 @@ def compare(
         ]
     result["t_test_p"] = t_test_paired([theirs[s] for s in seeds], [bleu[s] for s in seeds])
     result["claim"] = verdict(deltas, result.get("bootstrap_p"))
-    # the same model trained longer against itself: no paper's claim, but what more training still buys
+    # the same model against itself: no paper's claim, but what more training still buys, or a recipe's check
     result["same_model"] = experiment(config, name)["model"] == experiment(config, control)["model"]
+    result["changed"] = changed_settings(config, name, control)
     return result
+
+
+# what makes a same-model row "the same model trained longer" rather than a check of the recipe's other settings:
+# its budget, and how often it validates and saves along the way
+BUDGET_KEYS = {
+    "max_update",
+    "total_num_update",
+    "max_epoch",
+    "max_minutes",
+    "save_interval_updates",
+    "save_interval_minutes",
+    "validate_interval_updates",
+    "keep_interval_updates",
+    "keep_last_epochs",
+    "log_interval",
+}
+
+
+def changed_settings(config: dict, name: str, control: str) -> list[str]:
+    """The model and training settings in which `name` differs from `control`, budgets aside ("dropout 0.3")."""
+    a, b = experiment(config, name), experiment(config, control)
+    return [
+        f"{key} {a[stage].get(key)}"
+        for stage in ("arch", "train")
+        for key in sorted(set(a[stage]) | set(b[stage]))
+        if a[stage].get(key) != b[stage].get(key) and key not in BUDGET_KEYS
+    ]
 
 
 def verdict(deltas: list[float], bootstrap_p: list[float] | None) -> str:
@@ -344,6 +372,7 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
                     "control": control,
                     "seeds": [],
                     "same_model": experiment(config, name)["model"] == experiment(config, control)["model"],
+                    "changed": changed_settings(config, name, control),
                 }
             )
         summary_rows.append(line)

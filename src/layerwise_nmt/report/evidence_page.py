@@ -35,7 +35,10 @@ def comparison_cells(row: dict) -> tuple[str, str, str, str]:
     if not c["seeds"]:
         return f"not yet (`{c['control']}`)", "", "", ""
     boot = ", ".join(f"{p:.3f}" for p in c["bootstrap_p"]) if "bootstrap_p" in c else "—"
-    claim = "— (the same model trained longer)" if c.get("same_model") else c["claim"]
+    claim = c["claim"]
+    if c.get("same_model"):
+        changed = ", ".join(c.get("changed") or [])
+        claim = f"— (a recipe check: {changed})" if changed else "— (the same model trained longer)"
     return (
         f"{c['delta']:+.2f} vs `{c['control']}`",
         boot,
@@ -251,6 +254,10 @@ def plain_words(c: dict) -> str:
     significant = bool(boot) and all(p < P_VALUE for p in boot)
     if c.get("same_model"):
         how = f"{'significant' if significant else 'not significant'} by the paired bootstrap"
+        if c.get("changed"):
+            if c["delta"] < 0:
+                return f"the recipe's own settings do better here ({how})"
+            return f"{', '.join(c['changed'])} does better here ({how}); the recipe chose by validation loss"
         if c["delta"] < 0:
             return f"training longer loses BLEU here ({how}): the budget is past where more training helps"
         return f"what training longer still buys ({how})"
