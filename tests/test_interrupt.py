@@ -82,6 +82,37 @@ def start_a_long_training(tmp_path, mirror, prepared, preexec_fn=default_sigint)
     return proc, save_dir
 
 
+def group_processes(group: int) -> list[str]:
+    """The command lines of the processes still in process group `group` (Snakemake's and everything it
+    started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getpgid(int(entry.name)) == group:
+                found.append((entry / "cmdline").read_text().replace("\0", " "))
+        except OSError:
+            continue
+    return found
+
+
+# A stop ends the training at its next update, after its checkpoint writes (each fsync'ed, which on a disk busy with
+# other work can take seconds); a training not stopped would run for many minutes more (100,000 updates)
+STOP_WITHIN_S = 90
+
+
+def stuck(proc: subprocess.Popen, save_dir: Path, what: str) -> str:
+    """Why a stop did not finish: what is still running, then (after killing it) Snakemake's output and the
+    training's log, whose last lines say whether the training saw the stop and where it was."""
+    running = group_processes(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    log = save_dir.parent / "train.log"
+    return (
+        f"{what}: still running after {STOP_WITHIN_S} s: {running}\n--- Snakemake ---\n{out[-3000:]}"
+        f"\n--- {log.name} ---\n{log.read_text()[-3000:] if log.exists() else '(none)'}"
+    )
+
+
 @pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "sigint-ignored"])
 def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, prepared, sigint_ignored):
     """foreground: Snakemake gets the Ctrl-C too, as in a terminal. sigint-ignored: a Snakemake started where
@@ -92,7 +123,10 @@ def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, p
     proc, save_dir = start_a_long_training(tmp_path, mirror, prepared, ignore)
     try:
         os.killpg(proc.pid, signal.SIGINT)  # one Ctrl-C
-        out, _ = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=STOP_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(stuck(proc, save_dir, "one Ctrl-C"))
     finally:
         if proc.poll() is None:  # still training (a retry): nothing of it may outlive the test
             os.killpg(proc.pid, signal.SIGKILL)
@@ -121,35 +155,18 @@ def test_one_ctrl_c_stops_the_workflow_and_the_rerun_resumes(tmp_path, mirror, p
     assert re.search(rf"resumed from \S+/checkpoint_last.pt: epoch \d+, update {update}, batch", history), history
 
 
-def group_processes(group: int) -> list[str]:
-    """The command lines of the processes still in process group `group` (Snakemake's and everything it
-    started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and os.getpgid(int(entry.name)) == group:
-                found.append((entry / "cmdline").read_text().replace("\0", " "))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_sent_to_snakemake_alone_stops_the_training_with_its_checkpoint(tmp_path, mirror, prepared, signum):
     """What a supervisor, a scheduler or `kill <pid>` sends: one signal to Snakemake's process, not to its group.
-    The training checkpoints and stops within 30 s, as after a terminal's Ctrl-C, and nothing is left running."""
+    The training checkpoints and stops, as after a terminal's Ctrl-C, rather than running on; nothing is left
+    running."""
     proc, save_dir = start_a_long_training(tmp_path, mirror, prepared)
     try:
         os.kill(proc.pid, signum)  # Snakemake's process only
-        sent = time.time()
         try:
-            out, _ = proc.communicate(timeout=30)
+            out, _ = proc.communicate(timeout=STOP_WITHIN_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"{signal.Signals(signum).name} to Snakemake alone: still running after 30 s: "
-                f"{group_processes(proc.pid)}"
-            )
-        took = time.time() - sent
+            pytest.fail(stuck(proc, save_dir, f"{signal.Signals(signum).name} to Snakemake alone"))
         left = group_processes(proc.pid)
     finally:
         if proc.poll() is None or group_processes(proc.pid):
@@ -157,7 +174,7 @@ def test_a_stop_sent_to_snakemake_alone_stops_the_training_with_its_checkpoint(t
             proc.wait()
 
     assert not left, left
-    assert proc.returncode != 0 and took < 30, out[-3000:]
+    assert proc.returncode != 0, out[-3000:]
     stopped = re.findall(
         r"^lwnmt train: \S+: stopped at update (\d+) \(Ctrl-C; saved checkpoint_last.pt\); "
         r"rerun the same command to resume$",
