@@ -268,21 +268,32 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
     import subprocess
 
     listed = subprocess.run(["bash", str(ROOT / "scripts/study_gpu.sh"), "shards"], capture_output=True, text=True)
-    assert listed.stdout.split()[-3:] == ["depth6-seed1", "depth6-seed2", "depth6-seed3"]
-    code = (
-        f"source <(sed -n '/^shard_targets()/,/^}}/p' {ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; "
-        f"TASK=multi30k_deen; shard_targets depth6-seed2"
-    )
+    assert listed.stdout.split()[-4:] == ["depth6-seed1", "depth6-seed2", "depth6-seed3", "depth6-seed4"]
     import os
     import sys
 
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}  # its python3
-    out = subprocess.run(
-        ["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
-    ).stdout.split()
+
+    def shard(function: str, name: str) -> list[str]:
+        code = (
+            f"source <(sed -n '/^shard_targets()/,/^}}/p;/^depth6_seeds()/,/^}}/p;/^shard_jobs()/,/^}}/p' "
+            f"{ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; TASK=multi30k_deen; {function} {name}"
+        )
+        return subprocess.run(
+            ["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+        ).stdout.split()
+
+    out = shard("shard_targets", "depth6-seed2")
     runs = {t.split("/")[2] for t in out if t.endswith("test.score.json")}
     assert runs == {f"study_cpu6.{e}" for e in RUNS} and all("/seed2/" in t for t in out)
     assert len([t for t in out if "/heldout." in t]) == 6 * 3
+    # seed 4 holds the rows seed 1's CPU did not finish (LWC, the warm starts) with their parent, and no MLRF
+    runs = {t.split("/")[2] for t in shard("shard_targets", "depth6-seed4") if t.endswith("test.score.json")}
+    assert runs == {f"study_cpu6.{e}" for e in RUNS} - {"study_cpu6.mlrf_dec_sa"}
+    # several seeds in one command: each whole, three trainings at once per seed
+    both = shard("shard_targets", "depth6-seed2-3")
+    assert set(both) == set(out) | set(shard("shard_targets", "depth6-seed3"))
+    assert shard("shard_jobs", "depth6-seed2-3") == ["6"] and shard("shard_jobs", "depth6-seed2-3-4") == ["9"]
 
 
 def test_a_recipe_check_is_named_by_what_it_changes_not_as_training_longer(config):
@@ -301,3 +312,20 @@ def test_a_recipe_check_is_named_by_what_it_changes_not_as_training_longer(confi
         "dropout 0.3 does better here (not significant by the paired bootstrap); the recipe chose by validation loss"
     )
     assert comparison_cells({"compare": {**check, "changed": []}})[3] == "— (the same model trained longer)"
+
+
+def test_copy_without_a_seed_copies_every_seeds_finished_runs_from_a_gpu_nodes_folder(tmp_path, heldout):
+    """What comes back from a GPU node holds several seeds (`depth6-seed2-3`): one copy takes each seed's finished
+    runs, and a seed the folder does not hold is left as it is."""
+    from layerwise_nmt.cli import main
+
+    results, out = tmp_path / "run", tmp_path / "docs"
+    for seed in (2, 3):
+        fake_seed(results, seed, device="NVIDIA H200")
+    shutil.rmtree(results / "results" / TASK / "study_cpu6.dou_deep" / "seed3")  # cut short by the command's end
+    args = ["evidence", "copy", "--config", str(ROOT / "config.yaml"), "--config", str(ROOT / "config/study_cpu6.yaml")]
+    main([*args, "--table", TABLE, "--results", str(results), "--out", str(out), "--partial"])
+    copied = {(p.parent.name, p.name) for p in out.glob("*/seed*")}
+    assert copied == {(f"study_cpu6.{e}", f"seed{s}") for e in RUNS for s in (2, 3)} - {
+        ("study_cpu6.dou_deep", "seed3")
+    }

@@ -39,6 +39,7 @@ def test_the_first_shard_is_the_whole_small_table():
         "depth6-seed1",
         "depth6-seed2",
         "depth6-seed3",
+        "depth6-seed4",
     ]
     bad = study("shard", "big")
     assert bad.returncode == 2

@@ -43,7 +43,7 @@ def add_commands(sub) -> None:
         sub,
         "evidence",
         "a table's runs as small text in the repository (report/evidence.py): `targets` "
-        "(what Snakemake makes for one seed), `copy` (one seed's finished runs into --out), `collect` "
+        "(what Snakemake makes for one seed), `copy` (a seed's finished runs, or every seed's, into --out), `collect` "
         "(--out's README.md, summary.json and curves.png from the files there)",
         cmd_evidence,
     )
@@ -59,7 +59,7 @@ def add_commands(sub) -> None:
         "--study 6+6=docs/study/cpu6",
     )
     p.add_argument("--figure", help="depth: where to draw Δ BLEU against depth (PNG)")
-    p.add_argument("--seed", type=int, help="targets, copy: the seed")
+    p.add_argument("--seed", type=int, help="targets: the seed; copy: the seed (default: each of the table's in turn)")
     p.add_argument(
         "--out",
         help="copy, collect: the evidence folder, e.g. docs/study/cpu; targets: refuse a seed "
@@ -152,7 +152,7 @@ def cmd_evidence(a) -> None:
     if not a.table:
         raise UserError(f"evidence {a.action}: --table is required (paper/table, e.g. study_cpu/T1)")
     config = load_config(a)
-    if a.action in ("targets", "copy") and a.seed is None:
+    if a.action == "targets" and a.seed is None:
         raise UserError(f"evidence {a.action}: --seed is required")
     if a.action in ("copy", "collect") and not a.out:
         raise UserError(f"evidence {a.action}: --out is required")
@@ -161,8 +161,9 @@ def cmd_evidence(a) -> None:
             log.warning("%s", note)
         print("\n".join(evidence.targets(config, a.table, a.seed, a.out)))
     elif a.action == "copy":
-        for folder in evidence.copy(config, a.table, a.seed, a.out, a.results, a.partial):
-            print(f"copied {folder}")
+        for seed in [a.seed] if a.seed is not None else evidence.seeds(config, a.table):
+            for folder in evidence.copy(config, a.table, seed, a.out, a.results, a.partial):
+                print(f"copied {folder}")
     else:
         summary = evidence.summarise(config, a.table, a.out, a.ref)
         for line in summary["incomplete"]:

@@ -65,6 +65,11 @@ def runs(config: dict, table: str, seed: int | None = None) -> list[tuple[str, i
     return list(dict.fromkeys(out))
 
 
+def seeds(config: dict, table: str) -> list[int]:
+    """Every seed some run of the table uses, in order."""
+    return sorted({s for _, s in runs(config, table)})
+
+
 def targets(config: dict, table: str, seed: int, out: str | Path | None = None) -> list[str]:
     """What Snakemake makes for one seed: each run's test score (its training, decoding and scoring before it) and
     its translations of the task's held-out sets, where a folder holds them. With `out` (the evidence folder), a seed
