@@ -2,9 +2,11 @@
 then profiled (torch.profiler), the ops that take the most device and host time printed per precision. The
 batches are those the trainer takes on a GPU by default (fixed shapes, `--bucket-growth-factor 1.1`; 0: fairseq's),
 each update taken eagerly: a CUDA graph's replay would show the profiler one launch instead of its kernels.
+`--losses chunked reference` times and profiles each precision with the trainer's chunked label-smoothed
+cross-entropy and with fairseq's formulation (training/loss.py), one after the other.
 
     python benchmarks/profile_update.py [--row transformer_iwslt_de_en] [--precisions bf16 tf32] [--updates 10]
-        [--bucket-growth-factor 1.1] [--device cuda|cpu] [--json out.json]
+        [--bucket-growth-factor 1.1] [--losses chunked reference] [--device cuda|cpu] [--json out.json]
 """
 
 from __future__ import annotations
@@ -67,10 +69,19 @@ def sync(device):
 
 
 def one_precision(
-    row: str, label: str, device: torch.device, updates: int, max_tokens: int | None, growth: float = 1.1
+    row: str,
+    label: str,
+    device: torch.device,
+    updates: int,
+    max_tokens: int | None,
+    growth: float = 1.1,
+    loss_name: str = "chunked",
 ) -> dict:
+    from unittest import mock
+
     from torch.profiler import ProfilerActivity, profile
 
+    from layerwise_nmt.training import loss
     from layerwise_nmt.training.loop import _update
     from layerwise_nmt.training.master_weights import compute_model
     from layerwise_nmt.training.precision import cuda_kernels
@@ -83,7 +94,8 @@ def one_precision(
         return _update(run, net, [batch], device, lambda: precision.autocast(device))
 
     out = {"row": row, "precision": label, "amp": precision.amp, "tf32": tf32, "bucket_growth_factor": growth}
-    with cuda_kernels(device, tf32):
+    out["loss"] = loss_name
+    with cuda_kernels(device, tf32), mock.patch.object(loss, "smoothed_loss", loss.LOSSES[loss_name]):
         for b in order[:3]:
             step(b)
         sync(device)
@@ -107,7 +119,7 @@ def one_precision(
     averages = prof.key_averages()
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     for sort, n in ((key, 14), ("self_cpu_time_total", 8)):
-        print(f"--- {row} {label}: top ops by {sort}")
+        print(f"--- {row} {label}, {loss_name} loss: top ops by {sort}")
         print(averages.table(sort_by=sort, row_limit=n, max_name_column_width=60))
     out["top_device_ops"] = [
         {"name": a.key, "calls": a.count, "self_us": round(getattr(a, key, 0.0))}
@@ -126,14 +138,20 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument("--bucket-growth-factor", type=float, default=1.1, help="0: fairseq's batches")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--losses", nargs="+", default=["chunked"], choices=["chunked", "reference"])
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     results = []
     for label in args.precisions:
-        results.append(one_precision(args.row, label, device, args.updates, args.max_tokens, args.bucket_growth_factor))
-        if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        for loss_name in args.losses:
+            results.append(
+                one_precision(
+                    args.row, label, device, args.updates, args.max_tokens, args.bucket_growth_factor, loss_name
+                )
+            )
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

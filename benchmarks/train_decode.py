@@ -40,6 +40,11 @@ Fixed batch shapes (`--parts shapes`): each of --models trained through `_update
 shapes (`bucket_growth_factor: 1.1`), paired round by round, per precision, in real target tokens per CPU second.
 
     python benchmarks/train_decode.py --parts shapes --updates 40 --warmup 4 --models demo,iwslt
+
+The loss (`--parts loss`): each of --models trained through `_update` with the chunked label-smoothed
+cross-entropy (`training/loss.py`) and with fairseq's formulation, on the same batches, paired round by round.
+
+    python benchmarks/train_decode.py --parts loss --updates 30 --warmup 3 --models demo,iwslt
 """
 
 from __future__ import annotations
@@ -483,7 +488,7 @@ def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: lis
     from layerwise_nmt.data.batch_shapes import FixedShapes
     from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.loop import TrainConfig, _start
     from layerwise_nmt.training.precision import Precision
 
     model = MODELS[name]
@@ -508,28 +513,89 @@ def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: lis
             with tempfile.TemporaryDirectory() as tmp:
                 run = _start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision)
             runs[batching] = (run, [collate(train_data, ids, shapes=shapes) for ids in order])
-        cpu_s = {batching: 0.0 for batching in runs}
-        tokens = {batching: 0 for batching in runs}
-        slots = {batching: [0, 0] for batching in runs}  # padded token slots (source + target), of them padding
-        for i in range(warmup + rounds):
-            for batching in list(runs) if i % 2 == 0 else list(runs)[::-1]:
-                run, batches = runs[batching]
-                batch = batches[i]
-                t0 = time.thread_time()
-                _update(run, run.model, [batch], cpu, lambda: precision.autocast(cpu))
-                if i >= warmup:
-                    cpu_s[batching] += time.thread_time() - t0
-                    tokens[batching] += batch.ntokens
-                    real = int((batch.src != 1).sum() + (batch.tgt != 1).sum())
-                    size = batch.src.numel() + batch.tgt.numel()
-                    slots[batching] = [slots[batching][0] + size, slots[batching][1] + size - real]
-                run.progress.update += 1
-        rate = {batching: tokens[batching] / cpu_s[batching] for batching in runs}
+        rate, padding = paired_updates(runs, rounds, warmup, precision)
         result[label] = {
             "target_tokens_per_cpu_s": rate,
-            "padding_share": {batching: pad / size for batching, (size, pad) in slots.items()},
+            "padding_share": padding,
             "fixed_over_fairseq": rate["fixed 1.1"] / rate["fairseq"],
         }
+    result["load_average"] = os.getloadavg()
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return result
+
+
+def paired_updates(runs: dict, rounds: int, warmup: int, precision, around=None) -> tuple[dict, dict]:
+    """Each variant's run (`runs`: name → (the trainer's Run, its batches)) updated once a round through the
+    trainer's `_update`, the variants' order reversed every other round, each update inside `around(name)`, one
+    thread: real target tokens per CPU second over the timed rounds, and the padded share of each variant's token
+    slots (source and target)."""
+    from contextlib import nullcontext
+
+    import torch
+
+    from layerwise_nmt.training.loop import _update
+
+    cpu = torch.device("cpu")
+    cpu_s = {name: 0.0 for name in runs}
+    tokens = {name: 0 for name in runs}
+    slots = {name: [0, 0] for name in runs}  # padded token slots (source + target), of them padding
+    for i in range(warmup + rounds):
+        for name in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+            run, batches = runs[name]
+            batch = batches[i]
+            with around(name) if around else nullcontext():
+                t0 = time.thread_time()
+                _update(run, run.model, [batch], cpu, lambda: precision.autocast(cpu))
+                spent = time.thread_time() - t0
+            if i >= warmup:
+                cpu_s[name] += spent
+                tokens[name] += batch.ntokens
+                real = int((batch.src != 1).sum() + (batch.tgt != 1).sum())
+                size = batch.src.numel() + batch.tgt.numel()
+                slots[name] = [slots[name][0] + size, slots[name][1] + size - real]
+            run.progress.update += 1
+    rate = {name: tokens[name] / cpu_s[name] for name in runs}
+    return rate, {name: pad / size for name, (size, pad) in slots.items()}
+
+
+def loss_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
+    """The chunked label-smoothed cross-entropy (training/loss.py, `SmoothedCrossEntropy`) against fairseq's
+    formulation, which keeps the (tokens × vocabulary) fp32 log-probabilities: `model` trained by the trainer's
+    `_update` with each, on the same batches (fairseq's) from the same initial weights, paired round by round, in
+    each precision, one thread, in target tokens per CPU second."""
+    import tempfile
+    from unittest import mock
+
+    import torch
+
+    from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.training import loss
+    from layerwise_nmt.training.loop import TrainConfig, _start
+    from layerwise_nmt.training.precision import Precision
+
+    model = MODELS[name]
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    train_data = ParallelData(str(data), "train", "de", "en")
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1)
+    order = [collate(train_data, ids) for ids in epoch_order(batches, 1, 1)[: warmup + rounds]]
+    result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
+    train = {"max_tokens": model["max_tokens"], "max_update": 1, "bucket_growth_factor": 0}
+    spec = {"model": "transformer", "arch": model["ours"], "train": train}
+    for label in precisions:
+        amp = TRAIN_PRECISIONS[label]
+        precision = Precision(amp, amp, "benchmark", "cpu")
+        runs = {}
+        for variant in loss.LOSSES:
+            torch.manual_seed(1)
+            with tempfile.TemporaryDirectory() as tmp:
+                runs[variant] = (_start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision), order)
+        rate, _ = paired_updates(
+            runs, rounds, warmup, precision, lambda v: mock.patch.object(loss, "smoothed_loss", loss.LOSSES[v])
+        )
+        result[label] = {"target_tokens_per_cpu_s": rate, "chunked_over_reference": rate["chunked"] / rate["reference"]}
     result["load_average"] = os.getloadavg()
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return result
@@ -1096,7 +1162,9 @@ def main(argv: list[str] | None = None) -> None:
         "decoded by CTranslate2 and by us, benchmarks/ctranslate2_decode.py), precisions (the demo "
         "model's trainer update in fp32, bf16 autocast and bf16 weights, paired, --updates rounds "
         "after --warmup; not in the default), shapes (--models' trainer updates on fairseq's batches and on "
-        "fixed shapes, paired, per precision; not in the default); others are kept",
+        "fixed shapes, paired, per precision; not in the default), loss (--models' trainer updates with the "
+        "chunked label-smoothed cross-entropy and fairseq's formulation, paired, per precision; not in the "
+        "default); others are kept",
     )
     args = parser.parse_args(argv)
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
@@ -1112,8 +1180,8 @@ def main(argv: list[str] | None = None) -> None:
         ensure_fairseq()
     info = machine()
     run = result.setdefault("runs", {}).setdefault(machine_label(info), {})
-    # the precisions and shapes parts date themselves: run alone, they leave the other parts' date as it was
-    dated = bool(parts - {"precisions", "shapes"}) or "machine" not in run
+    # the precisions, shapes and loss parts date themselves: run alone, they leave the other parts' date as it was
+    dated = bool(parts - {"precisions", "shapes", "loss"}) or "machine" not in run
     if dated:
         run["machine"] = {
             **info,
@@ -1178,6 +1246,13 @@ def main(argv: list[str] | None = None) -> None:
                 for name in models
             }
             run.setdefault("train_shapes", {}).update(shapes)
+        if "loss" in parts:
+            data = demo_training_data()
+            losses = {
+                name: [loss_part(data, name, args.updates, args.warmup, precisions) for _ in range(args.repeats)]
+                for name in models
+            }
+            run.setdefault("train_loss", {}).update(losses)
     if dated:
         run["machine"]["load_average_at_end"] = os.getloadavg()
     record(out, result)  # before the report: a table that fails to print must not lose what was measured
@@ -1227,6 +1302,17 @@ def report(label: str, run: dict) -> None:
                         f"{label:<5} target tokens per CPU s: "
                         + ", ".join(f"{b} {rates[b]:.0f} ({pads[b]:.1%} padding)" for b in rates)
                         + f"; fixed/fairseq {part[label]['fixed_over_fairseq']:.3f}"
+                    )
+    for name, repeats in run.get("train_loss", {}).items():
+        for part in repeats:
+            print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
+            for label in ("fp32", "bf16"):
+                if label in part:
+                    rates = part[label]["target_tokens_per_cpu_s"]
+                    print(
+                        f"{label:<5} target tokens per CPU s: "
+                        + ", ".join(f"{variant} loss {rate:.0f}" for variant, rate in rates.items())
+                        + f"; chunked/reference {part[label]['chunked_over_reference']:.3f}"
                     )
     if "ctranslate2" in run:
         report_ctranslate2(run["ctranslate2"])

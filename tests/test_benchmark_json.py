@@ -115,3 +115,35 @@ def test_the_shapes_part_trains_on_fairseqs_batches_and_on_fixed_shapes(toy_data
         assert part[label]["fixed_over_fairseq"] == rates["fixed 1.1"] / rates["fairseq"]
     train_decode.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_shapes": {"tiny": [part]}})
     assert "fixed/fairseq" in capsys.readouterr().out
+
+
+def test_the_loss_part_trains_with_each_loss_and_each_used_the_loss_it_names(toy_data, monkeypatch, capsys):
+    """`--parts loss`: the same model and batches with the chunked loss and fairseq's formulation, per precision;
+    each variant's updates ran its own loss (counted), and the trainer's loss is the chunked one afterwards."""
+    from layerwise_nmt.training import loss
+
+    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    original = dict(loss.LOSSES)
+    calls = {name: 0 for name in original}
+
+    def counted(name):
+        def call(*args):
+            calls[name] += 1
+            return original[name](*args)
+
+        return call
+
+    monkeypatch.setattr(loss, "LOSSES", {name: counted(name) for name in original})
+    torch_threads = torch.get_num_threads()
+    try:
+        part = train_decode.loss_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["fp32", "bf16"])
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert calls == {"chunked": 6, "reference": 6}  # 3 updates of one batch, in each precision
+    assert loss.smoothed_loss is original["chunked"]
+    for label in ("fp32", "bf16"):
+        rates = part[label]["target_tokens_per_cpu_s"]
+        assert set(rates) == {"chunked", "reference"} and all(r > 0 for r in rates.values())
+        assert part[label]["chunked_over_reference"] == rates["chunked"] / rates["reference"]
+    train_decode.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_loss": {"tiny": [part]}})
+    assert "chunked/reference" in capsys.readouterr().out

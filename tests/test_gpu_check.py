@@ -445,13 +445,16 @@ def test_the_update_profile_times_and_names_where_the_time_goes(tmp_path):
     assert (
         profile_update.main(
             ["--device", "cpu", "--precisions", "fp32", "--updates", "1", "--max-tokens", "128", "--json", str(out)]
+            + ["--losses", "chunked", "reference"]
         )
         == 0
     )
-    [row] = json.loads(out.read_text())
-    assert row["precision"] == "fp32" and row["target_tokens_per_second"] > 0
-    assert row["bucket_growth_factor"] == 1.1  # the batches a GPU run takes by default, profiled eagerly
-    assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in row["top_device_ops"])
+    rows = json.loads(out.read_text())
+    assert [row["loss"] for row in rows] == ["chunked", "reference"]  # the loss's before and after, in one command
+    for row in rows:
+        assert row["precision"] == "fp32" and row["target_tokens_per_second"] > 0
+        assert row["bucket_growth_factor"] == 1.1  # the batches a GPU run takes by default, profiled eagerly
+        assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in row["top_device_ops"])
 
 
 def test_the_prepared_gpu_command_in_the_benchmarks_page_parses(capsys):

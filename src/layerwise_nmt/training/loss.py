@@ -16,7 +16,68 @@ from .config import TRAIN_DEFAULTS, TrainConfig
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
-    """fairseq's label_smoothed_cross_entropy, summed over non-pad tokens → (loss, nll, correct tokens)."""
+    """fairseq's label_smoothed_cross_entropy, summed over non-pad tokens → (loss, nll, correct tokens), as
+    `smoothed_loss_reference` computes it, a few hundred rows of the logits at a time (`SmoothedCrossEntropy`)."""
+    loss, nll, correct = SmoothedCrossEntropy.apply(logits.flatten(0, -2), target.flatten(), epsilon, pad)
+    return loss, nll, correct
+
+
+# Elements of the logits one chunk holds in fp32: on a CPU well under glibc's largest mmap threshold (32 MiB), so that
+# the chunk's buffers are reused from the heap rather than mapped and faulted in afresh at every call; on a GPU about
+# a third of an H100's L2 cache, few enough chunks that their kernels' launches cost less than the traffic they save
+CHUNK_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 23}
+
+
+class SmoothedCrossEntropy(torch.autograd.Function):
+    """The label-smoothed cross-entropy over (N, V) logits in any float type, in fp32, chunk by chunk of rows: the
+    forward keeps each row's log-sum-exp (not the (N, V) fp32 log-probabilities the reference keeps for backward),
+    and the backward writes the gradient into the logits' own type, p - ε_i - (1 - ε - ε_i)·onehot(target) per
+    row (its coefficient of p, (1 - ε - ε_i) + ε_i·V, is 1), scaled by the loss's gradient and zero on padding.
+    The chunks bound the fp32 temporaries: the reference's full-size ones cost a Transformer big update ~20 GB of
+    memory traffic, and on a CPU each large one is a fresh mapping of memory faulted in page by page."""
+
+    @staticmethod
+    def forward(ctx, logits, target, epsilon: float, pad: int):
+        n, vocab = logits.shape
+        rows = max(1, CHUNK_ELEMENTS.get(logits.device.type, CHUNK_ELEMENTS["cuda"]) // vocab)
+        eps_i = epsilon / (vocab - 1)
+        keep = target != pad
+        lse, picked, total = (torch.empty(n, dtype=torch.float32, device=logits.device) for _ in range(3))
+        best = torch.empty(n, dtype=torch.long, device=logits.device)
+        for start in range(0, n, rows):
+            part = slice(start, start + rows)
+            x = logits[part].float()
+            lse[part] = torch.logsumexp(x, dim=-1)
+            picked[part] = x.gather(-1, target[part, None]).squeeze(-1)
+            total[part] = x.sum(dim=-1)
+            best[part] = x.argmax(dim=-1)
+        nll = (lse - picked) * keep
+        smooth = (lse * vocab - total) * keep  # -Σ_v log p_v
+        loss = ((1.0 - epsilon - eps_i) * nll + eps_i * smooth).sum()
+        correct = ((best == target) & keep).sum()
+        ctx.save_for_backward(logits, target, lse, keep)
+        ctx.epsilon, ctx.eps_i, ctx.rows = epsilon, eps_i, rows
+        nll = nll.sum()
+        ctx.mark_non_differentiable(nll, correct)
+        return loss, nll, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _nll, _correct):
+        logits, target, lse, keep = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        scale = keep * grad_loss.float()
+        on_target = torch.full((1, 1), -(1.0 - ctx.epsilon - ctx.eps_i), device=logits.device)
+        for start in range(0, logits.shape[0], ctx.rows):
+            part = slice(start, start + ctx.rows)
+            p = logits[part].float().sub_(lse[part, None]).exp_().sub_(ctx.eps_i)
+            p.scatter_add_(-1, target[part, None], on_target.expand(p.shape[0], 1))
+            grad[part] = p.mul_(scale[part, None])
+        return grad, None, None, None
+
+
+def smoothed_loss_reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
+    """fairseq's label_smoothed_cross_entropy, summed over non-pad tokens → (loss, nll, correct tokens), as fairseq
+    writes it: the definition `smoothed_loss` is checked against, and the benchmarks' "before"."""
     lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     keep = target != pad  # masked, not indexed: boolean indexing costs an index_put in backward
     nll = -lprobs.gather(-1, target[..., None]).squeeze(-1) * keep
@@ -26,6 +87,9 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pa
     correct = ((lprobs.argmax(dim=-1) == target) & keep).sum()
     return loss.sum(), nll.sum().detach(), correct
 
+
+# by name, for the benchmarks that time one against the other (benchmarks/train_decode.py, profile_update.py)
+LOSSES = {"chunked": smoothed_loss, "reference": smoothed_loss_reference}
 
 STATS = ("loss", "nll", "correct", "ntokens", "nsentences")  # an update's sums, on the device until the loop reads them
 

@@ -18,7 +18,7 @@ as in any other precision. Per update:
 On CUDA a `_foreach_copy_` between two dtypes is one multi-tensor kernel launch for all the tensors (PyTorch's
 fast path needs only each list's tensors to share a dtype); on the CPU it is a loop of copies.
 
-What stays fp32: the loss (`smoothed_loss` takes log-softmax of the logits cast to fp32), the beam search's
+What stays fp32: the loss (`smoothed_loss` casts each chunk of the logits to fp32), the beam search's
 log-probabilities, the position table (added in fp32, the sum rounded once: `Embedding`), the optimizer's moments
 and the gradient norm. Layer norm and softmax (attention's, on bf16 inputs) return bf16 but accumulate in fp32 inside
 PyTorch's kernels, and scaled_dot_product_attention does too: what CPU autocast computes there as well. The residual
