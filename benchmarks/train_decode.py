@@ -1239,20 +1239,14 @@ def main(argv: list[str] | None = None) -> None:
             data = demo_training_data()
             repeats = [precision_part(data, MODELS["demo"], args.updates, args.warmup) for _ in range(args.repeats)]
             run.setdefault("train_precisions", {})["demo"] = {"repeats": repeats}
-        if "shapes" in parts:
-            data = demo_training_data()
-            shapes = {
-                name: [shapes_part(data, name, args.updates, args.warmup, precisions) for _ in range(args.repeats)]
-                for name in models
-            }
-            run.setdefault("train_shapes", {}).update(shapes)
-        if "loss" in parts:
-            data = demo_training_data()
-            losses = {
-                name: [loss_part(data, name, args.updates, args.warmup, precisions) for _ in range(args.repeats)]
-                for name in models
-            }
-            run.setdefault("train_loss", {}).update(losses)
+        for name_of_part, measure, key in (("shapes", shapes_part, "train_shapes"), ("loss", loss_part, "train_loss")):
+            if name_of_part in parts:  # each of --models, --repeats times, paired in each precision
+                data = demo_training_data()
+                measured = {
+                    name: [measure(data, name, args.updates, args.warmup, precisions) for _ in range(args.repeats)]
+                    for name in models
+                }
+                run.setdefault(key, {}).update(measured)
     if dated:
         run["machine"]["load_average_at_end"] = os.getloadavg()
     record(out, result)  # before the report: a table that fails to print must not lose what was measured
