@@ -159,3 +159,26 @@ def test_check_config_hands_a_rehearsal_to_the_rehearsal(tmp_path):
     with pytest.raises(SystemExit):
         snakefile.check_config(config, workflow_of(), logger=None, rehearse=rehearse)
     assert asked == ["standins"]
+
+
+def test_the_jobs_a_stop_reaches_are_found_whatever_their_names(tmp_path):
+    """A stop sent to Snakemake alone reaches its jobs through /proc, from a signal handler, where an exception
+    would cancel the stop: a process whose name holds spaces, parentheses or bytes that are not UTF-8 (a name is
+    cut at 15 bytes, possibly within a character), or that ended while being read, must not stop the search."""
+    from layerwise_nmt.snakemake_glue.job_env import descendants, parent_of
+
+    def process(pid: int, name: bytes, parent: int) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_bytes(b"%d (%s) S %d 1 1 0 -1 4194560" % (pid, name, parent))
+
+    process(100, b"snakemake", 1)
+    process(101, b"bash", 100)
+    process(102, b"a (b) c\xc3", 101)  # the training, under a name cut within "ü"
+    process(103, b"python3", 102)
+    (tmp_path / "104").mkdir()  # it ended between the listing and the read
+    (tmp_path / "105").mkdir()
+    (tmp_path / "105" / "stat").write_bytes(b"")  # or mid-read
+    process(200, b"other", 1)
+    (tmp_path / "self").mkdir()
+    assert sorted(descendants(100, tmp_path)) == [101, 102, 103]
+    assert parent_of(tmp_path / "102" / "stat") == 101 and parent_of(tmp_path / "104" / "stat") is None

@@ -39,15 +39,24 @@ def job_path(path: str | None, executable: str = sys.executable) -> str:
     return os.pathsep.join([first, *entries])
 
 
+def parent_of(stat: Path) -> int | None:
+    """The parent process named by a /proc/<pid>/stat file, or None where it cannot be read (the process ended) or
+    parsed. Read as bytes: the process's name, which comes first in parentheses, is whatever bytes its executable's
+    name began with, cut at 15, and may hold spaces, parentheses or half a UTF-8 character."""
+    try:
+        return int(stat.read_bytes().rsplit(b")", 1)[1].split()[1])  # the field after the state
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _ancestors(pid: int) -> list[int]:
     """The parent chain of process `pid` up to init, from /proc (empty where there is none)."""
     chain: list[int] = []
     while pid > 1 and len(chain) < 64:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+        parent = parent_of(Path(f"/proc/{pid}/stat"))
+        if parent is None:
             break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; the name may hold spaces
+        pid = parent
         chain.append(pid)
     return chain
 
@@ -69,17 +78,13 @@ def stop_the_workflow() -> bool:
     return True
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (its children, theirs, ...), from /proc (empty where there is none)."""
+def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Every process below `pid` (its children, theirs, ...), from /proc (empty where there is none). Called from
+    a signal handler, where an exception would cancel the stop: a process that cannot be read is left out."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended meanwhile
-            continue
-        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if entry.name.isdigit() and (parent := parent_of(entry / "stat")) is not None:  # None: it ended meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), ()):
