@@ -1,6 +1,7 @@
 """`amp: auto`: the precision follows the device and, on a CPU with native bf16, a measurement; an explicit choice
 wins; `lwnmt plan` prices rows in theirs."""
 
+from collections import Counter
 import json
 import os
 from pathlib import Path
@@ -153,7 +154,8 @@ def test_a_busy_core_picks_the_precision_a_quiet_one_does(monkeypatch, tmp_path,
             other.send_signal(signal.SIGSTOP)
 
     # three quiet and three busy probes, alternated: a process outside the test (another test on a sibling
-    # hyperthread) can stretch one probe's few steps; the median of three is the finding it cannot move
+    # hyperthread, the host's other guests) can stretch one probe's few 10 ms steps and flip its pick; the majority
+    # of three picks, and the median of three findings, are what it cannot move
     os.sched_setaffinity(0, {core})
     try:
         quiet, busy = [], []
@@ -164,8 +166,9 @@ def test_a_busy_core_picks_the_precision_a_quiet_one_does(monkeypatch, tmp_path,
         os.sched_setaffinity(0, before)
         other.kill()
         other.wait()
-    assert [m.amp for m in quiet] == [expected] * 3, quiet
-    assert [m.amp for m in busy] == [expected] * 3, (busy, quiet)
+    majority = lambda probes: Counter(m.amp for m in probes).most_common(1)[0][0]  # noqa: E731
+    assert majority(quiet) == expected, quiet
+    assert majority(busy) == expected, (busy, quiet)
     median = lambda probes: sorted(m.speedup for m in probes)[1]  # noqa: E731
     assert 0.7 < median(busy) / median(quiet) < 1.4, (busy, quiet)  # the same finding, not only the same side
 
