@@ -631,6 +631,7 @@ def measure(
     from layerwise_nmt.training.precision import cuda_kernels
     from layerwise_nmt.training.loop import TrainConfig, _start, _update
     from layerwise_nmt.training.master_weights import compute_model
+    from layerwise_nmt.training import compiler
 
     began = time.perf_counter()
     experiment, lengths, row_tokens = SPEED_ROWS[name]
@@ -648,6 +649,7 @@ def measure(
             "max_tokens": max_tokens,
             "bucket_growth_factor": growth,
             "cuda_graphs": cuda_graphs,
+            "compile": compile_model,
         },
     }
     batches = real_batches(*stored_lengths(lengths), max_tokens, vocab, growth=growth)
@@ -664,7 +666,7 @@ def measure(
             spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device, precision
         )
     net = compute_model(run.model, precision)  # bf16-weights: the bf16 copy, fp32 masters in run.model
-    net = torch.compile(net, dynamic=True) if compile_model else net
+    net = compiler.compile_model(net, device) if compile_model else net  # as the trainer does with `compile: true`
     run.model.train()
     tokens, started, skipped, before = 0, None, 0, None
 
@@ -1003,7 +1005,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=12288)
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--compile", action="store_true", help="also measure torch.compile'd models")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also measure each row with the trainer's `compile: true` (torch.compile, Inductor)",
+    )
     parser.add_argument(
         "--cuda-graphs",
         nargs="*",

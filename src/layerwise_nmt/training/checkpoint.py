@@ -287,7 +287,8 @@ def set_rng_state(state: dict) -> None:
 
 # Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself;
 # micro_batch_tokens: how an update's sentences are split into passes, not which ones (float rounding aside);
-# valid_bleu: what validation measures, not the weights.
+# valid_bleu: what validation measures, not the weights; compile: how the same model is computed (a compiled run
+# draws its dropout masks from Inductor's kernels, so the updates after the change differ as a new seed's would).
 RESUMABLE_CHANGES = (
     "max_update",
     "max_epoch",
@@ -303,6 +304,7 @@ RESUMABLE_CHANGES = (
     "micro_batch_tokens",
     "validate_interval_updates",
     "valid_bleu",
+    "compile",
 )
 
 

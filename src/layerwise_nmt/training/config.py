@@ -87,6 +87,9 @@ class TrainConfig(Settings):
     # from then on, on one CUDA GPU with fixed batch shapes (bucket_growth_factor auto or 1.1) in fp32, bf16 (graphs.py)
     # emulated = the same bookkeeping without graphs on any device, the update's Python replayed (what the tests run)
     cuda_graphs: str = "auto"
+    # the model's forward and backward compiled by torch.compile (Inductor: its element-wise work fused), once at the
+    # first update and once at the first validation; off until measured to pay for a run (training/compiler.py)
+    compile: bool = False
     tf32: bool = True  # fp32 on CUDA: TF32 tensor-core matmuls (fairseq's and PyTorch's Ampere+ practice)
     # updates in a row with a non-finite loss or gradient norm that are skipped before the run stops with an error
     max_nonfinite_updates: int = setting(8, ge=1)

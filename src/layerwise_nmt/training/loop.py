@@ -36,6 +36,7 @@ import torch
 from .. import UserError
 from . import checkpoint, master_weights
 from .checkpoint import BEST, LAST
+from .compiler import compile_model
 from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
 from .deferred import Pending, set_lr, step
@@ -83,6 +84,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     }
     precision, progress, autocast = run.precision, run.progress, lambda: precision.autocast(device)
     net = master_weights.compute_model(run.model, precision, world_size > 1)  # bf16-weights: a bf16 copy of it
+    net = compile_model(net, device) if cfg.compile else net
     run.model.train()
     per_update = world_size * cfg.update_freq  # batches per update, over all ranks
     reporter = Reporter(run.save_dir if rank == 0 else None, cfg)
