@@ -45,6 +45,12 @@ The loss (`--parts loss`): each of --models trained through `_update` with the c
 cross-entropy (`training/loss.py`) and with fairseq's formulation, on the same batches, paired round by round.
 
     python benchmarks/train_decode.py --parts loss --updates 30 --warmup 3 --models demo,iwslt
+
+Compilation (`--parts compile`): each of --models trained through `_update` eagerly and with `compile: true`
+(`training/compiler.py`, Inductor), on the same batches, paired round by round; the first compiled update's wall
+seconds (the compilation) reported apart.
+
+    python benchmarks/train_decode.py --parts compile --updates 20 --warmup 3 --models demo,iwslt
 """
 
 from __future__ import annotations
@@ -596,6 +602,55 @@ def loss_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[
             runs, rounds, warmup, precision, lambda v: mock.patch.object(loss, "smoothed_loss", loss.LOSSES[v])
         )
         result[label] = {"target_tokens_per_cpu_s": rate, "chunked_over_reference": rate["chunked"] / rate["reference"]}
+    result["load_average"] = os.getloadavg()
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return result
+
+
+def compile_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
+    """`compile: true` (training/compiler.py) against the eager model: `model` trained by the trainer's `_update`
+    compiled and not, on the same batches (fairseq's) from the same initial weights, paired round by round, in each
+    precision, one thread, in target tokens per CPU second; the compilation itself, in the warm-up rounds, is timed
+    apart (wall seconds of the first compiled update)."""
+    import tempfile
+
+    import torch
+
+    from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
+    from layerwise_nmt.data.vocab import load_pair
+    from layerwise_nmt.training import compiler
+    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.precision import Precision
+
+    model = MODELS[name]
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    train_data = ParallelData(str(data), "train", "de", "en")
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1)
+    order = [collate(train_data, ids) for ids in epoch_order(batches, 1, 1)[: warmup + rounds]]
+    result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
+    train = {"max_tokens": model["max_tokens"], "max_update": 1, "bucket_growth_factor": 0}
+    spec = {"model": "transformer", "arch": model["ours"], "train": train}
+    for label in precisions:
+        amp = TRAIN_PRECISIONS[label]
+        precision = Precision(amp, amp, "benchmark", "cpu")
+        runs = {}
+        for variant in ("eager", "compiled"):
+            torch.manual_seed(1)
+            with tempfile.TemporaryDirectory() as tmp:
+                runs[variant] = (_start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision), order)
+        torch._dynamo.reset()
+        compiled = compiler.compile_model(runs["compiled"][0].model, cpu)
+        started = time.perf_counter()
+        _update(runs["compiled"][0], compiled, [order[0]], cpu, lambda: precision.autocast(cpu))
+        compile_s = time.perf_counter() - started
+        rate, _ = paired_updates(runs, rounds, warmup, precision)
+        result[label] = {
+            "target_tokens_per_cpu_s": rate,
+            "compiled_over_eager": rate["compiled"] / rate["eager"],
+            "first_compiled_update_s": round(compile_s, 1),
+        }
     result["load_average"] = os.getloadavg()
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return result
@@ -1164,7 +1219,8 @@ def main(argv: list[str] | None = None) -> None:
         "after --warmup; not in the default), shapes (--models' trainer updates on fairseq's batches and on "
         "fixed shapes, paired, per precision; not in the default), loss (--models' trainer updates with the "
         "chunked label-smoothed cross-entropy and fairseq's formulation, paired, per precision; not in the "
-        "default); others are kept",
+        "default), compile (--models' trainer updates eagerly and with compile: true, paired, per precision; "
+        "not in the default); others are kept",
     )
     args = parser.parse_args(argv)
     if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
@@ -1181,7 +1237,7 @@ def main(argv: list[str] | None = None) -> None:
     info = machine()
     run = result.setdefault("runs", {}).setdefault(machine_label(info), {})
     # the precisions, shapes and loss parts date themselves: run alone, they leave the other parts' date as it was
-    dated = bool(parts - {"precisions", "shapes", "loss"}) or "machine" not in run
+    dated = bool(parts - {"precisions", "shapes", "loss", "compile"}) or "machine" not in run
     if dated:
         run["machine"] = {
             **info,
@@ -1239,7 +1295,11 @@ def main(argv: list[str] | None = None) -> None:
             data = demo_training_data()
             repeats = [precision_part(data, MODELS["demo"], args.updates, args.warmup) for _ in range(args.repeats)]
             run.setdefault("train_precisions", {})["demo"] = {"repeats": repeats}
-        for name_of_part, measure, key in (("shapes", shapes_part, "train_shapes"), ("loss", loss_part, "train_loss")):
+        for name_of_part, measure, key in (
+            ("shapes", shapes_part, "train_shapes"),
+            ("loss", loss_part, "train_loss"),
+            ("compile", compile_part, "train_compile"),
+        ):
             if name_of_part in parts:  # each of --models, --repeats times, paired in each precision
                 data = demo_training_data()
                 measured = {
@@ -1307,6 +1367,18 @@ def report(label: str, run: dict) -> None:
                         f"{label:<5} target tokens per CPU s: "
                         + ", ".join(f"{variant} loss {rate:.0f}" for variant, rate in rates.items())
                         + f"; chunked/reference {part[label]['chunked_over_reference']:.3f}"
+                    )
+    for name, repeats in run.get("train_compile", {}).items():
+        for part in repeats:
+            print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
+            for label in ("fp32", "bf16"):
+                if label in part:
+                    rates = part[label]["target_tokens_per_cpu_s"]
+                    print(
+                        f"{label:<5} target tokens per CPU s: "
+                        + ", ".join(f"{variant} {rate:.0f}" for variant, rate in rates.items())
+                        + f"; compiled/eager {part[label]['compiled_over_eager']:.3f} (compiling: "
+                        + f"{part[label]['first_compiled_update_s']:.0f} s)"
                     )
     if "ctranslate2" in run:
         report_ctranslate2(run["ctranslate2"])

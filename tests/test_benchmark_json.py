@@ -147,3 +147,29 @@ def test_the_loss_part_trains_with_each_loss_and_each_used_the_loss_it_names(toy
         assert part[label]["chunked_over_reference"] == rates["chunked"] / rates["reference"]
     train_decode.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_loss": {"tiny": [part]}})
     assert "chunked/reference" in capsys.readouterr().out
+
+
+def test_the_compile_part_trains_eagerly_and_compiled(toy_data, monkeypatch, capsys):
+    """`--parts compile`: the same model and batches eagerly and with `compile: true` (here through Dynamo's
+    tracing alone, the `eager` backend: Inductor's code generation would take a minute)."""
+    from layerwise_nmt.training import compiler
+
+    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    monkeypatch.setattr(compiler, "BACKEND", "eager")
+    torch._dynamo.utils.counters.clear()
+    torch_threads = torch.get_num_threads()
+    try:
+        part = train_decode.compile_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["bf16"])
+    finally:
+        torch.set_num_threads(torch_threads)
+        torch._dynamo.reset()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the compiled variant was compiled
+    for label in ("bf16",):
+        rates = part[label]["target_tokens_per_cpu_s"]
+        assert set(rates) == {"eager", "compiled"} and all(r > 0 for r in rates.values())
+        assert part[label]["compiled_over_eager"] == rates["compiled"] / rates["eager"]
+        assert part[label]["first_compiled_update_s"] >= 0
+    train_decode.report(
+        "test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_compile": {"tiny": [part]}}
+    )
+    assert "compiled/eager" in capsys.readouterr().out
