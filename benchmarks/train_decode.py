@@ -564,25 +564,20 @@ def paired_updates(runs: dict, rounds: int, warmup: int, precision, around=None)
     return rate, {name: pad / size for name, (size, pad) in slots.items()}
 
 
-def loss_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
-    """The chunked label-smoothed cross-entropy (training/loss.py, `SmoothedCrossEntropy`) against fairseq's
-    formulation, which keeps the (tokens × vocabulary) fp32 log-probabilities: `model` trained by the trainer's
-    `_update` with each, on the same batches (fairseq's) from the same initial weights, paired round by round, in
-    each precision, one thread, in target tokens per CPU second."""
+def same_start(data: Path, name: str, rounds: int, warmup: int):
+    """What the parts comparing variants of one update share: `model`'s first warmup + rounds batches (fairseq's, in
+    the trainer's seeded order), the part's result with its header, and `start(variants, precision)`: one trainer
+    Run per variant, each from the same initial weights, with those batches."""
     import tempfile
-    from unittest import mock
 
     import torch
 
     from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.training import loss
     from layerwise_nmt.training.loop import TrainConfig, _start
-    from layerwise_nmt.training.precision import Precision
 
     model = MODELS[name]
     torch.set_num_threads(1)
-    cpu = torch.device("cpu")
     train_data = ParallelData(str(data), "train", "de", "en")
     vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
     batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1)
@@ -590,16 +585,39 @@ def loss_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[
     result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
     train = {"max_tokens": model["max_tokens"], "max_update": 1, "bucket_growth_factor": 0}
     spec = {"model": "transformer", "arch": model["ours"], "train": train}
+
+    def start(variants, precision) -> dict:
+        runs = {}
+        for variant in variants:
+            torch.manual_seed(1)
+            with tempfile.TemporaryDirectory() as tmp:
+                run = _start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), torch.device("cpu"), precision)
+            runs[variant] = (run, order)
+        return runs
+
+    return order, result, start
+
+
+def loss_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
+    """The chunked label-smoothed cross-entropy (training/loss.py, `SmoothedCrossEntropy`) against fairseq's
+    formulation, which keeps the (tokens × vocabulary) fp32 log-probabilities: `model` trained by the trainer's
+    `_update` with each, on the same batches (fairseq's) from the same initial weights, paired round by round, in
+    each precision, one thread, in target tokens per CPU second."""
+    from unittest import mock
+
+    from layerwise_nmt.training import loss
+    from layerwise_nmt.training.precision import Precision
+
+    _, result, start = same_start(data, name, rounds, warmup)
     for label in precisions:
         amp = TRAIN_PRECISIONS[label]
         precision = Precision(amp, amp, "benchmark", "cpu")
-        runs = {}
-        for variant in loss.LOSSES:
-            torch.manual_seed(1)
-            with tempfile.TemporaryDirectory() as tmp:
-                runs[variant] = (_start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision), order)
         rate, _ = paired_updates(
-            runs, rounds, warmup, precision, lambda v: mock.patch.object(loss, "smoothed_loss", loss.LOSSES[v])
+            start(loss.LOSSES, precision),
+            rounds,
+            warmup,
+            precision,
+            lambda v: mock.patch.object(loss, "smoothed_loss", loss.LOSSES[v]),
         )
         result[label] = {"target_tokens_per_cpu_s": rate, "chunked_over_reference": rate["chunked"] / rate["reference"]}
     result["load_average"] = os.getloadavg()
@@ -612,34 +630,18 @@ def compile_part(data: Path, name: str, rounds: int, warmup: int, precisions: li
     compiled and not, on the same batches (fairseq's) from the same initial weights, paired round by round, in each
     precision, one thread, in target tokens per CPU second; the compilation itself, in the warm-up rounds, is timed
     apart (wall seconds of the first compiled update)."""
-    import tempfile
-
     import torch
 
-    from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
-    from layerwise_nmt.data.vocab import load_pair
     from layerwise_nmt.training import compiler
-    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.loop import _update
     from layerwise_nmt.training.precision import Precision
 
-    model = MODELS[name]
-    torch.set_num_threads(1)
     cpu = torch.device("cpu")
-    train_data = ParallelData(str(data), "train", "de", "en")
-    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
-    batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1)
-    order = [collate(train_data, ids) for ids in epoch_order(batches, 1, 1)[: warmup + rounds]]
-    result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
-    train = {"max_tokens": model["max_tokens"], "max_update": 1, "bucket_growth_factor": 0}
-    spec = {"model": "transformer", "arch": model["ours"], "train": train}
+    order, result, start = same_start(data, name, rounds, warmup)
     for label in precisions:
         amp = TRAIN_PRECISIONS[label]
         precision = Precision(amp, amp, "benchmark", "cpu")
-        runs = {}
-        for variant in ("eager", "compiled"):
-            torch.manual_seed(1)
-            with tempfile.TemporaryDirectory() as tmp:
-                runs[variant] = (_start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision), order)
+        runs = start(("eager", "compiled"), precision)
         torch._dynamo.reset()
         compiled = compiler.compile_model(runs["compiled"][0].model, cpu)
         started = time.perf_counter()
@@ -1357,29 +1359,24 @@ def report(label: str, run: dict) -> None:
                         + ", ".join(f"{b} {rates[b]:.0f} ({pads[b]:.1%} padding)" for b in rates)
                         + f"; fixed/fairseq {part[label]['fixed_over_fairseq']:.3f}"
                     )
-    for name, repeats in run.get("train_loss", {}).items():
-        for part in repeats:
-            print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
-            for label in ("fp32", "bf16"):
-                if label in part:
-                    rates = part[label]["target_tokens_per_cpu_s"]
-                    print(
-                        f"{label:<5} target tokens per CPU s: "
-                        + ", ".join(f"{variant} loss {rate:.0f}" for variant, rate in rates.items())
-                        + f"; chunked/reference {part[label]['chunked_over_reference']:.3f}"
-                    )
-    for name, repeats in run.get("train_compile", {}).items():
-        for part in repeats:
-            print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
-            for label in ("fp32", "bf16"):
-                if label in part:
-                    rates = part[label]["target_tokens_per_cpu_s"]
-                    print(
-                        f"{label:<5} target tokens per CPU s: "
-                        + ", ".join(f"{variant} {rate:.0f}" for variant, rate in rates.items())
-                        + f"; compiled/eager {part[label]['compiled_over_eager']:.3f} (compiling: "
-                        + f"{part[label]['first_compiled_update_s']:.0f} s)"
-                    )
+    paired_variants = {  # part → how a variant's rate and the part's ratio read
+        "train_loss": ("{} loss", "chunked/reference", "chunked_over_reference"),
+        "train_compile": ("{}", "compiled/eager", "compiled_over_eager"),
+    }
+    for key, (variant_name, ratio_name, ratio_key) in paired_variants.items():
+        for name, repeats in run.get(key, {}).items():
+            for part in repeats:
+                print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
+                for label in ("fp32", "bf16"):
+                    if label in part:
+                        rates, measured = part[label]["target_tokens_per_cpu_s"], part[label]
+                        compiling = measured.get("first_compiled_update_s")
+                        print(
+                            f"{label:<5} target tokens per CPU s: "
+                            + ", ".join(f"{variant_name.format(v)} {rate:.0f}" for v, rate in rates.items())
+                            + f"; {ratio_name} {measured[ratio_key]:.3f}"
+                            + (f" (compiling: {compiling:.0f} s)" if compiling is not None else "")
+                        )
     if "ctranslate2" in run:
         report_ctranslate2(run["ctranslate2"])
     for name, part in run.get("decode", {}).items():
