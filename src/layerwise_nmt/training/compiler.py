@@ -10,7 +10,9 @@ The model is compiled once for every batch shape (`dynamic=True`: sizes are symb
 fairseq's free ones alike reuse it), at the first training update, and once more at the first validation (eval
 mode is another graph). That takes seconds to minutes, which a long run pays once; so it is off by default until
 it is measured to pay for the run in question. Compiled code draws dropout's masks with its own random kernels:
-a compiled run is exact against itself (resume included) but not mask-for-mask equal to an eager one.
+a compiled run is exact against itself (resume included) but not mask-for-mask equal to an eager one. `amp: auto`
+decides the precision by timing the model uncompiled (precision_probe.py): compiling it per precision would cost
+more than the probe saves.
 """
 
 from __future__ import annotations
