@@ -14,10 +14,17 @@ from layerwise_nmt.rehearsal import warm
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("warm")
+def rehearsal_env():
+    """The environment `lwnmt rehearse` runs Snakemake in (and starts its server with)."""
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     env.pop(ENV, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, rehearsal_env):
+    work = tmp_path_factory.mktemp("warm")
+    env = rehearsal_env
     started = warm.wait_ready(warm.start(work, env, "layerwise_nmt.cli:run"))
     assert started.socket, (work / "forkserver.log").read_text()
     yield started, work, warm.server_env(env)
@@ -137,3 +144,30 @@ def test_each_served_job_draws_its_own_random_seeds(tmp_path):
         os.waitpid(pid, 0)
         draws.add((tmp_path / f"seed-{pid}").read_text())
     assert len(draws) == 3
+
+
+def test_every_job_of_a_snakemake_run_of_the_workflow_is_served(server, rehearsal_env, tmp_path):
+    """The workflow's jobs as Snakemake starts them: their environment is the one the server started with, plus
+    what the Snakefile's prepare_jobs and Snakemake's shell add per run and per job; none of it may decline them."""
+    started, work, _ = server
+    before = started.log.read_text().count("declined")
+    sources = warm.SOURCES
+    (tmp_path / "Snakefile").write_text(
+        f"import sys\nsys.path.insert(0, {str(sources)!r})\n"
+        "from layerwise_nmt.snakemake_glue.snakefile import prepare_jobs\n"
+        f"prepare_jobs({str(sources)!r}, workflow.is_main_process)\n"
+        "rule all:\n    input: expand('v{i}.txt', i=range(2))\n"
+        "rule version:\n    output: 'v{i}.txt'\n    threads: 1\n"
+        "    shell: 'python -m layerwise_nmt --version > {output}'\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "-d", str(tmp_path), "-s", str(tmp_path / "Snakefile")],
+        env=started.job_env(rehearsal_env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "v1.txt").read_text() == "lwnmt 0.1.0\n"
+    log = started.log.read_text()
+    assert log.count("declined") == before, log[-2000:]

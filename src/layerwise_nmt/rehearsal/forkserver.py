@@ -25,12 +25,12 @@ from __future__ import annotations
 import os
 import sys
 
-from ..snakemake_glue.job_env import WORKFLOW_PID
+from ..snakemake_glue.job_env import PER_RUN
 
 ENV = "LWNMT_FORKSERVER"
-# Set by the job's shell (or, WORKFLOW_PID, per Snakemake run, read only when a training stops), never read by an
-# import in the server; a difference in any other variable makes the server decline.
-PER_JOB = frozenset({"PWD", "OLDPWD", "SHLVL", "_", ENV, WORKFLOW_PID})
+# Set by the job's shell (or, PER_RUN, by each Snakemake run, read by a training when it stops or fails), never read
+# by an import in the server; a difference in any other variable makes the server decline.
+PER_JOB = frozenset({"PWD", "OLDPWD", "SHLVL", "_", ENV, *PER_RUN})
 # Imported only when first used, in every training job: torch._dynamo by torch.optim's first step (~1.4 s),
 # tensorboardX by the run's Reporter.
 LAZY = ("torch._dynamo", "tensorboardX")

@@ -163,7 +163,8 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str], entry:
         ]
         returncode = run_logged(command, log_path, warm.wait_ready(server).job_env(env))
     finally:
-        print(server.stop(), flush=True)
+        warm_account = server.stop()
+        print(warm_account, flush=True)
     finished, failures = parse_log(log_path.read_text())
     left = dry_run(directory, *rehearsal_args, env=env)
 
@@ -179,6 +180,7 @@ def rehearse(directory: Path, mirror: Path, cores: int, extra: list[str], entry:
         "wall_seconds": round(time.time() - started),
         "snakemake_returncode": returncode,
         "command": " ".join(command),
+        "fork_server": warm_account,
         "jobs": {
             rule: {
                 "full_config": full[rule],
@@ -253,7 +255,8 @@ def render(summary: dict) -> str:
     lines = [
         f"# Rehearsal summary\n\n{NOTICE} It proves that every row runs end to end through the real rules, "
         f"not what it scores.\n",
-        f"Wall time {minutes:.1f} min; Snakemake exit code {summary['snakemake_returncode']}.\n",
+        f"Wall time {minutes:.1f} min; Snakemake exit code {summary['snakemake_returncode']}; "
+        f"{summary.get('fork_server', 'fork server: not recorded')} (a declined job started its own Python).\n",
         "## Jobs per rule\n",
         "Full config: `snakemake -n` on config.yaml with the NIST directory supplied (as is, NIST's rows wait "
         "for the LDC data: second column). The row stages (train … figure) must match the rehearsal's.\n",

@@ -28,6 +28,9 @@ WORKFLOW_PID = "LWNMT_WORKFLOW_PID"
 # One Snakemake run (its process and start), the same for every attempt of a job within it: a training that met a
 # config error tells its own retry from a later run's first attempt by it (cli/train.py)
 WORKFLOW_RUN = "LWNMT_WORKFLOW_RUN"
+# What differs from one Snakemake run to the next in every job's environment (the rehearsal's warm process stands in
+# for jobs of another run than the one whose environment it started with: rehearsal/forkserver.py)
+PER_RUN = (WORKFLOW_PID, WORKFLOW_RUN)
 
 
 def job_path(path: str | None, executable: str = sys.executable) -> str:
