@@ -81,7 +81,7 @@ def test_one_seed_is_six_runs_and_seed_one_also_the_budget_check(config):
         evidence.targets(config, TABLE, 4)
 
 
-def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path):
+def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path, caplog):
     results, out = tmp_path / "run", tmp_path / "docs"
     fake_seed(results, 1)
     copied = evidence.copy(config, TABLE, 1, out, results)
@@ -98,6 +98,7 @@ def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path):
     assert not (tmp_path / "again" / "study_cpu.gca_full").exists()
     partial = evidence.copy(config, TABLE, 1, tmp_path / "again", results, partial=True)
     assert len(partial) == 6 and not (tmp_path / "again" / "study_cpu.gca_full").exists()
+    assert "study_cpu.gca_full/seed1: not finished (test.txt missing), left out" in caplog.text
 
 
 def test_the_page_says_mean_sd_n_verdicts_and_what_is_missing(config, tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import platform
 import shutil
 import statistics
@@ -26,6 +27,8 @@ from pathlib import Path
 from .. import UserError
 from ..grid import experiment_dir, experiment, heldout_sets
 from ..grid.layout import heldout_prefix
+
+log = logging.getLogger(__name__)
 
 P_VALUE = 0.05
 # what each run leaves in the repository:
@@ -171,6 +174,7 @@ def copy(
         missing = [src for src, dst in RUN_FILES.items() if dst in REQUIRED and not (run / src).exists()]
         missing += [f"heldout.{h}.txt" for h in heldout_sets(config, task) if not (run / f"heldout.{h}.txt").exists()]
         if missing and partial:
+            log.warning("%s: not finished (%s missing), left out", run, ", ".join(missing))
             continue
         if missing:
             raise UserError(
