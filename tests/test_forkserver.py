@@ -23,8 +23,7 @@ def rehearsal_env():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, rehearsal_env):
-    work = tmp_path_factory.mktemp("warm")
-    env = rehearsal_env
+    work, env = tmp_path_factory.mktemp("warm"), rehearsal_env
     started = warm.wait_ready(warm.start(work, env, "layerwise_nmt.cli:run"))
     assert started.socket, (work / "forkserver.log").read_text()
     yield started, work, warm.server_env(env)
@@ -149,7 +148,7 @@ def test_each_served_job_draws_its_own_random_seeds(tmp_path):
 def test_every_job_of_a_snakemake_run_of_the_workflow_is_served(server, rehearsal_env, tmp_path):
     """The workflow's jobs as Snakemake starts them: their environment is the one the server started with, plus
     what the Snakefile's prepare_jobs and Snakemake's shell add per run and per job; none of it may decline them."""
-    started, work, _ = server
+    started = server[0]
     before = started.log.read_text().count("declined")
     sources = warm.SOURCES
     (tmp_path / "Snakefile").write_text(
