@@ -68,12 +68,17 @@ def test_every_flag_standing_for_a_setting_defaults_to_it():
     assert learn["min_frequency"].default == bpe.MIN_FREQUENCY
     built = flags("vocab")
     assert (built["padding_factor"].default, built["threshold"].default) == (vocab.PADDING_FACTOR, vocab.THRESHOLD)
+    assert built["nwords"].default == vocab.ALL_WORDS
     plan = flags("plan")
     assert (plan["gpu"].default, plan["mfu"].default) == (pricing.DEFAULT_GPU, pricing.DEFAULT_MFU)
     assert tuple(flags("translate")["amp"].choices) == settings.AMP_CHOICES
     # the library's own keyword defaults: the same constants
     assert inspect.signature(bpe.learn).parameters["min_frequency"].default == bpe.MIN_FREQUENCY
-    assert inspect.signature(vocab.Dictionary.build).parameters["padding_factor"].default == vocab.PADDING_FACTOR
+    built_with = inspect.signature(vocab.Dictionary.build).parameters
+    assert (built_with["padding_factor"].default, built_with["nwords"].default) == (
+        vocab.PADDING_FACTOR,
+        vocab.ALL_WORDS,
+    )
 
 
 def test_amp_choices_are_one_tuple():
@@ -135,3 +140,20 @@ def test_the_docs_state_each_settings_default_as_the_code_has_it():
     ]
     assert stated, "no stated default found: the pattern no longer matches the docs"
     assert wrong == [], f"(where, key, stated, code): {wrong}"
+
+
+def test_the_vocab_jobs_flags_for_a_task_that_sets_nothing_are_the_librarys_defaults(monkeypatch):
+    """The workflow passes `lwnmt vocab` every flag (its params are part of what Snakemake compares for a rerun); for
+    a task without a `vocab:` block they must come from the constants `lwnmt vocab` itself defaults to, not from
+    copies of them."""
+    from types import SimpleNamespace
+
+    from layerwise_nmt.grid.data_rule_inputs import DataRuleInputs
+
+    monkeypatch.setattr(vocab, "PADDING_FACTOR", 16)
+    monkeypatch.setattr(vocab, "THRESHOLD", 2)
+    monkeypatch.setattr(vocab, "ALL_WORDS", -2)
+    inputs = DataRuleInputs({"tasks": {"t": {}}})
+    assert inputs.vocab_params(SimpleNamespace(task="t")) == "--padding-factor 16 --threshold 2 --nwords -2"
+    own = {"tasks": {"t": {"vocab": {"padding_factor": 1, "threshold": 3, "words": 50}}}}
+    assert DataRuleInputs(own).vocab_params(SimpleNamespace(task="t")) == "--padding-factor 1 --threshold 3 --nwords 50"

@@ -9,7 +9,7 @@ import os
 
 from .. import UserError
 from ..data.bpe import MIN_FREQUENCY
-from ..data.vocab import PADDING_FACTOR, THRESHOLD
+from ..data.vocab import ALL_WORDS, PADDING_FACTOR, THRESHOLD
 from .common import command
 
 log = logging.getLogger("layerwise_nmt")
@@ -111,7 +111,7 @@ def add_subword_commands(sub) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--padding-factor", type=int, default=PADDING_FACTOR)
     p.add_argument("--threshold", type=int, default=THRESHOLD)
-    p.add_argument("--nwords", type=int, default=-1, help="keep the N most frequent symbols (word-level tasks)")
+    p.add_argument("--nwords", type=int, default=ALL_WORDS, help="keep the N most frequent symbols (word-level tasks)")
 
     p = command(sub, "binarize", "token ids of a BPE text as memory-mappable .npy files", cmd_binarize)
     p.add_argument("input")

@@ -23,7 +23,7 @@ from .checksums import first_use
 from .io import atomic_path, count_lines, read_lines, write_lines
 from .parallel import map_stream
 from .tokenize import TokenizeOptions
-from .vocab import PADDING_FACTOR, THRESHOLD, Dictionary, count_tokens
+from .vocab import ALL_WORDS, PADDING_FACTOR, THRESHOLD, Dictionary, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,11 @@ def apply_bpe(codes: str | None, text: str, out: str, workers: int = 1) -> int:
 
 
 def build_vocab(
-    texts: list[str], out: str, padding_factor: int = PADDING_FACTOR, threshold: int = THRESHOLD, nwords: int = -1
+    texts: list[str],
+    out: str,
+    padding_factor: int = PADDING_FACTOR,
+    threshold: int = THRESHOLD,
+    nwords: int = ALL_WORDS,
 ) -> int:
     vocab = Dictionary.build(count_tokens(texts), threshold=threshold, nwords=nwords, padding_factor=padding_factor)
     vocab.save(out)

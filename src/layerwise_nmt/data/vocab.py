@@ -21,6 +21,7 @@ SPECIALS = (BOS, PAD, EOS, UNK)
 
 PADDING_FACTOR = 8  # fairseq-preprocess's --padding-factor
 THRESHOLD = 0  # fairseq-preprocess's --thresholdsrc/--thresholdtgt: keep every symbol seen
+ALL_WORDS = -1  # fairseq-preprocess's --nwords -1: no cap on the number of symbols
 
 
 class Dictionary:
@@ -39,7 +40,7 @@ class Dictionary:
 
     @classmethod
     def build(
-        cls, counter: Counter, threshold: int = THRESHOLD, nwords: int = -1, padding_factor: int = PADDING_FACTOR
+        cls, counter: Counter, threshold: int = THRESHOLD, nwords: int = ALL_WORDS, padding_factor: int = PADDING_FACTOR
     ) -> "Dictionary":
         ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
         ranked = [(s, c) for s, c in ranked if c >= threshold and s not in SPECIALS]

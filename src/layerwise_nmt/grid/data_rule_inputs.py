@@ -8,6 +8,7 @@ import json
 import shlex
 
 from .. import UserError
+from ..data import vocab
 from . import layout
 from .layout import data_path, raw_path
 from .names import did_you_mean
@@ -193,10 +194,12 @@ class DataRuleInputs:
         return [data_path(wildcards.task, "bpe", "code")]
 
     def vocab_params(self, wildcards):
+        """Every flag of `lwnmt vocab`, a setting the task leaves out at the library's default: the string is one of
+        the params Snakemake compares for a rerun, so it stays the same whether a default is written out or not."""
         opts = self.task_of(wildcards).get("vocab", {})
         return (
-            f"--padding-factor {opts.get('padding_factor', 8)} --threshold {opts.get('threshold', 0)}"
-            f" --nwords {opts.get('words', -1)}"
+            f"--padding-factor {opts.get('padding_factor', vocab.PADDING_FACTOR)}"
+            f" --threshold {opts.get('threshold', vocab.THRESHOLD)} --nwords {opts.get('words', vocab.ALL_WORDS)}"
         )
 
 
