@@ -157,3 +157,15 @@ def test_the_vocab_jobs_flags_for_a_task_that_sets_nothing_are_the_librarys_defa
     assert inputs.vocab_params(SimpleNamespace(task="t")) == "--padding-factor 16 --threshold 2 --nwords -2"
     own = {"tasks": {"t": {"vocab": {"padding_factor": 1, "threshold": 3, "words": 50}}}}
     assert DataRuleInputs(own).vocab_params(SimpleNamespace(task="t")) == "--padding-factor 1 --threshold 3 --nwords 50"
+
+
+def test_a_tasks_left_out_vocab_kind_and_split_format_are_the_schemas_defaults():
+    """The workflow reads a task's dictionary kind and a split's file format through one function each, whose
+    default is the schema's."""
+    from layerwise_nmt.grid import tasks
+
+    task = SCHEMA["$defs"]["task"]["properties"]
+    assert task["vocab"]["properties"]["kind"]["default"] == tasks.VOCAB_KIND == tasks.vocab_kind({})
+    split = SCHEMA["$defs"]["split"]["properties"]
+    assert split["format"]["default"] == tasks.SPLIT_FORMAT == tasks.split_format({})
+    assert tasks.vocab_kind({"vocab": {"kind": "separate"}}) == "separate"

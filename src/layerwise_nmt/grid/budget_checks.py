@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import grid
+from .tasks import SUBWORDS_PER_SENTENCE
 from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
 
 
@@ -47,7 +48,7 @@ def budget(config: dict, name: str) -> Budget:
     e = grid.experiment(config, name)
     train = e["train"]
     estimate = config["tasks"][e["task"]].get("estimate", {})
-    pairs, subwords = estimate.get("train_pairs"), estimate.get("subwords_per_sentence", 25)
+    pairs, subwords = estimate.get("train_pairs"), estimate.get("subwords_per_sentence", SUBWORDS_PER_SENTENCE)
     per_update = _tokens_per_update(train, subwords)
     if not pairs or not per_update:
         return Budget(

@@ -13,7 +13,7 @@ from . import layout
 from .layout import data_path, raw_path
 from .names import did_you_mean
 from .sources import checksum_of, download_spec, file_identity, file_source, urls_of, user_file
-from .tasks import SPLITS, find_part, pair, part_name, segmented, tokenize_options
+from .tasks import SPLITS, find_part, pair, part_name, segmented, split_format, tokenize_options, vocab_kind
 
 
 class DataRuleInputs:
@@ -34,7 +34,7 @@ class DataRuleInputs:
         """Everything the default target needs for one task: binarized splits, dictionaries, data
         statistics."""
         task = self.config["tasks"][task_name]
-        lang_pair, kind = pair(task), task.get("vocab", {}).get("kind", "joint")
+        lang_pair, kind = pair(task), vocab_kind(task)
         base = data_path(task_name)
         reference = [f"{base}/reference-check.json"] if task.get("reference") else []
         vocabs = [f"{base}/vocab/dict.{name}.txt" for name in ("joint", task["src"], task["tgt"])]
@@ -125,7 +125,7 @@ class DataRuleInputs:
     def tokenize_args(self, wildcards):
         name, split = self.get_part(wildcards)
         options = tokenize_options(self.task_of(wildcards), wildcards.lang, split)
-        return f"--format {split.get('format', 'plain')} --options {json.dumps(options)!r}"
+        return f"--format {split_format(split)} --options {json.dumps(options)!r}"
 
     def concat_args(self, wildcards):
         """`lwnmt concat`'s --max-lines, where the split keeps only its first lines."""
@@ -158,7 +158,7 @@ class DataRuleInputs:
             spec[name]["parts"] = [
                 [raw_path(task["dataset"], t.format(lang=lang)) for lang in (task["src"], task["tgt"])]
                 + [data_path(wildcards.task, "tok", part_name(t, lang)) for lang in (task["src"], task["tgt"])]
-                + [split.get("format", "plain")]
+                + [split_format(split)]
                 for t in split.get("parts", [])
             ]
         return spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import UserError
 from .layout import bin_dir, data_path, experiment_dir, save_dir
 from .own_models import user_model
-from .tasks import pair, tokenize_options
+from .tasks import pair, tokenize_options, vocab_kind
 
 STAGES = ("arch", "train", "decode", "score")
 
@@ -20,7 +20,7 @@ def experiment(config: dict, name: str) -> dict:
         "task": spec["task"],
         "model": spec["model"],
         "warm_start": spec.get("warm_start"),
-        "vocab": spec.get("vocab", task.get("vocab", {}).get("kind", "joint")),
+        "vocab": spec.get("vocab", vocab_kind(task)),
         "average": spec.get("average", defaults.get("average")),
         "seeds": spec.get("seeds", defaults.get("seeds", [1])),
         "src": task["src"],

@@ -24,6 +24,7 @@ from .. import grid
 from ..models import sizes as model_sizes
 from ..training.config import TRAIN_DEFAULTS
 from .budget_checks import budget
+from .tasks import SUBWORDS_PER_SENTENCE
 
 DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A100: ~82K target tokens/s ≈ 33% of peak
 # A 2-core CPU's sustained rate in this file's counting (6 · N · source + target tokens), from the demo model's
@@ -149,7 +150,7 @@ def trained_tokens(config: dict, e: dict) -> tuple[float | None, bool, str]:
         return None, False, "no max_update or max_epoch"
     if not estimate.get("train_pairs"):
         return None, False, f"tasks/{e['task']}/estimate has no train_pairs"
-    tokens = 2.0 * epochs * estimate["train_pairs"] * estimate.get("subwords_per_sentence", 25)
+    tokens = 2.0 * epochs * estimate["train_pairs"] * estimate.get("subwords_per_sentence", SUBWORDS_PER_SENTENCE)
     return tokens, bool(train.get("patience")), ""
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from .. import UserError
 
 SPLITS = ("train", "valid", "test")
+VOCAB_KIND = "joint"  # a task's `vocab: {kind: ...}` left out: one dictionary for both sides
+SPLIT_FORMAT = "plain"  # a split's `format:` left out: one sentence a line
+SUBWORDS_PER_SENTENCE = 25  # a task's `estimate:` without subwords_per_sentence (`lwnmt plan`, budget checks)
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar", ".zip", ".gz", ".xml", ".sgm")
 
 
@@ -41,6 +44,14 @@ def tokenize_options(task: dict, lang: str, split: dict) -> dict:
         "lowercase": bool(task.get("lowercase")),
         "normalize_apostrophe": bool(split.get("normalize_apostrophe")),
     }
+
+
+def vocab_kind(task: dict) -> str:
+    return (task.get("vocab") or {}).get("kind", VOCAB_KIND)
+
+
+def split_format(split: dict) -> str:
+    return split.get("format", SPLIT_FORMAT)
 
 
 def pair(task: dict) -> str:

@@ -97,7 +97,7 @@ def needed_files(config: dict) -> list[Needed]:
                         Needed(
                             task["dataset"],
                             name,
-                            split.get("format", "plain"),
+                            grid.tasks.split_format(split),
                             lang,
                             (task_name, template),
                             langs,
