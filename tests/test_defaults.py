@@ -169,3 +169,17 @@ def test_a_tasks_left_out_vocab_kind_and_split_format_are_the_schemas_defaults()
     split = SCHEMA["$defs"]["split"]["properties"]
     assert split["format"]["default"] == tasks.SPLIT_FORMAT == tasks.split_format({})
     assert tasks.vocab_kind({"vocab": {"kind": "separate"}}) == "separate"
+
+
+def test_a_tables_significance_defaults_are_the_schemas():
+    from layerwise_nmt.report import tables
+
+    table = SCHEMA["$defs"]["paper"]["properties"]["tables"]["additionalProperties"]
+    test = table["properties"]["significance"]["properties"]
+    assert {k: test[k]["default"] for k in ("p", "mark")} == tables.SIGNIFICANCE_DEFAULTS
+    assert tables.significance({"significance": {"test": "bootstrap", "p": 0.05}}) == {
+        "test": "bootstrap",
+        "p": 0.05,
+        "mark": tables.SIGNIFICANCE_DEFAULTS["mark"],
+    }
+    assert tables.significance({}) == {}

@@ -16,6 +16,8 @@ from ..scoring.score import ScoreConfig, paired_bootstrap, reference_streams, se
 from .html_table import page
 
 NOT_RUN = "—"
+# A table's `significance:` without p or mark takes these (the schema's defaults, checked in tests/test_defaults.py).
+SIGNIFICANCE_DEFAULTS = {"p": 0.01, "mark": "†"}
 RAN = ("ok", "manual")  # a row on data a person fetches by hand ran like any other once they did
 TESTS = {
     "t_test": "Welch's t-test over seeds",
@@ -24,13 +26,19 @@ TESTS = {
 }
 
 
+def significance(spec: dict) -> dict:
+    """The table's significance test with its defaults filled in; {} for a table without one."""
+    test = spec.get("significance")
+    return {**SIGNIFICANCE_DEFAULTS, **test} if test else {}
+
+
 def build(spec: dict) -> pd.DataFrame:
     """spec: {metric: name or [names], rows: [{label, paper: {metric: value}, state: ok|blocked|quoted, reason,
     scores: {split: [score.json paths, one per seed]}}]}. One metric: columns paper/ours/delta; several: the same
     three per metric, suffixed with its name (e.g. "ours valid_bleu")."""
     metrics = metrics_of(spec)
     with_params = any("params_m" in row.get("paper", {}) for row in spec["rows"])
-    test = spec.get("significance") or {}
+    test = significance(spec)
     every = bool(test and spec.get("verdict"))  # the papers test BLEU; a verdict table tests every metric
     records = []
     for row in spec["rows"]:
@@ -50,8 +58,8 @@ def build(spec: dict) -> pd.DataFrame:
             if test and (measure == "bleu" or every) and ran and baseline.get(split):
                 cell["p"] = p_value(test["test"], baseline[split], scores[split], measure)
                 way = tested_direction(test["test"], baseline[split], scores[split], measure)
-                if cell["p"] is not None and cell["p"] < test.get("p", 0.01) and way == "better":
-                    cell["ours"] = cell["ours"].replace(" (n=", f" {test.get('mark', '†')} (n=", 1)
+                if cell["p"] is not None and cell["p"] < test["p"] and way == "better":
+                    cell["ours"] = cell["ours"].replace(" (n=", f" {test['mark']} (n=", 1)
                 # the p-value says how sure, not which way: the direction beside it (a two-sided test)
                 than = "to" if way == "equal" else "than"
                 cell["p vs"] = (
@@ -153,7 +161,7 @@ def verdict(row: dict, tested: dict[str, tuple[float | None, str]], test: dict) 
     no significant difference, with the test and each p-value; — for a row compared with none."""
     if not row.get("compare_to"):
         return NOT_RUN
-    level = test.get("p", 0.01)
+    level = test["p"]
     parts = []
     for metric, (p, way) in tested.items():
         if p is None:
@@ -346,17 +354,17 @@ def legend(spec: dict) -> str:
         f"Metric: {', '.join(metrics_of(spec))}; {paper}ours = mean ± sd over seeds; {NOT_RUN} = not run, with "
         f"the reason in status."
     )
-    test = spec.get("significance")
+    test = significance(spec)
     if test:
         text += (
-            f" {test.get('mark', '†')} = better than the row it is compared with at p < {test.get('p', 0.01)}"
+            f" {test['mark']} = better than the row it is compared with at p < {test['p']}"
             f" ({TESTS[test['test']]}){', as the paper marks it' if printed(spec) else ''}; p vs = that test's "
             f"p-value and which way the difference goes (better or worse)."
         )
         if spec.get("verdict"):
             text += (
                 f" verdict = each metric against the row it is compared with, by the same test: better or worse "
-                f"at p < {test.get('p', 0.01)}, else no significant difference ({NOT_RUN}: a row compared with "
+                f"at p < {test['p']}, else no significant difference ({NOT_RUN}: a row compared with "
                 f"none)."
             )
     if spec.get("budget"):
