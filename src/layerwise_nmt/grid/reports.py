@@ -4,6 +4,7 @@ and inspection files every row reads. The table and figure jobs get these specs 
 from __future__ import annotations
 
 from .. import UserError
+from ..training.config import TRAIN_DEFAULTS
 from .experiments import experiment
 from .layout import bin_dir, data_path, experiment_dir, save_dir
 from .load import get
@@ -172,7 +173,7 @@ def trained_on(config, e):
         "dataset": task["dataset"],
         "src": e["src"],
         "tgt": e["tgt"],
-        "max_update": train.get("max_update", 0),
-        "max_epoch": train.get("max_epoch", 0),
+        "max_update": train.get("max_update", TRAIN_DEFAULTS.max_update),
+        "max_epoch": train.get("max_epoch", TRAIN_DEFAULTS.max_epoch),
         "warm_start": e.get("warm_start") if isinstance(e.get("warm_start"), str) else None,
     }

@@ -20,7 +20,7 @@ import math
 
 from .. import grid
 from ..grid.budget_checks import budget
-from ..training.config import AVERAGE_DEFAULTS
+from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
 
 TINY_ARCH = {"d_model": 16, "d_ff": 32, "heads": 2}
@@ -106,7 +106,7 @@ def shrink_experiment(real: dict, name: str, spec: dict, task: dict) -> dict:
     if b.epochs is None or b.updates_per_epoch is None:
         return {"real": None}
     real_per_epoch = b.updates_per_epoch
-    update_freq = train.get("update_freq", 1)
+    update_freq = train.get("update_freq", TRAIN_DEFAULTS.update_freq)
     pairs = task["estimate"]["train_pairs"]
     target = max(2, min(UPDATES_PER_EPOCH, BATCHES_PER_EPOCH // update_freq))
     sentences = max(1, pairs // (target * update_freq))  # per batch
