@@ -20,7 +20,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
 
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under `make test` (`--dist loadgroup`) the tests that share a module- or session-scoped fixture of their own
