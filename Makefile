@@ -25,11 +25,10 @@ demo: $(VENV)/.installed
 	snakemake --cores all --configfile config/demo.yaml --set-threads train=1 translate=1
 
 # On every core (pytest-xdist): each worker's PyTorch computes on one thread (tests/conftest.py), so that workers
-# never wait on each other's cores; the tests that share a fixture of their module run on one worker (`--dist loadgroup`,
-# tests/conftest.py), and those that share a resource (the Snakemake-only venv) take a file lock. The 20
+# never wait on each other's cores; tests that share a resource (the Snakemake-only venv) take a file lock. The 20
 # slowest tests are listed at the end: where the suite's time goes.
 test: $(VENV)/.installed
-	python -m pytest -q -m "not slurm" -n auto --dist loadgroup --durations=20
+	python -m pytest -q -m "not slurm" -n auto --durations=20
 
 # The code's form, as pyproject.toml configures it: ruff's lint and format check over every Python file, then mypy
 # over the package (tests/test_lint.py runs the same three, so that `make test` fails too when the code drifts).

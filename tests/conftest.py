@@ -20,22 +20,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `make test` (`--dist loadgroup`) the tests that share a module- or session-scoped fixture of their own
-    module go to one worker as one unit, so that the fixture is made once: split by load, each worker made its own
-    (the CI-sized workflow run, ~3 min, was waited for by the other worker under its lock). Groups go out before
-    single tests, the largest first, so the workers still end together."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        for name in info.names_closure if info else ():
-            definitions = info.name2fixturedefs.get(name, ())
-            shared = definitions[-1] if definitions else None
-            if shared and shared.scope in ("module", "session") and shared.baseid.endswith(".py"):
-                item.add_marker(pytest.mark.xdist_group(f"{shared.baseid}::{shared.argname}"))
-                break
-
-
 # The data mirror is the folder LWNMT_DATA_MIRROR names (`make test` passes it on); tests that read it skip without it.
 MIRROR = Path(os.environ["LWNMT_DATA_MIRROR"]).resolve() if os.environ.get("LWNMT_DATA_MIRROR") else None
 IWSLT_FAIRSEQ = MIRROR / "iwslt14-de-en" / "iwslt14.tokenized.de-en" if MIRROR else None
