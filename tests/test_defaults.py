@@ -183,3 +183,10 @@ def test_a_tables_significance_defaults_are_the_schemas():
         "mark": tables.SIGNIFICANCE_DEFAULTS["mark"],
     }
     assert tables.significance({}) == {}
+
+
+def test_the_schema_says_every_target_as_the_grid_reads_it():
+    from layerwise_nmt.grid.papers import EVERY
+
+    for kind, spec in SCHEMA["properties"]["targets"]["properties"].items():
+        assert {"const": EVERY} in spec["oneOf"], f"config.schema.yaml targets/{kind}"

@@ -147,3 +147,15 @@ def test_status_lists_what_the_targets_need_and_all_with_all():
     assert f"tasks: {summary([s for s in statuses if s.kind == 'task'])}" in every
     for out in (demo, every):  # where a file goes: the user's own download cache, never the data mirror
         assert "LWNMT_DATA_MIRROR" not in out and "<data_mirror" not in out
+
+
+def test_targets_all_means_every_declared_name_and_an_empty_list_none():
+    """`targets: tasks: []` prepares no task for its own sake (the targeted rows still need theirs), unlike "all"."""
+    from layerwise_nmt.grid.status import runnable_tasks, targeted
+
+    config = grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml")
+    config["targets"]["tasks"] = []
+    assert targeted(config)[0] == ["multi30k_deen"] and runnable_tasks(config) == []
+    config["targets"] = {"tasks": "all", "tables": [], "figures": []}
+    assert targeted(config) == (list(config["tasks"]), [])
+    assert len(runnable_tasks(config)) == sum(grid.status.task_status(config, t).runnable for t in config["tasks"])

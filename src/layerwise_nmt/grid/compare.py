@@ -21,6 +21,7 @@ import difflib
 
 from .. import UserError
 from .own_models import known_models
+from .papers import targeted_names
 
 _CONVERGED = {"max_epoch": 100, "max_update": 0, "patience": 10, "amp": "auto", "log_interval": 100}
 PRESETS: dict[str, dict] = {
@@ -129,7 +130,7 @@ def expand_comparisons(config: dict) -> None:
     if comparisons:  # the comparisons are what the run is for, unless the overlay lists its own targets
         wanted = config.setdefault("targets", {})
         for kind, names in targets.items():
-            if wanted.get(kind, "all") == "all":
+            if targeted_names(config, kind) is None:
                 wanted[kind] = list(dict.fromkeys(names))
         # a table and its figure are one comparison's outputs: a target list naming the one and not the other
         # would silently leave the figure unmade
@@ -150,15 +151,14 @@ def expand_comparisons(config: dict) -> None:
 def untargeted_comparisons(config: dict) -> list[str]:
     """One line per comparison whose table the config's `targets:` leaves out (an overlay merged over one that
     lists its own, such as config/demo.yaml): what the dry run says, since nothing of it would run."""
-    wanted = config.get("targets") or {}
-    lines = []
+    lines, tables = [], targeted_names(config, "tables")
     for name in config.get("compare") or {}:
-        if wanted.get("tables", "all") == "all" or f"{name}/T1" in wanted["tables"]:
+        if tables is None or f"{name}/T1" in tables:
             continue
         figures = [f"{name}/{figure}" for figure in config["papers"][name]["figures"]]
         lines.append(
             f"compare/{name}: table {name}/T1 and figure {', '.join(figures)} are not among the targets "
-            f"(targets: tables lists {', '.join(wanted['tables']) or 'none'}); add {name}/T1 to targets: "
+            f"(targets: tables lists {', '.join(tables) or 'none'}); add {name}/T1 to targets: "
             f"tables to run it (its figure comes with it)"
         )
     return lines

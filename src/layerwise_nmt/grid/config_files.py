@@ -9,6 +9,7 @@ import os
 from .. import UserError
 from .load import deep_update, read
 from .names import did_you_mean
+from .papers import targeted_names
 
 
 def check_overlay(overlay: dict, base: dict, path: str | os.PathLike) -> None:
@@ -57,19 +58,16 @@ def check_files(paths, read) -> None:
 def check_targets(config: dict) -> None:
     """`targets:` names only tasks, tables and figures the (validated) config has: one line with the closest names,
     before anything is planned or listed."""
-    targets = config.get("targets") or {}
-    wanted = targets.get("tasks", "all")
-    for task in [] if wanted == "all" else wanted:
+    for task in targeted_names(config, "tasks") or []:
         if task not in config["tasks"]:
             raise UserError(
                 f"config key targets/tasks: unknown task {task!r}{did_you_mean(task, config['tasks'], 'tasks')}"
             )
     for kind in ("tables", "figures"):
-        wanted = targets.get(kind, "all")
         declared = [
             f"{paper}/{name}" for paper, spec in (config.get("papers") or {}).items() for name in (spec.get(kind) or {})
         ]
-        for name in [] if wanted == "all" else wanted:
+        for name in targeted_names(config, kind) or []:
             if name not in declared:
                 raise UserError(
                     f"config key targets/{kind}: unknown {kind[:-1]} {name!r}"

@@ -25,11 +25,20 @@ def split_of(metric: str) -> str:
     return "test" if metric == measure else metric.removesuffix(f"_{measure}")
 
 
+EVERY = "all"  # `targets:` value of a kind (tasks, tables, figures) that stands for every one the config declares
+
+
+def targeted_names(config: dict, kind: str) -> list[str] | None:
+    """The names `targets: <kind>` lists; None where it says "all" or is left out (every declared one)."""
+    wanted = (config.get("targets") or {}).get(kind, EVERY)
+    return None if wanted == EVERY else list(wanted)
+
+
 def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tuple[str, str]]:
     """The targeted (paper, table) pairs (targeted=False: all declared); kind="figures" for (paper, figure) pairs."""
-    wanted = config.get("targets", {}).get(kind, "all") if targeted else "all"
+    wanted = targeted_names(config, kind) if targeted else None
     declared = [(p, t) for p, spec in config.get("papers", {}).items() for t in spec.get(kind, {})]
-    if wanted == "all":
+    if wanted is None:
         return declared
     missing = [w for w in wanted if tuple(w.split("/", 1)) not in declared]
     if missing:

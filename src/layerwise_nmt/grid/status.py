@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .layout import is_download
-from .papers import rows
+from .papers import rows, targeted_names
 from .sources import file_source, urls_of
 
 
@@ -174,8 +174,8 @@ def targeted(config: dict) -> tuple[list[str], list[str]]:
             needed.add(name)
             if isinstance(experiments[name].get("warm_start"), str):
                 todo.append(experiments[name]["warm_start"])
-    wanted = config.get("targets", {}).get("tasks", "all")
-    tasks = set(config["tasks"]) if wanted == "all" else set(wanted)
+    tasks = targeted_names(config, "tasks")
+    tasks = set(config["tasks"] if tasks is None else tasks)
     tasks |= {experiments[name]["task"] for name in needed}
     return [t for t in config["tasks"] if t in tasks], [e for e in experiments if e in needed]
 
@@ -207,6 +207,6 @@ def summary(statuses: list[Status]) -> str:
 
 
 def runnable_tasks(config: dict) -> list[str]:
-    wanted = config.get("targets", {}).get("tasks", "all")
-    names = list(config["tasks"]) if wanted == "all" else wanted
+    names = targeted_names(config, "tasks")
+    names = list(config["tasks"]) if names is None else names
     return [t for t in names if task_status(config, t).runnable]
