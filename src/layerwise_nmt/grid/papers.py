@@ -48,7 +48,7 @@ def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tu
             f"config key targets/{kind}: unknown {kind[:-1]} {missing[0]!r}"
             f"{did_you_mean(missing[0], ['/'.join(d) for d in declared], kind)} (<paper>/<{kind[:-1]}>)"
         )
-    return [tuple(w.split("/", 1)) for w in wanted]
+    return [(paper, name) for paper, name in (w.split("/", 1) for w in wanted)]
 
 
 def append_rows(config: dict) -> None:

@@ -174,8 +174,8 @@ def targeted(config: dict) -> tuple[list[str], list[str]]:
             needed.add(name)
             if isinstance(experiments[name].get("warm_start"), str):
                 todo.append(experiments[name]["warm_start"])
-    tasks = targeted_names(config, "tasks")
-    tasks = set(config["tasks"] if tasks is None else tasks)
+    listed = targeted_names(config, "tasks")
+    tasks = set(config["tasks"] if listed is None else listed)
     tasks |= {experiments[name]["task"] for name in needed}
     return [t for t in config["tasks"] if t in tasks], [e for e in experiments if e in needed]
 
