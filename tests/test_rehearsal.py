@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from layerwise_nmt import grid
+from layerwise_nmt import UserError, grid
 from layerwise_nmt.grid.budget_checks import budget, budget_warnings
 from layerwise_nmt.rehearsal import apply
 from layerwise_nmt.rehearsal.overlay import shrink, squeeze
@@ -273,3 +273,18 @@ def test_a_shortened_or_longer_run_names_its_decay_horizon(tmp_path, train, phra
     [warning] = warnings(train)
     assert phrase in warning, warning
     assert not [w for w in warnings({**train, "total_num_update": train["max_update"]}) if "total_num_update" in w]
+
+
+def test_a_mirror_without_the_standins_text_is_refused_in_one_line(tmp_path):
+    """A user's first `make rehearse` without the six text files: one line naming them, before anything is built."""
+    mirror = tmp_path / "mirror"
+    (mirror / "multi30k").mkdir(parents=True)
+    for lang in ("de", "en"):
+        with gzip.open(mirror / f"multi30k/train.{lang}.gz", "wt") as f:
+            f.write("ein satz\n" if lang == "de" else "a sentence\n")
+    with pytest.raises(UserError) as error:
+        build(grid.load(ROOT / "config.yaml"), mirror, tmp_path / "out")
+    message = str(error.value)
+    assert "\n" not in message and "multi30k" not in message.split(";")[0]
+    assert "wmt16-en-ro/newsdev2016-enro.ro" in message and "wmt14-en-de/newstest2013.de.gz" in message
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,15 @@ from .. import UserError
 from .. import grid
 
 LISTINGS = files(__package__) / "release_listings.yaml"  # package data: an installed package rehearses too
+# The data mirror's files the stand-ins' real text comes from (every other side is synthetic), each with {lang}
+LUONG_TEXT = "wmt14-en-de/newstest2013.{lang}.gz"
+ENRO_TEXT = "wmt16-en-ro/newsdev2016-enro.{lang}"
+MULTI30K_TEXT = "multi30k/train.{lang}.gz"
+TEXT_FILES = [
+    pattern.format(lang=lang)
+    for pattern, langs in ((MULTI30K_TEXT, ("de", "en")), (ENRO_TEXT, ("en", "ro")), (LUONG_TEXT, ("en", "de")))
+    for lang in langs
+]
 PLACEHOLDER = b"stand-in: a member of the real release that no task reads\n"
 TRAIN_LINES = 320  # per training split, shared among its parts (≥ 2 updates of update_freq 128 sentences)
 EVAL_LINES = 12  # per evaluation split, shared among its parts
@@ -140,19 +149,19 @@ class TextPool:
         """(provenance, lang → lines) for a dataset's language pair."""
         if dataset == "wmt14-en-de-luong":  # Luong et al.'s files come tokenized, with ##AT##-##AT## hyphens
             return (
-                "mirror: Luong et al.'s tokenized newstest2013 (wmt14-en-de/newstest2013.{en,de}.gz)",
-                {lang: self._read(f"wmt14-en-de/newstest2013.{lang}.gz") for lang in ("en", "de")},
+                f"mirror: Luong et al.'s tokenized newstest2013 ({LUONG_TEXT.format(lang='{en,de}')})",
+                {lang: self._read(LUONG_TEXT.format(lang=lang)) for lang in ("en", "de")},
             )
         if set(langs) == {"en", "ro"}:
             return (
-                "mirror: WMT16 newsdev2016 En-Ro (wmt16-en-ro/newsdev2016-enro.{en,ro})",
-                {lang: self._read(f"wmt16-en-ro/newsdev2016-enro.{lang}") for lang in ("en", "ro")},
+                f"mirror: WMT16 newsdev2016 En-Ro ({ENRO_TEXT.format(lang='{en,ro}')})",
+                {lang: self._read(ENRO_TEXT.format(lang=lang)) for lang in ("en", "ro")},
             )
-        english = self._read("multi30k/train.en.gz")
+        english = self._read(MULTI30K_TEXT.format(lang="en"))
         if set(langs) == {"de", "en"}:
-            return "mirror: Multi30k train (multi30k/train.{de,en}.gz)", {
+            return f"mirror: Multi30k train ({MULTI30K_TEXT.format(lang='{de,en}')})", {
                 "en": english,
-                "de": self._read("multi30k/train.de.gz"),
+                "de": self._read(MULTI30K_TEXT.format(lang="de")),
             }
         other = next(lang for lang in langs if lang != "en")
         if other not in SYNTHETIC:
@@ -331,6 +340,13 @@ def build(config: dict, mirror: Path, out: Path, listings: dict | None = None) -
     releases' real member names (default: LISTINGS)."""
     listings = load_listings() if listings is None else listings
     mirror = mirror.resolve()
+    missing = [name for name in TEXT_FILES if not (mirror / name).is_file()]
+    if missing:
+        raise UserError(
+            f"data mirror {mirror}: missing {', '.join(missing)}; the stand-ins take their real text from "
+            f"{len(TEXT_FILES)} files there (Multi30k's training set, WMT16's newsdev2016 En-Ro, Luong et al.'s "
+            f'newstest2013 En-De: README.md, "The two commands, and more checks")'
+        )
     out.mkdir(parents=True, exist_ok=True)
     link_tree(mirror, out / "mirror")
     real = {**config, "data_mirror": str(mirror)}
