@@ -159,3 +159,14 @@ def test_targets_all_means_every_declared_name_and_an_empty_list_none():
     config["targets"] = {"tasks": "all", "tables": [], "figures": []}
     assert targeted(config) == (list(config["tasks"]), [])
     assert len(runnable_tasks(config)) == sum(grid.status.task_status(config, t).runnable for t in config["tasks"])
+
+
+def test_a_task_lists_only_the_downloads_its_own_splits_read(monkeypatch):
+    """CI's WMT16 En-Ro task trains on newsdev2016 and tests on newstest2016: it fetches the dev and test archives,
+    not the dataset's training archives that only the full task reads."""
+    monkeypatch.delenv("LWNMT_DATA_MIRROR", raising=False)
+    config = grid.load(ROOT / "config.yaml", ROOT / "config/ci.yaml")
+    ci = grid.task_status(config, "wmt16_enro_ci")
+    assert ci.fetch == "download" and "dev.tgz" in ci.reason and "test.tgz" in ci.reason
+    assert "training-parallel-ep-v8.tgz" not in ci.reason and "SETIMES2" not in ci.reason
+    assert "training-parallel-ep-v8.tgz" in grid.task_status(config, "wmt16_enro").reason

@@ -8,6 +8,7 @@ from pathlib import Path
 from .layout import is_download
 from .papers import rows, targeted_names
 from .sources import file_source, urls_of
+from .tasks import raw_files
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def task_status(config: dict, name: str) -> Status:
             return Status(
                 "task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks {', '.join(missing)}"
             )
-    by_hand, automatic = fetch_needs(config, task["dataset"])
+    by_hand, automatic = fetch_needs(config, name)
     if by_hand:  # still runnable: its extract job fails with the instructions
         # where the user puts the file: in the download cache of their own results/, never the data mirror (a
         # shared, read-only copy for many users, which is not theirs to write into)
@@ -81,13 +82,16 @@ def task_status(config: dict, name: str) -> Status:
     return Status("task", name, True, "ready")
 
 
-def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[str]]:
-    """The downloads a dataset's files need (those not in the data mirror): ({why a person must fetch them: their
-    places in the download cache}, [names fetched automatically])."""
+def fetch_needs(config: dict, task: str) -> tuple[dict[str, list[str]], list[str]]:
+    """The downloads a task's files need (those not in the data mirror): ({why a person must fetch them: their
+    places in the download cache}, [names fetched automatically]). Only the files its splits read: a task on a
+    dataset's dev and test sets fetches neither its training archives nor their instructions."""
+    dataset = config["tasks"][task]["dataset"]
     spec = config["datasets"][dataset]
     by_hand: dict[str, list[str]] = {}
     automatic: list[str] = []
-    for name in spec.get("files", {}) if "user_path" not in spec else ():
+    declared = spec.get("files", {}) if "user_path" not in spec else {}
+    for name in with_archives(declared, [f for f in raw_files(config["tasks"][task]) if f in declared]):
         path = file_source(config, dataset, name).path
         if not is_download(path):
             continue
@@ -102,6 +106,17 @@ def fetch_needs(config: dict, dataset: str) -> tuple[dict[str, list[str]], list[
         elif file not in automatic:
             automatic.append(file)
     return by_hand, automatic
+
+
+def with_archives(files: dict, names: list[str]) -> list[str]:
+    """`names` and every file of the dataset that holds one of them, up the chain (IWSLT's per-pair .tgz inside
+    the campaign's): the files a download may be needed for."""
+    out: list[str] = []
+    for name in names:
+        while name in files and name not in out:
+            out.append(name)
+            name = files[name].get("archive")
+    return out
 
 
 def experiment_status(config: dict, name: str) -> Status:

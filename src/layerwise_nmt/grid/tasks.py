@@ -20,6 +20,13 @@ def part_name(template: str, lang: str) -> str:
     return name
 
 
+def raw_files(task: dict) -> list[str]:
+    """The dataset's files a task reads: every split's parts, both sides, in the splits' order."""
+    sides = (task["src"], task["tgt"])
+    names = (t.format(lang=lang) for split in task["splits"].values() for t in split.get("parts", []) for lang in sides)
+    return list(dict.fromkeys(names))
+
+
 def find_part(task: dict, part: str, lang: str) -> tuple[str, dict]:
     """The split spec and raw file name behind a tokenized part name."""
     for split in task["splits"].values():
