@@ -12,6 +12,7 @@ from layerwise_nmt.scoring.score import (
     bucket_bleu,
     compound_split,
     paired_bootstrap,
+    sign_test,
     seeds_summary,
     t_test,
 )
@@ -131,3 +132,12 @@ def test_the_scoring_settings_know_sacrebleus_tokenizers():
     from layerwise_nmt.scoring.config import SACREBLEU_TOKENIZERS
 
     assert SACREBLEU_TOKENIZERS == tuple(sacrebleu.BLEU.TOKENIZERS)
+
+
+@pytest.mark.parametrize("test", [paired_bootstrap, sign_test])
+def test_a_significance_test_refuses_systems_of_different_lengths(test):
+    """A baseline decoded from another test set (or cut short) is not compared line by line with what is there."""
+    with pytest.raises(UserError, match="2 lines against the baseline's 3"):
+        test(HYP, HYP[:2], [REF], ScoreConfig())
+    with pytest.raises(UserError, match="reference 1 has 2 lines"):
+        test(HYP, HYP, [REF[:2]], ScoreConfig())

@@ -69,11 +69,15 @@ def prepare(lines: list[str], cfg: ScoreConfig) -> list[str]:
     return [compound_split(line) for line in lines] if cfg.compound_split else lines
 
 
-def bleu(hyps: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
-    """Corpus BLEU of hypotheses against one or more reference streams."""
+def check_references(hyps: list[str], refs: list[list[str]]) -> None:
     for i, ref in enumerate(refs):
         if len(ref) != len(hyps):
             raise UserError(f"{len(hyps)} hypotheses but reference {i + 1} has {len(ref)} lines")
+
+
+def bleu(hyps: list[str], refs: list[list[str]], cfg: ScoreConfig) -> dict:
+    """Corpus BLEU of hypotheses against one or more reference streams."""
+    check_references(hyps, refs)
     m = metric(cfg)
     result = m.corpus_score(prepare(hyps, cfg), [prepare(r, cfg) for r in refs])
     return {
@@ -119,6 +123,16 @@ def measured(cfg: ScoreConfig, measure: str):
     return metric(cfg), (lambda lines: prepare(lines, cfg))
 
 
+def check_paired(baseline: list[str], system: list[str], refs: list[list[str]]) -> None:
+    """A paired test compares line i of each: the two systems and every reference hold as many lines."""
+    if len(system) != len(baseline):
+        raise UserError(
+            f"a paired test of {len(system)} lines against the baseline's {len(baseline)}; expected the same test "
+            f"set, decoded whole, for both"
+        )
+    check_references(system, refs)
+
+
 def paired_bootstrap(
     baseline: list[str],
     system: list[str],
@@ -130,6 +144,7 @@ def paired_bootstrap(
     """sacrebleu's paired bootstrap resampling (Koehn 2004): p-value of `system` vs `baseline` in BLEU (or chrF)."""
     from sacrebleu.significance import PairedTest
 
+    check_paired(baseline, system, refs)
     scorer, text = measured(cfg, measure)
     test = PairedTest(
         [("baseline", text(baseline)), ("system", text(system))],
@@ -151,11 +166,12 @@ def sign_test(
     chrF) beat the baseline's? Ties are dropped; the two-sided binomial p-value of the wins among the rest."""
     from scipy.stats import binomtest
 
+    check_paired(baseline, system, refs)
     m, text = measured(cfg, measure)
     if measure == "bleu":
         m = BLEU(tokenize=cfg.tokenize, lowercase=cfg.lowercase, force=True, effective_order=True)
     wins = losses = 0
-    for i, (b, s) in enumerate(zip(text(baseline), text(system))):
+    for i, (b, s) in enumerate(zip(text(baseline), text(system), strict=True)):
         ref = [text([r[i]])[0] for r in refs]
         delta = m.sentence_score(s, ref).score - m.sentence_score(b, ref).score
         wins, losses = wins + (delta > 0), losses + (delta < 0)
