@@ -421,3 +421,19 @@ def test_a_named_test_sets_job_reads_the_training_text_it_is_checked_against(tmp
     news = inputs.assemble_inputs(SimpleNamespace(task="my_xxyy", split="news"))
     assert "results/my_xxyy/data/text/train.xx-yy.xx" in news
     assert not any("text/train" in path for path in inputs.assemble_inputs(SimpleNamespace(task="my_xxyy")))
+
+
+def test_files_named_by_three_letter_codes_or_words_are_taken_as_given(tmp_path):
+    """`test: {fi: newstest.fin.txt, et: newstest.est.txt}` (the example overlay's form): a three-letter part of a
+    name is another code form (ISO 639-2) or a word, not a language contradicting the task's two-letter codes; a
+    two-letter code of another language still is."""
+    root = corpus(tmp_path / "corp")
+    for lang, name in (("xx", "newstest.xxa.txt"), ("yy", "newstest.raw")):
+        (root / name).write_text((root / f"test.{lang}").read_text())
+    named = {"xx": "newstest.xxa.txt", "yy": "newstest.raw"}
+    path = edit(overlay(tmp_path, root), lambda s: s["datasets"]["my-corpus"]["local"].update(test=named))
+    assert load(path)["datasets"]["my-corpus"]["files"]
+    other = {"xx": "test.de", "yy": "test.yy"}
+    edit(path, lambda s: s["datasets"]["my-corpus"]["local"].update(test=other))
+    with pytest.raises(UserError, match="test.de is named for language 'de', but task my_xxyy translates xx→yy"):
+        load(path)

@@ -120,7 +120,9 @@ def split_files(local: dict, split: str, task: dict, dataset: str, task_name: st
                 f"config key {key}/{lang}: {file} is named for language {named!r}, not {lang!r}; "
                 f"expected the {lang} side (are the two files swapped?)"
             )
-        if named is not None and named != lang and named not in langs:
+        # only a code of the task's own form contradicts it: a three-letter part beside two-letter codes is
+        # another standard's code for the same language (newstest.fin.txt for fi) or a word (train.raw)
+        if named is not None and named != lang and named not in langs and len(named) == len(lang):
             raise UserError(
                 f"config key {key}/{lang}: {file} is named for language {named!r}, but task "
                 f"{task_name} translates {langs[0]}→{langs[1]}; expected a {lang} file (or the task's "
