@@ -646,6 +646,22 @@ def test_a_state_like_cancelled_by_uid_reaches_the_slurm_plugin_as_cancelled():
     assert states == {"7": "CANCELLED", "8": "RUNNING", "9": "COMPLETED"}
 
 
+def test_a_slurm_plugin_without_the_patched_query_is_said(monkeypatch):
+    """A newer plugin than the one tested, without `query_job_status`: the start message says the workaround is off
+    instead of leaving it off in silence."""
+    plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
+    from layerwise_nmt.snakemake_glue import snakefile
+    from layerwise_nmt.snakemake_glue.slurm import patch_status_query
+
+    monkeypatch.delattr(plugin, "query_job_status")
+    assert patch_status_query() is False
+    warnings = []
+    logger = type("Logger", (), {"warning": lambda self, line: warnings.append(line), "info": lambda *a: None})()
+    config = grid.load(ROOT / "config.yaml", ROOT / "config/ci.yaml")
+    snakefile.announce(config, logger)
+    assert any("no query_job_status to patch" in line for line in warnings)
+
+
 def test_a_repeated_dry_run_imports_no_torch(tmp_path):
     """`snakemake -n` again on an unchanged config (parameter counts and the settings check cached in .snakemake/)
     never imports torch, which was most of its time: a torch that cannot be imported is never noticed."""

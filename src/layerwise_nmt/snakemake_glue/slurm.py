@@ -14,12 +14,13 @@ def normalised(states: dict[str, str] | None) -> dict[str, str] | None:
     return {job: (state.split() or [""])[0] for job, state in states.items()}
 
 
-def patch_status_query() -> bool:
-    """Wrap the plugin's status query, once per process; False when the plugin is not installed or has changed."""
+def patch_status_query() -> bool | None:
+    """Wrap the plugin's status query, once per process; None when the plugin is not installed, False when it has
+    changed (no `query_job_status`: a version other than the one constraints.txt pins)."""
     try:
         import snakemake_executor_plugin_slurm as plugin
     except ImportError:
-        return False
+        return None
     query = getattr(plugin, "query_job_status", None)
     if query is None:
         return False

@@ -157,7 +157,11 @@ def announce(config: dict, logger) -> None:
     from ..grid.status import targeted_statuses
     from .slurm import patch_status_query
 
-    patch_status_query()
+    if patch_status_query() is False:
+        logger.warning(
+            "snakemake-executor-plugin-slurm: no query_job_status to patch in this version (constraints.txt pins the "
+            "one tested); a SLURM job cancelled by a plain scancel may leave the workflow waiting for it"
+        )
     for line in untargeted_comparisons(config):  # an overlay's comparison that an earlier file's targets leave out
         logger.warning(f"targets: {line}")
     flagged = budget_warnings(config)
