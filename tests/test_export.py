@@ -181,3 +181,38 @@ def test_the_not_trained_hint_names_the_overlay_it_needs(checkout, tmp_path):
     assert (
         f"not trained yet; run `snakemake results/multi30k_deen/toy.exp/seed7/model.pt --configfile {overlays}`" in line
     )
+
+
+def test_export_replaces_only_a_model_directory(checkout, tmp_path):
+    """`--out` naming a folder of the user's own (or `..`) was deleted whole and replaced; now only a folder an
+    earlier export wrote is replaced, and anything else is refused in one line with nothing touched."""
+    out = tmp_path / "precious"
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine\n")
+    refused = one_line(lwnmt("export", "toy.exp", "--out", out, *checkout["config"], cwd=checkout["root"]))
+    assert f"--out {out}" in refused and "not a model directory" in refused
+    assert (out / "notes.txt").read_text() == "mine\n" and (out / "sub").is_dir()
+    assert not (tmp_path / ".tmp-precious").exists()
+    model = tmp_path / "model"
+    for _ in range(2):  # an earlier export's folder is replaced
+        result = lwnmt("export", "toy.exp", "--out", model, *checkout["config"], cwd=checkout["root"])
+        assert result.returncode == 0, result.stderr
+    assert (model / "lwnmt.json").is_file()
+
+
+def test_a_checkpoint_that_is_not_ours_is_refused_in_one_line(checkout, tmp_path):
+    """A fairseq checkpoint (or any other torch file) given where our model.pt is expected: export wrote a model
+    directory with no weights and exited 0, translate failed with a KeyError traceback."""
+    import torch
+
+    data = checkout["root"] / "results/multi30k_deen/data/bin-joint"
+    foreign = tmp_path / "fairseq.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "args": None}, foreign)
+    export = one_line(
+        lwnmt("export", "--out", tmp_path / "x", "--data", data, "--src", "de", "--tgt", "en", foreign, cwd=tmp_path)
+    )
+    assert str(foreign) in export and "lwnmt import-fairseq" in export and not (tmp_path / "x").exists()
+    translate = lwnmt(
+        "translate", "--model", foreign, "--data", data, "--src", "de", "--tgt", "en", cwd=tmp_path, stdin="w1\n"
+    )
+    assert str(foreign) in one_line(translate) and "not a model" in one_line(translate)

@@ -141,3 +141,18 @@ def test_a_significance_test_refuses_systems_of_different_lengths(test):
         test(HYP, HYP[:2], [REF], ScoreConfig())
     with pytest.raises(UserError, match="reference 1 has 2 lines"):
         test(HYP, HYP, [REF[:2]], ScoreConfig())
+
+
+def test_length_buckets_need_one_source_line_per_translation_and_increasing_edges(tmp_path):
+    """A source of another length put sentences in the wrong buckets (or an IndexError); edges out of order
+    counted a sentence in two buckets."""
+    from layerwise_nmt.scoring.score import score_files
+
+    hyp, ref, src = tmp_path / "hyp.txt", tmp_path / "ref.txt", tmp_path / "src.txt"
+    hyp.write_text("\n".join(HYP) + "\n")
+    ref.write_text("\n".join(REF) + "\n")
+    src.write_text("ein satz\n")
+    with pytest.raises(UserError, match=f"{src} has 1 lines but {hyp} has 3"):
+        score_files(str(hyp), [str(ref)], ScoreConfig(buckets=(3,)), str(src))
+    with pytest.raises(UserError, match=r"buckets=\[5, 3\]; expected edges in increasing order"):
+        ScoreConfig.from_dict({"buckets": [5, 3]})

@@ -156,6 +156,9 @@ def test_average_is_the_mean_with_newest_metadata(tmp_path):
     average(paths, tmp_path / "avg.pt")
     avg = torch.load(tmp_path / "avg.pt", weights_only=False)
     assert torch.equal(avg["model"]["w"], torch.full((2,), 4.0)) and avg["model_config"] == {"epoch": 3}
+    for n in (0, -1):  # were every checkpoint and all but the oldest (found[-n:]), in silence
+        with pytest.raises(UserError, match=f"average {n} checkpoints; expected at least 1"):
+            last_checkpoints(tmp_path, n, "epoch")
 
 
 def test_early_stopping_on_validation_bleu(data, tmp_path):

@@ -300,3 +300,27 @@ def test_a_config_error_in_a_training_job_is_not_retried(tmp_path):
     assert later.returncode == 78 and later.stderr.strip().splitlines()[-1] == line
     by_hand = lwnmt(*args)  # outside the workflow nothing is remembered: every run tries
     assert by_hand.returncode == 78 and by_hand.stderr.strip().splitlines()[-1] == line
+
+
+def test_a_listing_piped_into_head_ends_quietly():
+    """`lwnmt plan | head -1` ended in a BrokenPipeError traceback (here the reader is gone before the first line)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "layerwise_nmt", "plan", "--config", "config.yaml"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    ) as run:
+        run.stdout.close()
+        errors = run.stderr.read()
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+
+
+def test_checksum_values_of_the_wrong_form_are_refused_before_any_file_is_touched(tmp_path):
+    """A malformed --sha256 was reported as a corrupt file, and fetch deleted the good download."""
+    given = tmp_path / "given.txt"
+    given.write_text("a line\n")
+    for flag, value in (("--sha256", "xyz"), ("--md5", "zzz"), ("--git-blob", "12")):
+        line = one_line(lwnmt("fetch", "--url", given.as_uri(), flag, value, tmp_path / "out.txt"))
+        assert f"{flag} {value!r}" in line and "hex digits" in line and "corrupt" not in line
+        assert not (tmp_path / "out.txt").exists() and given.read_text() == "a line\n"

@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as err:
         print_error(f"lwnmt {args.command}: error: {err}")
         sys.exit(getattr(args, "error_status", 1))  # train's is its own: the workflow retries failed trainings
+    except BrokenPipeError:  # stdout's reader has gone (`lwnmt plan | head -1`): nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush of stdout would fail too
+        sys.exit(1)
     except OSError as err:  # a path given on the command line that is not there (or not readable)
         if args.verbose or err.filename is None:
             raise

@@ -52,6 +52,7 @@ class Checksum:
 
 
 KINDS = ("sha256", "md5", "git_blob")
+HEX_DIGITS = {"sha256": 64, "md5": 32, "git_blob": 40}  # each kind's digest, as hexdigest() writes it
 
 
 def checksum_from(
@@ -60,6 +61,11 @@ def checksum_from(
     given = [(kind, value) for kind, value in zip(KINDS, (sha256, md5, git_blob)) if value]
     if len(given) > 1:
         raise UserError("give one of sha256, md5 or git_blob for a file, not several")
+    for kind, value in given:  # a mistyped value is not a corrupt file: said before any file is read or deleted
+        if not re.fullmatch(f"[0-9a-fA-F]{{{HEX_DIGITS[kind]}}}", value):
+            raise UserError(
+                f"--{kind.replace('_', '-')} {value!r}: expected {HEX_DIGITS[kind]} hex digits (a {kind} digest)"
+            )
     return Checksum(*given[0], source) if given else None
 
 

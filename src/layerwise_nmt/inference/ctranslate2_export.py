@@ -70,7 +70,7 @@ def write_spec(model: str | Path, spec: dict, out: str | Path, quantization: str
     """An experiment's or a model.pt's export (export.write_spec's arguments) as a CTranslate2 directory, by way of
     our model directory, written to a temporary place first."""
     require_ctranslate2()  # before the model directory is written, which may take a while for a big model
-    out = Path(out)
+    out = export.replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".lwnmt-{out.name}-") as tmp:
         return convert(export.write_spec(model, spec, Path(tmp) / "model"), out, quantization)
@@ -81,6 +81,7 @@ def convert(model_dir: str | Path, out: str | Path, quantization: str = "none") 
     all; quantization: one of QUANTIZATIONS (none: the weights as trained, float32)."""
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
+    out = export.replaceable(out)
     if not (Path(model_dir) / export.MANIFEST).is_file():
         raise UserError(
             f"{model_dir}: a directory without {export.MANIFEST}; expected a model directory "
@@ -99,7 +100,6 @@ def convert(model_dir: str | Path, out: str | Path, quantization: str = "none") 
     spec = transformer_spec(ctranslate2, model, src_vocab, tgt_vocab)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
-    out = Path(out)
     tmp = out.with_name(f".tmp-{out.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

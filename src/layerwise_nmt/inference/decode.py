@@ -358,11 +358,11 @@ def load_model(
     settings, so that an edited config never decodes with a stale model in silence. A model from outside the
     package is imported only from code its user named: `user_code` (--user-dir, --user-module) or the experiment's
     `models:` entry."""
-    from ..training.checkpoint import check_dictionaries, load
+    from ..training.checkpoint import check_dictionaries, load_model
     from .export import check_against, check_languages
     from ..models import build
 
-    state = load(path)
+    state = load_model(path)
     if src_vocab is not None:
         assert tgt_vocab is not None  # the dictionaries come as a pair, and so do the languages
         check_dictionaries(state, path, src_vocab, tgt_vocab)

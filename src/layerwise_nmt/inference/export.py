@@ -107,13 +107,13 @@ def write(
     about: dict,
 ) -> Path:
     """The model directory `out`, written whole or not at all (a temporary directory, renamed)."""
-    from ..training.checkpoint import check_dictionaries, load, save
+    from ..training.checkpoint import check_dictionaries, load_model, save
     from ..data.vocab import Dictionary
 
-    state = load(model)
+    state = load_model(model)
     dictionaries = Dictionary.load(src_dict), Dictionary.load(tgt_dict)
     check_dictionaries(state, model, *dictionaries)
-    out = Path(out)
+    out = replaceable(out)
     tmp = out.with_name(f".tmp-{out.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -153,6 +153,21 @@ def write(
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
+    return out
+
+
+def replaceable(out: str | Path) -> Path:
+    """`--out` as an absolute path that may be (re)written: absent, or a model directory an earlier export wrote
+    (it has a manifest), which is replaced whole; anything else of the user's is refused before anything is
+    written, never deleted."""
+    out = Path(out).resolve()
+    if out.exists() and not (out.is_dir() and (out / MANIFEST).is_file()):
+        raise UserError(
+            f"--out {out}: exists and is not a model directory written by `lwnmt export` (no {MANIFEST}); "
+            f"expected a new path, or an earlier export's directory to replace"
+        )
+    if out.parent == out:
+        raise UserError(f"--out {out}: the filesystem's root; expected a directory to create")
     return out
 
 
@@ -242,16 +257,17 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
 def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
     """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision,
     updates, how it stopped) read now, and the model checked against the experiment's settings first."""
-    from ..training.checkpoint import load
+    from ..training.checkpoint import load_model
 
     from ..models import UserModel
 
+    replaceable(out)  # before anything is read: a wrong --out is said first
     about, decode = dict(spec.get("about", {})), dict(spec["decode"])
     settings = about.get("settings")
     if settings:
         own = spec.get("user_model")  # the config names its code: importing it is the user's choice
         user = UserModel.from_entry(settings["model"], own) if own else None
-        check_against(load(model), model, settings["model"], settings["arch"], about["experiment"], user)
+        check_against(load_model(model), model, settings["model"], settings["arch"], about["experiment"], user)
     if spec.get("tuned_lenpen"):
         decode["lenpen"] = json.loads(Path(spec["tuned_lenpen"]).read_text())["lenpen"]
     if spec.get("training") and Path(spec["training"]).is_file():

@@ -45,3 +45,5 @@ class ScoreConfig(Settings):
     def check(self) -> None:
         if self.tokenize not in SACREBLEU_TOKENIZERS:
             raise UserError(f"tokenize={self.tokenize!r}; sacrebleu knows {', '.join(SACREBLEU_TOKENIZERS)}")
+        if list(self.buckets) != sorted(set(self.buckets)):  # overlapping buckets would count a sentence twice
+            raise UserError(f"buckets={list(self.buckets)}; expected edges in increasing order, e.g. [10, 20, 30]")

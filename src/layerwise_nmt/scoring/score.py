@@ -276,5 +276,11 @@ def score_files(
     if cfg.buckets:
         if src_path is None:
             raise UserError("length buckets need the source file")
-        result["buckets"] = bucket_bleu(hyps, refs, list(read_lines(src_path)), cfg)
+        sources = list(read_lines(src_path))
+        if len(sources) != len(hyps):
+            raise UserError(
+                f"{src_path} has {len(sources):,} lines but {hyp_path} has {len(hyps):,}; expected the source of "
+                f"each translation, for the length buckets"
+            )
+        result["buckets"] = bucket_bleu(hyps, refs, sources, cfg)
     return result

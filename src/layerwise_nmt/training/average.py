@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import load, save
+from .checkpoint import load_model, save
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ def average(paths: list[Path], out: str | Path) -> None:
     dtypes: dict[str, torch.dtype] = {}
     newest = None
     for path in paths:
-        state = load(path)
+        state = load_model(path)
         for key, tensor in state["model"].items():
             dtypes[key] = tensor.dtype
             value = tensor.to(torch.float64) if tensor.is_floating_point() else tensor

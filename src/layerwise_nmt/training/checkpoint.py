@@ -171,6 +171,19 @@ def load(path: str | Path) -> dict:
         raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
 
 
+def load_model(path: str | Path) -> dict:
+    """`load` of a file that must be one of our models (a model.pt, an averaged or a training checkpoint): a torch
+    file of another kind (a fairseq checkpoint, a bare state_dict) is a UserError naming it."""
+    state = load(path)
+    if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("model_name"):
+        return state
+    fairseq = isinstance(state, dict) and ("args" in state or "cfg" in state)
+    raise UserError(
+        f"{path}: not a model of ours (no model_name and weights)"
+        + ("; a fairseq checkpoint? convert it with `lwnmt import-fairseq` first" if fairseq else "")
+    )
+
+
 # How torch.save's files begin: a zip archive (torch ≥ 1.6), or a pickle of protocol 2+ (the legacy format)
 MAGIC = (b"PK\x03\x04", b"\x80")
 
@@ -262,6 +275,8 @@ def prune(save_dir: Path, by: str, keep: int) -> None:
 
 def last_checkpoints(save_dir: str | Path, n: int, by: str = "epoch") -> list[Path]:
     """The newest `n` epoch or update checkpoints, the ones fairseq's average_checkpoints.py would take."""
+    if n < 1:  # found[-0:] is every checkpoint, found[--1:] all but the oldest
+        raise UserError(f"average {n} checkpoints; expected at least 1")
     found = numbered(save_dir, by)
     if not found:
         raise UserError(f"{save_dir}: no {by} checkpoints ({PATTERNS[by]}) to average")
@@ -408,7 +423,7 @@ def warm_start(model: Model, path: str, vocabularies: dict[str, Dictionary] | No
     parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names.
     vocabularies: the task's, by language; a model with dict.<lang>.txt beside it (trained elsewhere, e.g. imported
     from fairseq) must have been trained with the same ones."""
-    state = load(path)
+    state = load_model(path)
     trained, theirs = state["model"], state.get("model_config", {})
     for key in MEANING:
         if key in theirs and theirs[key] != getattr(model.config, key):
