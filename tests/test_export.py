@@ -216,3 +216,15 @@ def test_a_checkpoint_that_is_not_ours_is_refused_in_one_line(checkout, tmp_path
         "translate", "--model", foreign, "--data", data, "--src", "de", "--tgt", "en", cwd=tmp_path, stdin="w1\n"
     )
     assert str(foreign) in one_line(translate) and "not a model" in one_line(translate)
+
+
+def test_translate_never_writes_over_its_input(checkout, tmp_path):
+    """`lwnmt translate test.txt --out-prefix test` would have replaced the source with its translation."""
+    model = tmp_path / "model"
+    assert lwnmt("export", "toy.exp", "--out", model, *checkout["config"], cwd=checkout["root"]).returncode == 0
+    source = tmp_path / "test.txt"
+    source.write_text("W1 W2\n")
+    line = one_line(lwnmt("translate", "--model", model, source, "--out-prefix", tmp_path / "test", cwd=tmp_path))
+    assert "which is the input" in line and source.read_text() == "W1 W2\n"
+    result = lwnmt("translate", "--model", model, source, "--out-prefix", tmp_path / "out", cwd=tmp_path)
+    assert result.returncode == 0 and (tmp_path / "out.txt").is_file(), result.stderr

@@ -324,3 +324,16 @@ def test_checksum_values_of_the_wrong_form_are_refused_before_any_file_is_touche
         line = one_line(lwnmt("fetch", "--url", given.as_uri(), flag, value, tmp_path / "out.txt"))
         assert f"{flag} {value!r}" in line and "hex digits" in line and "corrupt" not in line
         assert not (tmp_path / "out.txt").exists() and given.read_text() == "a line\n"
+
+
+def test_a_config_file_not_in_utf8_is_one_line_naming_its_line(tmp_path):
+    latin1 = tmp_path / "mine.yaml"
+    latin1.write_bytes("experiments:\n  # Übersetzung\n".encode("latin-1"))
+    line = one_line(lwnmt("status", "--config", "config.yaml", "--config", latin1))
+    assert f"config file {latin1}:2: byte 0xdc is not UTF-8" in line
+
+
+def test_plan_and_fetch_refuse_impossible_values_in_one_line(tmp_path):
+    assert "--tflops 0.0: expected" in one_line(lwnmt("plan", "--config", "config.yaml", "--tflops", "0"))
+    line = one_line(lwnmt("fetch", "--url", "notaurl", tmp_path / "f.txt"))
+    assert "'notaurl': not a URL" in line and not (tmp_path / "f.txt.part").exists()

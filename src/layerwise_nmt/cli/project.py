@@ -106,6 +106,8 @@ def cmd_plan(a) -> None:
         raise UserError(f"--gpu {a.gpu}: unknown GPU; known: {', '.join(GPUS)}")
     if not 0 < a.mfu <= 1:
         raise UserError(f"--mfu {a.mfu}: expected a fraction in (0, 1]")
+    if a.tflops is not None and not a.tflops > 0:
+        raise UserError(f"--tflops {a.tflops}: expected a sustained TFLOP/s per GPU above 0")
     pricing = Pricing(a.gpu, a.mfu, a.tflops)
     config = common.load_config(a)
     records = plan(config)

@@ -158,6 +158,9 @@ def cmd_translate(a) -> None:
     set_threads(a.threads)  # before torch is imported: how OpenMP's threads wait is read once, when it loads
     locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
     from ..inference import translation
+    from ..inference.decode import check_out_prefix
+
+    check_out_prefix(a.out_prefix, a.input)
     from ..data.io import atomic_path
     from ..grid import trained_model
 

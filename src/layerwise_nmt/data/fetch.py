@@ -50,6 +50,9 @@ class Transient(Exception):
     """Worth another try of the same URL: a body shorter than announced, a resume at the wrong offset."""
 
 
+URL_SCHEMES = ("https", "http", "ftp", "file")  # what urllib opens
+
+
 def download(
     urls: str | list[str],
     out: str | os.PathLike,
@@ -69,6 +72,9 @@ def download(
     do by hand (`manual`) and where to put the file (`expected_at`, else `out` itself).
     """
     urls = [urls] if isinstance(urls, str) else list(urls)
+    for url in urls:  # a typo is said as one, before anything is created
+        if urllib.parse.urlsplit(url).scheme not in URL_SCHEMES:
+            raise UserError(f"{url!r}: not a URL; expected one of {', '.join(f'{s}://' for s in URL_SCHEMES)}")
     out = Path(out)
     part = out.with_name(out.name + ".part")
     with disk_errors(out.parent, f"{out.name}: creating its directory"):

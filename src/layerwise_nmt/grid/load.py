@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from pathlib import Path
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,16 @@ def read(path: str | os.PathLike) -> dict:
         from .names import yaml_error
 
         raise yaml_error(f"config file {path}", err) from None
+    except UnicodeDecodeError:  # a binary file, or text in another encoding
+        raw = Path(path).read_bytes()
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:  # where in the file, not in the chunk the reader had decoded
+            line, byte = raw[: err.start].count(b"\n") + 1, raw[err.start]
+            raise UserError(
+                f"config file {path}:{line}: byte 0x{byte:02x} is not UTF-8; expected a YAML file in UTF-8"
+            ) from None
+        raise
     if not isinstance(data, dict):
         raise UserError(
             f"config file {path}: a {type(data).__name__}; expected a mapping of keys (datasets:, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -183,6 +184,25 @@ def translate(
     for form, lines in forms.items():
         write_lines(f"{out_prefix}.{form}", lines)
     return stats
+
+
+OUTPUT_FORMS = ("bpe", "txt", "detok", "nbest", "json")  # <out_prefix>.<form>: what translate may write
+
+
+def check_out_prefix(out_prefix: str | None, *inputs: str | None) -> None:
+    """`--out-prefix test` beside an input `test.bpe` would write the translations over it: refused first."""
+    if not out_prefix:
+        return
+    for path in filter(None, inputs):
+        if path == "-" or not os.path.exists(path):
+            continue
+        for form in OUTPUT_FORMS:
+            out = f"{out_prefix}.{form}"
+            if os.path.exists(out) and os.path.samefile(out, path):
+                raise UserError(
+                    f"--out-prefix {out_prefix}: would write {out}, which is the input {path}; expected another "
+                    f"prefix (translate writes <prefix>.{{{','.join(OUTPUT_FORMS)}}})"
+                )
 
 
 # an output under this share of its source's tokens is far shorter than a translation (beam search ended early),
