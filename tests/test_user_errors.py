@@ -337,3 +337,13 @@ def test_plan_and_fetch_refuse_impossible_values_in_one_line(tmp_path):
     assert "--tflops 0.0: expected" in one_line(lwnmt("plan", "--config", "config.yaml", "--tflops", "0"))
     line = one_line(lwnmt("fetch", "--url", "notaurl", tmp_path / "f.txt"))
     assert "'notaurl': not a URL" in line and not (tmp_path / "f.txt.part").exists()
+
+
+def test_a_json_option_that_is_not_a_json_object_is_one_line_naming_the_option(tmp_path):
+    """--options '{tokenize: none}' (YAML, not JSON) was a JSONDecodeError traceback; '[1]' a TypeError."""
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("a b\n")
+    bad = one_line(lwnmt("score", hyp, "--ref", hyp, "--options", "{tokenize: none}", "--out", tmp_path / "s.json"))
+    assert "--options '{tokenize: none}': not valid JSON" in bad and not (tmp_path / "s.json").exists()
+    listed = one_line(lwnmt("table", "--spec", "[]", "--out-prefix", tmp_path / "t"))
+    assert "--spec '[]': a JSON list; expected an object" in listed

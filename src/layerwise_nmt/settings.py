@@ -23,6 +23,22 @@ BOUNDS = {"ge": (operator.ge, "≥"), "gt": (operator.gt, ">"), "le": (operator.
 TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
 
 
+def json_object(text: str, option: str) -> dict:
+    """A command-line option's JSON object (--options, --spec, ...), or a one-line UserError naming the option."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(
+            f"{option} {text!r}: not valid JSON ({err.msg}, column {err.colno}); expected an object "
+            f'such as {{"key": 1}}'
+        ) from None
+    if not isinstance(value, dict):
+        raise UserError(f"{option} {text!r}: a JSON {type(value).__name__}; expected an object ({{...}})")
+    return value
+
+
 class SettingError(UserError):
     """A value of the wrong type or out of range, with the key, the value and what was expected."""
 

@@ -8,6 +8,7 @@ import logging
 import os
 
 from .. import UserError
+from ..settings import json_object
 from ..data.bpe import MIN_FREQUENCY
 from ..data.vocab import ALL_WORDS, PADDING_FACTOR, THRESHOLD
 from .common import command
@@ -160,13 +161,12 @@ def cmd_extract(a) -> None:
 
 
 def cmd_tokenize(a) -> None:
-    import json
 
     from ..data.prepare import tokenize_file
     from ..data.tokenize import TokenizeOptions
 
     try:
-        options = TokenizeOptions(a.lang, **json.loads(a.options))
+        options = TokenizeOptions(a.lang, **json_object(a.options, "--options"))
     except TypeError as err:
         raise UserError(f"--options: {err}; expected keys of TokenizeOptions (src/layerwise_nmt/data/tokenize.py)")
     tokenize_file(a.input, a.out, a.format, options, a.workers, normalize_only=a.normalize_only)
@@ -179,11 +179,10 @@ def cmd_concat(a) -> None:
 
 
 def cmd_assemble(a) -> None:
-    import json
 
     from ..data.prepare import assemble
 
-    spec = json.loads(a.spec)
+    spec = json_object(a.spec, "--spec")
     # train's paths even when only an evaluation split is assembled: its overlap is checked against them
     outputs = {
         split: tuple(os.path.join(a.out_dir, f"{split}.{a.src}-{a.tgt}.{lang}") for lang in (a.src, a.tgt))
@@ -223,7 +222,7 @@ def cmd_check_reference(a) -> None:
     from ..data.io import atomic_path
 
     report = {}
-    for path, blob in json.loads(a.expected).items():
+    for path, blob in json_object(a.expected, "--expected").items():
         actual = Checksum("git_blob", blob).compute(os.path.join(a.data_dir, path))
         report[path] = {"expected_git_blob": blob, "git_blob": actual, "identical": actual == blob}
         if actual != blob:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import UserError
+from ..settings import json_object
 from .common import add_user_code_flags, command, user_code
 
 
@@ -85,11 +86,11 @@ def cmd_score(a) -> None:
     from ..data.io import atomic_path
     from ..scoring.score import ScoreConfig, score_files
 
-    cfg = ScoreConfig.from_dict(json.loads(a.options))
+    cfg = ScoreConfig.from_dict(json_object(a.options, "--options"))
     result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs, a.allow_bpe)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
     if a.meta:
-        result.update(json.loads(a.meta))
+        result.update(json_object(a.meta, "--meta"))
     if a.decoding:  # the translate step's record: model size and decoding speed travel with the score
         result["decoding"] = json.loads(Path(a.decoding).read_text())
     print(f"BLEU = {result['bleu']:.2f}  ({result['signature']})")
@@ -98,8 +99,7 @@ def cmd_score(a) -> None:
 
 
 def cmd_inspect(a) -> None:
-    import json
 
     from ..inference.figure_readouts import write
 
-    write(a.kind, a.model, json.loads(a.options), a.out, user_code(a))
+    write(a.kind, a.model, json_object(a.options, "--options"), a.out, user_code(a))

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from .. import UserError
+from ..settings import json_object
 from .common import add_config_files, command, load_config
 
 log = logging.getLogger("layerwise_nmt")
@@ -85,11 +86,10 @@ def add_commands(sub) -> None:
 
 
 def cmd_table(a) -> None:
-    import json
 
     from ..report.tables import write
 
-    write(json.loads(a.spec), a.out_prefix)
+    write(json_object(a.spec, "--spec"), a.out_prefix)
     print(Path(f"{a.out_prefix}.md").read_text(encoding="utf-8"))
 
 
@@ -100,11 +100,10 @@ def cmd_summary(a) -> None:
 
 
 def cmd_figure(a) -> None:
-    import json
 
     from ..report.figures import write
 
-    missing = write(json.loads(a.spec), a.out_prefix)
+    missing = write(json_object(a.spec, "--spec"), a.out_prefix)
     print(f"wrote {a.out_prefix}.png and .pdf" + (f"; not drawn: {'; '.join(missing)}" if missing else ""))
 
 

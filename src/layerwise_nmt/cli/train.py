@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .. import CONFIG_ERROR
+from ..settings import json_object
 from ..training.config import AVERAGE_DEFAULTS, AverageConfig
 from .common import command, copy_to_console
 
@@ -82,11 +83,10 @@ def add_fairseq_train_flags(parser: argparse.ArgumentParser) -> None:
 def train_spec(a) -> dict:
     """--spec with the fairseq-style flags given on the command line laid over it (--arch: a fairseq arch name or
     one of our presets)."""
-    import json
 
     from ..models.transformer import FAIRSEQ_ARCHS
 
-    spec = json.loads(a.spec)
+    spec = json_object(a.spec, "--spec")
     spec.setdefault("model", "transformer")
     for flag, (section, key, _) in TRAIN_FLAGS.items():
         value = getattr(a, flag[2:].replace("-", "_"))

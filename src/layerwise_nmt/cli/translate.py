@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..inference.ctranslate2_export import QUANTIZATIONS
-from ..settings import AMP_CHOICES
+from ..settings import AMP_CHOICES, json_object
 from . import common
 from .common import add_config_files, add_user_code_flags, command, user_code
 
@@ -184,7 +184,6 @@ def cmd_translate(a) -> None:
 
 
 def cmd_export(a) -> None:
-    import json
 
     from ..inference import ctranslate2_export, export
 
@@ -194,10 +193,16 @@ def cmd_export(a) -> None:
         print(SERVE_HINT.format(ctranslate2_export.convert(a.target, a.out, a.quantization or "none")))
         return
     if a.spec:
-        spec = json.loads(a.spec)
+        spec = json_object(a.spec, "--spec")
     elif Path(a.target).is_file():
         spec = export.spec_for_file(
-            a.target, a.data, a.src, a.tgt, a.codes, json.loads(a.tokenize), json.loads(a.decode)
+            a.target,
+            a.data,
+            a.src,
+            a.tgt,
+            a.codes,
+            json_object(a.tokenize, "--tokenize"),
+            json_object(a.decode, "--decode"),
         )
     elif a.target.endswith(".pt"):
         raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import UserError
+from ..settings import json_object
 from .config import BeamConfig
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class Job:
 def decoding_options(options: str, flags: dict, lenpen_from: str | None = None) -> dict:
     """--options (JSON) with the fairseq-style flags given laid over it, and the length penalty the pick-lenpen
     step tuned on the validation set (`lenpen_from`) over both."""
-    merged = json.loads(options)
+    merged = json_object(options, "--options")
     merged.update({key: value for key, value in flags.items() if value is not None})
     if lenpen_from:
         merged["lenpen"] = json.loads(Path(lenpen_from).read_text())["lenpen"]
