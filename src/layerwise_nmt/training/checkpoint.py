@@ -171,11 +171,12 @@ def load(path: str | Path) -> dict:
         raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
 
 
-def load_model(path: str | Path) -> dict:
+def load_model(path: str | Path, named: bool = True) -> dict:
     """`load` of a file that must be one of our models (a model.pt, an averaged or a training checkpoint): a torch
-    file of another kind (a fairseq checkpoint, a bare state_dict) is a UserError naming it."""
+    file of another kind (a fairseq checkpoint, a bare state_dict) is a UserError naming it. named=False (a warm
+    start, which copies tensors by name into a model built from the config): any {"model": weights} will do."""
     state = load(path)
-    if isinstance(state, dict) and isinstance(state.get("model"), dict) and state.get("model_name"):
+    if isinstance(state, dict) and isinstance(state.get("model"), dict) and (state.get("model_name") or not named):
         return state
     fairseq = isinstance(state, dict) and ("args" in state or "cfg" in state)
     raise UserError(
@@ -423,7 +424,7 @@ def warm_start(model: Model, path: str, vocabularies: dict[str, Dictionary] | No
     parameters keep their default initialisation. Optimizer and schedule start afresh. Returns the new names.
     vocabularies: the task's, by language; a model with dict.<lang>.txt beside it (trained elsewhere, e.g. imported
     from fairseq) must have been trained with the same ones."""
-    state = load_model(path)
+    state = load_model(path, named=False)
     trained, theirs = state["model"], state.get("model_config", {})
     for key in MEANING:
         if key in theirs and theirs[key] != getattr(model.config, key):
