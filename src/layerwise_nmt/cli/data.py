@@ -161,7 +161,6 @@ def cmd_extract(a) -> None:
 
 
 def cmd_tokenize(a) -> None:
-
     from ..data.prepare import tokenize_file
     from ..data.tokenize import TokenizeOptions
 
@@ -179,7 +178,6 @@ def cmd_concat(a) -> None:
 
 
 def cmd_assemble(a) -> None:
-
     from ..data.prepare import assemble
 
     spec = json_object(a.spec, "--spec")

@@ -99,7 +99,6 @@ def cmd_score(a) -> None:
 
 
 def cmd_inspect(a) -> None:
-
     from ..inference.figure_readouts import write
 
     write(a.kind, a.model, json_object(a.options, "--options"), a.out, user_code(a))

@@ -86,7 +86,6 @@ def add_commands(sub) -> None:
 
 
 def cmd_table(a) -> None:
-
     from ..report.tables import write
 
     write(json_object(a.spec, "--spec"), a.out_prefix)
@@ -100,7 +99,6 @@ def cmd_summary(a) -> None:
 
 
 def cmd_figure(a) -> None:
-
     from ..report.figures import write
 
     missing = write(json_object(a.spec, "--spec"), a.out_prefix)

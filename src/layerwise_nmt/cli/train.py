@@ -83,7 +83,6 @@ def add_fairseq_train_flags(parser: argparse.ArgumentParser) -> None:
 def train_spec(a) -> dict:
     """--spec with the fairseq-style flags given on the command line laid over it (--arch: a fairseq arch name or
     one of our presets)."""
-
     from ..models.transformer import FAIRSEQ_ARCHS
 
     spec = json_object(a.spec, "--spec")

@@ -159,10 +159,10 @@ def cmd_translate(a) -> None:
     locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
     from ..inference import translation
     from ..inference.decode import check_out_prefix
-
-    check_out_prefix(a.out_prefix, a.input)
     from ..data.io import atomic_path
     from ..grid import trained_model
+
+    check_out_prefix(a.out_prefix, a.input)
 
     options = translation.decoding_options(
         a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS}, a.lenpen_from
@@ -184,7 +184,6 @@ def cmd_translate(a) -> None:
 
 
 def cmd_export(a) -> None:
-
     from ..inference import ctranslate2_export, export
 
     if a.quantization and a.format != "ctranslate2":
