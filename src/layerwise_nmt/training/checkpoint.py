@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import pickle
-import random
 import re
 import threading
 import zipfile
@@ -284,21 +283,6 @@ def last_checkpoints(save_dir: str | Path, n: int, by: str = "epoch") -> list[Pa
     if len(found) < n:
         log.warning("%s: only %d %s checkpoints, averaging those instead of %d", save_dir, len(found), by, n)
     return [p for _, p in found[-n:]]
-
-
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # Settings a run may change and still resume its checkpoints: the budget and bookkeeping, not the training itself;

@@ -40,6 +40,7 @@ from .compiler import compile_model
 from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
 from .deferred import Pending, set_lr, step
+from .rng import set_rng_state
 from .run import Run
 from .graphs import for_run as update_graphs, stream_of
 from .distributed import Stop, Stopped, StopSignals, barrier, broadcast_object, init_distributed, world
@@ -220,7 +221,7 @@ def _start(
             raise checkpoint.unfit(resumed_from, spec["model"], save_dir, err) from None
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
-        checkpoint.set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
         run.lr = float(run.optimizer.param_groups[0]["lr"])  # as the last update left it
         log.info(
             "resumed from %s: epoch %d, update %d, batch %d of the epoch",

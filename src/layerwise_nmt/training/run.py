@@ -16,6 +16,7 @@ from .deferred import Pending
 from .graphs import UpdateGraphs
 from .precision import Precision
 from .progress import Progress
+from .rng import rng_state
 from ..models.transformer import Model
 from ..models.user import recorded
 
@@ -73,7 +74,7 @@ class Run:
                 **weights,
                 "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(),
-                "rng": checkpoint.rng_state(),
+                "rng": rng_state(),
             }
             for name in names
         }
