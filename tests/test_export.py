@@ -200,6 +200,25 @@ def test_export_replaces_only_a_model_directory(checkout, tmp_path):
     assert (model / "lwnmt.json").is_file()
 
 
+def test_an_export_that_fails_midway_leaves_nothing_behind(checkout, tmp_path):
+    """A missing BPE codes file (or a full disk, Ctrl-C) failed after the temporary folder was made, and left it."""
+    from layerwise_nmt.inference import export
+
+    vocab = checkout["root"] / "results/multi30k_deen/data/vocab"
+    dictionary = next(vocab.glob("dict.*.txt"))
+    with pytest.raises(FileNotFoundError):
+        export.write(
+            checkout["run"] / "model.pt", tmp_path / "model", "de", "en", dictionary, dictionary,
+            tmp_path / "no-codes", {}, {}, {},
+        )  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("x\n")
+    line = one_line(
+        lwnmt("export", "toy.exp", "--out", tmp_path / "file/model", *checkout["config"], cwd=checkout["root"])
+    )
+    assert "file is a file, not a folder" in line
+
+
 def test_a_checkpoint_that_is_not_ours_is_refused_in_one_line(checkout, tmp_path):
     """A fairseq checkpoint (or any other torch file) given where our model.pt is expected: export wrote a model
     directory with no weights and exited 0, translate failed with a KeyError traceback."""

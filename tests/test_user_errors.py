@@ -347,3 +347,144 @@ def test_a_json_option_that_is_not_a_json_object_is_one_line_naming_the_option(t
     assert "--options '{tokenize: none}': not valid JSON" in bad and not (tmp_path / "s.json").exists()
     listed = one_line(lwnmt("table", "--spec", "[]", "--out-prefix", tmp_path / "t"))
     assert "--spec '[]': a JSON list; expected an object" in listed
+
+
+# 4. every command's bad input is one line (or argparse's usage error), with nothing written or lost
+
+
+def test_tokenize_options_are_typed_and_a_tokenizer_typo_is_named(tmp_path):
+    """'{"lowercase": "false"}' lowercased (a non-empty string is true); a misspelt tokenizer was a traceback."""
+    raw, out = tmp_path / "raw.de", tmp_path / "tok.de"
+    raw.write_text("Hallo Welt\n")
+    typed = one_line(lwnmt("tokenize", raw, out, "--lang", "de", "--options", '{"lowercase": "false"}'))
+    assert "lowercase='false'; expected true or false" in typed
+    assert "tokenizer='mose'; expected moses" in one_line(
+        lwnmt("tokenize", raw, out, "--lang", "de", "--options", '{"tokenizer": "mose"}')
+    )
+    assert "did you mean lowercase?" in one_line(
+        lwnmt("tokenize", raw, out, "--lang", "de", "--options", '{"lowercas": true}')
+    )
+    assert not out.exists()
+
+
+def test_score_refuses_a_hypothesis_that_begins_with_a_byte_order_mark(tmp_path):
+    """sacrebleu scores U+FEFF as part of the first word: BLEU 69 instead of 100 for a perfect translation."""
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_bytes(b"\xef\xbb\xbfa small test sentence\n")
+    ref.write_text("a small test sentence\n")
+    line = one_line(lwnmt("score", hyp, "--ref", ref, "--out", tmp_path / "s.json"))
+    assert f"{hyp}:1: begins with a UTF-8 byte-order mark" in line and not (tmp_path / "s.json").exists()
+    for path in (hyp, ref):  # the references alike
+        path.write_bytes(path.read_bytes().removeprefix(b"\xef\xbb\xbf"))
+    ref.write_bytes(b"\xef\xbb\xbf" + ref.read_bytes())
+    assert f"{ref}:1: begins with a UTF-8 byte-order mark" in one_line(
+        lwnmt("score", hyp, "--ref", ref, "--out", tmp_path / "s.json")
+    )
+
+
+def test_an_output_path_that_cannot_be_a_file_is_refused_before_any_work(tmp_path):
+    """--out naming a folder was an error about a `.tmp-*` file, after the BLEU had been printed; a file among the
+    folders above it was mkdir's bare "File exists"."""
+    text = tmp_path / "text.txt"
+    text.write_text("a b c d e\n")
+    (tmp_path / "folder").mkdir()
+    result = lwnmt("score", text, "--ref", text, "--out", tmp_path / "folder")
+    assert f"{tmp_path / 'folder'}: is a directory; expected the path of a file" in one_line(result)
+    assert "BLEU" not in result.stdout and list((tmp_path / "folder").iterdir()) == []
+    line = one_line(lwnmt("concat", text, "--out", text / "joined.txt"))
+    assert f"{text} is a file, not a folder" in line and text.read_text() == "a b c d e\n"
+
+
+def test_a_failed_extraction_pins_nothing(tmp_path):
+    """The first-use record (<out>.sha256) was written before the file landed: a failed first copy pinned a file
+    that never arrived, and the right file was refused ever after."""
+    wrong, right, out = tmp_path / "wrong.txt", tmp_path / "right.txt", tmp_path / "corpus.txt"
+    wrong.write_text("a wrong file\n")
+    right.write_text("the right file\n")
+    out.mkdir()  # the copy fails where the file would land
+    assert "is a directory" in one_line(lwnmt("extract", wrong, out))
+    assert not Path(f"{out}.sha256").exists()
+    out.rmdir()
+    assert lwnmt("extract", right, out).returncode == 0 and out.read_text() == "the right file\n"
+
+
+def test_pick_lenpen_names_a_score_file_without_bleu(tmp_path):
+    good, bad = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text('{"bleu": 30.5}')
+    bad.write_text('{"chrf": 50}')
+    line = one_line(lwnmt("pick-lenpen", good, bad, "--lenpen", "1", "1.2", "--out", tmp_path / "p.json"))
+    assert f"{bad}: no BLEU in it" in line and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    "args, option, minimum",
+    [
+        (("tokenize", "in", "out", "--lang", "de", "-j", "-2"), "--workers/-j", 1),
+        (("apply-bpe", "in", "out", "-j", "0"), "--workers/-j", 1),
+        (("learn-bpe", "in", "--out", "c", "-s", "0"), "--merges/-s", 1),
+        (("vocab", "in", "--out", "d", "--nwords", "-3"), "--nwords", -1),
+        (("vocab", "in", "--out", "d", "--padding-factor", "-8"), "--padding-factor", 1),
+        (("concat", "in", "--out", "o", "--max-lines", "-1"), "--max-lines", 1),
+        (("translate", "--nbest", "-1"), "--nbest", 0),
+        (("params", "--vocab", "0"), "--vocab", 1),
+    ],
+)
+def test_an_impossible_count_is_a_usage_error_naming_the_option(args, option, minimum):
+    """Negative sizes were accepted (a vocabulary padded to -8, --max-lines -1 a traceback, -s 0 an empty file)."""
+    result = lwnmt(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"argument {option}: {args[-1]}: expected an integer ≥ {minimum}" in result.stderr.splitlines()[-1]
+
+
+def test_bpe_input_errors_name_the_file_and_line(tmp_path):
+    """Empty training text was a ValueError traceback, Latin-1 text a UnicodeDecodeError naming no file, and a
+    codes file of another kind subword-nmt's message without the file's name (a binary one a traceback)."""
+    empty, latin1, text, codes = (tmp_path / name for name in ("empty.txt", "latin1.txt", "text.txt", "codes"))
+    empty.write_text("")
+    latin1.write_bytes("Übersetzung\n".encode("latin-1"))
+    text.write_text("hallo welt\n")
+    assert f"{empty}: no words to learn BPE from" in one_line(lwnmt("learn-bpe", empty, "--out", codes, "-s", "5"))
+    line = one_line(lwnmt("learn-bpe", text, latin1, "--out", codes, "-s", "5"))
+    assert f"{latin1}:1: invalid UTF-8" in line and not codes.exists()
+    codes.write_text("#version: 0.2\nh a\none two three\n")
+    line = one_line(lwnmt("apply-bpe", text, tmp_path / "out.txt", "-c", codes))
+    assert f"{codes}:3: 'one two three' is not a merge" in line and not (tmp_path / "out.txt").exists()
+
+
+def test_an_empty_vocabulary_is_refused_where_it_is_made_and_where_it_is_used(tmp_path):
+    empty, text = tmp_path / "empty.txt", tmp_path / "text.txt"
+    empty.write_text("")
+    text.write_text("hallo welt\n")
+    assert f"{empty}: no words" in one_line(lwnmt("vocab", empty, "--out", tmp_path / "dict.txt"))
+    assert not (tmp_path / "dict.txt").exists()
+    line = one_line(lwnmt("binarize", text, tmp_path / "bin", "--vocab", empty))
+    assert f"{empty}: no symbols" in line and not list(tmp_path.glob("bin*"))
+
+
+def test_summary_names_a_file_that_is_not_a_table_csv(tmp_path):
+    """A table's .md given for its .csv wrote an empty summary and exited 0; an empty file was a pandas traceback."""
+    markdown, empty = tmp_path / "T1.md", tmp_path / "T2.csv"
+    markdown.write_text("| row | ours |\n|---|---|\n")
+    empty.write_text("")
+    line = one_line(lwnmt("summary", markdown, "--out-prefix", tmp_path / "summary"))
+    assert f"{markdown}: no column(s) ours, row, status" in line and not list(tmp_path.glob("summary*"))
+    assert f"{empty}: not readable as CSV" in one_line(lwnmt("summary", empty, "--out-prefix", tmp_path / "s"))
+
+
+def test_inspect_names_missing_and_unknown_options(tmp_path):
+    line = one_line(
+        lwnmt("inspect", "m.pt", "--kind", "attention", "--options", '{"data": "d", "sentense": 1}', "--out", "o")
+    )
+    assert "--options for attention: missing src, tgt, source, hypothesis, sentence, module; unknown sentense" in line
+
+
+def test_evidence_and_params_refuse_what_they_would_otherwise_ignore(tmp_path):
+    """`evidence copy --partial` from a misspelt --results folder copied nothing and exited 0; `params --tgt-vocab`
+    alone was ignored."""
+    study = ("--config", "config.yaml", "--config", "config/study_cpu.yaml", "--table", "study_cpu/T1")
+    copied = lwnmt("evidence", "copy", *study, "--seed", 1, "--out", tmp_path / "docs", "--results", tmp_path / "no")
+    assert f"--results {tmp_path / 'no'}: no such folder" in one_line(copied)
+    collected = lwnmt("evidence", "collect", *study, "--out", tmp_path / "none")
+    assert f"--out {tmp_path / 'none'}: no such folder" in one_line(collected)
+    line = one_line(lwnmt("params", "--config", "config.yaml", "--tgt-vocab", "8000"))
+    assert "--src-vocab and --tgt-vocab: expected both" in line

@@ -41,6 +41,21 @@ def command(subparsers, name: str, help: str, handler: Callable[[argparse.Namesp
     return parser
 
 
+def integer(minimum: int) -> Callable[[str], int]:
+    """An option's type: an integer ≥ `minimum`; anything else is argparse's usage error naming the option."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer ≥ {minimum}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value}: expected an integer ≥ {minimum}")
+        return value
+
+    return parse
+
+
 def add_config_files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",

@@ -11,7 +11,7 @@ from .. import UserError
 from ..settings import json_object
 from ..data.bpe import MIN_FREQUENCY
 from ..data.vocab import ALL_WORDS, PADDING_FACTOR, THRESHOLD
-from .common import command
+from .common import command, integer
 
 log = logging.getLogger("layerwise_nmt")
 FORMATS = ["plain", "xml", "wmt", "ted_tags", "nist"]  # = data.readers.READERS (tests check they agree)
@@ -73,12 +73,12 @@ def add_commands(sub) -> None:
         action="store_true",
         help="normalise without tokenizing (the references of detokenized BLEU)",
     )
-    p.add_argument("--workers", "-j", type=int, default=1)
+    p.add_argument("--workers", "-j", type=integer(1), default=1)
 
     p = command(sub, "concat", "concatenate files line by line (an evaluation split's references)", cmd_concat)
     p.add_argument("parts", nargs="+")
     p.add_argument("--out", required=True)
-    p.add_argument("--max-lines", type=int)
+    p.add_argument("--max-lines", type=integer(1))
 
     p = command(sub, "assemble", "pair, clean and split tokenized parts into train/valid/test", cmd_assemble)
     p.add_argument(
@@ -98,21 +98,26 @@ def add_subword_commands(sub) -> None:
     p = command(sub, "learn-bpe", "learn joint BPE codes (subword-nmt)", cmd_learn_bpe)
     p.add_argument("train", nargs="+")
     p.add_argument("--out", required=True)
-    p.add_argument("--merges", "-s", type=int, required=True)
-    p.add_argument("--min-frequency", type=int, default=MIN_FREQUENCY)
+    p.add_argument("--merges", "-s", type=integer(1), required=True)
+    p.add_argument("--min-frequency", type=integer(1), default=MIN_FREQUENCY)
 
     p = command(sub, "apply-bpe", "apply BPE codes (subword-nmt)", cmd_apply_bpe)
     p.add_argument("input")
     p.add_argument("out")
     p.add_argument("--codes", "-c", help="BPE codes; without them the text is copied (word-level tasks)")
-    p.add_argument("--workers", "-j", type=int, default=1)
+    p.add_argument("--workers", "-j", type=integer(1), default=1)
 
     p = command(sub, "vocab", "build a fairseq-format dict.txt", cmd_vocab)
     p.add_argument("texts", nargs="+")
     p.add_argument("--out", required=True)
-    p.add_argument("--padding-factor", type=int, default=PADDING_FACTOR)
-    p.add_argument("--threshold", type=int, default=THRESHOLD)
-    p.add_argument("--nwords", type=int, default=ALL_WORDS, help="keep the N most frequent symbols (word-level tasks)")
+    p.add_argument("--padding-factor", type=integer(1), default=PADDING_FACTOR)
+    p.add_argument("--threshold", type=integer(0), default=THRESHOLD)
+    p.add_argument(
+        "--nwords",
+        type=integer(ALL_WORDS),
+        default=ALL_WORDS,
+        help=f"keep the N most frequent symbols (word-level tasks; {ALL_WORDS}: all)",
+    )
 
     p = command(sub, "binarize", "token ids of a BPE text as memory-mappable .npy files", cmd_binarize)
     p.add_argument("input")
@@ -165,9 +170,9 @@ def cmd_tokenize(a) -> None:
     from ..data.tokenize import TokenizeOptions
 
     try:
-        options = TokenizeOptions(a.lang, **json_object(a.options, "--options"))
-    except TypeError as err:
-        raise UserError(f"--options: {err}; expected keys of TokenizeOptions (src/layerwise_nmt/data/tokenize.py)")
+        options = TokenizeOptions.from_dict({**json_object(a.options, "--options"), "lang": a.lang})
+    except UserError as err:
+        raise UserError(f"--options: {err}") from None
     tokenize_file(a.input, a.out, a.format, options, a.workers, normalize_only=a.normalize_only)
 
 

@@ -57,12 +57,13 @@ def add_commands(sub) -> None:
 def cmd_pick_lenpen(a) -> None:
     import json
 
-    from ..data.io import atomic_path
+    from ..data.io import atomic_path, check_writable
     from ..inference.config import pick_lenpen
 
     if len(a.scores) != len(a.lenpen):
         raise UserError(f"{len(a.scores)} score files for {len(a.lenpen)} --lenpen values; expected one each")
-    bleu = {alpha: json.loads(Path(path).read_text())["bleu"] for alpha, path in zip(a.lenpen, a.scores)}
+    check_writable(a.out)
+    bleu = {alpha: score_bleu(path) for alpha, path in zip(a.lenpen, a.scores)}
     best = pick_lenpen(bleu)
     print(
         f"lenpen {best:g}: valid BLEU {bleu[best]:.2f} (" + ", ".join(f"{k:g}: {v:.2f}" for k, v in bleu.items()) + ")"
@@ -80,12 +81,26 @@ def cmd_pick_lenpen(a) -> None:
         )
 
 
+def score_bleu(path: str) -> float:
+    """The BLEU of a score.json `lwnmt score` wrote; anything else is one line naming the file."""
+    import json
+
+    try:
+        bleu = json.loads(Path(path).read_text(encoding="utf-8")).get("bleu")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        bleu = None
+    if isinstance(bleu, bool) or not isinstance(bleu, (int, float)):
+        raise UserError(f'{path}: no BLEU in it; expected the score.json `lwnmt score` writes (a "bleu" number)')
+    return float(bleu)
+
+
 def cmd_score(a) -> None:
     import json
 
-    from ..data.io import atomic_path
+    from ..data.io import atomic_path, check_writable
     from ..scoring.score import ScoreConfig, score_files
 
+    check_writable(a.out)
     cfg = ScoreConfig.from_dict(json_object(a.options, "--options"))
     result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs, a.allow_bpe)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}

@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import UserError
 from ..grid.pricing import DEFAULT_GPU, DEFAULT_MFU, GPUS
 from . import common
-from .common import add_config_files, command
+from .common import add_config_files, command, integer
 
 # what each rehearsal job runs in the warm process: `python -m layerwise_nmt`'s command line (__main__.py); named
 # here, as the rehearsal is below the CLI and imports nothing of it
@@ -20,9 +20,9 @@ def add_commands(sub) -> None:
     p = command(sub, "params", "exact parameter count of each experiment's model beside the paper's", cmd_params)
     p.add_argument("experiments", nargs="*", help="default: every experiment in the config")
     add_config_files(p)
-    p.add_argument("--vocab", type=int, help="joint vocabulary size (no data needed)")
-    p.add_argument("--src-vocab", type=int)
-    p.add_argument("--tgt-vocab", type=int)
+    p.add_argument("--vocab", type=integer(1), help="joint vocabulary size (no data needed)")
+    p.add_argument("--src-vocab", type=integer(1))
+    p.add_argument("--tgt-vocab", type=integer(1))
     p.add_argument("--format", choices=["table", "csv"], default="table")
 
     p = command(sub, "plan", "GPU-hours each table needs, estimated before running anything", cmd_plan)
@@ -51,7 +51,7 @@ def add_commands(sub) -> None:
     )
     p.add_argument("--dir", default="rehearsal", help="working directory (results, stand-ins, summary)")
     p.add_argument("--mirror", help="the data mirror (default: $LWNMT_DATA_MIRROR)")
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--cores", type=integer(1), default=os.cpu_count() or 1)
     p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
 
     p = command(
@@ -72,8 +72,10 @@ def cmd_params(a) -> None:
     from ..grid.parameter_table import parameter_rows
 
     config = common.load_config(a)
-    vocab = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab) if (a.vocab or a.src_vocab) else None
-    rows = parameter_rows(config, a.experiments or list(config.get("experiments", {})), vocab)
+    sides = (a.src_vocab or a.vocab, a.tgt_vocab or a.vocab)
+    if any(sides) and not all(sides):
+        raise UserError("--src-vocab and --tgt-vocab: expected both, or --vocab for the side not given")
+    rows = parameter_rows(config, a.experiments or list(config.get("experiments", {})), sides if all(sides) else None)
     if a.format == "csv":
         import csv
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import CONFIG_ERROR
 from ..settings import json_object
 from ..training.config import AVERAGE_DEFAULTS, AverageConfig
-from .common import command, copy_to_console
+from .common import command, copy_to_console, integer
 
 # fairseq-train flags `lwnmt train` takes as overrides of --spec: flag → (spec section, key, type)
 TRAIN_FLAGS = {
@@ -54,17 +54,17 @@ def add_commands(sub) -> None:
     p.add_argument("--final", help="where to write the final model (the rule's output)")
     p.add_argument(
         "--threads",
-        type=int,
+        type=integer(0),
         default=0,
         help="torch intra-op threads (0 = PyTorch default); fewer where cores are busy with other work",
     )
     p.add_argument(
         "--gpus",
-        type=int,
+        type=integer(0),
         default=0,
         help="GPUs for this job: claimed on a shared machine (CUDA_VISIBLE_DEVICES); >1 runs torchrun",
     )
-    p.add_argument("--ranks", type=int, default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
+    p.add_argument("--ranks", type=integer(0), default=0, help="data-parallel ranks (default: --gpus); on CPU: gloo")
     p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
     p.set_defaults(error_status=CONFIG_ERROR)
 

@@ -10,7 +10,7 @@ from .. import UserError
 from ..inference.ctranslate2_export import QUANTIZATIONS
 from ..settings import AMP_CHOICES, json_object
 from . import common
-from .common import add_config_files, add_user_code_flags, command, user_code
+from .common import add_config_files, add_user_code_flags, command, integer, user_code
 
 log = logging.getLogger("layerwise_nmt")
 SERVE_HINT = 'wrote {}; serve it with ctranslate2.Translator (docs/usage.md, "Serving a baseline with CTranslate2")'
@@ -110,7 +110,7 @@ def add_translate(sub) -> None:
     )
     p.add_argument(
         "--nbest",
-        type=int,
+        type=integer(0),
         default=0,
         metavar="N",
         help="fairseq-generate's output: S- (source), H-/D- "
@@ -119,8 +119,8 @@ def add_translate(sub) -> None:
     )
     p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
     p.add_argument("--detokenize", action="store_true")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--gpus", type=int, default=0, help="0 or 1: decode on a claimed GPU when one is visible")
+    p.add_argument("--threads", type=integer(0), default=0)
+    p.add_argument("--gpus", type=integer(0), default=0, help="0 or 1: decode on a claimed GPU when one is visible")
     p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
     add_user_code_flags(p)

@@ -11,7 +11,8 @@ from typing import Iterable, Iterator
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as _learn_bpe
 
-from .io import atomic_path
+from .. import UserError
+from .io import atomic_path, read_lines
 from .parallel import blocks, map_lines
 
 
@@ -25,14 +26,38 @@ def learn(train_files: Iterable[str], codes_out: str, merges: int, min_frequency
             with open(path, "rb") as f:
                 shutil.copyfileobj(f, joined)
     try:
+        with open(joined.name, "rb") as text:
+            has_words = any(line.strip() for line in text)
+        if not has_words:
+            raise UserError(
+                f"{' + '.join(map(str, train_files))}: no words to learn BPE from; expected the training text"
+            )
         with (
             atomic_path(codes_out) as tmp,
             codecs.open(joined.name, encoding="utf-8") as src,
             codecs.open(tmp, "w", encoding="utf-8") as dst,
         ):
             _learn_bpe(src, dst, merges, min_frequency=min_frequency)
+    except UnicodeDecodeError:
+        for path in train_files:  # which file and line (read_lines names them); only on failure, the corpus is large
+            for _ in read_lines(path):
+                pass
+        raise
     finally:
         os.unlink(joined.name)
+
+
+def check_codes(codes: str) -> None:
+    """A UserError naming the file and line when `codes` is not a BPE codes file (subword-nmt would exit with a
+    message that names neither, or a traceback for a binary file)."""
+    for number, line in enumerate(read_lines(codes), start=1):
+        if number == 1 and line.startswith("#version"):
+            continue
+        if len([unit for unit in line.strip("\r\n ").split(" ") if unit]) != 2:
+            raise UserError(
+                f"{codes}:{number}: {line[:60]!r} is not a merge; expected two symbols separated by a space "
+                f"(a codes file from `lwnmt learn-bpe` or subword-nmt's learn_bpe.py)"
+            )
 
 
 class Segmenter:
@@ -57,6 +82,7 @@ def apply(
     (benchmarks/preprocess.py), where every worker would re-segment the words its shard shares with the others. Lines
     are read in blocks; the word table grows to the corpus vocabulary, the lines never stay in memory.
     """
+    check_codes(codes)
     table: dict[str, str] = {}
     for block in blocks(lines, block_lines):
         cores = [line.strip("\r\n ") for line in block]  # process_line keeps surrounding whitespace as it was

@@ -72,23 +72,20 @@ def checksum_from(
 def record_unpinned(
     path: str | os.PathLike,
     name: str,
-    record: str | os.PathLike | None = None,
     origin: str | None = None,
     own: bool = False,
 ) -> str:
-    """No published checksum: write `<record>.sha256` (default `<path>.sha256`) and say how to pin it (trust on
+    """No published checksum: write `<path>.sha256` and say how to pin it (trust on
     first use). Its second line, a comment `sha256sum -c` skips, keeps the size and where the file came from: a later
     download or mirror copy of the same file is compared with both (`check_first_use`)."""
     value = Checksum("sha256", "").compute(path)
     size = os.path.getsize(path)
     came = f" from {origin}" if origin else ""
-    Path(f"{record or path}.sha256").write_text(
-        f"{value}  {Path(record or path).name}\n# {size} bytes, first used {time.strftime('%Y-%m-%d')}{came}\n"
+    Path(f"{path}.sha256").write_text(
+        f"{value}  {Path(path).name}\n# {size} bytes, first used {time.strftime('%Y-%m-%d')}{came}\n"
     )
     if own:  # the user's own corpus: nothing published to pin, the record is the reference from now on
-        log.info(
-            "%s: first use, sha256 %s recorded in %s.sha256; a later change is refused", name, value, record or path
-        )
+        log.info("%s: first use, sha256 %s recorded in %s.sha256; a later change is refused", name, value, path)
     else:
         log.warning("%s has no checksum in the config; its sha256 is %s (pin it as `sha256: %s`)", name, value, value)
     return value

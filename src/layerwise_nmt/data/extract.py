@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import UserError
 from .checksums import Checksum, changed_since_first_use, record_unpinned
 from .fetch import HTML_START
-from .io import CHUNK, atomic_path, decode_lines, disk_errors, require_space
+from .io import CHUNK, atomic_path, check_writable, decode_lines, disk_errors, require_space
 
 
 def copy_verified(
@@ -41,13 +41,14 @@ def copy_verified(
         checksum.verify(src, str(src), where)
     else:
         _check_unpinned_copy(src, out, where)
+    check_writable(out)
     require_space(Path(out).parent, os.path.getsize(src), f"copying {src}")
     with _extraction(out, f"copying {src} to {out}", f"{src} is unchanged") as tmp:
         shutil.copyfile(src, tmp)
         if text:
             check_text(tmp, src)
-        if checksum is None:
-            record_unpinned(tmp, str(src), out, str(src), own=text)
+    if checksum is None:  # recorded once the file is in place: a failed copy must not pin what never landed
+        record_unpinned(out, str(src), origin=str(src), own=text)
 
 
 def check_text(path: str | os.PathLike, name: str | os.PathLike) -> None:
@@ -139,6 +140,7 @@ def extract_member(
     """
     archive = str(archive)
     name = f"{member or Path(archive).stem} (extracted from {archive})"
+    check_writable(out)
     try:
         with _extraction(
             out, f"extracting {member or Path(archive).stem} from {archive}", f"the archive {archive} is fine: keep it"
@@ -167,8 +169,6 @@ def extract_member(
                 raise UserError(f"{archive}: unknown archive type; expected .tgz, .tar.gz, .tar, .zip or .gz")
             if checksum is not None:
                 checksum.verify(tmp, name, where, culprit=archive)
-            else:
-                record_unpinned(tmp, name, out, archive if text else None, own=text)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, gzip.BadGzipFile, zlib.error, KeyError) as err:
         kind = "zlib.error" if isinstance(err, zlib.error) else type(err).__name__  # zlib's class is `error`
         raise UserError(
@@ -179,6 +179,8 @@ def extract_member(
             f"{archive}: could not be read ({type(err).__name__}: {err}); if the file is damaged, delete "
             f"it and fetch it again from {where}"
         ) from None
+    if checksum is None:  # recorded once the file is in place: a failed extraction must not pin what never landed
+        record_unpinned(out, name, origin=archive if text else None, own=text)
 
 
 @contextlib.contextmanager

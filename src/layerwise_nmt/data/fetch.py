@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from .. import UserError
 from .checksums import Checksum, changed_since_first_use, record_unpinned
-from .io import CHUNK, disk_errors, require_space
+from .io import CHUNK, check_writable, disk_errors, require_space
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ def download(
         if urllib.parse.urlsplit(url).scheme not in URL_SCHEMES:
             raise UserError(f"{url!r}: not a URL; expected one of {', '.join(f'{s}://' for s in URL_SCHEMES)}")
     out = Path(out)
+    check_writable(out)
     part = out.with_name(out.name + ".part")
     with disk_errors(out.parent, f"{out.name}: creating its directory"):
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -94,9 +95,9 @@ def download(
                     failures.append(f"{url}: {err}")
                     log.warning("%s: %s%s", url, err, "; trying the next source" if url != urls[-1] else "")
                     continue
-                if checksum is None:
-                    record_unpinned(part, url, out, url)
                 os.replace(part, out)
+                if checksum is None:  # recorded once the file is in place
+                    record_unpinned(out, url, origin=url)
                 _forget_origin(part)
                 return url
         finally:

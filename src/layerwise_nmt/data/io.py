@@ -18,6 +18,25 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def check_writable(path: str | os.PathLike) -> None:
+    """A UserError, before any work, when `path` cannot become a file: it is a directory, or one of the folders
+    above it is a file. Commands call it on their output paths first, so that a typo costs nothing computed."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory; expected the path of a file to write")
+    check_folders(path)
+
+
+def check_folders(path: str | os.PathLike) -> None:
+    """A UserError when one of the folders above `path` exists as a file (mkdir's bare "File exists" otherwise)."""
+    path = Path(path)
+    for folder in path.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise UserError(f"{path}: {folder} is a file, not a folder; expected a path whose folders are folders")
+            break
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ""):
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
@@ -26,6 +45,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ""):
     ends with `suffix`).
     """
     path = Path(path)
+    check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)

@@ -238,7 +238,10 @@ def build_vocab(
     threshold: int = THRESHOLD,
     nwords: int = ALL_WORDS,
 ) -> int:
-    vocab = Dictionary.build(count_tokens(texts), threshold=threshold, nwords=nwords, padding_factor=padding_factor)
+    counts = count_tokens(texts)
+    if not counts:
+        raise UserError(f"{' + '.join(texts)}: no words; expected the (BPE-segmented) training text")
+    vocab = Dictionary.build(counts, threshold=threshold, nwords=nwords, padding_factor=padding_factor)
     vocab.save(out)
     log.info("vocabulary of %d symbols (with 4 specials) from %s → %s", len(vocab), " + ".join(texts), out)
     return len(vocab)

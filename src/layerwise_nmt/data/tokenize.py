@@ -23,6 +23,9 @@ from dataclasses import dataclass
 import regex
 import sacremoses
 
+from .. import UserError
+from ..settings import Settings
+
 NON_PRINTING = regex.compile(r"\p{C}")
 HAN = regex.compile(r"\p{Han}")
 # Sennrich et al. 2016 (WMT16 En-Ro): cedilla ş/ţ → comma-below ș/ț, then every Romanian diacritic removed.
@@ -94,9 +97,16 @@ def perl_lc(text: str) -> str:
     return text.replace("Σ", "σ").lower()
 
 
+TOKENIZERS = ("moses", "jieba", "none")
+
+
 @dataclass(frozen=True)
-class TokenizeOptions:
-    """How one language side is normalized and tokenized; defaults are prepare-iwslt14.sh's."""
+class TokenizeOptions(Settings):
+    """How one language side is normalized and tokenized; defaults are prepare-iwslt14.sh's. Built from a JSON
+    object given by hand (`lwnmt tokenize --options`) with `from_dict`, which checks each value's type: a string
+    "false" would otherwise lowercase."""
+
+    kind = "tokenize option"
 
     lang: str
     tokenizer: str = "moses"  # moses | jieba | none
@@ -107,6 +117,10 @@ class TokenizeOptions:
     normalize_punctuation: bool = False
     remove_non_printing: bool = False
     romanian: bool = False
+
+    def check(self) -> None:
+        if self.tokenizer not in TOKENIZERS:
+            raise UserError(f"tokenizer={self.tokenizer!r}; expected {', '.join(TOKENIZERS)}")
 
     def normalizer(self):
         """Everything before tokenization; also what detokenized BLEU compares against (refs normalised alike)."""
@@ -144,7 +158,7 @@ class TokenizeOptions:
                 return_str=True,
             )
         else:
-            raise ValueError(f"unknown tokenizer {self.tokenizer!r}; expected moses, jieba or none")
+            raise UserError(f"tokenizer={self.tokenizer!r}; expected {', '.join(TOKENIZERS)}")
 
         def process(line: str) -> str:
             line = normalize(line)

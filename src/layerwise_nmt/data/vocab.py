@@ -61,6 +61,10 @@ class Dictionary:
                 raise UserError(f"{path}:{number}: expected 'symbol count', got {line!r}")
             symbols.append(symbol)
             counts.append(int(count))
+        if not symbols:
+            raise UserError(
+                f"{path}: no symbols; expected one 'symbol count' line per symbol (`lwnmt vocab` writes it)"
+            )
         dictionary = cls(symbols, counts)
         dictionary.path = path
         return dictionary

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..checkout import source_tree
+from ..data.io import check_folders
 
 log = logging.getLogger(__name__)
 MANIFEST = "lwnmt.json"
@@ -117,39 +118,43 @@ def write(
     tmp = out.with_name(f".tmp-{out.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    kept = {k: state[k] for k in KEPT if k in state}
-    save(tmp / "model.pt", {**kept, "languages": {"src": src, "tgt": tgt}})
-    files = {"model": "model.pt", "src_dict": f"dict.{src}.txt", "tgt_dict": f"dict.{tgt}.txt"}
-    for key, source in (("src_dict", src_dict), ("tgt_dict", tgt_dict)):
-        shutil.copyfile(source, tmp / files[key])
-    if codes:
-        shutil.copyfile(codes, tmp / CODES)
-        files["bpe_codes"] = CODES
-    manifest = {
-        "format": FORMAT,
-        "src": src,
-        "tgt": tgt,
-        "files": files,
-        "bpe": {"kind": "subword-nmt", "separator": "@@"} if codes else None,
-        "tokenize": tokenize,  # the source side's normalisation + tokenizer (TokenizeOptions), lowercasing included
-        "detokenize": {"kind": "moses", "lang": tgt},
-        "lowercase": bool(tokenize.get("lowercase")),  # trained on lowercased text: the translations are lowercase
-        "decode": decode,
-        "model": state.get("model_name"),
-        "model_config": state.get("model_config"),
-        # a model from outside the package: its class, and the module loading it needs (named by the user)
-        **(
-            {"model_class": state["model_class"], "needs_module": state["model_class"].split(":")[0]}
-            if state.get("model_class")
-            else {}
-        ),
-        "updates": state.get("progress", {}).get("update"),
-        "commit": commit(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **about,
-        "sha256": {name: sha256(tmp / name) for name in sorted(set(files.values()))},
-    }
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    try:
+        kept = {k: state[k] for k in KEPT if k in state}
+        save(tmp / "model.pt", {**kept, "languages": {"src": src, "tgt": tgt}})
+        files = {"model": "model.pt", "src_dict": f"dict.{src}.txt", "tgt_dict": f"dict.{tgt}.txt"}
+        for key, source in (("src_dict", src_dict), ("tgt_dict", tgt_dict)):
+            shutil.copyfile(source, tmp / files[key])
+        if codes:
+            shutil.copyfile(codes, tmp / CODES)
+            files["bpe_codes"] = CODES
+        manifest = {
+            "format": FORMAT,
+            "src": src,
+            "tgt": tgt,
+            "files": files,
+            "bpe": {"kind": "subword-nmt", "separator": "@@"} if codes else None,
+            "tokenize": tokenize,  # the source side's normalisation + tokenizer (TokenizeOptions), lowercasing included
+            "detokenize": {"kind": "moses", "lang": tgt},
+            "lowercase": bool(tokenize.get("lowercase")),  # trained on lowercased text: the translations are lowercase
+            "decode": decode,
+            "model": state.get("model_name"),
+            "model_config": state.get("model_config"),
+            # a model from outside the package: its class, and the module loading it needs (named by the user)
+            **(
+                {"model_class": state["model_class"], "needs_module": state["model_class"].split(":")[0]}
+                if state.get("model_class")
+                else {}
+            ),
+            "updates": state.get("progress", {}).get("update"),
+            "commit": commit(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **about,
+            "sha256": {name: sha256(tmp / name) for name in sorted(set(files.values()))},
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    except BaseException:  # a missing dictionary, a full disk, Ctrl-C: nothing half-written stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -168,6 +173,7 @@ def replaceable(out: str | Path) -> Path:
         )
     if out.parent == out:
         raise UserError(f"--out {out}: the filesystem's root; expected a directory to create")
+    check_folders(out)
     return out
 
 

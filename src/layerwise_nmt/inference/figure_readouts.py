@@ -60,8 +60,13 @@ def attention(
     """{"grid": rows × columns weights, "ys", "xs": their labels, "x_label", "y_label", "split": the column where
     the target half of LWC's mixed attention starts (None elsewhere)}."""
     src_vocab, tgt_vocab = load_pair(data, src, tgt)
-    source_line = list(read_lines(source))[sentence]
-    target_line = list(read_lines(hypothesis))[sentence]
+    source_lines, hypotheses = list(read_lines(source)), list(read_lines(hypothesis))
+    if not 0 <= sentence < min(len(source_lines), len(hypotheses)):
+        raise UserError(
+            f"sentence {sentence}: {source} has {len(source_lines):,} lines and {hypothesis} "
+            f"{len(hypotheses):,}; expected a line index from 0 in both"
+        )
+    source_line, target_line = source_lines[sentence], hypotheses[sentence]
     model = load_model(model_path, src_vocab, tgt_vocab, user_code=user_code)
     modules = dict(model.named_modules())
     if module not in modules:
@@ -100,11 +105,27 @@ def attention(
 KINDS: dict[str, Callable[..., dict]] = {"aggregation_shares": aggregation_shares, "attention": attention}
 
 
+def check_options(kind: str, options: dict) -> None:
+    """--options holds exactly what `kind` takes besides the model: a key missing or unknown is one line."""
+    import inspect
+
+    parameters = inspect.signature(KINDS[kind]).parameters
+    taken = [name for name in parameters if name not in ("model_path", "user_code")]
+    missing = [name for name in taken if parameters[name].default is inspect.Parameter.empty and name not in options]
+    unknown = sorted(set(options) - set(taken))
+    problems = [f"missing {', '.join(missing)}"] * bool(missing) + [f"unknown {', '.join(unknown)}"] * bool(unknown)
+    if problems:
+        raise UserError(
+            f"--options for {kind}: {'; '.join(problems)}; expected the keys {', '.join(taken) or '(none)'}"
+        )
+
+
 def write(kind: str, model: str, options: dict, out: str, user_code: UserCode | None = None) -> None:
     """`kind`'s readout of `model` into JSON at `out`; a model from outside the package is imported only from the
     code `user_code` names, as translate does."""
     if kind not in KINDS:
         raise UserError(f"inspect: kind {kind!r}; expected one of {', '.join(KINDS)}")
+    check_options(kind, options)
     result = {"kind": kind, "model": model, **options, **KINDS[kind](model, **options, user_code=user_code)}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:

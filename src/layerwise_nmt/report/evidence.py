@@ -165,6 +165,8 @@ def copy(
     file is named in a one-line error and nothing of it is copied, or, with `partial`, left out (the page then
     lists it as not run yet) while the finished ones are copied."""
     out, results = Path(out), Path(results)
+    if not results.is_dir():
+        raise UserError(f"--results {results}: no such folder; expected the folder Snakemake ran the study in")
     finished, kinds = [], {}
     for name, s in runs(config, table, seed):
         run = results / experiment_dir(config, name, s)
@@ -337,6 +339,8 @@ def verdict(deltas: list[float], bootstrap_p: list[float] | None) -> str:
 def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None) -> dict:
     """Every row of `table` from the runs present under `out`: per-run records, mean ± sd, comparisons."""
     out = Path(out)
+    if not out.is_dir():
+        raise UserError(f"--out {out}: no such folder; expected the evidence folder `lwnmt evidence copy` filled")
     title, spec = table_spec(config, table)
     ref = Path(ref) if ref else None
     if ref is not None and not ref.exists():

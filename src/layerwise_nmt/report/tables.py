@@ -376,12 +376,29 @@ def legend(spec: dict) -> str:
     return text
 
 
+def read_table_csv(path: str) -> pd.DataFrame:
+    """A table's CSV as `lwnmt table` writes it; anything else (another file, an empty or non-UTF-8 one, a column
+    missing) is one line naming the file and what it lacks."""
+    expected = "expected a table CSV `lwnmt table` wrote (results/tables/<paper>/<table>.csv)"
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not readable as CSV ({type(err).__name__}: {str(err).splitlines()[0]}); {expected}")
+    metrics = [c.removeprefix("ours") for c in table.columns if c == "ours" or c.startswith("ours ")]
+    needed = ["row", "status", *(f"{column}{suffix}" for suffix in metrics for column in ("paper", "delta"))]
+    missing = [column for column in needed if column not in table.columns]
+    if not metrics or missing:
+        lacks = ", ".join(missing if metrics else ["ours", *missing])
+        raise UserError(f"{path}: no column(s) {lacks}; {expected}")
+    return table
+
+
 def summary(table_csvs: list[str], out_prefix: str) -> pd.DataFrame:
     """Every row of every table in one place (results/summary.{md,csv}): paper, table, row, metric, the paper's
     number, ours, Δ and status — one line per row and metric. Paths: results/tables/<paper>/<table>.csv."""
     records = []
     for path in table_csvs:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        table = read_table_csv(path)
         paper, name = Path(path).parent.name, Path(path).stem
         metrics = [c.removeprefix("ours").strip() for c in table.columns if c == "ours" or c.startswith("ours ")]
         for record in table.to_dict("records"):

@@ -243,6 +243,16 @@ def refuse_bpe(path: str, lines: list[str]) -> None:
             )
 
 
+def refuse_byte_order_mark(path: str, lines: list[str]) -> None:
+    """A UserError when a file begins with a UTF-8 byte-order mark (Windows editors write one): sacrebleu would
+    score it as part of the first word, a lower BLEU than the text's with nothing said."""
+    if lines and lines[0].startswith("\ufeff"):
+        raise UserError(
+            f"{path}:1: begins with a UTF-8 byte-order mark (U+FEFF); expected plain UTF-8 text "
+            f"(remove it: sed -i '1s/^\\xEF\\xBB\\xBF//' {path})"
+        )
+
+
 def score_files(
     hyp_path: str,
     ref_paths: list[str],
@@ -259,8 +269,9 @@ def score_files(
             f"{hyp_path}: no lines to score (and {ref_paths[0]} has none either); expected one "
             f"translation per reference line"
         )
-    if not allow_bpe:
-        for path, lines in [(hyp_path, hyps), *streams]:
+    for path, lines in [(hyp_path, hyps), *streams]:
+        refuse_byte_order_mark(path, lines)
+        if not allow_bpe:
             refuse_bpe(path, lines)
     for path, lines in [(hyp_path, hyps), (ref_paths[0], refs[0])]:
         warn_if_mistokenized(path, lines, cfg)
