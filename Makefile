@@ -98,15 +98,18 @@ study-collect: $(VENV)/.installed
 # from every seed there. A task's held-out source sets are translated too where LWNMT_HELDOUT_DIR (or heldout_dir:)
 # names their folder. Seeds may run on different machines at different times, each seed on one kind (CPU or GPU);
 # commit docs/study/ after each. The targets come first: --set-threads reads every word after it as a rule's
-# threads. Rerun after a kill (`snakemake --unlock` first): each training resumes from its last checkpoint.
+# threads. Rerun after a kill (`snakemake --unlock` first): each training resumes from its last checkpoint, and the
+# runs trained already are translated first (--prioritize), so that `lwnmt evidence copy --partial` can commit them
+# before the seed's other trainings end.
 export LWNMT_HELDOUT_DIR
 STUDY ?= cpu
 STUDY_ARGS = --config config.yaml --config config/study_$(STUDY).yaml --table study_$(STUDY)/T1
 study-cpu: $(VENV)/.installed
 	$(if $(SEED),,$(error study-cpu: set SEED, e.g. make study-cpu SEED=1))
 	targets=$$(python -m layerwise_nmt evidence targets $(STUDY_ARGS) --seed $(SEED) --out docs/study/$(STUDY)) && \
+	trained=$$(python -m layerwise_nmt evidence targets $(STUDY_ARGS) --seed $(SEED) --trained) && \
 		snakemake $$targets --cores all --rerun-incomplete --configfile config/study_$(STUDY).yaml \
-			--set-threads train=1 translate=1 translate_heldout=1
+			--set-threads train=1 translate=1 translate_heldout=1 $${trained:+--prioritize $$trained}
 	python -m layerwise_nmt evidence copy $(STUDY_ARGS) --seed $(SEED) --out docs/study/$(STUDY)
 	$(MAKE) study-cpu-collect STUDY=$(STUDY)
 

@@ -213,7 +213,8 @@ import json, sys
 from snakemake.cli import get_argument_parser
 args = get_argument_parser().parse_args(sys.argv[1:])
 json.dump({{"targets": args.targets, "threads": {{k: int(str(v).split(", ")[1].rstrip(")")) for k, v in
-            args.set_threads.items()}}, "configfile": [str(f) for f in args.configfile]}}, open("{seen}", "w"))
+            args.set_threads.items()}}, "configfile": [str(f) for f in args.configfile],
+            "prioritize": sorted(args.prioritize or [])}}, open("{seen}", "w"))
 sys.exit(3)  # no training here: make stops before copying
 """)
     fake.chmod(0o755)
@@ -235,6 +236,24 @@ sys.exit(3)  # no training here: make stops before copying
     ]
     assert args["threads"] == {"train": 1, "translate": 1, "translate_heldout": 1}
     assert args["configfile"] == ["config/study_cpu.yaml"]
+    assert not args["prioritize"]  # nothing trained yet
+    # a restart after some trainings ended: their translations go first, to be committed before the seed ends
+    for name in ("transformer", "mlrf_dec_sa"):
+        (tmp_path / f"results/{TASK}/study_cpu.{name}/seed2").mkdir(parents=True)
+        (tmp_path / f"results/{TASK}/study_cpu.{name}/seed2/model.pt").touch()
+    result = subprocess.run(
+        ["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    args = json.loads(seen.read_text())
+    assert sorted(args["prioritize"]) == [
+        f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in ("mlrf_dec_sa", "transformer")
+    ]
+    assert len(args["targets"]) == 6
     # collecting in a checkout that has the committed runs but not the data: the references are prepared first
     result = subprocess.run(
         ["make", "-o", ".venv/.installed", "study-cpu-collect"],

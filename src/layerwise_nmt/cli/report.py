@@ -66,7 +66,14 @@ def add_commands(sub) -> None:
         help="copy, collect: the evidence folder, e.g. docs/study/cpu; targets: refuse a seed "
         "whose runs there trained on another kind of machine (CPU, GPU)",
     )
-    p.add_argument("--results", default=".", help="copy: the folder Snakemake ran in (default: here)")
+    p.add_argument(
+        "--results", default=".", help="copy, targets --trained: the folder Snakemake runs in (default: here)"
+    )
+    p.add_argument(
+        "--trained",
+        action="store_true",
+        help="targets: only the runs whose model is trained already (for Snakemake's --prioritize)",
+    )
     p.add_argument(
         "--partial",
         action="store_true",
@@ -156,7 +163,7 @@ def cmd_evidence(a) -> None:
     if a.action == "targets":
         if note := evidence.heldout_note(config, a.table):
             log.warning("%s", note)
-        print("\n".join(evidence.targets(config, a.table, a.seed, a.out)))
+        print("\n".join(evidence.targets(config, a.table, a.seed, a.out, a.results if a.trained else None)))
     elif a.action == "copy":
         for seed in [a.seed] if a.seed is not None else evidence.seeds(config, a.table):
             for folder in evidence.copy(config, a.table, seed, a.out, a.results, a.partial):

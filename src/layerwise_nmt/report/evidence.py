@@ -73,16 +73,22 @@ def seeds(config: dict, table: str) -> list[int]:
     return sorted({s for _, s in runs(config, table)})
 
 
-def targets(config: dict, table: str, seed: int, out: str | Path | None = None) -> list[str]:
+def targets(
+    config: dict, table: str, seed: int, out: str | Path | None = None, trained: str | Path | None = None
+) -> list[str]:
     """What Snakemake makes for one seed: each run's test score (its training, decoding and scoring before it) and
     its translations of the task's held-out sets, where a folder holds them. With `out` (the evidence folder), a seed
     whose runs there were trained on another kind of machine than this one is refused: warm starts continue their
-    baseline, so one seed's runs all train on one kind."""
+    baseline, so one seed's runs all train on one kind. With `trained` (the folder Snakemake runs in), only the runs
+    whose final model is there: the study puts their translations first (Snakemake's --prioritize), so that a
+    finished run can be committed before the seed's other trainings end."""
     if out is not None:
         check_one_kind(Path(out), config, table, seed, {"this machine": this_machine_kind()})
     files = []
     for name, s in runs(config, table, seed):
         run = experiment_dir(config, name, s)
+        if trained is not None and not (Path(trained) / run / "model.pt").exists():
+            continue
         files.append(f"{run}/test.score.json")
         files += [f"{heldout_prefix(run, h)}.txt" for h in heldout_sets(config, experiment(config, name)["task"])]
     return files
