@@ -65,8 +65,8 @@ bench-preprocess: $(VENV)/.installed
 # On a rented or borrowed GPU node without internet, for a short allocation (docs/usage.md, "On a GPU node without
 # internet"): its python3 has PyTorch but nothing else of ours, so the wheels and the data travel. On the checkout's
 # machine: `make study-prepare`; on the node, carrying .whl and .study, with bash and python3 only (no make, no git):
-# `bash scripts/study_gpu.sh run` (<= 9 min: <= 90 s of checks, a probe that sizes the run, then the small study's
-# 6 rows x 3 seeds, results rewritten as each run ends), then, in what is left, `bash scripts/study_gpu.sh check` (the
+# `bash scripts/study_gpu.sh run` (<= 9 min: <= 90 s of checks, a probe that sizes the run if PROBE_S is set, then
+# the small study's 6 rows x 3 seeds, results rewritten as each run ends), then, in what is left, `bash scripts/study_gpu.sh check` (the
 # full gpu-check); back here: `make study-collect DIR="<each allocation's returned folder>"`, then commit
 # benchmarks/results/gpu.json and docs/study/. `make study-budget`: each step's seconds against the allocation
 # (ALLOCATION_S=900, NODE_START_S=120, NODE_COMMAND_S=600, RUN_S=540 by default).

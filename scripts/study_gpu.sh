@@ -8,7 +8,7 @@
 #                                         # (scripts/node_wheels.py), Multi30k preprocessed → .study/data.tar.gz
 #   scripts/study_gpu.sh run              # on the node, command 1 (<= 9 min): checks (<= 90 s: tools, wheels,
 #                                         # one update per model family, a Snakemake dry run), a probe that sizes the
-#                                         # run, then the small study: all 6 rows × 3 seeds; results.json and the
+#                                         # run (only with PROBE_S > 0), then the small study: all 6 rows × 3 seeds; results.json and the
 #                                         # archive rewritten after every scored run
 #   scripts/study_gpu.sh check            # on the node, command 2 (optional, what is left): the full gpu-check
 #   scripts/study_gpu.sh shard NAME       # on the node: one transformer_iwslt_de_en-size shard (later allocations)
@@ -31,9 +31,9 @@
 # Settings (environment): OUT (where results go: the folder your node's job sends back; default ./node-out); the
 # budgets below (ALLOCATION_S, NODE_START_S, NODE_COMMAND_S, RUN_S and each step's); GPU_CHECK_ARGS and
 # PROBE_ARGS (extra gpu_check.py / study_probe.py arguments: the rehearsal's --device cpu and toy sizes); STUDY_EXTRA
-# (more overlays, after the shard's); STUDY_JOBS (trainings at once; default: the probe's choice); STUDY_SITE (where
-# the wheels are unpacked, default /tmp/site); STUDY_DIR and STUDY_WHEELS (prepare's output, default .study and
-# .whl); STUDY_PY and STUDY_IMAGE_PACKAGES (prepare: the node's Python and the packages its image already has).
+# (more overlays, after the shard's); STUDY_JOBS (trainings at once; default: the probe's choice with PROBE_S > 0,
+# else 9); STUDY_SITE (where the wheels are unpacked, default /tmp/site); STUDY_DIR and STUDY_WHEELS (prepare's
+# output, default .study and .whl); STUDY_PY and STUDY_IMAGE_PACKAGES (prepare: the node's Python and the packages its image already has).
 # On a GPU machine with internet and this checkout none of this is needed:
 # `snakemake --cores all --configfile config/study.yaml config/study_small.yaml`.
 set -euo pipefail

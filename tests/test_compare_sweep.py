@@ -130,6 +130,10 @@ def test_comparisons_without_a_sweep_expand_as_before(tmp_path):
             "config key compare/deep/sweep/arch/encoder_layers: sweep: {depth: [...]} sets the layers",
         ),
         ({"sweep": {"arch": {"activation": ["re/lu"]}}}, "config key compare/deep/sweep/arch/activation/0: "),
+        (  # the swept depth overwrote a comparison's own layer count in silence
+            {"sweep": {"depth": [2, 3]}, "arch": {"encoder_layers": 4, "dropout": 0.2}},
+            "config key compare/deep/arch/encoder_layers: a depth sweep sets both stacks' layers per depth",
+        ),
     ],
 )
 def test_a_bad_sweep_is_one_line_naming_the_key(tmp_path, change, message):

@@ -13,7 +13,7 @@ log = logging.getLogger("layerwise_nmt")
 
 
 def add_commands(sub) -> None:
-    p = command(sub, "table", "regenerate one paper table (md + csv) from score.json files", cmd_table)
+    p = command(sub, "table", "regenerate one paper table (md, csv, tex, html) from score.json files", cmd_table)
     p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
     p.add_argument("--out-prefix", required=True)
 

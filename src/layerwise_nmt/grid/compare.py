@@ -187,6 +187,12 @@ def _swept(name: str, spec: dict, models: list[str]) -> tuple[dict, list[dict]]:
                 f"config key compare/{name}/lwc_layers: a depth sweep sets LWC's shared layers per depth "
                 f"(round(7 x depth / 3), the baseline's parameters); leave lwc_layers out"
             )
+        layers = [k for k in ("encoder_layers", "decoder_layers", "layers") if k in spec.get("arch", {})]
+        if layers:  # the swept depth would overwrite them in silence
+            raise UserError(
+                f"config key compare/{name}/arch/{layers[0]}: a depth sweep sets both stacks' layers per depth; "
+                f"leave the layer keys out of arch"
+            )
     else:
         ((key, values),) = values.items()
         if stage == "arch" and key in ("encoder_layers", "decoder_layers", "layers"):
