@@ -488,3 +488,48 @@ def test_evidence_and_params_refuse_what_they_would_otherwise_ignore(tmp_path):
     assert f"--out {tmp_path / 'none'}: no such folder" in one_line(collected)
     line = one_line(lwnmt("params", "--config", "config.yaml", "--tgt-vocab", "8000"))
     assert "--src-vocab and --tgt-vocab: expected both" in line
+
+
+# 5. an overlay's mistakes are named where the user wrote them
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (  # a warm-start cycle was a RecursionError traceback
+            {"experiments": {"demo.transformer": {"warm_start": "demo.gca_full"}}},
+            "config key experiments/demo.transformer/warm_start: cycle demo.transformer → demo.gca_full → "
+            "demo.transformer",
+        ),
+        (  # an AttributeError traceback
+            {"experiments": "demo.transformer"},
+            "config key experiments: a str; expected a mapping of names to settings",
+        ),
+        ({"experiments": {"demo.transformer": {"seeds": [-1]}}}, "seeds/0: -1 is less than the minimum of 0"),
+        ({"defaults": {"seeds": [1, 1]}}, "config key defaults/seeds: [1, 1] has non-unique elements"),
+        (  # a task translating into its own language was "ok, can run"
+            {"tasks": {"multi30k_deen": {"tgt": "de"}}},
+            "config key tasks/multi30k_deen/tgt: 'de', the source language too",
+        ),
+        (  # named config/demo.yaml and rows/6
+            {"papers": {"demo": {"tables": {"T1": {"append_rows": {"x": {"label": "X", "experiment": "demo.no"}}}}}}},
+            "config key papers/demo/tables/T1/append_rows/x/experiment: unknown experiment 'demo.no'",
+        ),
+        (  # named config.yaml and a generated experiment's key only
+            {"compare": {"mine": {"task": "multi30k_deen", "preset": "demo", "decode": {"beam": 0}}}},
+            "config key compare/mine, whose experiment mine.transformer/decode/beam: 0; expected an integer ≥ 1",
+        ),
+    ],
+)
+def test_an_overlays_mistake_is_one_line_naming_the_overlay_and_its_key(tmp_path, data, expected):
+    mine = overlay(tmp_path, data)
+    line = one_line(lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", mine))
+    assert f"{mine}: " in line and expected in line
+
+
+def test_a_key_given_twice_in_one_mapping_is_refused_with_both_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys: a second `train:` (or `experiments:` block) replaced the first."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("experiments:\n  demo.transformer:\n    train: {max_tokens: 2048}\n    train: {lr: 0.001}\n")
+    line = one_line(lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", mine))
+    assert f"{mine}, line 4, column 5" in line and "key 'train' given twice (first at line 3)" in line

@@ -16,6 +16,8 @@ def check_overlay(overlay: dict, base: dict, path: str | os.PathLike) -> None:
     """An overlay's experiments, tables and figures either exist in `base` (the files before it, merged) or are
     declared whole (an experiment with task/model or extends, a table or figure with rows); anything else is a
     misspelt name, which merging would turn into a half-declared new entry and a schema error naming no name."""
+    for key in ("experiments", "papers"):
+        mapping(overlay.get(key), key, path)
     experiments = base.get("experiments") or {}
     for name, spec in (overlay.get("experiments") or {}).items():
         if name not in experiments and isinstance(spec, dict) and not ({"task", "model", "extends"} & set(spec)):
@@ -35,6 +37,7 @@ def check_overlay(overlay: dict, base: dict, path: str | os.PathLike) -> None:
             )
         for kind in ("tables", "figures"):
             declared = (papers.get(paper) or {}).get(kind) or {}
+            mapping(spec.get(kind), f"papers/{paper}/{kind}", path)
             for name, table in (spec.get(kind) or {}).items():
                 if name not in declared and isinstance(table, dict) and not {"rows", "append_rows"} & set(table):
                     raise UserError(
@@ -42,6 +45,15 @@ def check_overlay(overlay: dict, base: dict, path: str | os.PathLike) -> None:
                         f"{paper}/{name} to change{did_you_mean(name, declared, kind)} (a new "
                         f"{kind[:-1]} needs rows)"
                     )
+
+
+def mapping(value, key: str, path: str | os.PathLike) -> None:
+    """A section that names its entries (experiments:, papers:, tables:) must be a mapping, not a name or a list."""
+    if value is not None and not isinstance(value, dict):
+        raise UserError(
+            f"{path}: config key {key}: a {type(value).__name__}; expected a mapping of names to settings "
+            f"({key.rsplit('/', 1)[-1]}: {{name: {{...}}}})"
+        )
 
 
 def check_files(paths, read) -> None:

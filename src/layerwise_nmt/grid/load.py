@@ -45,11 +45,32 @@ def load(*paths: str | os.PathLike) -> dict:
     return config
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML whose mappings hold each key once: PyYAML keeps the last of two equal keys, so a setting (or a whole
+    `experiments:` block) written twice would vanish in silence. A merge (`<<: *anchor`) may still be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        first: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            if key in first:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"key {key!r} given twice (first at line {first[key].line + 1}); expected each key once",
+                    key_node.start_mark,
+                )
+            first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
 def read(path: str | os.PathLike) -> dict:
     """One config file as a dict, or a one-line UserError naming it."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
+            data = yaml.load(f, Loader=UniqueKeyLoader) or {}
     except OSError as err:
         raise UserError(
             f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
@@ -88,6 +109,10 @@ def located(err: UserError, paths) -> UserError:
     if match is None or len(paths) < 2:
         return err
     keys, best = match.group(1).split("/"), (0, None)
+    if keys[0] == "experiments" and len(keys) > 1 and (made := made_by_comparison(keys[1], paths)):
+        path, comparison = made
+        said = re.sub(r" \(or defaults/[^)]*\)", "", str(err).removeprefix("config key experiments/"))
+        return UserError(f"{path}: config key compare/{comparison}, whose experiment {said}")
     for path in paths:
         try:
             node = read(path)
@@ -101,6 +126,21 @@ def located(err: UserError, paths) -> UserError:
         if depth and depth >= best[0]:
             best = (depth, path)
     return UserError(f"{best[1]}: {err}") if best[1] else err
+
+
+def made_by_comparison(name: str, paths) -> tuple[str | os.PathLike, str] | None:
+    """(the file, the comparison) whose `compare:` entry makes experiment `name`, which no file declares."""
+    found = None
+    for path in paths:
+        try:
+            data = read(path)
+        except UserError:
+            continue
+        if name in (data.get("experiments") or {}):
+            return None
+        owner = next((c for c in data.get("compare") or {} if name.startswith(f"{c}.")), None)
+        found = (path, owner) if owner else found
+    return found
 
 
 def deep_update(base: dict, new: dict) -> dict:
@@ -120,6 +160,12 @@ def validate(config: dict) -> None:
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise schema_error(error)
+    for name, task in config["tasks"].items():
+        if task["src"] == task["tgt"]:
+            raise UserError(
+                f"config key tasks/{name}/tgt: {task['tgt']!r}, the source language too; expected the language "
+                f"translated into"
+            )
     check_models(config)
     append_rows(config)
     expand_local(config)  # a corpus in the user's files, and comparisons by name: ordinary entries from here on
@@ -156,6 +202,16 @@ def validate(config: dict) -> None:
         if isinstance(parent, str):  # {path: …}: a model file, checked against the task when training starts
             if parent not in experiments:
                 raise UserError(f"config key experiments/{name}/warm_start: unknown experiment {parent!r}")
+            chain = [name]
+            while isinstance(parent, str) and parent in experiments and parent not in chain:
+                chain.append(parent)
+                parent = experiments[parent].get("warm_start")
+            if parent in chain:  # a model would start from itself: no training could ever begin
+                raise UserError(
+                    f"config key experiments/{name}/warm_start: cycle {' → '.join([*chain, parent])}; expected "
+                    f"a chain that ends in a model trained from scratch"
+                )
+            parent = spec["warm_start"]
             data = [(experiments[n]["task"], experiment(config, n)["vocab"]) for n in (name, parent)]
             if data[0] != data[1]:
                 raise UserError(

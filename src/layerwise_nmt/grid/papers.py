@@ -51,6 +51,9 @@ def tables(config: dict, kind: str = "tables", targeted: bool = True) -> list[tu
     return [(paper, name) for paper, name in (w.split("/", 1) for w in wanted)]
 
 
+APPENDED_AS = "appended_as"  # a row added by `append_rows`: its name there
+
+
 def append_rows(config: dict) -> None:
     """Each table's and figure's `append_rows` (rows an overlay adds, by names of its own) placed after its `rows`;
     in place, and the same however often it runs."""
@@ -58,7 +61,8 @@ def append_rows(config: dict) -> None:
         for kind in ("tables", "figures"):
             for spec in (paper.get(kind) or {}).values():
                 added = spec.pop("append_rows", None) or {}
-                spec["rows"] = list(spec.get("rows", [])) + list(added.values())
+                # each added row keeps the name the overlay gave it: an error about it names that key
+                spec["rows"] = list(spec.get("rows", [])) + [{**row, APPENDED_AS: key} for key, row in added.items()]
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class Row:
 
     @property
     def key(self) -> str:
+        if APPENDED_AS in self.spec:
+            return f"papers/{self.paper}/{self.kind}/{self.name}/append_rows/{self.spec[APPENDED_AS]}"
         return f"papers/{self.paper}/{self.kind}/{self.name}/rows/{self.index}"
 
     @property
