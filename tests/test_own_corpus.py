@@ -120,6 +120,11 @@ def test_status_says_what_is_missing_and_plan_prices_it(tmp_path, capsys):
 
     path = overlay(tmp_path, tmp_path / "absent")
     main(["status", "--config", str(ROOT / "config.yaml"), "--config", str(path)])
+    out = capsys.readouterr().out  # the key the user wrote (local: dir), not the user_path it expands to
+    assert f"datasets/my-corpus/local/dir {tmp_path / 'absent'}: no such directory; expected one holding " in out
+    assert "train.xx.gz, train.yy.gz, dev.xx" in out
+    (tmp_path / "absent").mkdir()
+    main(["status", "--config", str(ROOT / "config.yaml"), "--config", str(path)])
     assert "lacks train.xx.gz, train.yy.gz, dev.xx" in capsys.readouterr().out
     corpus(tmp_path / "absent")
     main(["plan", "--config", str(ROOT / "config.yaml"), "--config", str(path)])

@@ -540,6 +540,8 @@ def test_full_dry_run_prepares_every_task_and_nist_once_supplied(tmp_path):
     overlay = tmp_path / "nist.yaml"
     overlay.write_text(yaml.safe_dump({"datasets": {"nist-zh-en": {"user_path": str(tmp_path / "ldc")}}}))
     config = grid.load(ROOT / "config.yaml", overlay)
+    assert "user_path " + str(tmp_path / "ldc") + ": no such directory" in grid.task_status(config, "nist_zhen").reason
+    (tmp_path / "ldc").mkdir()
     assert "lacks train.zh" in grid.task_status(config, "nist_zhen").reason
     for entry_name, entry in config["datasets"]["nist-zh-en"]["files"].items():
         (tmp_path / "ldc" / entry.get("path", entry_name)).parent.mkdir(parents=True, exist_ok=True)

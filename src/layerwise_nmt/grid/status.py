@@ -55,10 +55,13 @@ def task_status(config: dict, name: str) -> Status:
             for file, entry in dataset.get("files", {}).items()
             if not (root / entry.get("path", file)).is_file()
         ]
-        if missing:
+        key = f"datasets/{task['dataset']}/{'local/dir' if isinstance(dataset.get('local'), dict) else 'user_path'}"
+        if not root.is_dir():
             return Status(
-                "task", name, False, f"datasets/{task['dataset']}/user_path {root} lacks {', '.join(missing)}"
+                "task", name, False, f"{key} {root}: no such directory; expected one holding {', '.join(missing)}"
             )
+        if missing:
+            return Status("task", name, False, f"{key} {root} lacks {', '.join(missing)}")
     by_hand, automatic = fetch_needs(config, name)
     if by_hand:  # still runnable: its extract job fails with the instructions
         # where the user puts the file: in the download cache of their own results/, never the data mirror (a
