@@ -220,14 +220,18 @@ sys.exit(3)  # no training here: make stops before copying
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env = {k: v for k, v in env.items() if not k.startswith("MAKE")}
-    result = subprocess.run(
-        ["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    def study_cpu():
+        return subprocess.run(
+            ["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    result = study_cpu()
     assert result.returncode != 0 and seen.exists(), result.stdout + result.stderr
     args = json.loads(seen.read_text())
     assert args["targets"] == [
@@ -241,14 +245,7 @@ sys.exit(3)  # no training here: make stops before copying
     for name in ("transformer", "mlrf_dec_sa"):
         (tmp_path / f"results/{TASK}/study_cpu.{name}/seed2").mkdir(parents=True)
         (tmp_path / f"results/{TASK}/study_cpu.{name}/seed2/model.pt").touch()
-    result = subprocess.run(
-        ["make", "-o", ".venv/.installed", "study-cpu", "SEED=2"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    study_cpu()
     args = json.loads(seen.read_text())
     assert sorted(args["prioritize"]) == [
         f"results/{TASK}/study_cpu.{n}/seed2/test.score.json" for n in ("mlrf_dec_sa", "transformer")
