@@ -271,6 +271,33 @@ def test_speed_columns_are_ratios_to_the_first_row(tmp_path):
     assert blocked["train speed (paper)"] == "0.62×"
 
 
+def test_speed_ratios_are_to_the_first_row_of_ours_not_a_quoted_system(tmp_path):
+    """MLRF T3 opens with systems quoted from other papers (no speed printed); its §4.2 speeds are the baseline's and
+    Dec-SA's: the ratios are to the table's first row that is one of ours, the paper's and ours alike."""
+    rows = [{"label": "Nematus", "state": "quoted", "reason": "quoted from Sennrich et al. 2017", "paper": {}}]
+    for name, minutes, paper_speed in (("base", 10.0, 2.6), ("dec_sa", 12.5, 2.4)):
+        run = tmp_path / name
+        (run / "checkpoints").mkdir(parents=True)
+        pd.DataFrame({"update": [1000], "minutes": [minutes]}).to_csv(run / "checkpoints" / "metrics.csv", index=False)
+        (run / "test.score.json").write_text(json.dumps({"bleu": 40.0, "decoding": {"sentences_per_second": 5.0}}))
+        rows.append(
+            {
+                "label": name,
+                "state": "ok",
+                "runs": [str(run)],
+                "scores": {"test": [str(run / "test.score.json")]},
+                "paper": {"bleu": 40.0, "train_steps_per_s": paper_speed},
+            }
+        )
+    quoted, base, dec_sa = write(
+        {"paper": "mlrf", "table": "T3", "speeds": True, "rows": rows}, str(tmp_path / "T3")
+    ).to_dict("records")
+    assert base["train speed (ours)"] == "1.00×" and dec_sa["train speed (ours)"] == "0.80×"
+    assert base["train speed (paper)"] == "1.00×" and dec_sa["train speed (paper)"] == "0.92×"  # 2.4 / 2.6
+    assert quoted["train speed (paper)"] == NOT_RUN and dec_sa["decode speed (paper)"] == NOT_RUN
+    assert dec_sa["decode speed (ours)"] == "1.00×"
+
+
 def _scores(tmp_path, name, bleus, hyp_lines=None, ref=None):
     paths = []
     for seed, bleu in enumerate(bleus, start=1):

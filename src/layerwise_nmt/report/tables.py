@@ -222,18 +222,21 @@ def run_speeds(row: dict) -> tuple[float | None, float | None]:
 
 
 def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
-    """Dou T1's speed columns as ratios to the first row (hardware-independent), the paper's beside ours."""
+    """Speed columns as ratios (hardware-independent) to the table's first row of ours, the paper's beside ours: a
+    system quoted from other work (MLRF T3's first rows) has no speed the paper measured beside its own."""
     ours = [run_speeds(row) if row["state"] in RAN else (None, None) for row in rows]
     paper = [
         (row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s")) for row in rows
     ]
+    first = next((k for k, row in enumerate(rows) if row["state"] != "quoted"), 0)
 
     def ratio(speed: float | None, first: float | None) -> str:
         return f"{speed / first:.2f}×" if speed and first else NOT_RUN
 
     for k, name in enumerate(("train speed", "decode speed")):
         for record, p, o in zip(records, paper, ours):
-            record[f"{name} (paper)"], record[f"{name} (ours)"] = ratio(p[k], paper[0][k]), ratio(o[k], ours[0][k])
+            record[f"{name} (paper)"] = ratio(p[k], paper[first][k])
+            record[f"{name} (ours)"] = ratio(o[k], ours[first][k])
 
 
 def cells(paper: float | None, scores: list[float], ran: bool) -> dict:
