@@ -90,6 +90,19 @@ def test_static_check_names_the_row_that_cannot_average(tmp_path):
         ({"train": {"warmup_updates": 500000}}, "the lr never peaks"),
         ({"average": {"num": 80, "by": "epoch"}}, "average of 80 epoch checkpoints"),
         ({"average": {"num": 10, "by": "update"}}, "no update checkpoint is saved"),
+        ({"train": {"max_epoch": 12, "warmup_updates": 10000}}, "starts at update ~"),
+        (
+            {
+                "train": {
+                    "max_epoch": 0,
+                    "max_update": 12000,
+                    "save_interval_updates": 1000,
+                    "keep_interval_updates": 10,
+                },
+                "average": {"num": 10, "by": "update"},
+            },
+            "the average of the last 10 update checkpoints starts at update ~3,000, inside the 4,000-update warm-up",
+        ),
     ],
 )
 def test_static_check_flags_each_policy(tmp_path, change, phrase):
@@ -101,9 +114,14 @@ def test_static_check_flags_each_policy(tmp_path, change, phrase):
 
 def test_squeeze_keeps_every_relation_that_decides_a_policy(tmp_path):
     """For every experiment: the rehearsal ends mid-epoch iff the real run does, before its first epoch iff the
-    real run does, and has a policy problem iff the real run has one (with the En-Fr mistake planted)."""
+    real run does, and has a policy problem iff the real run has one (with the En-Fr mistakes planted: DynamicConv
+    as it was too, its last 10 of 12 epochs averaged from inside its warm-up)."""
     assert all(squeeze(a) <= squeeze(b) for a, b in zip(range(0, 200), range(1, 201)))
-    config = grid.load(ROOT / "config.yaml", enfr_mistake(tmp_path))
+    dynamic_conv = tmp_path / "dynamic_conv.yaml"
+    dynamic_conv.write_text(
+        yaml.safe_dump({"experiments": {"gca.enfr.dynamic_conv": {"average": {"num": 10, "by": "epoch"}}}})
+    )
+    config = grid.load(ROOT / "config.yaml", enfr_mistake(tmp_path), dynamic_conv)
     rehearsal = shrink(config, Manifest())
     for name in config["experiments"]:
         real, small = budget(config, name), budget(rehearsal, name)
@@ -117,6 +135,8 @@ def test_squeeze_keeps_every_relation_that_decides_a_policy(tmp_path):
         assert e["arch"]["d_model"] == 16 and e["seeds"] == grid.experiment(config, name)["seeds"]
         assert e["train"].get("update_freq", 1) == grid.experiment(config, name)["train"].get("update_freq", 1)
     assert "no epoch checkpoint" in budget(rehearsal, "gca.enfr.transformer").problems[0]
+    for cfg in (config, rehearsal):
+        assert "inside the" in budget(cfg, "gca.enfr.dynamic_conv.cross_view").problems[0]
 
 
 @pytest.fixture(scope="module")

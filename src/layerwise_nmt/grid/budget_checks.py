@@ -98,6 +98,8 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
     train, average, out = e["train"], e["average"] or {}, []
     assert b.epochs is not None and b.updates is not None and b.updates_per_epoch is not None  # estimated
     whole_epochs = math.floor(b.epochs + 1e-9)
+    warmup = train.get("warmup_updates") or 0
+    scheduled = train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "fixed"
     if b.updates_per_epoch < 1:
         update_freq = train.get("update_freq", TRAIN_DEFAULTS.update_freq)
         out.append(f"an epoch has fewer batches than update_freq {update_freq}: no update")
@@ -127,16 +129,39 @@ def _policy_problems(e: dict, b: Budget) -> list[str]:
                 )
             elif keep < num:
                 out.append(f"average of {num} update checkpoints, but keep_interval_updates keeps {keep}")
+        first = averaged_from(e, b)
+        if scheduled and first is not None and first < warmup:
+            # a checkpoint saved while the lr still climbs is far from the final weights and drags the average back
+            out.append(
+                f"the average of the last {num} {by} checkpoints starts at update ~{first:,.0f}, inside the "
+                f"{warmup:,}-update warm-up (average fewer or closer checkpoints)"
+            )
     if train.get("patience") and train["patience"] >= whole_epochs:
         out.append(f"patience {train['patience']} epochs ≥ the run's ~{b.epochs:.3g} epochs: early stopping cannot act")
-    warmup = train.get("warmup_updates") or 0
-    if train.get("lr_scheduler", TRAIN_DEFAULTS.lr_scheduler) != "fixed" and warmup >= b.updates:
+    if scheduled and warmup >= b.updates:
         out.append(f"warm-up of {warmup:,} updates ≥ the run's ~{b.updates:,.0f} updates: the lr never peaks")
     out += _decay_problems(train, b, warmup)
     restart_after = train.get("restart_after_epochs") or 0
     if restart_after and b.bounded_by == "max_update" and b.epochs <= restart_after:
         out.append(f"RestartAdam after {restart_after} epochs, but the run ends after ~{b.epochs:.3g}")
     return out
+
+
+def averaged_from(e: dict, b: Budget) -> float | None:
+    """The update at which the first checkpoint the experiment's average takes is saved; None without an average
+    or a budget estimate, or where too few checkpoints are saved or kept (a problem said on its own)."""
+    average, train = e["average"] or {}, e["train"]
+    if not average or b.epochs is None or b.updates is None or b.updates_per_epoch is None:
+        return None
+    num = average.get("num", AVERAGE_DEFAULTS.num)
+    if average.get("by", AVERAGE_DEFAULTS.by) == "epoch":
+        whole_epochs = math.floor(b.epochs + 1e-9)
+        keep = train.get("keep_last_epochs", TRAIN_DEFAULTS.keep_last_epochs)
+        return (whole_epochs - num + 1) * b.updates_per_epoch if min(whole_epochs, keep) >= num else None
+    interval = train.get("save_interval_updates") or 0
+    saved = math.floor(b.updates / interval) if interval else 0
+    keep = train.get("keep_interval_updates", TRAIN_DEFAULTS.keep_interval_updates)
+    return (saved - num + 1) * interval if min(saved, keep) >= num else None
 
 
 def _decay_problems(train: dict, b: Budget, warmup: int) -> list[str]:

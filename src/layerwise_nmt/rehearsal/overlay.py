@@ -10,7 +10,8 @@ estimated updates per epoch (`plan.budget`), compressed by one monotone map (`sq
 logarithmic beyond), and converted back with the rehearsal's own updates per epoch. A monotone map keeps every
 comparison that decides whether a policy works (averaged checkpoints ≤ epochs, patience < epochs, warm-up < run,
 restart < end), and a run that ends mid-epoch is made to end mid-epoch here too; so a row whose averaging cannot
-work on the real data fails here the same way.
+work on the real data fails here the same way. One comparison mixes two budgets the map moves differently (the
+first averaged checkpoint against the warm-up's end): the rehearsal's warm-up is moved to the real one's side.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import math
 
 from .. import grid
-from ..grid.budget_checks import budget
+from ..grid.budget_checks import averaged_from, budget
 from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
 
@@ -68,6 +69,8 @@ def shrink(config: dict, manifest: Manifest) -> dict:
             for name, spec in out.get("experiments", {}).items()
         },
     }
+    for name in out.get("experiments", {}):
+        keep_warmup_side(real, out, name)
     for paper in out.get("papers", {}).values():
         paper["title"] = f"{NOTICE} {paper.get('title', '')}"
         for table in paper.get("tables", {}).values():
@@ -87,6 +90,21 @@ def shrink_task(task: dict) -> None:
     if task.get("vocab", {}).get("words"):
         task["vocab"]["words"] = WORD_VOCAB
     task["estimate"] = {**task.get("estimate", {}), "train_pairs": rehearsal_pairs(task)}
+
+
+def keep_warmup_side(real: dict, out: dict, name: str) -> None:
+    """The rehearsal's average starts inside its warm-up iff the real run's does."""
+    real_e, small_e = grid.experiment(real, name), grid.experiment(out, name)
+    small = budget(out, name)
+    real_first, small_first = averaged_from(real_e, budget(real, name)), averaged_from(small_e, small)
+    warmup, real_warmup = small_e["train"].get("warmup_updates") or 0, real_e["train"].get("warmup_updates") or 0
+    if real_first is None or small_first is None or not warmup or small.updates is None:
+        return
+    train = out["experiments"][name]["train"]
+    if real_first >= real_warmup and small_first < warmup:
+        train["warmup_updates"] = max(1, math.floor(small_first))
+    elif real_first < real_warmup and small_first >= warmup:
+        train["warmup_updates"] = min(math.floor(small_first) + 1, math.ceil(small.updates) - 1)
 
 
 def rehearsal_pairs(task: dict) -> int:
