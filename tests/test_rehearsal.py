@@ -187,7 +187,7 @@ def test_rehearsal_dag_has_every_row_job_of_the_full_config(standins, tmp_path, 
     supplied.write_text(yaml.safe_dump({"datasets": {k: {"user_path": v} for k, v in manifest.user_paths.items()}}))
     full = dry_run(tmp_path / "full", "--configfile", str(ROOT / "config.yaml"), str(supplied), env=env)
     planned = dry_run(tmp_path / "rehearsal", "--config", f"rehearsal={out}", env=env)
-    assert full["train"] > 150 and full["figure"] == 6 and full["inspect"] == 2  # Dou F5: two models
+    assert full["train"] > 150 and full["figure"] == 7 and full["inspect"] == 2 + 3  # Dou F5: two models; LWC F2-4
     for rule in ROW_RULES:
         assert planned[rule] == full[rule], rule
     assert planned["fetch"] == 0  # everything from the stand-in mirror

@@ -232,6 +232,41 @@ def test_aggregation_share_heat_map_reads_the_trained_nodes(tmp_path):
     assert len(shares.query("row == '6 layers'")) == 2 + 3 + 3 and len(shares.query("row == '3 layers'")) == 2 + 2
 
 
+def test_an_attention_map_is_labelled_by_what_its_module_reads(tmp_path):
+    """LWC F2-4 draw a Transformer's decoder attentions beside LWC's mixed one: a cross-attention is output words ×
+    source, a decoder's self-attention output words × its own inputs (causal: nothing above the diagonal), an
+    encoder's self-attention source × source."""
+    import torch
+
+    from layerwise_nmt.inference.figure_readouts import attention
+    from layerwise_nmt.models import build
+
+    words = [f"w{i}" for i in range(30)]
+    for lang in ("de", "en"):
+        (tmp_path / f"dict.{lang}.txt").write_text("".join(f"{w} 1\n" for w in words))
+    settings = dict(src_vocab=34, tgt_vocab=34, d_model=16, d_ff=32, heads=2, encoder_layers=2, decoder_layers=2)
+    model = build("transformer", settings)
+    path = tmp_path / "model.pt"
+    torch.save({"model_name": "transformer", "model_config": model.config.to_dict(), "model": model.state_dict()}, path)
+    (tmp_path / "src.de").write_text("w1 w2 w3 w4 w5\n")
+    (tmp_path / "hyp.en").write_text("w6 w7\n")
+
+    def read(module: str) -> dict:
+        files = dict(source=str(tmp_path / "src.de"), hypothesis=str(tmp_path / "hyp.en"))
+        return attention(str(path), str(tmp_path), "de", "en", **files, sentence=0, module=module)
+
+    source, output = ["w1", "w2", "w3", "w4", "w5", "</s>"], ["w6", "w7", "</s>"]
+    cross = read("decoder.layers.0.cross_attn")
+    assert (cross["ys"], cross["xs"], cross["split"]) == (output, source, None)
+    itself = read("decoder.layers.0.self_attn")
+    assert (itself["ys"], itself["xs"], itself["split"]) == (output, ["</s>", "w6", "w7"], None)
+    weights = torch.tensor(itself["grid"])
+    assert torch.equal(weights.triu(1), torch.zeros(3, 3)) and torch.allclose(weights.sum(1), torch.ones(3))
+    assert "target" in itself["x_label"]
+    encoder = read("encoder.layers.0.attn")
+    assert (encoder["ys"], encoder["xs"]) == (source, source) and len(encoder["grid"]) == 6
+
+
 def test_reports_never_load_models():
     """Tables and figures read files: importing the report package does not import torch."""
     code = "import sys, layerwise_nmt.report.figures, layerwise_nmt.report.tables; sys.exit('torch' in sys.modules)"

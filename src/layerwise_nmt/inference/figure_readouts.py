@@ -4,7 +4,8 @@ models (`lwnmt inspect`, the workflow's `inspect` rule; drawn by report/figures.
 kinds:
     aggregation_shares  Eq. 11's share of each input in each encoder aggregation node (Dou et al. Figure 5)
     attention           one sentence's attention in a model teacher-forced on its own translation: a decoder
-                        cross-attention (target × source), LWC's mixed attention (target × [source | target]) or an
+                        cross-attention (target × source), a decoder's self-attention (target × its inputs), an
+                        encoder's (source × source), LWC's mixed attention (target × [source | target]) or an
                         MLRF fusion's layer attention (hop × layer, mean over target words)
 """
 
@@ -76,6 +77,18 @@ def attention(
     model(torch.tensor([src_vocab.encode(source_line)]), torch.tensor([[tgt_vocab.eos] + tgt_ids[:-1]]))
     weights = modules[module].last_weights[0]
     src_words, tgt_words = source_line.split() + ["</s>"], target_line.split() + ["</s>"]
+    inputs = ["</s>"] + tgt_words[:-1]  # the decoder's inputs (shifted right): what a target-side key holds
+    if weights.dim() == 2 and weights.size(0) == weights.size(1):  # a self-attention over one side (LWC's is wider)
+        causal = getattr(modules[module], "last_causal", False)
+        words = (tgt_words, inputs) if causal else (src_words, src_words)
+        return {
+            "grid": weights.tolist(),
+            "ys": words[0],
+            "xs": words[1],
+            "x_label": "target (decoder inputs)" if causal else "source",
+            "y_label": "output word" if causal else "source word",
+            "split": None,
+        }
     if weights.dim() == 3:  # layer fusion (T, n_hop, L'): mean over target words
         grid = weights.mean(dim=0)
         first = grid.size(1) == len(model.decoder.layers)  # z^1.. without the embeddings' z^0
@@ -90,7 +103,6 @@ def attention(
     grid = weights[-len(tgt_words) :]  # LWC: the target half's rows
     mixed = grid.size(1) > len(src_words)  # LWC: columns = [source (+ its extra tokens) | target]
     width = grid.size(1) - len(tgt_words) if mixed else grid.size(1)
-    inputs = ["</s>"] + tgt_words[:-1]  # LWC's target keys are the decoder inputs (shifted right)
     xs = (src_words + ["<s>"] * width)[:width] + (inputs if mixed else [])
     return {
         "grid": grid.tolist(),

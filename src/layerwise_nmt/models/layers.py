@@ -222,8 +222,9 @@ class MultiheadAttention(nn.Module):
         else:
             kv = memory if isinstance(memory, KV) else self.project_kv(memory)
             q, k, v = by_sentence(self.project_q(x), kv.k.size(0)), kv.k, kv.v
-        if self.record_weights:  # mean over heads of the latest call: (B, T, S)
+        if self.record_weights:  # mean over heads of the latest call: (B, T, S), and whether it read its own past
             self.last_weights = attention_weights(q, k, mask, causal).mean(dim=1).detach()
+            self.last_causal = causal
         y = attention(q, k, v, mask, causal, dropout, step=x.size(1) == 1)  # (B, H, T, Dh), or by sentence
         return self.out(merge_heads(y, rows)), cache
 
