@@ -265,6 +265,9 @@ def test_an_attention_map_is_labelled_by_what_its_module_reads(tmp_path):
     assert "target" in itself["x_label"]
     encoder = read("encoder.layers.0.attn")
     assert (encoder["ys"], encoder["xs"]) == (source, source) and len(encoder["grid"]) == 6
+    (tmp_path / "hyp.en").write_text("w6 w7 w8 w9 w10\n")  # as long as the source: a square cross-attention
+    cross = read("decoder.layers.0.cross_attn")
+    assert (cross["ys"], cross["xs"]) == (["w6", "w7", "w8", "w9", "w10", "</s>"], source)
 
 
 def test_reports_never_load_models():

@@ -78,7 +78,8 @@ def attention(
     weights = modules[module].last_weights[0]
     src_words, tgt_words = source_line.split() + ["</s>"], target_line.split() + ["</s>"]
     inputs = ["</s>"] + tgt_words[:-1]  # the decoder's inputs (shifted right): what a target-side key holds
-    if weights.dim() == 2 and weights.size(0) == weights.size(1):  # a self-attention over one side (LWC's is wider)
+    itself = getattr(modules[module], "self_attention", False) and weights.size(0) == weights.size(-1)
+    if weights.dim() == 2 and itself:  # a self-attention over one side (LWC's mixed one is wider: source | target)
         causal = getattr(modules[module], "last_causal", False)
         words = (tgt_words, inputs) if causal else (src_words, src_words)
         return {
