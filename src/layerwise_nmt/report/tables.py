@@ -228,15 +228,15 @@ def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
     paper = [
         (row.get("paper", {}).get("train_steps_per_s"), row.get("paper", {}).get("decode_sents_per_s")) for row in rows
     ]
-    first = next((k for k, row in enumerate(rows) if row["state"] != "quoted"), 0)
+    reference = next((k for k, row in enumerate(rows) if row["state"] != "quoted"), 0)
 
     def ratio(speed: float | None, first: float | None) -> str:
         return f"{speed / first:.2f}×" if speed and first else NOT_RUN
 
     for k, name in enumerate(("train speed", "decode speed")):
         for record, p, o in zip(records, paper, ours):
-            record[f"{name} (paper)"] = ratio(p[k], paper[first][k])
-            record[f"{name} (ours)"] = ratio(o[k], ours[first][k])
+            record[f"{name} (paper)"] = ratio(p[k], paper[reference][k])
+            record[f"{name} (ours)"] = ratio(o[k], ours[reference][k])
 
 
 def cells(paper: float | None, scores: list[float], ran: bool) -> dict:
