@@ -725,9 +725,11 @@ def measure(
 
 
 def speed(config: dict, device: torch.device, args, results: Results) -> list[dict]:
-    """One row per model × mixed precision the device trains in (bf16; fp16 only where there is no bf16) and TF32,
-    then one for what `amp: auto` picks for that model."""
-    labels = [p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))]
+    """One row per model × precision: those asked for (--precisions), else each mixed precision the device trains
+    in (bf16; fp16 only where there is no bf16) and TF32; then one for what `amp: auto` picks for that model."""
+    labels = args.precisions or [
+        p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))
+    ]
     for name in args.speed_rows:
         for label in labels:
             for growth in args.bucket_growth_factor:  # today's batches and fixed shapes, side by side
@@ -1031,7 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
         "--precisions",
         nargs="*",
         choices=list(PRECISIONS),
-        help="default: what amp: auto can pick on the device, TF32 and fp32",
+        help="the checks' and the speed rows' (default: what amp: auto can pick on the device, TF32 and fp32; the "
+        "speed rows leave fp32 out)",
     )
     parser.add_argument("--probe", metavar="DATA_DIR", help="the study's binarized data: run the throughput probe")
     parser.add_argument("--probe-seconds", type=float, default=60)

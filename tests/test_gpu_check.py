@@ -116,6 +116,19 @@ def test_a_graphs_speed_row_times_replays_only(monkeypatch):
     assert row["timed_updates_by_path"] == {"eager": 0, "captured": 0, "replayed": 2} and row["graphs_captured"] >= 1
 
 
+def test_the_precisions_asked_for_are_the_speed_rows_too(tmp_path, monkeypatch):
+    """`--precisions bf16-weights` keeps a short allocation to that precision's rows (it chose only the checks')."""
+    timed = []
+    monkeypatch.setattr(gpu_check, "measure", lambda name, config, device, label, *a: timed.append(label) or {})
+    monkeypatch.setattr(gpu_check, "correctness", lambda *a, **k: None)
+    args = ["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--speed-rows", "transformer_base"]
+    gpu_check.main([*args, "--precisions", "bf16-weights"])
+    assert timed == ["bf16-weights"]
+    timed.clear()
+    gpu_check.main(args)  # the default: each mixed precision the device trains in
+    assert timed == [p for p in gpu_check.precisions(torch.device("cpu")) if p != "fp32"]
+
+
 def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: 1 / 0)
     monkeypatch.setattr(
