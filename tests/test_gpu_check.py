@@ -289,6 +289,7 @@ def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growt
     monkeypatch.setattr(gpu_check, "auto_choice", lambda name, config, device, tokens, measured: {"rows": measured})
     args = gpu_check.argparse.Namespace(
         speed_rows=["transformer_iwslt_de_en"],
+        precisions=None,
         bucket_growth_factor=[0.0, 1.1],
         cuda_graphs=["auto"],
         compile=False,
