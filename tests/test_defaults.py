@@ -171,6 +171,19 @@ def test_a_tasks_left_out_vocab_kind_and_split_format_are_the_schemas_defaults()
     assert tasks.vocab_kind({"vocab": {"kind": "separate"}}) == "separate"
 
 
+def test_a_figures_and_a_splits_cleaning_defaults_are_the_schemas():
+    from layerwise_nmt.data.clean import CleanOptions
+    from layerwise_nmt.grid import reports
+
+    figure = SCHEMA["$defs"]["paper"]["properties"]["figures"]["additionalProperties"]["properties"]
+    assert (figure["metric"]["default"], figure["sentence"]["default"]) == (
+        reports.FIGURE_METRIC,
+        reports.ATTENTION_SENTENCE,
+    )
+    clean = SCHEMA["$defs"]["split"]["properties"]["clean"]["oneOf"][1]["properties"]
+    assert {k: clean[k]["default"] for k in clean} == {k: class_default(CleanOptions, k) for k in clean}
+
+
 def test_a_tables_significance_defaults_are_the_schemas():
     from layerwise_nmt.report import tables
 
@@ -190,3 +203,19 @@ def test_the_schema_says_every_target_as_the_grid_reads_it():
 
     for kind, spec in SCHEMA["properties"]["targets"]["properties"].items():
         assert {"const": EVERY} in spec["oneOf"], f"config.schema.yaml targets/{kind}"
+
+
+def test_the_configs_default_seeds_survive_snakemakes_schema_defaults(tmp_path):
+    """`defaults: seeds` reaches every experiment that names none, a comparison's included, after Snakemake's
+    `validate` has filled in the schema's defaults (which would otherwise give each such experiment its own)."""
+    from snakemake.utils import validate
+
+    from layerwise_nmt import grid
+
+    overlay = tmp_path / "seeds.yaml"
+    overlay.write_text("defaults: {seeds: [1, 2]}\ncompare: {mine: {task: multi30k_deen, preset: demo}}\n")
+    config = grid.load(ROOT / "config.yaml", ROOT / "config/demo.yaml", overlay)
+    unnamed = [n for n, spec in config["experiments"].items() if "seeds" not in spec]
+    assert "mine.transformer" in unnamed and "demo.transformer" in unnamed
+    validate(config, str(grid.SCHEMA))
+    assert {n: grid.experiment(config, n)["seeds"] for n in unnamed} == {n: [1, 2] for n in unnamed}

@@ -13,8 +13,8 @@ from layerwise_nmt.grid.rule_inputs import LENPEN_TUNING_SPLIT
 from layerwise_nmt.snakemake_glue import snakefile
 
 snakefile.prepare_jobs(SOURCES, workflow.is_main_process)
-GPUS_PER_JOB = config.get("gpus_per_job", 1)  # per training job; 0 = CPU
-TARGET_TASKS = snakefile.check_config(config, workflow, logger, rehearse=rehearsal.apply)
+TARGET_TASKS = snakefile.check_config(config, workflow, logger, rehearse=rehearsal.apply)  # fills schema defaults
+GPUS_PER_JOB = config["gpus_per_job"]  # per training job; 0 = CPU
 if workflow.is_main_process:
     snakefile.announce(config, logger)
 # table_targets, task_of, train_spec, ...: snakefile.RULE_FUNCTIONS, each a function of the same name here

@@ -11,6 +11,7 @@ from .. import UserError
 from ..settings import json_object
 from ..data.bpe import MIN_FREQUENCY
 from ..data.vocab import ALL_WORDS, PADDING_FACTOR, THRESHOLD
+from ..grid.tasks import SPLIT_FORMAT
 from .common import command, integer
 
 log = logging.getLogger("layerwise_nmt")
@@ -62,7 +63,7 @@ def add_commands(sub) -> None:
     p.add_argument("input")
     p.add_argument("out")
     p.add_argument("--lang", required=True)
-    p.add_argument("--format", default="plain", choices=FORMATS)
+    p.add_argument("--format", default=SPLIT_FORMAT, choices=FORMATS)
     p.add_argument(
         "--options",
         default="{}",

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from .. import UserError
-from ..inference.ctranslate2_export import QUANTIZATIONS
+from ..inference.ctranslate2_export import NO_QUANTIZATION, QUANTIZATIONS
 from ..settings import AMP_CHOICES, json_object
 from . import common
 from .common import add_config_files, add_user_code_flags, command, integer, user_code
@@ -43,7 +43,7 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
-        help="with --format ctranslate2: CTranslate2's weight type (default none: float32, as trained)",
+        help=f"with --format ctranslate2: CTranslate2's weight type (default {NO_QUANTIZATION}: float32, as trained)",
     )
     p.add_argument("--seed", type=int, help="with an experiment: which seed's run (default: its first)")
     add_config_files(p)
@@ -189,7 +189,7 @@ def cmd_export(a) -> None:
     if a.quantization and a.format != "ctranslate2":
         raise UserError(f"--quantization {a.quantization}: only with --format ctranslate2")
     if a.format == "ctranslate2" and Path(a.target).is_dir():
-        print(SERVE_HINT.format(ctranslate2_export.convert(a.target, a.out, a.quantization or "none")))
+        print(SERVE_HINT.format(ctranslate2_export.convert(a.target, a.out, a.quantization or NO_QUANTIZATION)))
         return
     if a.spec:
         spec = json_object(a.spec, "--spec")
@@ -209,7 +209,7 @@ def cmd_export(a) -> None:
         spec = trained_spec_for(common.load_config(a), a.target, a.seed, common.config_files(a))
     model = a.target if Path(a.target).is_file() else spec["model"]
     if a.format == "ctranslate2":
-        print(SERVE_HINT.format(ctranslate2_export.write_spec(model, spec, a.out, a.quantization or "none")))
+        print(SERVE_HINT.format(ctranslate2_export.write_spec(model, spec, a.out, a.quantization or NO_QUANTIZATION)))
         return
     out = export.write_spec(model, spec, a.out)
     print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec['src']}")

@@ -20,6 +20,8 @@ import copy
 import difflib
 
 from .. import UserError
+from ..scoring.config import tokenized
+from .experiments import default_seeds
 from .own_models import known_models
 from .papers import targeted_names
 
@@ -243,8 +245,7 @@ def _experiments(
         "decode": {"beam": 5, "lenpen": 1.0, "batch_size": 128, **spec.get("decode", {})},
         "score": {"buckets": [10, 20, 30], **spec.get("score", {})},
         "average": spec.get("average", preset["average"]),
-        "seeds": list(spec.get("seeds", [1])),
-    }
+    } | ({"seeds": list(spec["seeds"])} if "seeds" in spec else {})  # else the config's defaults, as any experiment
 
     continues = {*preset["continue"], *spec.get("continue", {})}
 
@@ -301,7 +302,7 @@ def _experiments(
 def _paper(config: dict, name: str, spec: dict, rows: list[dict]) -> dict:
     task = config["tasks"][spec["task"]]
     preset = PRESETS[spec["preset"]]
-    seeds = spec.get("seeds", [1])
+    seeds = spec.get("seeds", default_seeds(config))
     where = f"{task['src']}→{task['tgt']} ({spec['task']})"
     tests = [s for s in task.get("splits", {}) if s not in ("train", "valid")]  # test, then the named ones
     sets = "test set" if tests == ["test"] else f"test sets {', '.join(tests)}"
@@ -371,8 +372,8 @@ def sweep_words(spec: dict) -> tuple[str, str, str] | None:
 
 
 def bleu_kind(spec: dict) -> str:
-    tokenize = (spec.get("score") or {}).get("tokenize", "none")
-    return "tokenized BLEU" if tokenize == "none" else f"detokenized BLEU ({tokenize})"
+    score = spec.get("score") or {}
+    return "tokenized BLEU" if tokenized(score) else f"detokenized BLEU ({score['tokenize']})"
 
 
 def casing(task: dict, spec: dict) -> str:

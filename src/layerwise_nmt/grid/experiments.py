@@ -8,6 +8,12 @@ from .own_models import user_model
 from .tasks import pair, tokenize_options, vocab_kind
 
 STAGES = ("arch", "train", "decode", "score")
+SEEDS = (1,)  # an experiment's seeds when neither it nor the config's `defaults:` names any
+
+
+def default_seeds(config: dict) -> list[int]:
+    """The seeds of an experiment that names none: the config's `defaults: seeds`, else SEEDS."""
+    return list(config.get("defaults", {}).get("seeds", SEEDS))
 
 
 def experiment(config: dict, name: str) -> dict:
@@ -22,7 +28,7 @@ def experiment(config: dict, name: str) -> dict:
         "warm_start": spec.get("warm_start"),
         "vocab": spec.get("vocab", vocab_kind(task)),
         "average": spec.get("average", defaults.get("average")),
-        "seeds": spec.get("seeds", defaults.get("seeds", [1])),
+        "seeds": list(spec.get("seeds", default_seeds(config))),
         "src": task["src"],
         "tgt": task["tgt"],
         "pair": pair(task),

@@ -11,6 +11,9 @@ from .load import get
 from .papers import metrics_of, split_of
 from .status import experiment_status
 
+FIGURE_METRIC = "loss"  # validation_curves' measure when a figure names none
+ATTENTION_SENTENCE = 0  # an attention figure's test sentence (0-based) when it names none
+
 
 def paper_part(config, paper, kind, name):
     """config papers/<paper>/<kind>/<name>, or a one-line error listing what exists."""
@@ -118,7 +121,7 @@ def figure_spec(config, paper, figure):
                         data=bin_dir(e["task"], e["vocab"]),
                         module=row.get("module", ""),
                         source=data_path(e["task"], "bpe", f"test.{e['pair']}.{e['src']}"),
-                        sentence=spec.get("sentence", 0),
+                        sentence=spec.get("sentence", ATTENTION_SENTENCE),
                     )
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
@@ -129,7 +132,7 @@ def figure_spec(config, paper, figure):
         "kind": spec["kind"],
         "caption": spec.get("caption", ""),
         "xlabel": spec.get("xlabel", ""),
-        "metric": spec.get("metric", "loss"),
+        "metric": spec.get("metric", FIGURE_METRIC),
         "rows": rows,
         "notice": get(config, "rehearsal/notice"),
     }

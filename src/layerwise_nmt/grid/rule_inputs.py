@@ -12,6 +12,7 @@ import shlex
 from typing import Any, Callable
 
 from .. import UserError
+from ..scoring.config import tokenized
 from .data_rule_inputs import DataRuleInputs
 from . import layout
 from .experiments import experiment, model_dir_spec
@@ -150,7 +151,7 @@ class RuleInputs(DataRuleInputs):
     # --- decoding and scoring (evaluate.smk) ----------------------------------------------------------
 
     def tokenized_bleu(self, wildcards):
-        return self.experiment_of(wildcards)["score"].get("tokenize", "none") == "none"
+        return tokenized(self.experiment_of(wildcards)["score"])
 
     def stacked_references(self, wildcards):
         """A NIST split's untokenized references (ref/) hold its K references one after the other; tokenized

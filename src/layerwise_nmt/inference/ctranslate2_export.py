@@ -29,8 +29,9 @@ from . import export
 log = logging.getLogger(__name__)
 FORMAT = "lwnmt-ctranslate2-dir/1"  # not export.FORMAT: `lwnmt translate --model` refuses it by name
 # ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES, written out so that the CLI offers them without importing it
+NO_QUANTIZATION = "none"  # the weights as trained (float32): --quantization's default
 QUANTIZATIONS = (
-    "none",
+    NO_QUANTIZATION,
     "int8",
     "int8_float32",
     "int8_float16",
@@ -66,7 +67,7 @@ def check_convertible(model_name: str | None, config: dict | None, where: str | 
     )
 
 
-def write_spec(model: str | Path, spec: dict, out: str | Path, quantization: str = "none") -> Path:
+def write_spec(model: str | Path, spec: dict, out: str | Path, quantization: str = NO_QUANTIZATION) -> Path:
     """An experiment's or a model.pt's export (export.write_spec's arguments) as a CTranslate2 directory, by way of
     our model directory, written to a temporary place first."""
     require_ctranslate2()  # before the model directory is written, which may take a while for a big model
@@ -76,7 +77,7 @@ def write_spec(model: str | Path, spec: dict, out: str | Path, quantization: str
         return convert(export.write_spec(model, spec, Path(tmp) / "model"), out, quantization)
 
 
-def convert(model_dir: str | Path, out: str | Path, quantization: str = "none") -> Path:
+def convert(model_dir: str | Path, out: str | Path, quantization: str = NO_QUANTIZATION) -> Path:
     """The model directory `model_dir` (`lwnmt export`'s) as a CTranslate2 directory `out`, written whole or not at
     all; quantization: one of QUANTIZATIONS (none: the weights as trained, float32)."""
     if quantization not in QUANTIZATIONS:

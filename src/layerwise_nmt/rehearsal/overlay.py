@@ -21,6 +21,7 @@ import math
 
 from .. import grid
 from ..grid.budget_checks import averaged_from, budget
+from ..grid.reports import ATTENTION_SENTENCE
 from ..training.config import AVERAGE_DEFAULTS, TRAIN_DEFAULTS
 from .standins import EVAL_LINES, TRAIN_LINES, Manifest
 
@@ -78,7 +79,7 @@ def shrink(config: dict, manifest: Manifest) -> dict:
         for figure in paper.get("figures", {}).values():
             figure["caption"] = f"{NOTICE} {figure.get('caption', '')}".strip()
             if figure.get("kind") == "attention":  # the paper's sentence, or the stand-in test set's last
-                figure["sentence"] = min(figure.get("sentence", 0), EVAL_LINES - 1)
+                figure["sentence"] = min(figure.get("sentence", ATTENTION_SENTENCE), EVAL_LINES - 1)
     return out
 
 

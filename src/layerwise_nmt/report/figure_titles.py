@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+from ..grid.reports import ATTENTION_SENTENCE, FIGURE_METRIC
+
 WHAT = {
     "accuracy_curves": "Token accuracy while training (train dashed, validation solid)",
     "length_buckets": "BLEU by source sentence length",
@@ -20,11 +22,11 @@ SHOUTED = ("iwslt", "wmt", "nist")  # corpus names the papers write in capitals
 def title(spec: dict) -> str:
     """Two lines: "<what>: <row> vs <row>" and "<data> · <budget>"."""
     what = (
-        WHAT.get(spec["kind"], "").format(metric=METRIC_WORDS[spec.get("metric") or "loss"])
+        WHAT.get(spec["kind"], "").format(metric=METRIC_WORDS[spec.get("metric") or FIGURE_METRIC])
         or f"BLEU by {spec.get('xlabel') or 'setting'}"
     )
     if spec["kind"] == "attention" and spec["rows"]:
-        what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', 0) + 1}"
+        what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', ATTENTION_SENTENCE) + 1}"
     labels = [row["label"] for row in spec["rows"]]
     if spec["kind"] == "sweep":  # one curve per series (the swept model, its baseline)
         labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec["rows"]))

@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..data.io import atomic_path  # noqa: E402
+from ..grid.reports import FIGURE_METRIC  # noqa: E402
 from ..scoring.score import seeds_summary  # noqa: E402
 from .figure_titles import title  # noqa: E402
 
@@ -70,7 +71,7 @@ VALIDATION = {
 def validation_curves(spec: dict, ax) -> pd.DataFrame:
     """One line per row: the validation loss, accuracy or BLEU (spec `metric`) at every validation of its run
     (metrics.csv; validate_interval_updates adds points within epochs), against the update."""
-    column, scale, label = VALIDATION[spec.get("metric") or "loss"]
+    column, scale, label = VALIDATION[spec.get("metric") or FIGURE_METRIC]
     drawn = []
     for i, row in enumerate(r for r in spec["rows"] if r.get("metrics")):
         history = pd.read_csv(row["metrics"]).drop_duplicates("update", keep="last").sort_values("update")

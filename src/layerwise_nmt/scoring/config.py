@@ -24,11 +24,19 @@ SACREBLEU_TOKENIZERS = (
 )
 
 
+TOKENIZED = "none"  # `tokenize:` that scores the tokenized text as it is (multi-bleu.perl), the default
+
+
+def tokenized(score: dict) -> bool:
+    """Whether a config's `score:` settings score tokenized text (its `tokenize` left out or "none")."""
+    return score.get("tokenize", TOKENIZED) == TOKENIZED
+
+
 @dataclass
 class ScoreConfig(Settings):
     kind = "scoring setting"
 
-    tokenize: str = "none"  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
+    tokenize: str = TOKENIZED  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
     lowercase: bool = False
     compound_split: bool = False
     buckets: tuple[int, ...] = setting((), ge=1)  # source-length bucket edges in words, e.g. (10, 20, 30, 40, 50)

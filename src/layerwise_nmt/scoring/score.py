@@ -20,7 +20,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from .. import UserError
 from ..data.io import read_lines
-from .config import ScoreConfig
+from .config import TOKENIZED, ScoreConfig
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 MIN_PERIOD_LINES = 10  # lines ending in a period needed before judging whether a file is tokenized
@@ -51,7 +51,7 @@ def looks_tokenized(lines: list[str]) -> bool | None:
 def warn_if_mistokenized(path: str, lines: list[str], cfg: ScoreConfig) -> None:
     """One line when a file looks detokenized for tokenized BLEU (tokenize: none), or tokenized for a metric that
     tokenizes itself (13a, intl, ...): either scores several points off without failing."""
-    tokenized, wanted = looks_tokenized(lines), cfg.tokenize == "none"
+    tokenized, wanted = looks_tokenized(lines), cfg.tokenize == TOKENIZED
     if tokenized is None or tokenized == wanted:
         return
     seen, fix = (
