@@ -141,6 +141,18 @@ def test_an_unreadable_checkpoint_falls_back_to_the_one_before(toy_data, tmp_pat
     assert (run / LAST).read_bytes() == b"not a checkpoint"  # left for a person to look at
 
 
+@pytest.mark.parametrize("kept", [0.1, 0.5, 0.9, 0.99])
+def test_a_checkpoint_cut_anywhere_is_one_line_naming_it(tmp_path, kept):
+    """Where the cut falls decides what torch raises (an OSError from the zip reader among them); every case is
+    the same one-line refusal, whichever command loads the file."""
+    whole, cut = tmp_path / "whole.pt", tmp_path / "model.pt"
+    torch.save({"model": torch.nn.Linear(64, 64).state_dict(), "model_name": "transformer"}, whole)
+    data = whole.read_bytes()
+    cut.write_bytes(data[: int(len(data) * kept)])
+    with pytest.raises(UserError, match=f"^{cut}: not a readable checkpoint, truncated or corrupt"):
+        load(cut)
+
+
 def test_a_full_disk_keeps_the_previous_checkpoint_and_fails_in_one_line(toy_data, tmp_path, monkeypatch):
     run = tmp_path / "run"
     train(toy_spec(max_update=4, save_interval_updates=2), str(toy_data), "de", "en", str(run))

@@ -152,6 +152,10 @@ def test_status_says_what_is_missing_and_plan_prices_it(tmp_path, capsys):
         ),
         (lambda s: s["compare"]["mine"].update(task="my_xxzz"), "config key compare/mine/task: unknown task 'my_xxzz'"),
         (lambda s: s["compare"]["mine"].update(preset="huge"), "config key compare/mine/preset: 'huge' is not one of"),
+        (
+            lambda s: s["datasets"]["my-corpus"]["local"].update(train="train.{lang}-{tgt}.gz"),
+            "config key datasets/my-corpus/local/train: 'train.{lang}-{tgt}.gz' is not a name with {lang} in it",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, change, message):
@@ -159,6 +163,16 @@ def test_config_errors_name_the_key(tmp_path, change, message):
     with pytest.raises(UserError) as err:
         load(path)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_corrupt_gz_among_the_users_files_leaves_the_config_loading(tmp_path):
+    """Counting the training pairs for `lwnmt plan` skips a file it cannot read (the extract job names it), a .gz
+    whose deflate stream is damaged (zlib.error, not an OSError) included."""
+    root = corpus(tmp_path / "corp")
+    data = (root / "train.yy.gz").read_bytes()
+    (root / "train.yy.gz").write_bytes(data[:12] + bytes(b ^ 0x5A for b in data[12:-8]) + data[-8:])
+    config = load(overlay(tmp_path, root))
+    assert config["tasks"]["my_xxyy"].get("estimate") is None
 
 
 def lwnmt(*args):
@@ -180,6 +194,21 @@ def test_invalid_utf8_is_named_by_the_users_file_and_line(tmp_path):
     assert f"{gz}:3: invalid UTF-8" in error_line(
         lwnmt("extract", gz, tmp_path / "raw" / "train.yy", "--text", "--archive")
     )
+
+
+@pytest.mark.parametrize(
+    "content", [gzip.compress(b"", mtime=0), b"", b"\x1f\x8b\x08 not gzip after all"], ids=["empty", "0-byte", "broken"]
+)
+def test_an_empty_or_broken_gz_of_the_users_is_refused_without_advice_to_delete_it(tmp_path, content):
+    """An empty .gz would pass every step up to training's first validation; a damaged one is the user's own copy,
+    perhaps the only one: no "delete it and fetch it again"."""
+    gz, out = tmp_path / "dev.xx.gz", tmp_path / "raw" / "dev.xx"
+    gz.write_bytes(content)
+    line = error_line(lwnmt("extract", gz, out, "--text", "--archive"))
+    assert line.startswith(f"lwnmt extract: error: {gz}") and "delete" not in line, line
+    expected = "is empty" if content == gzip.compress(b"", mtime=0) else "expected gzip-compressed UTF-8 text"
+    assert expected in line, line
+    assert not out.exists() and gz.read_bytes() == content
 
 
 @pytest.mark.parametrize("name, archive", [("dev.xx", []), ("train.xx.gz", ["--archive"])])

@@ -29,6 +29,12 @@ def test_every_field_refuses_a_value_of_the_wrong_type(settings):
         (BeamConfig, {"beam": True}, "beam=True; expected an integer ≥ 1"),  # YAML's `yes`: not a beam size
         (BeamConfig, {"tune_lenpen": [0.6, -1]}, "tune_lenpen=[0.6, -1]; expected a list of numbers ≥ 0"),
         (TrainConfig, {"lr": 0}, "lr=0; expected a number > 0"),
+        (  # PyYAML's YAML 1.1 reads `lr: 5e-4` as a string
+            TrainConfig,
+            {"lr": "5e-4"},
+            "lr='5e-4'; expected a number > 0 (YAML reads 5e-4 as text, for want of a dot: write 5.0e-4 or 0.0005)",
+        ),
+        (TrainConfig, {"max_tokens": "4e3"}, "max_tokens='4e3'; expected an integer ≥ 1 or null"),
         (TrainConfig, {"adam_betas": [0.9]}, "adam_betas=[0.9]; expected a list of 2 numbers ≥ 0 and < 1"),
         (TrainConfig, {"max_tokens": 4096.5}, "max_tokens=4096.5; expected an integer ≥ 1 or null"),
         (ScoreConfig, {"lowercase": "yes"}, "lowercase='yes'; expected true or false"),

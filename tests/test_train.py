@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 import pytest
 import torch
 
@@ -159,6 +161,25 @@ def test_average_is_the_mean_with_newest_metadata(tmp_path):
     for n in (0, -1):  # were every checkpoint and all but the oldest (found[-n:]), in silence
         with pytest.raises(UserError, match=f"average {n} checkpoints; expected at least 1"):
             last_checkpoints(tmp_path, n, "epoch")
+
+
+@pytest.mark.parametrize(
+    "odd, why",
+    [
+        ({"w": torch.zeros(3), "n": torch.tensor([1])}, "w is [3], not [2]"),
+        ({"w": torch.zeros(2)}, "it lacks n"),
+        ({"w": torch.zeros(2), "n": torch.tensor([1]), "b": torch.zeros(1)}, "it has b, which the first lacks"),
+    ],
+)
+def test_checkpoints_of_other_shapes_are_not_averaged(tmp_path, odd, why):
+    """Another run's (or another model's) checkpoint among them: one line naming it, not a shape error naming
+    no file, nor a key that some lack divided by all of them."""
+    paths = [tmp_path / "checkpoint1.pt", tmp_path / "checkpoint2.pt"]
+    for path, model in zip(paths, ({"w": torch.zeros(2), "n": torch.tensor([1])}, odd)):
+        torch.save({"model": model, "model_name": "transformer", "model_config": {}}, path)
+    with pytest.raises(UserError, match=f"^{paths[1]}: cannot be averaged with {paths[0]}: {re.escape(why)};"):
+        average(paths, tmp_path / "avg.pt")
+    assert not (tmp_path / "avg.pt").exists()
 
 
 def test_early_stopping_on_validation_bleu(data, tmp_path):

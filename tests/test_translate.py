@@ -15,7 +15,7 @@ import torch
 
 from conftest import toy_spec
 from layerwise_nmt.training import checkpoint
-from layerwise_nmt import cli
+from layerwise_nmt import UserError, cli
 from layerwise_nmt import grid as config_module
 from layerwise_nmt.data.vocab import Dictionary
 from layerwise_nmt.training.loop import train
@@ -142,6 +142,18 @@ def test_a_corrupt_or_truncated_model_is_one_line_naming_it(trained, tmp_path, c
     bad.write_bytes(data[: len(data) // 2] if content == "cut" else content)
     code, _, err = lwnmt("translate", *decode_args(trained, model=bad), stdin=b"w1\n")
     assert f"{bad}: not a readable checkpoint, truncated or corrupt?" in one_line_error(code, err)
+
+
+def test_weights_that_do_not_fit_the_models_code_are_one_line_naming_the_file(trained, tmp_path):
+    """Same settings, other code (a plugin edited after training): load_state_dict's many-line error becomes one."""
+    import torch
+
+    state = torch.load(trained["model"], weights_only=False)
+    state["model"].pop(next(iter(state["model"])))
+    edited = tmp_path / "model.pt"
+    torch.save(state, edited)
+    code, _, err = lwnmt("translate", *decode_args(trained, model=edited), stdin=b"w1\n")
+    assert f"{edited}: its tensors do not fit model " in one_line_error(code, err)
 
 
 def test_invalid_utf8_on_stdin_is_one_line(trained):
@@ -437,3 +449,15 @@ def test_an_output_far_shorter_than_its_source_is_named():
         "sentences)",
     ]
     assert length_warnings(sources[3:], outputs[3:], "in.de", None, 1024) == []  # an older model: nothing to compare
+
+
+@pytest.mark.parametrize("content", ['{"bleu": 30.1}', "lenpen: 1.2", '{"lenpen": "high"}'])
+def test_a_lenpen_file_that_is_not_pick_lenpens_is_one_line_naming_it(tmp_path, content):
+    from layerwise_nmt.inference.translation import decoding_options
+
+    wrong = tmp_path / "score.json"
+    wrong.write_text(content)
+    with pytest.raises(UserError, match=f"^--lenpen-from {wrong}: .*expected the file lwnmt pick-lenpen writes$"):
+        decoding_options("{}", {}, str(wrong))
+    wrong.write_text('{"lenpen": 1.2, "bleu": {"1.2": 30.1}}')
+    assert decoding_options("{}", {"beam": 4}, str(wrong)) == {"beam": 4, "lenpen": 1.2}

@@ -89,6 +89,19 @@ def describe(hint: Any, bounds: dict) -> str:
     return " ".join([name, " and ".join(f"{BOUNDS[b][1]} {v:g}" for b, v in bounds.items())]) if bounds else name
 
 
+def read_as_text(value: Any, hint: Any) -> str:
+    """Why a number may have arrived as a string: YAML 1.1 (PyYAML, Snakemake) reads 5e-4, with no dot in the
+    mantissa, as text, where a researcher (and YAML 1.2, and JSON) sees a number."""
+    if not isinstance(value, str):
+        return ""
+    mantissa, e, exponent = value.lower().partition("e")
+    if not (e and mantissa.lstrip("+-").isdigit() and exponent.lstrip("+-").isdigit()):
+        return ""
+    if not type_matches(float(value), hint):
+        return ""
+    return f" (YAML reads {value} as text, for want of a dot: write {mantissa}.0e{exponent} or {float(value)!r})"
+
+
 def in_range(value: Any, bounds: dict) -> bool:
     values = value if isinstance(value, (list, tuple)) else [value]
     return all(v is None or BOUNDS[b][0](v, limit) for v in values for b, limit in bounds.items())
@@ -121,8 +134,9 @@ class Settings:
         for f in fields(cls):
             if f.name in values:
                 value, bounds = values[f.name], f.metadata.get("bounds", {})
-                if not type_matches(value, hints[f.name]) or not in_range(value, bounds):
-                    raise SettingError(f.name, value, describe(hints[f.name], bounds))
+                hint = hints[f.name]
+                if not type_matches(value, hint) or not in_range(value, bounds):
+                    raise SettingError(f.name, value, describe(hint, bounds) + read_as_text(value, hint))
 
     @classmethod
     @cache

@@ -119,6 +119,9 @@ def _sigterm_exits():
         signal.signal(signal.SIGTERM, previous)
 
 
+OWN_GZIP = "expected gzip-compressed UTF-8 text: compress it again, or name the uncompressed file in the config"
+
+
 def extract_member(
     archive: str | os.PathLike,
     member: str | None,
@@ -163,6 +166,8 @@ def extract_member(
                 with gzip.open(archive) as src, open(tmp, "wb") as dst:
                     shutil.copyfileobj(src, dst, CHUNK)
                 if text:  # the user's own gzipped file: its text checked, and compared with its first use
+                    if os.path.getsize(tmp) == 0:  # else it passes every step up to training's first validation
+                        raise UserError(f"{archive} is empty (it decompresses to nothing); expected a sentence a line")
                     check_text(tmp, archive)
                     _check_unchanged(tmp, out, archive, where, checksum)
             else:
@@ -171,10 +176,14 @@ def extract_member(
                 checksum.verify(tmp, name, where, culprit=archive)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, gzip.BadGzipFile, zlib.error, KeyError) as err:
         kind = "zlib.error" if isinstance(err, zlib.error) else type(err).__name__  # zlib's class is `error`
+        if text:  # the user's own file, perhaps their only copy: never advise deleting it
+            raise UserError(f"{archive}: not a readable gzip file ({kind}: {err}); {OWN_GZIP}") from None
         raise UserError(
             f"{archive}: truncated or corrupt archive ({kind}: {err}); delete it and fetch it again from {where}"
         ) from None
     except OSError as err:  # reading the archive failed (disk errors of the output were named above)
+        if text:
+            raise UserError(f"{archive}: could not be read ({type(err).__name__}: {err}); {OWN_GZIP}") from None
         raise UserError(
             f"{archive}: could not be read ({type(err).__name__}: {err}); if the file is damaged, delete "
             f"it and fetch it again from {where}"

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 import re
 from pathlib import Path
 
 from .. import UserError
-from .tasks import SPLITS
+from .tasks import SPLIT_FORMAT, SPLITS
 
 # File-name components that look like a language code but say something else about the file.
 NOT_LANGUAGES = {
@@ -73,7 +74,7 @@ def expand_local(config: dict) -> None:
                 task.setdefault("tokenize", {}).setdefault("zh", {}).setdefault("tokenizer", "jieba")
         splits = task.setdefault("splits", {})
         for split in SPLITS + tuple(named):
-            default: dict = {"parts": [f"{split}.{{lang}}"], "format": "plain"}
+            default: dict = {"parts": [f"{split}.{{lang}}"], "format": SPLIT_FORMAT}
             if split == "train":
                 default["clean"] = {"ratio": 9.0, "min_len": 1, "max_len": 250}
             else:  # the user's own evaluation data (valid, test, named test sets): nothing else checked it
@@ -105,7 +106,13 @@ def split_files(local: dict, split: str, task: dict, dataset: str, task_name: st
                 f"config key {key}: {entry!r} has no {{lang}}; expected a name such as "
                 f'"{split}.{{lang}}" or one name per language ({langs[0]}: ..., {langs[1]}: ...)'
             )
-        files = {lang: entry.format(lang=lang) for lang in langs}
+        try:
+            files = {lang: entry.format(lang=lang) for lang in langs}
+        except (KeyError, IndexError, ValueError) as err:  # another {placeholder}, or a stray brace
+            raise UserError(
+                f"config key {key}: {entry!r} is not a name with {{lang}} in it ({type(err).__name__}: {err}); "
+                f"expected {{lang}} as its only placeholder (a literal brace is written twice: {{{{ }}}})"
+            ) from None
         _check_present(local, key, files, entry, task_name)
         return files
     if sorted(entry) != sorted(langs):
@@ -168,7 +175,7 @@ def estimate(root: Path, files: dict, task: dict) -> dict | None:
     try:
         pairs, words = _count(train[0])
         words_tgt = _count(train[1])[1]
-    except (OSError, EOFError, gzip.BadGzipFile):  # unreadable: the extract job names the file and why
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):  # unreadable: the extract job names the file and why
         return None
     if not pairs:
         return None

@@ -378,7 +378,7 @@ def load_model(
     settings, so that an edited config never decodes with a stale model in silence. A model from outside the
     package is imported only from code its user named: `user_code` (--user-dir, --user-module) or the experiment's
     `models:` entry."""
-    from ..training.checkpoint import check_dictionaries, load_model
+    from ..training.checkpoint import check_dictionaries, load_model, misfit
     from .export import check_against, check_languages
     from ..models import build
 
@@ -397,7 +397,13 @@ def load_model(
     if experiment is not None:
         check_against(state, path, experiment["model"], experiment["arch"], experiment["name"], user)
     model = build(state["model_name"], state["model_config"], user)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, ValueError, KeyError) as err:  # same settings, other code: a plugin edited since
+        raise UserError(
+            f"{path}: its tensors do not fit model {state['model_name']} as its code builds it now "
+            f"({misfit(err)}); was the model's code changed after it was trained?"
+        ) from None
     # what translate compares an input with: {"src": n, "tgt": n}, the longest training pair's sides in tokens
     # with </s> (None: a model trained before it was recorded, or imported from fairseq)
     model.trained_lengths = state.get("trained_lengths") or None

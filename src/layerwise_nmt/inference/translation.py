@@ -83,9 +83,20 @@ def decoding_options(options: str, flags: dict, lenpen_from: str | None = None) 
     merged = json_object(options, "--options")
     merged.update({key: value for key, value in flags.items() if value is not None})
     if lenpen_from:
-        merged["lenpen"] = json.loads(Path(lenpen_from).read_text())["lenpen"]
+        merged["lenpen"] = tuned_lenpen(lenpen_from)
         log.info("length penalty %s, tuned on the validation set (%s)", merged["lenpen"], lenpen_from)
     return merged
+
+
+def tuned_lenpen(path: str) -> float:
+    """The length penalty in `lwnmt pick-lenpen`'s JSON, or a one-line UserError naming the file."""
+    try:
+        tuned = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"--lenpen-from {path}: not JSON ({err}); expected the file lwnmt pick-lenpen writes") from None
+    if not isinstance(tuned, dict) or not isinstance(tuned.get("lenpen"), (int, float)):
+        raise UserError(f"--lenpen-from {path}: no number under 'lenpen'; expected the file lwnmt pick-lenpen writes")
+    return tuned["lenpen"]
 
 
 def prepare(request: Request, options: dict, tmp: Path, trained_model: Callable[..., dict] | None = None) -> Job:

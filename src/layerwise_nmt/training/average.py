@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from .. import UserError
 from .checkpoint import load_model, save
 
 log = logging.getLogger(__name__)
@@ -18,8 +19,13 @@ def average(paths: list[Path], out: str | Path) -> None:
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     newest = None
+    shapes: dict[str, tuple] | None = None
     for path in paths:
         state = load_model(path)
+        own = {key: tuple(tensor.shape) for key, tensor in state["model"].items()}
+        if shapes is not None and own != shapes:  # else a shape error naming no file, or a key divided by too many
+            raise UserError(f"{path}: cannot be averaged with {paths[0]}: {differs(shapes, own)}; expected one run's")
+        shapes = own
         for key, tensor in state["model"].items():
             dtypes[key] = tensor.dtype
             value = tensor.to(torch.float64) if tensor.is_floating_point() else tensor
@@ -43,3 +49,13 @@ def average(paths: list[Path], out: str | Path) -> None:
         },
     )
     log.info("averaged %d checkpoints (%s) → %s", len(paths), ", ".join(p.name for p in paths), out)
+
+
+def differs(first: dict[str, tuple], other: dict[str, tuple]) -> str:
+    """The first way two checkpoints' tensors differ, in words."""
+    if missing := sorted(first.keys() - other.keys()):
+        return f"it lacks {missing[0]}"
+    if extra := sorted(other.keys() - first.keys()):
+        return f"it has {extra[0]}, which the first lacks"
+    key = next(k for k in first if first[k] != other[k])
+    return f"{key} is {list(other[key])}, not {list(first[key])}"

@@ -166,7 +166,7 @@ def load(path: str | Path) -> dict:
             f"{path}: refused: it needs {name}, {why}; a checkpoint may hold only tensors, plain data, "
             f"numpy arrays and argparse.Namespace"
         ) from None
-    except (RuntimeError, EOFError, ValueError, IndexError, KeyError, zipfile.BadZipFile) as err:
+    except (RuntimeError, EOFError, ValueError, IndexError, KeyError, OSError, zipfile.BadZipFile) as err:
         raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
 
 
@@ -354,13 +354,17 @@ def recorded_precision(state: dict | None, cfg, device: torch.device) -> Precisi
 def unfit(path: Path, model: str, save_dir: Path, err: Exception) -> UserError:
     """The one-line refusal of a checkpoint whose tensors (or optimizer state) do not fit the model as its code
     builds it now, with the first thing load_state_dict names: same settings, other code."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
-    detail = detail if len(detail) <= 160 else detail[:157] + "..."
     return UserError(
         f"{path}: not resumed: its tensors do not fit model {model} as its code builds it now "
-        f"({detail}); to train it from update 0, move {save_dir} aside"
+        f"({misfit(err)}); to train it from update 0, move {save_dir} aside"
     )
+
+
+def misfit(err: Exception) -> str:
+    """The first mismatch load_state_dict's many-line error names (a missing key, a shape), cut to one line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
+    return detail if len(detail) <= 160 else detail[:157] + "..."
 
 
 def set_aside(save_dir: Path) -> Path:
