@@ -13,6 +13,7 @@ from layerwise_nmt.grid.rule_inputs import LENPEN_TUNING_SPLIT
 from layerwise_nmt.snakemake_glue import snakefile
 
 snakefile.prepare_jobs(SOURCES, workflow.is_main_process)
+shell.prefix(snakefile.job_shell_prefix(SOURCES, shell.get_executable()))  # the package for conda jobs too
 TARGET_TASKS = snakefile.check_config(config, workflow, logger, rehearse=rehearsal.apply)  # fills schema defaults
 GPUS_PER_JOB = config["gpus_per_job"]  # per training job; 0 = CPU
 if workflow.is_main_process:

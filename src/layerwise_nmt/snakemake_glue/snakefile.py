@@ -91,11 +91,11 @@ def stop(err) -> None:
 def prepare_jobs(sources: str | Path, main_process: bool, environ=os.environ) -> None:
     """The environment every job inherits. Rules call the package as `python -m layerwise_nmt`, found through
     PYTHONPATH (the checkout's src/, `sources`), so that the same command works in the project's .venv, in the
-    conda envs of envs/ and on SLURM nodes (where Snakemake re-reads the Snakefile); a job's one-line error also
-    goes to Snakemake's console (its stderr is the log; cli reads the variable); jobs run the Python that runs
-    Snakemake (or their rule's conda env), whatever `python` is first on PATH. In the main process, a training
-    stopped by Ctrl-C stops the workflow through WORKFLOW_PID (job_env.py), and a stop sent to this process alone
-    stops the running jobs, as a terminal's Ctrl-C does."""
+    conda envs of envs/ (job_shell_prefix) and on SLURM nodes (where Snakemake re-reads the Snakefile); a job's
+    one-line error also goes to Snakemake's console (its stderr is the log; cli reads the variable); jobs run the
+    Python that runs Snakemake (or their rule's conda env), whatever `python` is first on PATH. In the main
+    process, a training stopped by Ctrl-C stops the workflow through WORKFLOW_PID (job_env.py), and a stop sent to
+    this process alone stops the running jobs, as a terminal's Ctrl-C does."""
     environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(sources), environ.get("PYTHONPATH")])))
     environ.update(LWNMT_ERRORS_ON_STDOUT="1")
     environ.update(PATH=job_path(environ.get("PATH")))
@@ -103,6 +103,22 @@ def prepare_jobs(sources: str | Path, main_process: bool, environ=os.environ) ->
         environ.update({WORKFLOW_PID: str(os.getpid())})
         environ.update({WORKFLOW_RUN: f"{os.getpid()}-{time.time_ns()}"})
         forward_stops()
+
+
+def job_shell_prefix(sources: str | Path, executable: str | None) -> str:
+    """What every job's shell command begins with (Snakemake's `shell.prefix`, written for its formatting): the
+    checkout's src/ put back on PYTHONPATH where it is missing, because `--use-conda` deletes PYTHONPATH from a
+    conda job's environment (conda's search paths must not mix), and no env of envs/ installs the package; left
+    as it is where prepare_jobs' is there, so that an unchanged environment stays the fork server's. Bash keeps
+    the `set -euo pipefail` Snakemake gives it by default."""
+    import shlex
+
+    src = shlex.quote(str(sources)).replace("{", "{{").replace("}", "}}")
+    strict = "set -euo pipefail; " if Path(executable or "").name == "bash" else ""
+    return (
+        f'{strict}case ":${{PYTHONPATH:-}}:" in *:{src}:*) ;; '
+        f"*) export PYTHONPATH={src}${{PYTHONPATH:+:$PYTHONPATH}} ;; esac; "
+    )
 
 
 def config_files(workflow) -> list[str]:
