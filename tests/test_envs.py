@@ -182,8 +182,10 @@ def test_conda_jobs_find_the_package_though_snakemake_removes_pythonpath(tmp_pat
 
     from layerwise_nmt.snakemake_glue.snakefile import job_shell_prefix
 
-    src = tmp_path / "check out" / "src"  # a space, as a user's home may have
-    prefix = job_shell_prefix(src, "/bin/bash").replace("{{", "{").replace("}}", "}")  # as Snakemake formats it
+    src = tmp_path / "check out {1}" / "src"  # a space, as a user's home may have; braces, as Snakemake formats
+    from snakemake.utils import format as snakemake_format
+
+    prefix = snakemake_format(job_shell_prefix(src, "/bin/bash"))  # as shell.prefix formats it
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for before, after in [(None, f"{src}"), (f"{src}:/x", f"{src}:/x"), ("/x", f"{src}:/x"), ("", f"{src}")]:
         given = env | ({} if before is None else {"PYTHONPATH": before})

@@ -61,6 +61,18 @@ def test_piped_lines_stay_whole():
     )
 
 
+def test_an_archive_reported_broken_waits_for_a_person_only_without_a_mirror():
+    """The CWMT zips: their FTP host is reported unreachable, and a mirror (checked against the same sha256) is
+    tried next, so the task is a download, not a manual step; without the mirror, it would be one."""
+    config = grid.load(ROOT / "config.yaml")
+    assert grid.task_status(config, "wmt17_zhen").state == "download"
+    for entry in config["datasets"]["wmt17-zh-en"]["archives"].values():
+        if entry.get("reported_broken"):
+            del entry["mirrors"]
+    zhen = grid.task_status(config, "wmt17_zhen")
+    assert zhen.state == "manual" and "casia2015.zip" in zhen.reason and "CWMT FTP host" in zhen.reason
+
+
 def test_a_manual_download_is_its_own_state_counted_apart():
     config = grid.load(ROOT / "config.yaml")
     statuses = grid.all_statuses(config)

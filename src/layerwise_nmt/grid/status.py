@@ -100,7 +100,7 @@ def fetch_needs(config: dict, task: str) -> tuple[dict[str, list[str]], list[str
             continue
         file = path.rsplit("/", 1)[1]
         entry = spec.get("archives", {}).get(file) or spec["files"][file]
-        if not urls_of(entry) or entry.get("reported_broken"):
+        if not urls_of(entry) or (entry.get("reported_broken") and not entry.get("mirrors")):  # a mirror is tried
             if Path(path).is_file():  # fetched by hand into its download folder: at hand
                 continue
             why = "; ".join(filter(None, [entry.get("reported_broken"), entry.get("manual")]))

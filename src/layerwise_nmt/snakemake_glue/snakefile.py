@@ -113,12 +113,13 @@ def job_shell_prefix(sources: str | Path, executable: str | None) -> str:
     the `set -euo pipefail` Snakemake gives it by default."""
     import shlex
 
-    src = shlex.quote(str(sources)).replace("{", "{{").replace("}", "}}")
     strict = "set -euo pipefail; " if Path(executable or "").name == "bash" else ""
-    return (
-        f'{strict}case ":${{PYTHONPATH:-}}:" in *:{src}:*) ;; '
-        f"*) export PYTHONPATH={src}${{PYTHONPATH:+:$PYTHONPATH}} ;; esac; "
-    )
+    command = 'case ":${PYTHONPATH:-}:" in *:SRC:*) ;; *) export PYTHONPATH=SRC${PYTHONPATH:+:$PYTHONPATH} ;; esac; '
+
+    def braced(text: str) -> str:  # Snakemake formats the prefix: its braces, and the path's, are doubled
+        return text.replace("{", "{{").replace("}", "}}")
+
+    return braced(strict + command).replace("SRC", braced(shlex.quote(str(sources))))
 
 
 def config_files(workflow) -> list[str]:
