@@ -156,6 +156,17 @@ def test_weights_that_do_not_fit_the_models_code_are_one_line_naming_the_file(tr
     assert f"{edited}: its tensors do not fit model " in one_line_error(code, err)
 
 
+def test_a_model_setting_this_version_does_not_know_is_one_line_naming_the_file(trained, tmp_path):
+    import torch
+
+    state = torch.load(trained["model"], weights_only=False)
+    state["model_config"]["from_a_newer_version"] = 1
+    newer = tmp_path / "model.pt"
+    torch.save(state, newer)
+    code, _, err = lwnmt("translate", *decode_args(trained, model=newer), stdin=b"w1\n")
+    assert f"{newer}: unknown model setting(s) from_a_newer_version" in one_line_error(code, err)
+
+
 def test_invalid_utf8_on_stdin_is_one_line(trained):
     code, _, err = lwnmt("translate", *decode_args(trained), stdin=b"w1\nw2 \xff w3\n")
     assert "stdin:2: invalid UTF-8 at byte 3" in one_line_error(code, err)

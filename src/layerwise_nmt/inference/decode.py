@@ -396,7 +396,10 @@ def load_model(
         user = (user_code or UserCode()).model_of(state, path)
     if experiment is not None:
         check_against(state, path, experiment["model"], experiment["arch"], experiment["name"], user)
-    model = build(state["model_name"], state["model_config"], user)
+    try:
+        model = build(state["model_name"], state["model_config"], user)
+    except UserError as err:  # settings this version does not know (a newer version's model), or refuses
+        raise UserError(f"{path}: {err}" if user is None else str(err)) from None  # a user model's names its place
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, ValueError, KeyError) as err:  # same settings, other code: a plugin edited since
