@@ -32,7 +32,17 @@ def test_every_field_refuses_a_value_of_the_wrong_type(settings):
         (  # PyYAML's YAML 1.1 reads `lr: 5e-4` as a string
             TrainConfig,
             {"lr": "5e-4"},
-            "lr='5e-4'; expected a number > 0 (YAML reads 5e-4 as text, for want of a dot: write 5.0e-4 or 0.0005)",
+            "lr='5e-4'; expected a number > 0 (YAML reads 5e-4 as text: write 5.0e-4 or 0.0005)",
+        ),
+        (
+            TrainConfig,
+            {"clip_norm": "1e1"},
+            "clip_norm='1e1'; expected a number ≥ 0 (YAML reads 1e1 as text: write 1.0e+1 or 10.0)",
+        ),
+        (
+            TrainConfig,
+            {"clip_norm": "1.0e1"},
+            "clip_norm='1.0e1'; expected a number ≥ 0 (YAML reads 1.0e1 as text: write 1.0e+1 or 10.0)",
         ),
         (TrainConfig, {"max_tokens": "4e3"}, "max_tokens='4e3'; expected an integer ≥ 1 or null"),
         (TrainConfig, {"adam_betas": [0.9]}, "adam_betas=[0.9]; expected a list of 2 numbers ≥ 0 and < 1"),

@@ -8,6 +8,7 @@ traceback."""
 from __future__ import annotations
 
 import operator
+import re
 import types
 from dataclasses import Field, field, fields
 from difflib import get_close_matches
@@ -89,17 +90,19 @@ def describe(hint: Any, bounds: dict) -> str:
     return " ".join([name, " and ".join(f"{BOUNDS[b][1]} {v:g}" for b, v in bounds.items())]) if bounds else name
 
 
+# What YAML 1.1 (PyYAML, Snakemake) reads as a number in scientific notation: a dot in the mantissa and a signed
+# exponent. 5e-4, 1e3 and 1.0e3 are read as text, where a researcher (and YAML 1.2, and JSON) sees a number.
+YAML_TEXT_NUMBER = re.compile(r"[-+]?\d+(\.\d*)?[eE]([-+]?)(\d+)")
+
+
 def read_as_text(value: Any, hint: Any) -> str:
-    """Why a number may have arrived as a string: YAML 1.1 (PyYAML, Snakemake) reads 5e-4, with no dot in the
-    mantissa, as text, where a researcher (and YAML 1.2, and JSON) sees a number."""
-    if not isinstance(value, str):
+    """Why a number may have arrived as a string, and how to write it so that YAML reads a number."""
+    found = YAML_TEXT_NUMBER.fullmatch(value) if isinstance(value, str) else None
+    if found is None or not type_matches(float(value), hint):
         return ""
-    mantissa, e, exponent = value.lower().partition("e")
-    if not (e and mantissa.lstrip("+-").isdigit() and exponent.lstrip("+-").isdigit()):
-        return ""
-    if not type_matches(float(value), hint):
-        return ""
-    return f" (YAML reads {value} as text, for want of a dot: write {mantissa}.0e{exponent} or {float(value)!r})"
+    mantissa, exponent = value.lower().split("e")
+    written = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent if found[2] else '+' + exponent}"
+    return f" (YAML reads {value} as text: write {written} or {float(value)!r})"
 
 
 def in_range(value: Any, bounds: dict) -> bool:

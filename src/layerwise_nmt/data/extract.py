@@ -5,6 +5,7 @@ line for line."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import glob
 import gzip
@@ -182,8 +183,9 @@ def extract_member(
             f"{archive}: truncated or corrupt archive ({kind}: {err}); delete it and fetch it again from {where}"
         ) from None
     except OSError as err:  # reading the archive failed (disk errors of the output were named above)
-        if text:
-            raise UserError(f"{archive}: could not be read ({type(err).__name__}: {err}); {OWN_GZIP}") from None
+        if text:  # gzip's EINVAL: too short to be gzip (a 0-byte file); another errno is the disk's
+            advice = f"; {OWN_GZIP}" if err.errno in (None, errno.EINVAL) else ""
+            raise UserError(f"{archive}: could not be read ({type(err).__name__}: {err}){advice}") from None
         raise UserError(
             f"{archive}: could not be read ({type(err).__name__}: {err}); if the file is damaged, delete "
             f"it and fetch it again from {where}"

@@ -84,7 +84,7 @@ def check_own_models(config: dict, cache: Path | None = None, python: str = sys.
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise UserError(
             f"config key models: building experiment(s) {', '.join(names)} failed: {last} (`lwnmt "
-            f"params {' '.join(names)}` prints its traceback)"
+            f"params -v {' '.join(names)}` prints its traceback)"
         )
     if cache is not None:
         _write_passed(cache, key)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import errno
 import json
 import logging
 import os
@@ -167,7 +168,9 @@ def load(path: str | Path) -> dict:
             f"numpy arrays and argparse.Namespace"
         ) from None
     except (RuntimeError, EOFError, ValueError, IndexError, KeyError, OSError, zipfile.BadZipFile) as err:
-        raise UserError(f"{path}: not a readable checkpoint, truncated or corrupt? ({_first_line(err)})") from None
+        disk = isinstance(err, OSError) and err.errno not in (None, errno.EINVAL)  # the disk's failure, not the file's
+        why = "could not be read" if disk else "not a readable checkpoint, truncated or corrupt?"
+        raise UserError(f"{path}: {why} ({_first_line(err)})") from None
 
 
 def load_model(path: str | Path, named: bool = True) -> dict:
@@ -349,15 +352,6 @@ def recorded_precision(state: dict | None, cfg, device: torch.device) -> Precisi
     ):
         return None
     return Precision.from_dict(recorded)
-
-
-def unfit(path: Path, model: str, save_dir: Path, err: Exception) -> UserError:
-    """The one-line refusal of a checkpoint whose tensors (or optimizer state) do not fit the model as its code
-    builds it now, with the first thing load_state_dict names: same settings, other code."""
-    return UserError(
-        f"{path}: not resumed: its tensors do not fit model {model} as its code builds it now "
-        f"({misfit(err)}); to train it from update 0, move {save_dir} aside"
-    )
 
 
 def misfit(err: Exception) -> str:

@@ -218,7 +218,10 @@ def _start(
             model.load_state_dict(state["model"])
             run.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as err:  # the model's code changed, not its settings
-            raise checkpoint.unfit(resumed_from, spec["model"], save_dir, err) from None
+            raise UserError(
+                f"{resumed_from}: not resumed: its tensors do not fit model {spec['model']} as its code builds it "
+                f"now ({checkpoint.misfit(err)}); to train it from update 0, move {save_dir} aside"
+            ) from None
         scaler.load_state_dict(state["scaler"])
         run.progress = Progress.from_dict(state["progress"])
         set_rng_state(state["rng"])
