@@ -81,15 +81,17 @@ def test_replayed_updates_train_as_the_eager_ones_to_the_bit(toy_data, tmp_path,
 
 def test_the_emulated_path_follows_todays_default_update_within_rounding(toy_data, tmp_path):
     """Against the CPU's default (foreach Adam, no graphs) over 300 updates: every epoch's training and validation
-    loss the same to float rounding (the weights of rarely seen tokens drift further apart: Adam's normalised step
-    magnifies a rounding difference in a gradient near zero, and fused and foreach Adam round differently)."""
+    loss the same to float rounding, which grows with the updates (Adam's normalised step magnifies a rounding
+    difference in a gradient near zero, and fused and foreach Adam round differently: by the last epochs up to 2e-4
+    of the loss on an AVX2-only Zen 3, under 1e-5 on AVX-512 CPUs); the first epochs agree to 1e-5 on any CPU."""
     spec = toy_spec(max_update=300, **FIXED)
     for name, mode in (("g", "emulated"), ("e", "off")):
         train_in(mode, spec, toy_data, tmp_path / name)
     g, e = (pd.read_csv(tmp_path / name / "metrics.csv") for name in ("g", "e"))
     assert len(g) == len(e) > 10 and g["update"].iloc[-1] == e["update"].iloc[-1] == 300
     for column in ("train_loss", "valid_loss"):
-        assert g[column].to_numpy() == pytest.approx(e[column].to_numpy(), rel=1e-5), column
+        assert g[column].to_numpy()[:5] == pytest.approx(e[column].to_numpy()[:5], rel=1e-5), column
+        assert g[column].to_numpy() == pytest.approx(e[column].to_numpy(), rel=1e-3), column
 
 
 def test_an_update_that_reads_a_python_number_of_its_batch_is_caught(toy_data, tmp_path, fused_when_eager):

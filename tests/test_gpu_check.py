@@ -116,6 +116,9 @@ def test_a_graphs_speed_row_times_replays_only(monkeypatch):
     assert row["timed_updates_by_path"] == {"eager": 0, "captured": 0, "replayed": 2} and row["graphs_captured"] >= 1
 
 
+BF16_CPU = ["bf16", "bf16-weights", "fp32"]  # gpu_check.precisions on a CPU with native bf16
+
+
 def test_the_precisions_asked_for_are_the_speed_rows_too(tmp_path, monkeypatch):
     """`--precisions bf16-weights` keeps a short allocation to that precision's rows (it chose only the checks')."""
     timed = []
@@ -125,8 +128,9 @@ def test_the_precisions_asked_for_are_the_speed_rows_too(tmp_path, monkeypatch):
     gpu_check.main([*args, "--precisions", "bf16-weights"])
     assert timed == ["bf16-weights"]
     timed.clear()
+    monkeypatch.setattr(gpu_check, "precisions", lambda device: BF16_CPU)  # whatever this CPU runs natively
     gpu_check.main(args)  # the default: each mixed precision the device trains in
-    assert timed == [p for p in gpu_check.precisions(torch.device("cpu")) if p != "fp32"]
+    assert timed == ["bf16", "bf16-weights"]
 
 
 def test_a_failing_speed_row_or_probe_fails_the_run(tmp_path, monkeypatch):
@@ -287,6 +291,7 @@ def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growt
 
     monkeypatch.setattr(gpu_check, "measure", measure)
     monkeypatch.setattr(gpu_check, "auto_choice", lambda name, config, device, tokens, measured: {"rows": measured})
+    monkeypatch.setattr(gpu_check, "precisions", lambda device: BF16_CPU)  # an AVX2-only CPU would time no row
     args = gpu_check.argparse.Namespace(
         speed_rows=["transformer_iwslt_de_en"],
         precisions=None,
