@@ -103,7 +103,8 @@ study-collect: $(VENV)/.installed
 # before the seed's other trainings end.
 export LWNMT_HELDOUT_DIR
 STUDY ?= cpu
-STUDY_ARGS = --config config.yaml --config config/study_$(STUDY).yaml --table study_$(STUDY)/T1
+TABLE ?= T1
+STUDY_ARGS = --config config.yaml --config config/study_$(STUDY).yaml --table study_$(STUDY)/$(TABLE)
 study-cpu: $(VENV)/.installed
 	$(if $(SEED),,$(error study-cpu: set SEED, e.g. make study-cpu SEED=1))
 	targets=$$(python -m layerwise_nmt evidence targets $(STUDY_ARGS) --seed $(SEED) --out docs/study/$(STUDY)) && \

@@ -18,6 +18,7 @@ from .experiments import experiment
 from .local_corpus import expand_local
 from .own_models import check_models
 from .papers import append_rows, rows
+from .protocol import check as check_protocol
 
 if TYPE_CHECKING:  # imported where a config is validated: reading one needs no jsonschema
     import jsonschema
@@ -222,6 +223,7 @@ def validate(config: dict) -> None:
         for key in ("experiment", "compare_to"):
             if key in row.spec and row.spec[key] not in experiments:
                 raise UserError(f"config key {row.key}/{key}: unknown experiment {row.spec[key]!r}")
+    check_protocol(config)
 
 
 def schema_error(error: "jsonschema.ValidationError") -> UserError:
