@@ -108,3 +108,17 @@ def test_the_grid_imports_neither_torch_nor_numpy():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_overlay_changes_only_the_experiment_it_names_where_yaml_anchors_share_settings(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text(
+        "experiments:\n"
+        "  demo.a: {task: multi30k_deen, model: transformer, train: &t {lr: 0.002, max_update: 10}}\n"
+        "  demo.b: {task: multi30k_deen, model: transformer, train: *t}\n"
+    )
+    more = tmp_path / "more.yaml"
+    more.write_text("experiments:\n  demo.b: {train: {lr: 0.001}}\n")
+    config = grid.load(ROOT / "config.yaml", base, more)
+    assert config["experiments"]["demo.b"]["train"]["lr"] == 0.001
+    assert config["experiments"]["demo.a"]["train"]["lr"] == 0.002  # the anchor's other user is left alone

@@ -25,6 +25,18 @@ def add_commands(sub) -> None:
     p.add_argument("--tgt-vocab", type=integer(1))
     p.add_argument("--format", choices=["table", "csv"], default="table")
 
+    p = command(
+        sub,
+        "show",
+        "an experiment exactly as its jobs receive it (model, arch, train, decode, score, average, warm start), "
+        "or with --protocol a study row's differences from the paper row it scales down",
+        cmd_show,
+    )
+    p.add_argument("experiment")
+    add_config_files(p)
+    p.add_argument("--seed", type=integer(0), help="the run's seed (default: the experiment's first)")
+    p.add_argument("--protocol", action="store_true", help="list the differences from its paper's row, with reasons")
+
     p = command(sub, "plan", "GPU-hours each table needs, estimated before running anything", cmd_plan)
     add_config_files(p)
     p.add_argument("--gpu", default=DEFAULT_GPU, help=f"the GPU to price on: {', '.join(GPUS)} (default {DEFAULT_GPU})")
@@ -66,6 +78,23 @@ def add_commands(sub) -> None:
         action="store_true",
         help="every task, experiment and table row of the config, not only what its `targets:` need",
     )
+
+
+def cmd_show(a) -> None:
+    import json
+
+    from ..grid import protocol
+    from ..grid.names import did_you_mean
+
+    config = common.load_config(a)
+    name = a.experiment
+    if name not in config["experiments"]:
+        hint = did_you_mean(name, config["experiments"], "experiments")
+        raise UserError(f"experiment {name!r}: not in the config{hint}")
+    if a.protocol:
+        print("\n".join(protocol.listing(config, [name])))
+        return
+    print(json.dumps(protocol.run_spec(config, name, a.seed), indent=1))
 
 
 def cmd_params(a) -> None:

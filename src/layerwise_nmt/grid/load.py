@@ -33,7 +33,7 @@ def load(*paths: str | os.PathLike) -> dict:
     the key it is about."""
     config: dict = {}
     for path in paths:
-        deep_update(config, read(path))
+        deep_update(config, unshared(read(path)))
     try:
         validate(config)
     except UserError as err:
@@ -142,6 +142,16 @@ def made_by_comparison(name: str, paths) -> tuple[str | os.PathLike, str] | None
         owner = next((c for c in data.get("compare") or {} if name.startswith(f"{c}.")), None)
         found = (path, owner) if owner else found
     return found
+
+
+def unshared(node: Any) -> Any:
+    """A copy in which no two places hold the same dict or list: YAML's anchors (`train: *cpu_train`) give several
+    experiments one object, and an overlay merged into one of them would change them all."""
+    if isinstance(node, dict):
+        return {key: unshared(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [unshared(value) for value in node]
+    return node
 
 
 def deep_update(base: dict, new: dict) -> dict:
@@ -260,6 +270,8 @@ def resolve_extends(experiments: dict) -> None:
             for k, v in resolved(parent, chain + (parent,)).items()
             if k != "description"
         }
+        if "departures" in base:  # a relation to a control or a parent is the row's own, never inherited
+            base["departures"] = {k: v for k, v in base["departures"].items() if not k.startswith("relation/")}
         own = {k: v for k, v in spec.items() if k != "extends"}
         experiments[name] = deep_update(base, own)
         return experiments[name]

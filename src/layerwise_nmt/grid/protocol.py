@@ -103,6 +103,18 @@ def resolved(config: dict, name: str) -> dict:
     return json.loads(json.dumps(out))  # tuples as lists, as the JSON each run's evidence records
 
 
+def run_spec(config: dict, name: str, seed: int | None = None) -> dict:
+    """One run of experiment `name` as its jobs receive it (`resolved`, one seed; the trainer's own seed set to
+    it): what `lwnmt show` prints and each study run's evidence records (experiment.json)."""
+    spec = resolved(config, name)
+    seed = spec["seeds"][0] if seed is None else seed
+    del spec["seeds"]
+    spec["seed"] = seed
+    spec["train"]["seed"] = seed
+    spec["scaled_from"] = paper_row(config, name)
+    return spec
+
+
 def flat(spec: dict) -> dict[str, Any]:
     """The settings that define what trains, as stage/key → value (name, seeds and warm start are compared apart)."""
     out: dict[str, Any] = {key: spec[key] for key in ("task", "model", "vocab")}
@@ -187,7 +199,7 @@ def relation_differences(config: dict, name: str) -> list[Difference]:
     stated = config["experiments"][name].get("departures") or {}
     out = []
     ours = resolved(config, name)
-    paper = resolved(config, paper_row(config, name))
+    paper = resolved(config, str(paper_row(config, name)))
 
     def add(key: str, a: Any, b: Any) -> None:
         out.append(Difference(key, a, b, stated.get(key), False))
@@ -200,9 +212,10 @@ def relation_differences(config: dict, name: str) -> list[Difference]:
         if a is None or b is None or abs(a - b) > 1e-9:
             add("relation/continued_budget", a, b)
     for control in controls(config, name):
-        if not paper_row(config, control):
+        control_paper = paper_row(config, control)
+        if not control_paper:
             continue
-        c_ours, c_paper = resolved(config, control), resolved(config, paper_row(config, control))
+        c_ours, c_paper = resolved(config, control), resolved(config, control_paper)
         a = ours["train"]["lr"] / c_ours["train"]["lr"]
         if same_paper(paper["name"], c_paper["name"]):
             b = paper["train"]["lr"] / c_paper["train"]["lr"]
@@ -228,7 +241,7 @@ def check(config: dict) -> None:
     """Refuse a study row whose paper row is unknown, a departure named for a key no setting has, or a
     difference from its paper's row without a reason; each in one line naming the key."""
     for name in study_rows(config):
-        paper = paper_row(config, name)
+        paper = str(paper_row(config, name))
         if paper not in config["experiments"]:
             raise UserError(f"config key experiments/{name}/scaled_from: unknown experiment {paper!r}")
         known = set(flat(resolved(config, name))) | set(flat(resolved(config, paper))) | {"average", *RELATIONS}

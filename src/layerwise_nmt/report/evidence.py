@@ -25,7 +25,7 @@ from datetime import date
 from pathlib import Path
 
 from .. import UserError
-from ..grid import experiment_dir, experiment, heldout_sets
+from ..grid import experiment_dir, experiment, heldout_sets, protocol
 from ..grid.layout import heldout_prefix
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,16 @@ RUN_FILES = {
 }
 REQUIRED = ("test.score.json", "test.txt", "training.json", "metrics.csv")
 SUMMARY = "summary.json"
+FIRST_TABLE = "T1"
+
+
+def page_files(table: str) -> dict[str, str]:
+    """The files a table's page is written to in its study's folder: the first table (T1) README.md, summary.json
+    and curves.png; another (T2, ...) T2.md, summary.T2.json and curves.T2.png beside them, sharing the runs."""
+    name = table.partition("/")[2]
+    if name == FIRST_TABLE:
+        return {"page": "README.md", "summary": SUMMARY, "curves": "curves.png"}
+    return {"page": f"{name}.md", "summary": f"summary.{name}.json", "curves": f"curves.{name}.png"}
 
 
 def table_spec(config: dict, table: str) -> tuple[str, dict]:
@@ -207,6 +217,7 @@ def copy(
             **machine(),
         }
         (dest / "run.json").write_text(json.dumps(about, indent=1) + "\n")
+        (dest / "experiment.json").write_text(json.dumps(protocol.run_spec(config, name, s), indent=1) + "\n")
         copied.append(dest)
     return copied
 
@@ -407,6 +418,7 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
             for (n, s), r in records.items()
         ],
         "curves": {f"{n}/seed{s}": r["curve"] for (n, s), r in records.items()},
+        "protocol": protocol.listing(config, list(dict.fromkeys(row["experiment"] for row in rows(config, table)))),
     }
 
 

@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from .evidence import P_VALUE, SUMMARY
+from .evidence import P_VALUE, SUMMARY, page_files
 
 
 def fmt(value: float | None, digits: int = 2, sign: bool = False) -> str:
@@ -130,9 +130,10 @@ def write(
     collect_command: str = "lwnmt evidence collect",
     run_command: str = "lwnmt evidence copy --seed <k>",
 ) -> Path:
-    out = Path(out)
-    (out / SUMMARY).write_text(json.dumps({k: v for k, v in summary.items() if k != "curves"}, indent=1) + "\n")
-    drawn = curves_figure(summary, out / "curves.png")
+    out, files = Path(out), page_files(summary["table"])
+    kept = {k: v for k, v in summary.items() if k != "curves"}
+    (out / files["summary"]).write_text(json.dumps(kept, indent=1) + "\n")
+    drawn = curves_figure(summary, out / files["curves"])
     lines = [
         f"# {summary['title']}",
         "",
@@ -156,7 +157,7 @@ def write(
     ]
     if drawn:
         lines += [
-            "![validation curves](curves.png)",
+            f"![validation curves]({files['curves']})",
             "",
             "Validation loss over updates, every run (warm-started rows continue from their parent's last update).",
             "",
@@ -172,7 +173,18 @@ def write(
         "",
     ]
     lines += runs_lines(summary) + [""]
-    path = out / "README.md"
+    if summary.get("protocol"):
+        lines += [
+            "## Each row against its paper's row",
+            "",
+            "Every setting in which a row differs from the row of config.yaml it scales down (`lwnmt show "
+            "<experiment> --protocol`): the changes any scale-down makes (data, width, depth, budget), then each "
+            "departure with its reason. The suite refuses a difference without one.",
+            "",
+            *summary["protocol"],
+            "",
+        ]
+    path = out / files["page"]
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
