@@ -100,7 +100,8 @@ study-collect: $(VENV)/.installed
 # commit docs/study/ after each. The targets come first: --set-threads reads every word after it as a rule's
 # threads. Rerun after a kill (`snakemake --unlock` first): each training resumes from its last checkpoint, and the
 # runs trained already are translated first (--prioritize), so that `lwnmt evidence copy --partial` can commit them
-# before the seed's other trainings end.
+# before the seed's other trainings end. TABLE=T2 runs the seed's rows on the papers' own protocols (T1, the
+# default: the earlier recipe's rows); `make study-cpu6 TABLE=T2 SEED=1`.
 export LWNMT_HELDOUT_DIR
 STUDY ?= cpu
 TABLE ?= T1
@@ -115,15 +116,21 @@ study-cpu: $(VENV)/.installed
 	$(MAKE) study-cpu-collect STUDY=$(STUDY)
 
 study-cpu6:
-	$(MAKE) study-cpu STUDY=cpu6
+	$(MAKE) study-cpu STUDY=cpu6 TABLE=$(TABLE)
 
 # The bootstrap compares hypotheses against the tokenized test references: prepared if this checkout has none (only
 # then: a rerun of the data rules would make every training of a study in progress look out of date).
 STUDY_CPU_REF := results/multi30k_deen/data/text/test.de-en.en
+# T1: the earlier recipe's rows; T2: the same comparisons on the papers' own protocols (its page is T2.md)
+STUDY_TABLES := T1 T2
 study-cpu-collect: $(VENV)/.installed
 	test -f $(STUDY_CPU_REF) || snakemake $(STUDY_CPU_REF) --cores all --configfile config/study_$(STUDY).yaml
-	python -m layerwise_nmt evidence collect $(STUDY_ARGS) --out docs/study/$(STUDY) --ref $(STUDY_CPU_REF) \
-		--run-command "make study-$(STUDY) SEED=<k>" --collect-command "make study-$(STUDY)-collect"
+	for table in $(STUDY_TABLES); do \
+		python -m layerwise_nmt evidence collect --config config.yaml --config config/study_$(STUDY).yaml \
+			--table study_$(STUDY)/$$table --out docs/study/$(STUDY) --ref $(STUDY_CPU_REF) \
+			--run-command "make study-$(STUDY) TABLE=$$table SEED=<k>" \
+			--collect-command "make study-$(STUDY)-collect" || exit 1; \
+	done
 	python -m layerwise_nmt evidence depth --study 3+3=docs/study/cpu --study 6+6=docs/study/cpu6 \
 		--figure docs/study/depth.png
 	python -m layerwise_nmt docs

@@ -87,10 +87,21 @@ def test_copy_takes_text_only_and_refuses_an_unfinished_run(config, tmp_path, ca
     copied = evidence.copy(config, TABLE, 1, out, results)
     assert len(copied) == 7
     files = {p.name for p in (out / "study_cpu.lwc" / "seed1").iterdir()}
-    assert files == {"test.score.json", "test.txt", "training.json", "metrics.csv", "train.benchmark.tsv", "run.json"}
+    assert files == {
+        "test.score.json",
+        "test.txt",
+        "training.json",
+        "metrics.csv",
+        "train.benchmark.tsv",
+        "run.json",
+        "experiment.json",
+    }
     assert not list(out.rglob("*.pt"))
     about = json.loads((out / "study_cpu.lwc" / "seed1" / "run.json").read_text())
     assert about["seed"] == 1 and about["cpu"]
+    trained = json.loads((out / "study_cpu.lwc" / "seed1" / "experiment.json").read_text())
+    assert trained["model"] == "lwc" and trained["arch"]["layers"] == 7 and trained["train"]["seed"] == 1
+    assert trained["arch"]["norm"] == "post" and trained["scaled_from"] == "lwc.t1.deen.lwc_small"
 
     (results / "results" / TASK / "study_cpu.gca_full" / "seed1" / "test.txt").unlink()
     with pytest.raises(UserError, match=r"study_cpu.gca_full/seed1: test.txt missing"):

@@ -146,7 +146,7 @@ def test_a_half_written_run_is_named_not_tabulated(config, heldout, tmp_path):
     assert "Half-written runs, not tabulated" in page and "study_cpu6.mlrf_dec_sa/seed2: metrics.csv missing" in page
 
 
-def study(folder, depth, deltas, base):
+def study(folder, depth, deltas, base, file="summary.json", prefix="", departures=()):
     """A summary.json as `collect` writes it: per method its per-seed Δs against its control."""
     rows = [
         {
@@ -162,9 +162,10 @@ def study(folder, depth, deltas, base):
         rows.append(
             {
                 "label": f"{label} (some detail)",
-                "experiment": f"s{depth}.{key}",
+                "experiment": f"s{depth}.{prefix}{key}",
                 "n": len(values),
                 "warm_start": None,
+                "departures": list(departures),
                 "compare": {
                     "control": f"s{depth}.transformer",
                     "seeds": list(range(1, len(values) + 1)),
@@ -193,8 +194,8 @@ def study(folder, depth, deltas, base):
             },
         }
     )
-    folder.mkdir(parents=True)
-    (folder / "summary.json").write_text(json.dumps({"rows": rows}))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / file).write_text(json.dumps({"rows": rows}))
 
 
 def test_each_method_side_by_side_at_both_depths_with_a_sentence_and_a_figure(tmp_path):
@@ -219,7 +220,8 @@ def test_each_method_side_by_side_at_both_depths_with_a_sentence_and_a_figure(tm
         [43.0, 43.5, 43.1],
     )
     summary = depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")])
-    assert list(summary["methods"]) == ["lwc", "gca_full", "dou_deep"]  # the budget's check is no method
+    assert list(summary["methods"]) == ["lwc/earlier", "gca_full/earlier", "dou_deep/earlier"]  # the budget's check
+    # is no method
     block = depth.depth_block(summary)
     assert (
         "| LWC, He et al. 2018 | -1.50 ± 0.10 (n=3) | 0.010, 0.010, 0.010 | 0.200 | not held | +1.10 ± 0.10 (n=3) |"
@@ -247,7 +249,24 @@ def test_a_depth_not_collected_yet_is_said_so(tmp_path):
     block = depth.depth_block(summary)
     assert "| LWC | -1.45 ± 0.07 (n=2) |" in block and "— (not run yet)" in block
     assert f"Not collected yet: 6+6 (no summary.json in {tmp_path / 'cpu6'})" in block
-    assert "**LWC**: run at 3+3 only; no trend with depth yet." in block
+    assert "**LWC**: run at 3+3 only (the claim there: not held); no trend with depth yet." in block
+
+
+def test_both_recipes_side_by_side_and_the_earlier_ones_departures_named(tmp_path):
+    norm = {"key": "arch/norm", "ours": "post", "paper": "pre"}
+    schedule = {"key": "train/lr_scheduler", "ours": "polynomial_decay", "paper": "noam"}
+    for folder, d, delta in ((tmp_path / "cpu", "3+3", -1.5), (tmp_path / "cpu6", "6+6", -3.4)):
+        study(folder, d, [("lwc", "LWC", [delta, delta - 0.1, delta + 0.1])], [41.5, 41.7], departures=[norm, schedule])
+    study(tmp_path / "cpu6", "6+6", [("lwc", "LWC", [0.4])], [41.5], "summary.T2.json", "paper.", [schedule])
+    summary = depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")])
+    assert list(summary["methods"]) == ["lwc/earlier", "lwc/paper"]
+    block = depth.depth_block(summary)
+    rows = [line for line in block.splitlines() if line.startswith("| LWC")]
+    assert rows[0].startswith("| LWC, earlier recipe | -1.50") and "| -3.40" in rows[0]
+    assert rows[1].startswith("| LWC, paper's protocol | — (not run yet) |") and "| +0.40 (n=1) |" in rows[1]
+    # the departure the paper-protocol row keeps (the schedule) is not the earlier recipe's own
+    assert "**LWC, earlier recipe** (this recipe departs from its paper: norm post (paper: pre)): its Δ" in block
+    assert "**LWC, paper's protocol**: run at 6+6 only (the claim there: held); no trend" in block
 
 
 def test_held_out_translations_made_elsewhere_are_copied_without_the_folder_here(

@@ -64,7 +64,7 @@ class Difference:
     def line(self) -> str:
         why = self.reason if self.reason else "NO REASON GIVEN"
         kind = "scale-down" if self.scale_down else "departure"
-        return f"{self.key}: {fmt(self.ours)} (paper's row: {fmt(self.paper)}) [{kind}] {why}"
+        return f"{self.key}: {fmt(self.ours)} (paper's row: {fmt(self.paper)}), {kind} — {why}"
 
 
 def fmt(value: Any) -> str:
@@ -274,5 +274,5 @@ def listing(config: dict, names: list[str]) -> list[str]:
             f"- `{name}`, from `{paper}`: scale-down changes {', '.join(scale) or 'nothing'}"
             + ("; departures:" if own else "; no departure")
         )
-        lines += [f"  - {d.line().replace(' [departure]', '')}" for d in own]
+        lines += [f"  - {d.line().replace(', departure — ', ' — ')}" for d in own]
     return lines

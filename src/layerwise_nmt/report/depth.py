@@ -9,19 +9,26 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from .evidence import P_VALUE, SUMMARY
-from .evidence_page import fmt
+from .evidence import P_VALUE, SUMMARY, page_files
+from .evidence_page import departure_words, fmt
 
 
 def seeds(n: int) -> str:
     return f"{n} seed" if n == 1 else f"{n} seeds"
 
 
+# Each study folder's tables: T1 holds the earlier recipe's rows, T2 (where collected) the papers' own protocols,
+# whose experiments are named <study>.paper.<method> beside the earlier <study>.<method>.
+RECIPES = {"earlier": SUMMARY, "paper": page_files("study/T2")["summary"]}
+RECIPE_WORDS = {"earlier": "earlier recipe", "paper": "paper's protocol"}
+
+
 def depth_summary(studies: Sequence[tuple[str, str | Path]]) -> dict:
-    """From each study's summary.json ((depth label such as "3+3", its evidence folder), shallowest first): the
-    baseline's BLEU per depth and, per method (a row compared with a control of another model; checks such as the
-    budget's compare a model with itself), its comparison per depth. A method is matched across studies by its
-    experiment's name after the study's prefix (study_cpu.lwc, study_cpu6.lwc)."""
+    """From each study's summaries ((depth label such as "3+3", its evidence folder), shallowest first): the
+    baseline's BLEU per depth and, per method and recipe (a row compared with a control of another model; checks
+    such as the budget's compare a model with itself), its comparison per depth and how the row departs from its
+    paper's. A method is matched across studies by its experiment's name after the study's prefix (study_cpu.lwc,
+    study_cpu6.lwc), a paper-protocol row by the name after `paper.` (study_cpu6.paper.lwc)."""
     depths: list[dict] = []
     baseline: dict[str, dict] = {}
     methods: dict[str, dict] = {}
@@ -31,27 +38,50 @@ def depth_summary(studies: Sequence[tuple[str, str | Path]]) -> dict:
             depths.append({"depth": depth, "folder": str(folder), "present": False})
             continue
         depths.append({"depth": depth, "folder": str(folder), "present": True})
-        for row in json.loads(path.read_text())["rows"]:
-            key = row["experiment"].split(".", 1)[-1]
-            c = row.get("compare")
-            if c is None and not row.get("warm_start") and depth not in baseline:
-                baseline[depth] = {"label": row["label"], **{k: row[k] for k in ("n", "mean", "sd")}}
-            if c is None or c.get("same_model", False):
+        for recipe, file in RECIPES.items():
+            if not (Path(folder) / file).exists():
                 continue
-            method = methods.setdefault(key, {"label": row["label"].split(" (")[0], "depths": {}})
-            method["depths"][depth] = {
-                "control": c["control"],
-                "seeds": c["seeds"],
-                "deltas": c.get("deltas", []),
-                "delta": c.get("delta"),
-                "sd": statistics.stdev(c["deltas"]) if len(c.get("deltas", [])) > 1 else None,
-                "bootstrap_p": c.get("bootstrap_p"),
-                "t_test_p": c.get("t_test_p"),
-                "claim": c.get("claim"),
-            }
+            for row in json.loads((Path(folder) / file).read_text())["rows"]:
+                key = row["experiment"].split(".", 1)[-1].removeprefix("paper.")
+                c = row.get("compare")
+                if c is None and not row.get("warm_start") and depth not in baseline:
+                    baseline[depth] = {"label": row["label"], **{k: row[k] for k in ("n", "mean", "sd")}}
+                if c is None or c.get("same_model", False):
+                    continue
+                method = methods.setdefault(
+                    f"{key}/{recipe}",
+                    {"label": row["label"].split(" (")[0], "key": key, "recipe": recipe, "depths": {}},
+                )
+                method["depths"][depth] = {
+                    "control": c["control"],
+                    "seeds": c["seeds"],
+                    "deltas": c.get("deltas", []),
+                    "delta": c.get("delta"),
+                    "sd": statistics.stdev(c["deltas"]) if len(c.get("deltas", [])) > 1 else None,
+                    "bootstrap_p": c.get("bootstrap_p"),
+                    "t_test_p": c.get("t_test_p"),
+                    "claim": c.get("claim"),
+                    "departures": row.get("departures", []),
+                }
     for method in methods.values():
         method["trend"] = depth_trend(method, [d["depth"] for d in depths])
+        other = methods.get(f"{method['key']}/paper") if method["recipe"] == "earlier" else None
+        method["fixed"] = fixed_by_protocol(method, other)
     return {"depths": depths, "baseline": baseline, "methods": methods}
+
+
+def fixed_by_protocol(earlier: dict, paper: dict | None) -> list[str]:
+    """How the earlier recipe's row departs from its paper where the paper-protocol row does not (at any depth):
+    'norm post (paper: pre)'. Empty where no paper-protocol row exists (the earlier row is the study's row)."""
+    if paper is None:
+        return []
+    kept = {d["key"] for e in paper["depths"].values() for d in e["departures"]}
+    out: dict[str, str] = {}
+    for entry in earlier["depths"].values():
+        for d in entry["departures"]:
+            if d["key"] not in kept:
+                out.setdefault(d["key"], departure_words(d))
+    return list(out.values())
 
 
 def depth_trend(method: dict, order: list[str]) -> dict:
@@ -70,12 +100,27 @@ def depth_trend(method: dict, order: list[str]) -> dict:
     return {"from": done[0], "to": done[-1], "change": last["delta"] - first["delta"], "welch_p": p}
 
 
-def depth_sentence(method: dict) -> str:
+def method_label(method: dict, recipes: set[str]) -> str:
+    """The method's name, and its recipe where the method has rows on both."""
+    return f"{method['label']}, {RECIPE_WORDS[method['recipe']]}" if len(recipes) > 1 else method["label"]
+
+
+def recipe_note(method: dict) -> str:
+    """How the earlier recipe departs from the method's paper, where a paper-protocol row keeps it."""
+    if not method.get("fixed"):
+        return ""
+    return f" (this recipe departs from its paper: {'; '.join(method['fixed'])})"
+
+
+def depth_sentence(method: dict, label: str | None = None) -> str:
     """One plain sentence: does the method's gain grow with depth, as the papers say, at this data size?"""
     t = method["trend"]
+    label = f"**{label or method['label']}**{recipe_note(method)}"
     if t["to"] is None:
         have = f"run at {t['from']} only" if t["from"] else "not run at any depth yet"
-        return f"**{method['label']}**: {have}; no trend with depth yet."
+        if t["from"]:
+            have += f" (the claim there: {method['depths'][t['from']]['claim']})"
+        return f"{label}: {have}; no trend with depth yet."
     first, last = method["depths"][t["from"]], method["depths"][t["to"]]
     span = (
         f"{first['delta']:+.2f} at {t['from']} ({seeds(len(first['seeds']))}) → {last['delta']:+.2f} at "
@@ -88,14 +133,14 @@ def depth_sentence(method: dict) -> str:
     )
     verdict = f"at {t['to']} the claim is {last['claim']}"
     if t["change"] > 0 and t["welch_p"] is not None and t["welch_p"] < P_VALUE:
-        return f"**{method['label']}**: its gain grows with depth, as its paper says ({span}; {welch}); {verdict}."
+        return f"{label}: its gain grows with depth, as its paper says ({span}; {welch}); {verdict}."
     if t["change"] > 0:
         return (
-            f"**{method['label']}**: its Δ rises with depth ({span}) but not beyond what the seeds' spread allows "
+            f"{label}: its Δ rises with depth ({span}) but not beyond what the seeds' spread allows "
             f"({welch}): no clear growth with depth at this data size; {verdict}."
         )
     return (
-        f"**{method['label']}**: its Δ does not grow with depth ({span}; {welch}): the growth its paper reports "
+        f"{label}: its Δ does not grow with depth ({span}; {welch}): the growth its paper reports "
         f"does not appear at this data size; {verdict}."
     )
 
@@ -136,27 +181,38 @@ def depth_block(summary: dict) -> str:
             "",
         ]
     lines = head + ["| " + " | ".join(bleu) + " |"]
-    for method in summary["methods"].values():
-        cells = [method["label"]]
+    recipes = {key: {m["recipe"] for m in summary["methods"].values() if m["key"] == key} for key in keys(summary)}
+    for method in ordered(summary):
+        cells = [method_label(method, recipes[method["key"]])]
         for d in depths:
             cells += depth_cells(method["depths"].get(d))
         lines.append("| " + " | ".join(cells) + " |")
     done = [d for d in depths if base.get(d, {}).get("n")]
-    words = []
+    sentences = []
     if len(done) > 1:
         a, b = base[done[0]], base[done[-1]]
-        words.append(
+        sentences.append(
             f"- **What depth buys the baseline**: {a['mean']:.2f} at {done[0]} → {b['mean']:.2f} at "
             f"{done[-1]} ({b['mean'] - a['mean']:+.2f} BLEU; {seeds(a['n'])} and {seeds(b['n'])})."
         )
-    words += [f"- {depth_sentence(m)}" for m in summary["methods"].values()]
+    sentences += [f"- {depth_sentence(m, method_label(m, recipes[m['key']]))}" for m in ordered(summary)]
     missing = [d["depth"] for d in summary["depths"] if not d["present"]]
     if missing:
-        words.append(
+        sentences.append(
             f"- Not collected yet: {', '.join(missing)} (no summary.json in "
             f"{', '.join(d['folder'] for d in summary['depths'] if not d['present'])})."
         )
-    return "\n".join(lines + [""] + words) + "\n"
+    return "\n".join(lines + [""] + sentences) + "\n"
+
+
+def keys(summary: dict) -> list[str]:
+    return list(dict.fromkeys(m["key"] for m in summary["methods"].values()))
+
+
+def ordered(summary: dict) -> list[dict]:
+    """Each method's rows together, the earlier recipe first."""
+    methods = summary["methods"]
+    return [methods[f"{k}/{r}"] for k in keys(summary) for r in RECIPES if f"{k}/{r}" in methods]
 
 
 def depth_figure(summary: dict, path: str | Path) -> Path:

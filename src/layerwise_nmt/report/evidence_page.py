@@ -237,10 +237,28 @@ def readme_block(folder: str | Path, shown: str | None = None) -> str:
         if not c or not c.get("seeds"):
             continue
         n = len(c["seeds"])
+        fixed = row.get("departures_fixed_by_protocol")
+        recipe = f" (on a recipe that departs from its paper: {'; '.join(fixed)})" if fixed else ""
         words.append(
-            f"- **{row['label']}**: {c['delta']:+.2f} BLEU against `{c['control']}` over {n} seed(s): {plain_words(c)}."
+            f"- **{row['label']}**: {c['delta']:+.2f} BLEU against `{c['control']}` over {n} seed(s): "
+            f"{plain_words(c)}{recipe}."
         )
     return "\n".join(lines + words) + "\n"
+
+
+def departure_words(d: dict) -> str:
+    """'norm post (paper: pre)', 'lr over its control's 0.5 (paper: 1)', 'a control standing for another paper's
+    baseline'."""
+    if d["key"] == "relation/control":
+        return "a control standing for another paper's baseline"
+    name = {"relation/lr": "lr over its control's", "relation/continued_budget": "updates over its parent's"}
+    return f"{name.get(d['key'], d['key'].split('/')[-1])} {words(d['ours'])} (paper: {words(d['paper'])})"
+
+
+def words(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def seed_by_seed(c: dict) -> str:
