@@ -23,6 +23,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # machines more demo runs go in parallel.
 demo: $(VENV)/.installed
 	snakemake --cores all --configfile config/demo.yaml --set-threads train=1 translate=1
+	@echo "The demo's table: results/tables/demo/T1.md (also .csv, .html, .tex); its figures:" \
+		results/figures/demo/*.png
 
 # On every core (pytest-xdist): each worker's PyTorch computes on one thread (tests/conftest.py), so that workers
 # never wait on each other's cores; tests that share a resource (the Snakemake-only venv) take a file lock. The 20

@@ -240,6 +240,10 @@ def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
         (["translate", "in.bpe", "--model", "m.pt"], "missing --data, --src, --tgt"),
         (["translate", "-", "--experiment", "no.such"], "--experiment 'no.such': not an experiment of the config"),
         (
+            ["translate", "-", "--experiment", "demo.transformr", "--configfile", "config/demo.yaml"],
+            "--experiment 'demo.transformr': not an experiment of the config; did you mean 'demo.transformer'",
+        ),
+        (
             [
                 "translate",
                 "-",

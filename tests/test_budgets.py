@@ -54,3 +54,14 @@ def test_parameter_counts_come_from_the_closed_form_without_building():
     with torch.device("meta"):
         assert pricing.parameter_count("lwc", settings) == count_parameters(build("lwc", settings))
     assert pricing.parameter_count("no_such_model", settings) is None
+
+
+def test_a_small_models_gpu_hours_are_marked_as_a_lower_bound_saying_why():
+    from layerwise_nmt.grid.pricing import render, small_model_mfu
+
+    config = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml")
+    assert experiment_cost(config, "demo.transformer").lower_bound  # ~9M parameters
+    assert not experiment_cost(grid.load(ROOT / "config.yaml"), "gca.ende.transformer").lower_bound  # big
+    out = render(plan(config))
+    assert "\ndemo T1       6    6   ≥" in out and "lower bound: models under 30M parameters" in out
+    assert 0.005 < small_model_mfu() < 0.01  # the measured H200 run: under 1% of the peak

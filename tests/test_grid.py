@@ -122,3 +122,14 @@ def test_an_overlay_changes_only_the_experiment_it_names_where_yaml_anchors_shar
     config = grid.load(ROOT / "config.yaml", base, more)
     assert config["experiments"]["demo.b"]["train"]["lr"] == 0.001
     assert config["experiments"]["demo.a"]["train"]["lr"] == 0.002  # the anchor's other user is left alone
+
+
+def test_lwnmt_takes_snakemakes_configfile_as_an_overlay_of_config_yaml():
+    from layerwise_nmt.cli import build_parser
+
+    a = build_parser().parse_args(["status", "--configfile", "config/demo.yaml"])
+    from layerwise_nmt.cli.common import config_files
+
+    assert config_files(a) == ["config.yaml", "config/demo.yaml"]
+    a = build_parser().parse_args(["status", "--config", "other.yaml", "--configfile", "a.yaml", "b.yaml"])
+    assert config_files(a) == ["other.yaml", "a.yaml", "b.yaml"]

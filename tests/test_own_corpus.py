@@ -471,3 +471,16 @@ def test_files_named_by_three_letter_codes_or_words_are_taken_as_given(tmp_path)
     edit(path, lambda s: s["datasets"]["my-corpus"]["local"].update(test=other))
     with pytest.raises(UserError, match="test.de is named for language 'de', but task my_xxyy translates xx→yy"):
         load(path)
+
+
+def test_a_targeted_corpus_whose_folder_is_missing_stops_the_dry_run_naming_it(tmp_path):
+    from conftest import snakemake
+
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(
+        (ROOT / "config" / "your-corpus.example.yaml").read_text().replace("~/corpora/fi-et", str(tmp_path / "nope"))
+    )
+    result = snakemake(tmp_path, "-n", "--configfile", str(overlay), check=False)
+    assert result.returncode != 0
+    said = result.stdout + result.stderr
+    assert f"datasets/my-corpus/local/dir {tmp_path / 'nope'}: no such directory" in said

@@ -662,3 +662,9 @@ def test_a_first_seed_test_speaks_of_the_first_seeds_direction_not_the_means(tmp
     assert table.loc["method", "p"] < 0.05
     assert table.loc["method", "p vs"].endswith("(worse than x.control)")
     assert "*" not in table.loc["method", "ours"]
+
+
+def test_a_p_value_at_the_bootstraps_floor_prints_as_below_a_thousandth():
+    from layerwise_nmt.report.tables import p_text
+
+    assert p_text(1 / 1001) == "< 0.001" and p_text(0.0123) == "0.0123" and p_text(0.5, "= ") == "= 0.5"

@@ -533,3 +533,13 @@ def test_a_key_given_twice_in_one_mapping_is_refused_with_both_lines(tmp_path):
     mine.write_text("experiments:\n  demo.transformer:\n    train: {max_tokens: 2048}\n    train: {lr: 0.001}\n")
     line = one_line(lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", mine))
     assert f"{mine}, line 4, column 5" in line and "key 'train' given twice (first at line 3)" in line
+
+
+def test_lwnmt_help_lists_the_users_commands_apart_from_the_pipelines_steps():
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "layerwise_nmt", "--help"], capture_output=True, text=True).stdout
+    users, steps = shown.split("your commands:")[1].split("the pipeline's steps")
+    assert "  translate " in users and "  status " in users and "  binarize " not in users
+    assert "  binarize " in steps and "  check-reference " in steps and "  translate " not in steps

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 
 from .. import UserError
 from . import data, evaluate, project, report, train, translate
@@ -17,21 +18,63 @@ from .common import copy_to_console
 
 DESCRIPTION = "`lwnmt`: one command with subcommands; every Snakemake rule calls one of them."
 GROUPS = (data, train, translate, evaluate, report, project)
+# What a user types; the other subcommands are the pipeline's steps, which the workflow's rules call.
+USER_COMMANDS = (
+    "status",
+    "plan",
+    "show",
+    "params",
+    "translate",
+    "score",
+    "export",
+    "import-fairseq",
+    "rehearse",
+    "evidence",
+    "readme",
+    "docs",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="lwnmt", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="lwnmt", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.add_commands(sub)
+    parser.epilog = grouped_commands(sub)
+    sub._choices_actions = []  # listed by group in the epilog instead of argparse's one list
     # a command that runs another command line first (extract --make-input) parses it with this parser, handed to
     # it here rather than imported back from this module
     parser.set_defaults(parser=parser)
     return parser
+
+
+def grouped_commands(sub) -> str:
+    """`lwnmt --help`'s list of subcommands: the user's commands first, then the pipeline's steps."""
+    helps = {action.dest: action.help or "" for action in sub._choices_actions}
+    width = max(map(len, helps)) + 2
+
+    def listed(names) -> list[str]:
+        indent = " " * (width + 2)
+        return [textwrap.fill(f"  {n:<{width}}{helps[n]}", 100, subsequent_indent=indent) for n in names]
+
+    steps = [name for name in helps if name not in USER_COMMANDS]
+    return "\n".join(
+        [
+            "your commands:",
+            *listed(n for n in USER_COMMANDS if n in helps),
+            "",
+            "the pipeline's steps (the workflow's rules run them):",
+            *listed(steps),
+            "",
+            "lwnmt COMMAND --help: its options",
+        ]
+    )
 
 
 def print_error(line: str) -> None:

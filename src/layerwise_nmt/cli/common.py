@@ -65,10 +65,19 @@ def add_config_files(parser: argparse.ArgumentParser) -> None:
         "repeat the option for overlays, later ones override: --config config.yaml --config "
         "config/demo.yaml",
     )
+    parser.add_argument(
+        "--configfile",
+        action="extend",
+        nargs="+",
+        metavar="FILE",
+        help="overlays merged over the --config files (default config.yaml), as Snakemake's --configfile: "
+        "--configfile config/demo.yaml",
+    )
 
 
 def config_files(a) -> list[str]:
-    return a.config or ["config.yaml"]
+    """The config files in the order they are merged: --config's (default config.yaml), then --configfile's."""
+    return (a.config or ["config.yaml"]) + (getattr(a, "configfile", None) or [])
 
 
 def load_config(a) -> dict:

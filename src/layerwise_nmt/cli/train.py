@@ -56,7 +56,7 @@ def add_commands(sub) -> None:
         "--threads",
         type=integer(0),
         default=0,
-        help="torch intra-op threads (0 = PyTorch default); fewer where cores are busy with other work",
+        help="torch intra-op threads (0 = PyTorch's default)",
     )
     p.add_argument(
         "--gpus",

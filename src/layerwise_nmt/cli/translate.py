@@ -118,8 +118,13 @@ def add_translate(sub) -> None:
         "or on stdout instead of the plain lines",
     )
     p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
-    p.add_argument("--detokenize", action="store_true")
-    p.add_argument("--threads", type=integer(0), default=0)
+    p.add_argument(
+        "--detokenize",
+        action="store_true",
+        help="also write PREFIX.detok: the translations with BPE removed and Moses-detokenized (--model DIR or "
+        "--experiment, which know the target language's tokenizer)",
+    )
+    p.add_argument("--threads", type=integer(0), default=0, help="torch intra-op threads (0 = PyTorch's default)")
     p.add_argument("--gpus", type=integer(0), default=0, help="0 or 1: decode on a claimed GPU when one is visible")
     p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")

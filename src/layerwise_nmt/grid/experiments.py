@@ -44,7 +44,10 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     BPE codes (None for word-level tasks), decoding settings, and what the model must match (its name, arch; the
     class of a model of the config's own, which loading it may import)."""
     if name not in config["experiments"]:
-        raise UserError(f"--experiment {name!r}: not an experiment of the config")
+        from .names import did_you_mean
+
+        hint = did_you_mean(name, config["experiments"], "experiments")
+        raise UserError(f"--experiment {name!r}: not an experiment of the config{hint}")
     e = experiment(config, name)
     seed = seed if seed is not None else e["seeds"][0]
     task = config["tasks"][e["task"]]

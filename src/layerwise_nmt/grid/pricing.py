@@ -32,6 +32,18 @@ DEFAULT_MFU = 0.33  # NVIDIA DeepLearningExamples, Transformer-big AMP on one A1
 # CPUs.
 CPU_TFLOPS = 0.205
 CPU_SIZED_HOURS = 48  # a table a 2-core CPU trains within two days gets a CPU-hours estimate beside its GPU-hours
+# Small models keep a GPU far below DEFAULT_MFU (kernel launches and the host, not FLOPs, bound an update): the 6+6
+# d=256 study baseline (13,076,480 parameters) trained at 55,028 target tokens/s on an H200 (docs/study/cpu6/), 6 ·
+# N · (source + target) ≈ 8.6 TFLOP/s, under 1% of its bf16 peak. Below SMALL_MODEL_PARAMS a GPU-hours estimate is
+# a lower bound, marked ≥.
+SMALL_MODEL_PARAMS = 30_000_000
+SMALL_MODEL_MEASURED = {"params": 13_076_480, "target_tokens_per_s": 55_028, "gpu": "h200"}
+
+
+def small_model_mfu() -> float:
+    """The measured utilisation of the small model above: 6 · N · (source + target tokens) per second / peak."""
+    m = SMALL_MODEL_MEASURED
+    return 6 * m["params"] * 2 * m["target_tokens_per_s"] / (GPUS[m["gpu"]].bf16 * 1e12)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,11 @@ class Cost:
 
     def precision(self, pricing: Pricing) -> str:
         return GPUS[pricing.gpu].precision(self.train)
+
+    @property
+    def lower_bound(self) -> bool:
+        """A small model: its GPU-hours at --mfu are a lower bound (SMALL_MODEL_PARAMS)."""
+        return self.params is not None and self.params < SMALL_MODEL_PARAMS
 
     def hours(self, pricing: Pricing) -> float | None:
         return self.gpu_hours(pricing.rate(self.precision(pricing)))
@@ -220,7 +237,9 @@ def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
     lines = [
         f"GPU-hours to train every experiment of each table (seeds included) on {pricing.describe()}; each row "
         f"priced in the precision it trains in there (amp: auto = bf16, or fp16 without bf16; amp: none = "
-        f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner."
+        f"TF32, or fp32 with tf32: false); ≤ = epoch-bounded runs that early stopping may end sooner; ≥ = a "
+        f"lower bound: models under {SMALL_MODEL_PARAMS / 1e6:.0f}M parameters run far below --mfu (a 13M-parameter "
+        f"6+6 d=256 model measured {small_model_mfu():.1%} of an H200's peak); ~ = both."
         + (
             f" CPU-hours: on 2 cores at the demo's measured fp32 training rate ({CPU_TFLOPS * 1e3:.0f} GFLOP/s: "
             f'docs/benchmarks.md, "The CPU-hours estimate"), for tables a CPU trains within '
@@ -240,6 +259,8 @@ def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
         bound = "≤" if any(c.upper_bound for c in r["costs"]) else " "
         on_cpu = cpu_sized(r)
         cpu_column = (f"{bound}{hours_text(on_cpu):>8}  " if on_cpu is not None else f"{'—':>9}  ") if cpu else ""
+        if any(c.lower_bound for c in r["costs"]):  # GPU-hours only: the CPU rate was measured on a small model
+            bound = "≥" if bound == " " else "~"
         precisions = "+".join(sorted({c.precision(pricing) for c in r["costs"]})) or "—"
         notes = []
         if r["blocked"]:
@@ -283,6 +304,7 @@ def rows(records: list[dict], pricing: Pricing, config: dict) -> list[dict]:
                     "tokens": c.tokens,
                     "seeds": c.seeds,
                     "upper_bound": c.upper_bound,
+                    "lower_bound": c.lower_bound,
                     "gpu": GPUS[pricing.gpu].name,
                     "precision": c.precision(pricing),
                     "sustained_tflops": pricing.rate(c.precision(pricing)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import UserError
 from .layout import is_download
 from .papers import rows, targeted_names
 from .sources import file_source, urls_of
@@ -206,6 +207,16 @@ def targeted_statuses(config: dict) -> list[Status]:
         + [experiment_status(config, e) for e in experiments]
         + row_statuses(config, targeted=True)
     )
+
+
+def check_own_corpora(config: dict) -> None:
+    """A corpus of the user's own files (`local:`) that the targets need and that is not there stops the dry run in
+    one line: the rows it feeds would otherwise drop out of the DAG with only a warning among several."""
+    tasks, _ = targeted(config)
+    for name in tasks:
+        dataset = config["datasets"][config["tasks"][name]["dataset"]]
+        if isinstance(dataset.get("local"), dict) and not (status := task_status(config, name)).runnable:
+            raise UserError(f"task {name}: {status.reason}")
 
 
 def summary(statuses: list[Status]) -> str:

@@ -65,7 +65,7 @@ def build(spec: dict) -> pd.DataFrame:
                 cell["p vs"] = (
                     NOT_RUN
                     if cell["p"] is None
-                    else f"{cell['p']:.3g} ({way} {than} {row.get('compare_to', 'its baseline')})"
+                    else f"{p_text(cell['p'])} ({way} {than} {row.get('compare_to', 'its baseline')})"
                 )
                 tested[metric] = (cell["p"], way)
             record.update({f"{k}{suffix}": v for k, v in cell.items()})
@@ -170,8 +170,14 @@ def verdict(row: dict, tested: dict[str, tuple[float | None, str]], test: dict) 
             parts.append(f"{metric_name(metric)} no difference (the same score)")
         else:
             word = way if p < level else "no significant difference"
-            parts.append(f"{metric_name(metric)} {word} (p = {p:.3g})")
+            parts.append(f"{metric_name(metric)} {word} (p {p_text(p, '= ')})")
     return f"vs {row['compare_to']}, {TESTS[test['test']]} at p < {level:g}: {'; '.join(parts)}"
+
+
+def p_text(p: float, equals: str = "") -> str:
+    """A p-value as a table prints it: three significant digits, "< 0.001" below that (the paired bootstrap's floor
+    with its 1,000 resamples is 1/1001, which three digits would print as 0.000999)."""
+    return "< 0.001" if p < 0.001 else f"{equals}{p:.3g}"
 
 
 def metric_name(metric: str) -> str:

@@ -138,6 +138,7 @@ def check_config(config: dict, workflow, logger, rehearse: Callable[[dict, str],
     try:
         # each file on its own first: an overlay's misspelt experiment, table or figure named with the closest ones
         from ..grid.config_files import check_files, check_targets
+        from ..grid.status import check_own_corpora
 
         check_files(files, grid.read)
         if config.get("rehearsal") and not isinstance(config["rehearsal"], dict):
@@ -149,6 +150,7 @@ def check_config(config: dict, workflow, logger, rehearse: Callable[[dict, str],
             from ..grid.stage_checks import check_experiments  # here would otherwise fail a job hours in)
 
             check_experiments(config, cache=CHECKED_CONFIGS)
+        check_own_corpora(config)
         target_tasks = grid.runnable_tasks(config)
     except UserError as err:  # named in the file that set the key: config.yaml, or an overlay (--configfile)
         stop(grid.located(err, files))
