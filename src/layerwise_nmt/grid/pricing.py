@@ -37,13 +37,13 @@ CPU_SIZED_HOURS = 48  # a table a 2-core CPU trains within two days gets a CPU-h
 # N · (source + target) ≈ 8.6 TFLOP/s, under 1% of its bf16 peak. Below SMALL_MODEL_PARAMS a GPU-hours estimate is
 # a lower bound, marked ≥.
 SMALL_MODEL_PARAMS = 30_000_000
-SMALL_MODEL_MEASURED = {"params": 13_076_480, "target_tokens_per_s": 55_028, "gpu": "h200"}
+SMALL_MODEL_PARAMS_MEASURED, SMALL_MODEL_TARGET_TOKENS_PER_S, SMALL_MODEL_GPU = 13_076_480, 55_028, "h200"
 
 
 def small_model_mfu() -> float:
     """The measured utilisation of the small model above: 6 · N · (source + target tokens) per second / peak."""
-    m = SMALL_MODEL_MEASURED
-    return 6 * m["params"] * 2 * m["target_tokens_per_s"] / (GPUS[m["gpu"]].bf16 * 1e12)
+    flops = 6 * SMALL_MODEL_PARAMS_MEASURED * 2 * SMALL_MODEL_TARGET_TOKENS_PER_S
+    return flops / (GPUS[SMALL_MODEL_GPU].bf16 * 1e12)
 
 
 @dataclass(frozen=True)
