@@ -430,11 +430,11 @@ def test_readme_results_section_is_replaced_between_its_markers(tmp_path):
         "\nOur runs' precision: fp32 (amp: auto) on cpu: AMD EPYC (AVX2).\n"
     )
     figure.write_bytes(b"\x89PNG fake")
-    update(str(readme), str(table), [str(figure)], commit="abc1234", docs="docs")
+    update(str(readme), str(table), [str(figure)], commit="abc1234", docs="docs", machine="2-core AMD EPYC (AVX2)")
     text = readme.read_text()
     assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
     assert "| baseline | 29.74 (n=1) |" in text and (tmp_path / "docs/buckets.png").read_bytes() == b"\x89PNG fake"
-    assert f"`{table}` (commit abc1234):" in text and "](docs/buckets.png)" in text  # linked from the README
+    assert f"`{table}` (commit abc1234, on 2-core AMD EPYC (AVX2)):" in text and "](docs/buckets.png)" in text
     assert "Our runs' precision: fp32 (amp: auto) on cpu: AMD EPYC (AVX2)." in text  # the CPU and precision
     update(str(readme), str(table), [], docs="docs")  # idempotent apart from what changed
     assert readme.read_text().count(START) == 1
@@ -668,3 +668,16 @@ def test_a_p_value_at_the_bootstraps_floor_prints_as_below_a_thousandth():
     from layerwise_nmt.report.tables import p_text
 
     assert p_text(1 / 1001) == "< 0.001" and p_text(0.0123) == "0.0123" and p_text(0.5, "= ") == "= 0.5"
+
+
+def test_the_readmes_demo_table_names_the_commit_and_the_cpu_it_came_from():
+    """The stamp `make readme` writes: a demo table is one CPU type's numbers (another CPU or precision gives
+    somewhat different ones), from one commit's code."""
+    import re
+
+    from conftest import ROOT
+    from layerwise_nmt.report.readme import END, START
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text[text.index(START) : text.index(END)]
+    assert re.search(r"`results/tables/demo/T1\.md` \(commit [0-9a-f]{7,}, on \d+-core [^)]+(\([^)]*\))?\):", block)

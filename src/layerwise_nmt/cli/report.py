@@ -30,6 +30,7 @@ def add_commands(sub) -> None:
     p.add_argument("--table", required=True, help="a results/tables/<paper>/<table>.md")
     p.add_argument("--figure", nargs="*", default=[], help="figures to show (copied to docs/demo/)")
     p.add_argument("--commit", help="the commit the run was made from (default: this checkout's HEAD)")
+    p.add_argument("--machine", help="the machine the run was made on (default: this one's cores and CPU)")
 
     p = command(
         sub,
@@ -122,7 +123,16 @@ def cmd_readme(a) -> None:
         or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         or None
     )
-    update(a.readme, a.table, a.figure, commit)
+    update(a.readme, a.table, a.figure, commit, machine=a.machine or this_machine())
+
+
+def this_machine() -> str:
+    """'2-core AMD EPYC (AVX512_BF16)': what a demo table's numbers depend on (the CPU type and its bf16 support)."""
+    import os
+
+    from ..report.evidence import cpu_cell, machine
+
+    return f"{os.cpu_count()}-core {cpu_cell(machine())}"
 
 
 def cmd_docs(a) -> None:
