@@ -115,3 +115,23 @@ def test_the_own_model_contract_names_the_codes_fields_and_methods():
 def test_a_tables_verdict_option_is_documented():
     usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
     assert "`verdict: true`" in usage
+
+
+def test_the_references_name_every_subcommand_option_and_setting():
+    from dataclasses import fields
+
+    from layerwise_nmt.cli import build_parser
+    from layerwise_nmt.training.config import TrainConfig
+
+    cli = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    parser = build_parser()
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
+    for name, command in sub.choices.items():
+        assert f"### `lwnmt {name}`" in cli
+        for action in command._actions:
+            for option in action.option_strings if action.dest != "help" else []:
+                assert f"`{option}`" in cli, (name, option)
+    config = (ROOT / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
+    for f in fields(TrainConfig):
+        assert f"| `{f.name}` |" in config
+    assert "| `scaled_from` |" in config and "| `lr` | a number > 0 | `0.0005` |" in config

@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     for group in GROUPS:
         group.add_commands(sub)
     parser.epilog = grouped_commands(sub)
+    sub.command_help = {action.dest: action.help or "" for action in sub._choices_actions}  # type: ignore[attr-defined]
     sub._choices_actions = []  # listed by group in the epilog instead of argparse's one list
     # a command that runs another command line first (extract --make-input) parses it with this parser, handed to
     # it here rather than imported back from this module

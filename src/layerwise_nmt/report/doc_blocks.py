@@ -21,6 +21,7 @@ from pathlib import Path
 from .. import UserError
 from .. import grid
 from ..checkout import required
+from . import reference
 
 BLOCK = re.compile(
     r"(?P<open><!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- end generated -->)", re.S
@@ -44,7 +45,8 @@ def replace_between(path: str | Path, start: str, end: str, body: str, what: str
 
 
 def documents() -> list[Path]:
-    return [grid.ROOT / "README.md", *sorted((grid.ROOT / "docs").glob("*.md"))]
+    docs = grid.ROOT / "docs"
+    return [grid.ROOT / "README.md", *sorted(docs.glob("*.md")), *sorted((docs / "reference").glob("*.md"))]
 
 
 @contextmanager
@@ -144,6 +146,8 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "evidence": evidence_block,
     "depth": depth_block,
     "table": table_block,
+    "cli-reference": reference.cli_block,
+    "config-reference": reference.config_block,
 }
 
 
