@@ -27,6 +27,9 @@
 #               trained again whole by the next allocation (models and checkpoints cannot travel back); every run
 #               of a seed on a GPU, since a seed's runs all train on one kind of machine (its CPU runs refuse it).
 #               Several seeds in one command: depth6-seed2-3 (seeds 2 and 3, three trainings at once per seed)
+#   paper6-seed1..3  the same depth's rows on the papers' own protocols (table study_cpu6/T2: LWC beside a pre-norm
+#               baseline, MLRF at the baseline's lr, GCA and its control continued for the baseline's budget),
+#               seed k's runs with their parent, as depth6-seed<k>; paper6-seed1-2 for two seeds
 #
 # Settings (environment): OUT (where results go: the folder your node's job sends back; default ./node-out); the
 # budgets below (ALLOCATION_S, NODE_START_S, NODE_COMMAND_S, RUN_S and each step's); GPU_CHECK_ARGS and
@@ -45,6 +48,7 @@ SITE=${STUDY_SITE:-/tmp/site}
 OUT=${OUT:-$ROOT/node-out}
 EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
 SHARDS="small seed1 seed2 seed3 lwc-mlrf depth6-seed1 depth6-seed2 depth6-seed3 depth6-seed4"
+SHARDS="$SHARDS paper6-seed1 paper6-seed2 paper6-seed3"  # the papers' protocols at 6+6 (T2)
 TASK=multi30k_deen
 # The allocation, and the seconds each step may take (`budget` checks that they add up; every `timeout` below is
 # one of these). Command 1, `run`: the checks, the probe, the study, then the kill's grace and the last pack.
@@ -91,12 +95,16 @@ bounded() {  # bounded NAME SECONDS COMMAND...: run it under its budget and say 
 }
 
 shard_size() {
-    case $1 in small) echo small ;; seed[123]|lwc-mlrf) echo iwslt ;; depth6-seed*) depth6_seeds "$1" >/dev/null && echo depth6 ;;
+    case $1 in small) echo small ;; seed[123]|lwc-mlrf) echo iwslt ;;
+        depth6-seed*|paper6-seed*) depth6_seeds "$1" >/dev/null && echo depth6 ;;
         *) return 1 ;; esac
 }
-depth6_seeds() {  # the seeds of a depth6 shard, one a line: depth6-seed2 → 2, depth6-seed2-3 → 2 and 3
-    [[ $1 =~ ^depth6-seed[1-9](-[1-9])*$ ]] || return 1
-    tr '-' '\n' <<< "${1#depth6-seed}"
+depth6_seeds() {  # the seeds of a 6+6 shard, one a line: depth6-seed2 → 2, paper6-seed2-3 → 2 and 3
+    [[ $1 =~ ^(depth6|paper6)-seed[1-9](-[1-9])*$ ]] || return 1
+    tr '-' '\n' <<< "${1#*6-seed}"
+}
+depth6_table() {  # the 6+6 study's table a shard trains: T1 (the earlier recipe) or T2 (the papers' protocols)
+    case $1 in paper6-*) echo study_cpu6/T2 ;; *) echo study_cpu6/T1 ;; esac
 }
 size_configs() {  # the overlays of a model size (prep: the data only), after config.yaml
     if [ "$1" = depth6 ]; then echo "$ROOT/config/study_cpu6.yaml"; extra_configs; return; fi
@@ -112,10 +120,10 @@ shard_targets() {  # Snakemake targets: each run's test score (tables and figure
                    echo "study.$e/seed$s"; done; done) ;;
         seed[123]) runs=$(for e in transformer gca_full dou_deep transformer_longer; do echo "study.$e/seed${1#seed}"; done) ;;
         lwc-mlrf) runs=$(for s in 1 2 3; do echo "study.lwc/seed$s study.mlrf_dec_sa/seed$s"; done) ;;
-        depth6-seed*)  # the study's own list: each seed's runs, and their held-out translations where packed
+        depth6-seed*|paper6-seed*)  # the study's own list: each seed's runs, their held-out translations where packed
             for seed in $(depth6_seeds "$1"); do
                 python3 -m layerwise_nmt evidence targets --config "$ROOT/config.yaml" \
-                    --config "$ROOT/config/study_cpu6.yaml" --table study_cpu6/T1 --seed "$seed"
+                    --config "$ROOT/config/study_cpu6.yaml" --table "$(depth6_table "$1")" --seed "$seed"
             done
             return ;;
     esac
@@ -123,7 +131,8 @@ shard_targets() {  # Snakemake targets: each run's test score (tables and figure
 }
 shard_jobs() {  # trainings at once: three a seed (the seed's runs wait on its baseline), at most nine
     case $1 in small) echo 9 ;; lwc-mlrf) echo 6 ;; depth6-seed1) echo 5 ;;
-        depth6-seed*) local n; n=$(depth6_seeds "$1" | wc -l); echo $((n * 3 > 9 ? 9 : n * 3)) ;; *) echo 3 ;; esac
+        depth6-seed*|paper6-seed*) local n; n=$(depth6_seeds "$1" | wc -l); echo $((n * 3 > 9 ? 9 : n * 3)) ;;
+        *) echo 3 ;; esac
 }
 
 snake() {  # snakemake TARGETS... OPTIONS... in a model size's folder; the config files go last (a list option)
@@ -354,8 +363,10 @@ collect() {
     mapfile -t extra < <(extra_configs)
     python scripts/study_status.py --study "$STUDY" --docs "${STUDY_DOCS:-$ROOT/docs/study}" --extra "${extra[@]}"
     if [ -d "$STUDY/depth6/results" ]; then  # the second depth's finished runs join the CPU study's evidence
-        python -m layerwise_nmt evidence copy --config config.yaml --config config/study_cpu6.yaml \
-            --table study_cpu6/T1 --results "$STUDY/depth6" --out docs/study/cpu6 --partial
+        for table in study_cpu6/T1 study_cpu6/T2; do
+            python -m layerwise_nmt evidence copy --config config.yaml --config config/study_cpu6.yaml \
+                --table "$table" --results "$STUDY/depth6" --out docs/study/cpu6 --partial
+        done
         make study-cpu6-collect
     fi
 }

@@ -287,7 +287,9 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
     import subprocess
 
     listed = subprocess.run(["bash", str(ROOT / "scripts/study_gpu.sh"), "shards"], capture_output=True, text=True)
-    assert listed.stdout.split()[-4:] == ["depth6-seed1", "depth6-seed2", "depth6-seed3", "depth6-seed4"]
+    assert listed.stdout.split()[-7:] == [f"depth6-seed{k}" for k in (1, 2, 3, 4)] + [
+        f"paper6-seed{k}" for k in (1, 2, 3)
+    ]
     import os
     import sys
 
@@ -295,13 +297,23 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
 
     def shard(function: str, name: str) -> list[str]:
         code = (
-            f"source <(sed -n '/^shard_targets()/,/^}}/p;/^depth6_seeds()/,/^}}/p;/^shard_jobs()/,/^}}/p' "
+            f"source <(sed -n '/^shard_targets()/,/^}}/p;/^depth6_seeds()/,/^}}/p;/^depth6_table()/,/^}}/p;"
+            f"/^shard_jobs()/,/^}}/p' "
             f"{ROOT}/scripts/study_gpu.sh); ROOT={ROOT}; TASK=multi30k_deen; {function} {name}"
         )
         return subprocess.run(
             ["bash", "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
         ).stdout.split()
 
+    paper = {t.split("/")[2] for t in shard("shard_targets", "paper6-seed1") if t.endswith("test.score.json")}
+    assert paper == {
+        "study_cpu6.transformer",  # GCA's parent and MLRF's control, trained again in the shard
+        *(
+            f"study_cpu6.paper.{e}"
+            for e in ("transformer_prenorm", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer")
+        ),
+    }
+    assert shard("shard_jobs", "paper6-seed1-2") == ["6"]
     out = shard("shard_targets", "depth6-seed2")
     runs = {t.split("/")[2] for t in out if t.endswith("test.score.json")}
     assert runs == {f"study_cpu6.{e}" for e in RUNS} and all("/seed2/" in t for t in out)

@@ -40,6 +40,9 @@ def test_the_first_shard_is_the_whole_small_table():
         "depth6-seed2",
         "depth6-seed3",
         "depth6-seed4",
+        "paper6-seed1",
+        "paper6-seed2",
+        "paper6-seed3",
     ]
     bad = study("shard", "big")
     assert bad.returncode == 2
