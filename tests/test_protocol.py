@@ -44,11 +44,19 @@ def test_the_paper_protocol_rows_keep_the_papers_relations(name):
     config = study(name)
     relations = {
         e: {d.key for d in protocol.differences(config, e) if d.key.startswith("relation/")}
-        for e in (f"{name}.paper.lwc", f"{name}.paper.gca_full", f"{name}.paper.mlrf_dec_sa")
+        for e in (f"{name}.paper.lwc", f"{name}.paper.gca_full")
     }
     assert relations[f"{name}.paper.lwc"] == set()
     assert relations[f"{name}.paper.gca_full"] == set()
-    assert relations[f"{name}.paper.mlrf_dec_sa"] == {"relation/control"}  # the shared baseline, said why
+    # MLRF beside a baseline at its own lr, in T2
+    pairs = [
+        (r.spec["experiment"], r.spec.get("compare_to")) for r in rows(config) if r.paper == name and r.name == "T2"
+    ]
+    assert (f"{name}.mlrf_dec_sa", f"{name}.paper.transformer_lr1e3") in pairs
+    lrs = [
+        protocol.resolved(config, e)["train"]["lr"] for e in (f"{name}.mlrf_dec_sa", f"{name}.paper.transformer_lr1e3")
+    ]
+    assert lrs == [0.001, 0.001]
     lwc = {d.key: d for d in protocol.differences(config, f"{name}.paper.lwc")}
     assert "arch/norm" not in lwc and "arch/attention_dropout" not in lwc  # pre-norm and t2t's dropouts kept
     gca = protocol.resolved(config, f"{name}.paper.gca_full")
@@ -75,7 +83,7 @@ def test_a_difference_without_a_reason_is_refused_naming_the_key():
 
 
 def test_a_method_at_another_lr_than_its_control_is_refused(tmp_path):
-    changed = {"study_cpu.paper.mlrf_dec_sa": {"train": {"lr": 0.001}}}
+    changed = {"study_cpu.paper.gca_full": {"train": {"lr": 0.001}}}
     with pytest.raises(UserError, match="relation/lr is 0.5 where its paper's row .* has 1.0"):
         study("study_cpu", overlay(tmp_path, changed))
 
