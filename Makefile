@@ -94,9 +94,9 @@ study-collect: $(VENV)/.installed
 	bash scripts/study_gpu.sh collect $(DIR)
 
 # The small study near convergence on a CPU, at two depths: STUDY=cpu (3+3 layers, config/study_cpu.yaml, the
-# default) and STUDY=cpu6 (6+6, config/study_cpu6.yaml; `make study-cpu6`); README, "Near convergence". One seed's
+# default) and STUDY=cpu6 (6+6, config/study_cpu6.yaml; `make study-cpu6`); docs/results.md. One seed's
 # runs (SEED=1 also trains the recipe's checks), two trainings at a time with one thread each, then their small text
-# files copied into docs/study/$(STUDY)/ and that page, the README's tables and the figure across depths rewritten
+# files copied into docs/study/$(STUDY)/ and that page, docs/results.md's tables and the figure across depths rewritten
 # from every seed there. A task's held-out source sets are translated too where LWNMT_HELDOUT_DIR (or heldout_dir:)
 # names their folder. Seeds may run on different machines at different times, each seed on one kind (CPU or GPU);
 # commit docs/study/ after each. The targets come first: --set-threads reads every word after it as a rule's

@@ -15,7 +15,7 @@ Targets: padding at most 10%, sentences per update within a few % of fairseq's b
 Data: Multi30k De-En training data as the workflow binarizes it (`make demo`, or only its data:
 `snakemake --configfile config/demo.yaml --cores 2 --until binarize`), and IWSLT14 De-En's BPE'd valid and test
 sets from fairseq's prepare-iwslt14.sh in the data mirror ($LWNMT_DATA_MIRROR/iwslt14-de-en/iwslt14.tokenized.de-en,
-README.md), their whitespace tokens + </s> as lengths; a missing one is skipped with a note. 14K pairs make only
+docs/data.md), their whitespace tokens + </s> as lengths; a missing one is skipped with a note. 14K pairs make only
 ~120 batches of 4,096 tokens, where a batch's last sentences and the sort's transitions weigh more than in a
 training set; so the IWSLT14 pairs are also drawn with replacement (seed 0) to the training set's 160K pairs: the
 lengths of real sentences, in the number a training epoch has.

@@ -162,7 +162,7 @@ def cmd_rehearse(a) -> None:
     if not mirror or not Path(mirror).is_dir():
         raise UserError(
             f"--mirror {mirror!r} is not a directory; the rehearsal builds its stand-ins from the data "
-            f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; README.md describes its layout)"
+            f"mirror (--mirror DIR or $LWNMT_DATA_MIRROR; docs/data.md describes its layout)"
         )
     sys.exit(rehearse(Path(a.dir), Path(mirror), a.cores, a.snakemake_args, JOB_ENTRY))
 

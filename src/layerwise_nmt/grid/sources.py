@@ -168,7 +168,7 @@ def mirrored(path: Path) -> bool:
     if path.exists() and not path.is_file():
         raise UserError(
             f"{path} is a directory, not a file (or another non-file); expected the file itself there "
-            f"(the data mirror's layout: README.md): move it away or replace it with the file"
+            f"(the data mirror's layout: docs/data.md): move it away or replace it with the file"
         )
     return path.is_file()
 

@@ -1,4 +1,4 @@
-"""The same study's rows at several depths, side by side (`lwnmt evidence depth`; the README's table across depths):
+"""The same study's rows at several depths, side by side (`lwnmt evidence depth`; the table in docs/results.md):
 each method's Δ against its control per depth, from each study's summary.json (`lwnmt evidence collect`), whether
 that Δ grows with depth, and a figure of Δ against depth."""
 
@@ -155,7 +155,7 @@ def depth_cells(entry: dict | None) -> list[str]:
 
 
 def depth_block(summary: dict) -> str:
-    """The README's table across depths: the baseline's BLEU per depth, then per method its Δ against its control,
+    """The table across depths: the baseline's BLEU per depth, then per method its Δ against its control,
     per-seed bootstrap p, the t-test over seeds and the verdict at each depth, and a sentence per method."""
     depths = [d["depth"] for d in summary["depths"]]
     base = summary["baseline"]
