@@ -160,6 +160,11 @@ def cmd_translate(a) -> None:
     from ..training.gpu_lock import claim
     from ..training.threads import set_threads
 
+    config = common.load_config(a) if a.experiment else None
+    if config is not None:  # a misspelt name is said before any other line
+        from ..grid.experiments import require_experiment
+
+        require_experiment(config, a.experiment)
     set_threads(a.threads)  # before torch is imported: how OpenMP's threads wait is read once, when it loads
     locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
     from ..inference import translation
@@ -174,7 +179,7 @@ def cmd_translate(a) -> None:
     )
     request = translation.Request(
         **{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},
-        config=common.load_config(a) if a.experiment else None,
+        config=config,
         config_files=common.config_files(a),
     )
     with tempfile.TemporaryDirectory() as tmp:

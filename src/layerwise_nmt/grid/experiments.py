@@ -38,16 +38,21 @@ def experiment(config: dict, name: str) -> dict:
     return out
 
 
-def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
-    """What translating raw text with an experiment's trained model needs: the model the workflow decodes (averaged
-    or final), its binarized data directory, languages, the task's tokenization of the source (as for its test set),
-    BPE codes (None for word-level tasks), decoding settings, and what the model must match (its name, arch; the
-    class of a model of the config's own, which loading it may import)."""
+def require_experiment(config: dict, name: str) -> None:
+    """A name that is not an experiment of the config: one line, with the closest names."""
     if name not in config["experiments"]:
         from .names import did_you_mean
 
         hint = did_you_mean(name, config["experiments"], "experiments")
         raise UserError(f"--experiment {name!r}: not an experiment of the config{hint}")
+
+
+def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
+    """What translating raw text with an experiment's trained model needs: the model the workflow decodes (averaged
+    or final), its binarized data directory, languages, the task's tokenization of the source (as for its test set),
+    BPE codes (None for word-level tasks), decoding settings, and what the model must match (its name, arch; the
+    class of a model of the config's own, which loading it may import)."""
+    require_experiment(config, name)
     e = experiment(config, name)
     seed = seed if seed is not None else e["seeds"][0]
     task = config["tasks"][e["task"]]
