@@ -9,7 +9,7 @@ export LWNMT_DATA_MIRROR
 # never a word of a recipe: recipes reach the venv relatively ($(VENV)/bin/...) or through PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test lint test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect study-cpu6 study-cpu6-collect node-rehearsal clean
+.PHONY: demo test test-all lint test-slurm rehearse readme docs bench-preprocess gpu-check gpu-first study-run study-check study-budget study-prepare study-shard study-collect study-cpu study-cpu-collect study-cpu6 study-cpu6-collect node-rehearsal clean
 
 # The exact versions of constraints.txt (pyproject.toml states only ranges).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -26,11 +26,17 @@ demo: $(VENV)/.installed
 	@echo "The demo's table: results/tables/demo/T1.md (also .csv, .html, .tex); its figures:" \
 		results/figures/demo/*.png
 
-# On every core (pytest-xdist): each worker's PyTorch computes on one thread (tests/conftest.py), so that workers
-# never wait on each other's cores; tests that share a resource (the Snakemake-only venv) take a file lock. The 20
-# slowest tests are listed at the end: where the suite's time goes.
+# The suite in tiers (pyproject.toml's markers): `make test` runs the unit and integration tests, a contributor's
+# loop (minutes); `make test-all` every tier this machine can run (system: Snakemake runs, virtualenv builds, the
+# rehearsal's pieces, training to a quality threshold), as CI does; `make test-slurm` and `make gpu-check` need
+# their machines. On every core (pytest-xdist): each worker's PyTorch computes on one thread (tests/conftest.py),
+# so that workers never wait on each other's cores; tests that share a resource (the Snakemake-only venv) take a
+# file lock. The 20 slowest tests are listed at the end: where the suite's time goes.
 test: $(VENV)/.installed
-	python -m pytest -q -m "not slurm" -n auto --durations=20
+	python -m pytest -q -m "unit or integration" -n auto --durations=20
+
+test-all: $(VENV)/.installed
+	python -m pytest -q -m "not slurm and not gpu" -n auto --durations=20
 
 # The code's form, as pyproject.toml configures it: ruff's lint and format check over every Python file, then mypy
 # over the package (tests/test_lint.py runs the same three, so that `make test` fails too when the code drifts).

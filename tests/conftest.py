@@ -20,6 +20,39 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
 
+# The suite's tiers (pyproject.toml's markers): a test marked system, slurm or gpu keeps its mark; every other test
+# is a unit test where its file computes in-process only (the files below), else an integration test.
+UNIT_FILES = {
+    "test_batch_shapes.py",
+    "test_bpe_vocab.py",
+    "test_compile.py",
+    "test_coordination.py",
+    "test_cross_view.py",
+    "test_cuda_graphs.py",
+    "test_fairseq_parity.py",
+    "test_figure_specs.py",
+    "test_fusion.py",
+    "test_loss.py",
+    "test_model.py",
+    "test_optimizer.py",
+    "test_precision_branches.py",
+    "test_progress.py",
+    "test_recipes.py",
+    "test_score.py",
+    "test_settings.py",
+    "test_throughput.py",
+    "test_tokenize.py",
+    "test_validation_interval.py",
+}
+TIERS = ("unit", "integration", "system", "slurm", "gpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker("unit" if item.path.name in UNIT_FILES else "integration")
+
+
 # The data mirror is the folder LWNMT_DATA_MIRROR names (`make test` passes it on); tests that read it skip without it.
 MIRROR = Path(os.environ["LWNMT_DATA_MIRROR"]).resolve() if os.environ.get("LWNMT_DATA_MIRROR") else None
 IWSLT_FAIRSEQ = MIRROR / "iwslt14-de-en" / "iwslt14.tokenized.de-en" if MIRROR else None

@@ -11,6 +11,8 @@ import torch
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.system  # the benchmarks run end to end
+
 sys.path.insert(0, str(ROOT / "benchmarks"))  # train_decode imports its sibling ctranslate2_decode
 spec = importlib.util.spec_from_file_location("train_decode", ROOT / "benchmarks" / "train_decode.py")
 train_decode = sys.modules["train_decode"] = importlib.util.module_from_spec(spec)  # its dataclass looks it up

@@ -51,6 +51,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.system
 def test_with_the_default_settings_a_kill_mid_epoch_loses_at_most_five_minutes(toy_data, tmp_path):
     """A demo run's epoch is ~470 updates, minutes on a CPU: with only epoch-end checkpoints a kill lost up to
     all of it. checkpoint_last.pt is refreshed every save_interval_minutes, by default 5, whatever the run's size."""
@@ -73,6 +74,7 @@ def test_with_the_default_settings_a_kill_mid_epoch_loses_at_most_five_minutes(t
     assert f"resumed from {run / LAST}: epoch 1, update {kept['update']}" in resumed.stderr
 
 
+@pytest.mark.system
 def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_path):
     minutes = 0.005  # 0.3 s; one-sentence batches make an epoch 240 updates long, so the kill lands mid-epoch
     spec = toy_spec(max_tokens=None, max_sentences=1, max_update=100000, save_interval_minutes=minutes, log_interval=1)

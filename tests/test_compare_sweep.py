@@ -195,6 +195,7 @@ def test_the_delta_figure_draws_each_methods_gain_over_its_own_baseline(tmp_path
     assert (tmp_path / "delta.png").stat().st_size > 0 and (tmp_path / "delta.pdf").is_file()
 
 
+@pytest.mark.system
 def test_the_dry_run_lists_every_depths_jobs_and_the_figure(tmp_path, mirror):
     path = tmp_path / "sweep.yaml"
     path.write_text(

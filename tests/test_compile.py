@@ -17,6 +17,8 @@ from layerwise_nmt.training import compiler
 from layerwise_nmt.training.checkpoint import LAST, load
 from layerwise_nmt.training.loop import TrainConfig, train
 
+pytestmark = pytest.mark.system  # torch.compile on the CPU: minutes
+
 GPU_CHECK = load_benchmark("gpu_check")
 
 

@@ -79,6 +79,7 @@ def test_replayed_updates_train_as_the_eager_ones_to_the_bit(toy_data, tmp_path,
     assert_equal_weights(weights(tmp_path / "g"), weights(tmp_path / "e"))
 
 
+@pytest.mark.system
 def test_the_emulated_path_follows_todays_default_update_within_rounding(toy_data, tmp_path):
     """Against the CPU's default (foreach Adam, no graphs) over 300 updates: every epoch's training and validation
     loss the same to float rounding, which grows with the updates (Adam's normalised step magnifies a rounding

@@ -25,11 +25,13 @@ BASE = dict(src_vocab=30000, tgt_vocab=30000, preset="base")
         ({"mla_k": 3}, 37.8),
     ],
 )
+@pytest.mark.system
 def test_increments_over_transformer_base_equal_the_printed_ones(settings, printed):
     base = count_parameters(build("deep", BASE))
     assert round((count_parameters(build("deep", {**BASE, **settings})) - base) / 1e6, 1) == printed
 
 
+@pytest.mark.system
 def test_big_hierarchical_and_the_linear_combination_count():
     big = dict(BASE, preset="big")
     hierarchical = count_parameters(build("deep", {**big, "aggregation": "hierarchical"}))

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.system  # a Snakemake-only virtualenv built and run
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / ".venv-driver"
 

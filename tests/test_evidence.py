@@ -209,6 +209,7 @@ def test_the_cli_lists_one_seeds_targets_for_snakemake():
     ]
 
 
+@pytest.mark.system
 def test_make_study_cpu_gives_snakemake_its_targets_as_targets(tmp_path):
     """`--set-threads` takes several values, so targets after it were read as thread settings and Snakemake stopped
     before training. Run with a snakemake that parses its arguments with Snakemake's own parser and reports them."""

@@ -308,9 +308,17 @@ def test_the_gpu_shards_of_the_second_depth_keep_each_seed_whole_with_its_held_o
     paper = {t.split("/")[2] for t in shard("shard_targets", "paper6-seed1") if t.endswith("test.score.json")}
     assert paper == {
         "study_cpu6.transformer",  # GCA's parent and MLRF's control, trained again in the shard
+        "study_cpu6.mlrf_dec_sa",  # MLRF at its own lr, beside the baseline at that lr
         *(
             f"study_cpu6.paper.{e}"
-            for e in ("transformer_prenorm", "lwc", "mlrf_dec_sa", "gca_full", "transformer_longer")
+            for e in (
+                "transformer_prenorm",
+                "lwc",
+                "mlrf_dec_sa",
+                "transformer_lr1e3",
+                "gca_full",
+                "transformer_longer",
+            )
         ),
     }
     assert shard("shard_jobs", "paper6-seed1-2") == ["6"]

@@ -59,6 +59,7 @@ def checkout(toy_data, tmp_path_factory) -> dict:
     return {"root": root, "run": run, "config": config, "overlay": overlay}
 
 
+@pytest.mark.system
 def test_export_then_translate_raw_text_from_anywhere(checkout, tmp_path):
     out = tmp_path / "toy-de-en"
     result = lwnmt("export", "toy.exp", "--out", out, *checkout["config"], cwd=checkout["root"])
@@ -103,6 +104,7 @@ def test_export_then_translate_raw_text_from_anywhere(checkout, tmp_path):
     assert direct.stdout == translated.stdout
 
 
+@pytest.mark.system
 def test_languages_are_checked_against_the_model(checkout, tmp_path):
     out = tmp_path / "dir"
     assert lwnmt("export", "toy.exp", "--out", out, *checkout["config"], cwd=checkout["root"]).returncode == 0

@@ -50,6 +50,7 @@ def decode_all(model_path: Path, options: dict) -> list:
     return best
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("name,setting", CASES)
 def test_imported_fairseq_models_decode_exactly_as_fairseq_generate(imported, name, setting):
     expected = json.loads((FIXTURE / name / f"{setting}.json").read_text())

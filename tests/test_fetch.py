@@ -185,6 +185,7 @@ def test_the_extract_jobs_of_a_shared_archive_download_it_into_one_place(tmp_pat
     assert job_counts(snakemake(tmp_path, *targets, "-n", "--quiet", "rules").stdout)["extract"] == 2
 
 
+@pytest.mark.system
 def test_where_a_raw_file_came_from_is_not_what_snakemake_compares(tmp_path, mirror):
     """A raw file extracted from the data mirror stays done without it (its archive was never downloaded) and with
     it again; a new checksum in the config redoes it, from its URL when there is no mirror."""

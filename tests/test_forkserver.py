@@ -12,6 +12,8 @@ import pytest
 from layerwise_nmt.rehearsal.forkserver import ENV
 from layerwise_nmt.rehearsal import warm
 
+pytestmark = pytest.mark.system  # the rehearsal's warm process
+
 
 @pytest.fixture(scope="module")
 def rehearsal_env():

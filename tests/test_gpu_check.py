@@ -15,6 +15,8 @@ import torch
 
 from conftest import ROOT, load_benchmark
 
+pytestmark = pytest.mark.system  # the GPU check's correctness checks, run on the CPU
+
 gpu_check = load_benchmark("gpu_check")
 
 

@@ -426,6 +426,7 @@ def test_two_fetches_of_one_file_download_it_once(hostile, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.tgz"]
 
 
+@pytest.mark.system
 def test_snakemake_through_a_mirror_resumes_a_short_download(hostile, tmp_path):
     """The workflow's fetch → extract with a data mirror set (holding the other files): newstest2012.en is not in
     it, so it is fetched from a host that cuts the first transfer short; the job resumes it and the raw file is

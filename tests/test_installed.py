@@ -16,6 +16,8 @@ from conftest import ROOT, TOY_ARCH, toy_spec
 from layerwise_nmt import cli
 from layerwise_nmt.training.loop import train
 
+pytestmark = pytest.mark.system  # the package installed into fresh virtualenvs
+
 CONFIG = ["--config", str(ROOT / "config.yaml")]
 DEMO = [*CONFIG, "--config", str(ROOT / "config/demo.yaml")]
 

@@ -17,6 +17,8 @@ import yaml
 
 from conftest import ROOT, default_sigint, snakemake
 
+pytestmark = pytest.mark.system  # trainings killed and resumed under Snakemake
+
 RUN = Path("results/multi30k_ci/ci.transformer/seed1")
 TARGET = str(RUN / "model.pt")
 

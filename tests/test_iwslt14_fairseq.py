@@ -13,6 +13,8 @@ import pytest
 from conftest import IWSLT_FAIRSEQ, ROOT, snakemake
 from layerwise_nmt import grid
 
+pytestmark = pytest.mark.system  # the IWSLT14 recipe through Snakemake against fairseq's files
+
 PARTS = [
     "IWSLT14.TED.dev2010",
     "IWSLT14.TEDX.dev2012",

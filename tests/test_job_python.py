@@ -9,6 +9,9 @@ import yaml
 
 from conftest import ROOT
 from layerwise_nmt.snakemake_glue.job_env import job_path
+import pytest
+
+pytestmark = pytest.mark.system  # Snakemake jobs' interpreters
 
 
 def test_a_job_runs_the_workflows_python_with_another_python_first_on_path(tmp_path):

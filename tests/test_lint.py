@@ -6,6 +6,9 @@ import subprocess
 import sys
 
 from conftest import ROOT
+import pytest
+
+pytestmark = pytest.mark.system  # ruff and mypy over the whole tree (`make lint`)
 
 
 def test_ruff_check_passes():

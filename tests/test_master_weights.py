@@ -121,6 +121,7 @@ def test_one_updates_gradients_are_the_fp32_ones_to_bf16_rounding(toy_data, tmp_
     assert results["bf16-weights"]["ntokens"] == results["none"]["ntokens"]
 
 
+@pytest.mark.system
 def test_training_follows_fp32_and_autocast_over_150_updates(toy_data, tmp_path):
     """The loss over 150 updates of the toy task (tokens reversed), the three precisions on the same batches."""
     data = batches(toy_data, 150)
@@ -283,6 +284,7 @@ def test_decoding_in_bf16_weights_decodes_a_bf16_copy(toy_data):
     assert outputs["bf16-weights"] == pytest.approx(outputs["bf16"], rel=0.05, abs=0.05)
 
 
+@pytest.mark.system
 def test_two_ranks_train_in_bf16_weights(toy_data, tmp_path):
     """DDP over the bf16 copy (`lwnmt train --ranks 2`, two gloo ranks): its gradients are reduced in bf16, each rank
     steps its own masters with the same reduced gradients, and rank 0's checkpoint holds fp32 masters."""

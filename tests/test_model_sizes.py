@@ -61,6 +61,7 @@ def test_every_model_has_a_closed_form():
     assert set(model_sizes.FAMILIES) == set(MODELS)
 
 
+@pytest.mark.system
 def test_every_experiment_of_every_config():
     """config.yaml's experiments and each overlay's, each architecture counted once."""
     cases = {}

@@ -273,6 +273,7 @@ def test_empty_lines_dropped_and_counted_or_refused(tmp_path, caplog):
     assert not (tmp_path / "stats2.json").exists()
 
 
+@pytest.mark.system
 def test_the_four_methods_and_ones_own_on_a_corpus_of_ones_own(tmp_path):
     """Through the real rules at a tiny size: files → data → seven trainings (the baseline, the four papers'
     methods, the example's own method from examples/layer_mix/, the control) → decoding → scores → one table, the

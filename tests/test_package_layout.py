@@ -1,8 +1,8 @@
-"""The package's shape: its folders form a one-way stack in the order the README's layout block lists them (a folder
-imports only those listed before it), counting every import: top-level ones, lazy ones inside functions,
+"""The package's shape: its folders form a one-way stack in the order CONTRIBUTING.md's layout block lists them
+(a folder imports only those listed before it), counting every import: top-level ones, lazy ones inside functions,
 importlib.import_module with a literal, and a module named in a string that a loader resolves ("module:function",
 `python -m module`); no import circles between modules either; data/ never imports the grid; no module grows past
-~450 lines, few modules loose at the top, and the README's layout block names the package's folders as they are. A
+~450 lines, few modules loose at the top, and the layout block names the package's folders as they are. A
 newcomer can then read any module knowing only what it imports, and change a folder knowing what can break above it."""
 
 from __future__ import annotations
@@ -107,22 +107,22 @@ def folder_graph(graph: dict[str, set[str]] | None = None) -> dict[str, set[str]
 
 
 def stack() -> list[str]:
-    """The folders in the README's layout block's order, the bottom of the stack first; the shared modules loose at
+    """The folders in the layout block's order, the bottom of the stack first; the shared modules loose at
     the top ("") below them all, the entry point (__main__) above them all."""
     return ["", *re.findall(r"^  (\w+)/", layout_block(), flags=re.M), "__main__"]
 
 
-def test_folders_form_a_stack_in_the_readme_order():
+def test_folders_form_a_stack_in_the_layout_blocks_order():
     order = {folder: level for level, folder in enumerate(stack())}
     graph = import_graph()
-    assert set(folder_graph(graph)) <= set(order), "a folder the README's layout block does not list"
+    assert set(folder_graph(graph)) <= set(order), "a folder the layout block does not list"
     upward = sorted(
         f"{module} -> {dep}"
         for module, deps in graph.items()
         for dep in deps
         if order[folder_of(dep)] > order[folder_of(module)]
     )
-    assert upward == [], "imports going up the stack (the README's layout block lists the folders bottom up)"
+    assert upward == [], "imports going up the stack (the layout block lists the folders bottom up)"
 
 
 def test_no_import_circles_between_folders():
@@ -229,13 +229,13 @@ def test_few_modules_are_loose_at_the_top():
 
 
 def layout_block() -> str:
-    readme = (SOURCES.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    guide = (SOURCES.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    block = guide.split("## Layout", 1)[1].split("```", 2)[1]
     return block.split("src/layerwise_nmt/", 1)[1].split("\ntests/", 1)[0]
 
 
-def test_the_readme_layout_names_every_folder_and_module_of_the_package():
-    """Each folder and each module of the package is named in the README's layout block, under its folder, and the
+def test_the_layout_block_names_every_folder_and_module_of_the_package():
+    """Each folder and each module of the package is named in the layout block, under its folder, and the
     block names no folder that does not exist."""
     block = layout_block()
     sections = {}
@@ -253,6 +253,6 @@ def test_the_readme_layout_names_every_folder_and_module_of_the_package():
         modules = {p.stem for p in (PACKAGE / folder).glob("*.py")} - {"__init__", "__main__"}
         text = re.sub(r"[,;:()+\[\]]", " ", sections[folder])
         missing = {m for m in modules if m not in text.split() and f"{m}.py" not in text}
-        assert not missing, f"the README's layout block does not name {folder}{sorted(missing)}"
+        assert not missing, f"the layout block does not name {folder}{sorted(missing)}"
     for module in {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}:
-        assert f"{module}.py" in block, f"the README's layout block does not name {module}.py"
+        assert f"{module}.py" in block, f"the layout block does not name {module}.py"

@@ -21,6 +21,8 @@ from layerwise_nmt.rehearsal.overlay import shrink, squeeze
 from layerwise_nmt.rehearsal.run import ROW_RULES, SNAKEMAKE, dry_run, owner, parse_log
 from layerwise_nmt.rehearsal.standins import Manifest, build
 
+pytestmark = pytest.mark.system  # the rehearsal's pieces through Snakemake
+
 ENFR_ROW = "gca T2 · En-Fr Transformer (re-implementation)"
 
 

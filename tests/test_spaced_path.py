@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.system  # a checkout whose path has a space, through Snakemake
+
 COPIED = [
     "Makefile",
     "pyproject.toml",

@@ -115,6 +115,7 @@ def test_status_lines_fit_the_terminal():
         assert "after the manual download of task iwslt14_roen" in out
 
 
+@pytest.mark.system
 def test_the_workflow_start_message_counts_manual_downloads_apart(tmp_path):
     config = grid.load(ROOT / "config.yaml")  # targets: all, so the full grid
     statuses = grid.all_statuses(config)

@@ -41,6 +41,7 @@ def test_blank_lines_pass_through():
     assert tok("   ") == ""
 
 
+@pytest.mark.system
 def test_two_workers_give_identical_output():
     lines = [f"Line {i}: the U.S. and Dr. No, {i}." for i in range(5000)]
     options = TokenizeOptions("en", lowercase=True)

@@ -311,6 +311,7 @@ def test_gpu_claims_are_exclusive_and_released_with_the_process(tmp_path, monkey
     assert claim(1, tmp_path) == [] and os.environ["CUDA_VISIBLE_DEVICES"] == "5"
 
 
+@pytest.mark.system
 def test_two_ranks_through_torchrun_split_update_freq_and_checkpoint_on_sigterm(data, tmp_path):
     """`lwnmt train --ranks 2`: torchrun, two gloo ranks, update_freq 4 → 2 batches per rank; a SIGTERM to the
     job reaches both ranks, which checkpoint and exit; the retry resumes."""

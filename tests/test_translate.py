@@ -120,7 +120,7 @@ def test_raw_text_keeps_an_empty_line_empty_and_writes_what_help_promises(traine
         "codes": None,
         "decode": {"beam": 2},
     }
-    monkeypatch.setattr(cli.common, "load_config", lambda a: {})
+    monkeypatch.setattr(cli.common, "load_config", lambda a: {"experiments": {"toy": {}}})
     monkeypatch.setattr(config_module, "trained_model", lambda config, name, seed: setup)
     source = tmp_path / "raw.txt"
     source.write_text("w1 w2 w3\n\nw4 w5\n", encoding="utf-8")

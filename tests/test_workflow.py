@@ -25,6 +25,8 @@ from layerwise_nmt.grid.stage_checks import check_experiments
 from layerwise_nmt.data.binarize import IndexedDataset
 from layerwise_nmt.data.vocab import Dictionary
 
+pytestmark = pytest.mark.system  # Snakemake runs of the workflow
+
 
 @pytest.mark.parametrize("configfile", [None, "config/demo.yaml", "config/ci.yaml", "config/study.yaml"])
 def test_dry_run_builds_the_dag(tmp_path, configfile):

@@ -14,25 +14,10 @@ import textwrap
 
 from .. import UserError
 from . import data, evaluate, project, report, train, translate
-from .common import copy_to_console
+from .common import USER_COMMANDS, copy_to_console
 
 DESCRIPTION = "`lwnmt`: one command with subcommands; every Snakemake rule calls one of them."
 GROUPS = (data, train, translate, evaluate, report, project)
-# What a user types; the other subcommands are the pipeline's steps, which the workflow's rules call.
-USER_COMMANDS = (
-    "status",
-    "plan",
-    "show",
-    "params",
-    "translate",
-    "score",
-    "export",
-    "import-fairseq",
-    "rehearse",
-    "evidence",
-    "readme",
-    "docs",
-)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,22 @@ from .. import UserError
 # a CalledProcessError.
 ERRORS_ON_STDOUT = "LWNMT_ERRORS_ON_STDOUT"
 
+# What a user types; the other subcommands are the pipeline's steps, which the workflow's rules call.
+USER_COMMANDS = (
+    "status",
+    "plan",
+    "show",
+    "params",
+    "translate",
+    "score",
+    "export",
+    "import-fairseq",
+    "rehearse",
+    "evidence",
+    "readme",
+    "docs",
+)
+
 
 def copy_to_console(line: str) -> None:
     """`line` on stdout inside a workflow job (ERRORS_ON_STDOUT) whose stderr is a log file; nowhere otherwise: a

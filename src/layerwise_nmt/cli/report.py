@@ -135,10 +135,18 @@ def this_machine() -> str:
     return f"{os.cpu_count()}-core {cpu_cell(machine())}"
 
 
+def doc_generators(parser) -> dict:
+    """Every generated block's writer: the report's, and the command-line reference from lwnmt's `parser`."""
+    from ..report.doc_blocks import GENERATORS
+    from .reference import cli_block
+
+    return {**GENERATORS, "cli-reference": lambda config: cli_block(config, parser)}
+
+
 def cmd_docs(a) -> None:
     from ..report.doc_blocks import update
 
-    stale = update(check=a.check)
+    stale = update(check=a.check, generators=doc_generators(a.parser))
     if a.check and stale:
         raise UserError(f"stale generated blocks: {'; '.join(stale)}; run `lwnmt docs` (or `make docs`)")
     print(

@@ -276,3 +276,34 @@ def listing(config: dict, names: list[str]) -> list[str]:
         )
         lines += [f"  - {d.line().replace(', departure — ', ' — ')}" for d in own]
     return lines
+
+
+def departures(config: dict, name: str) -> list[dict]:
+    """How a row departs from its paper's row (scale-down changes aside), as plain data for the summary."""
+    return [{"key": d.key, "ours": d.ours, "paper": d.paper} for d in differences(config, name) if not d.scale_down]
+
+
+def fixed_by_protocol(config: dict, name: str) -> list[str]:
+    """Where an earlier-recipe row (<study>.<method>) departs from its paper and its paper-protocol row
+    (<study>.paper.<method>) does not, in words; empty where the config has no such row."""
+    study, _, method = name.partition(".")
+    protocol_row = f"{study}.paper.{method}"
+    if method.startswith("paper.") or protocol_row not in config["experiments"]:
+        return []
+    kept = {d["key"] for d in departures(config, protocol_row)}
+    return [departure_words(d) for d in departures(config, name) if d["key"] not in kept]
+
+
+def departure_words(d: dict) -> str:
+    """'norm post (paper: pre)', 'lr over its control's 0.5 (paper: 1)', 'a control standing for another paper's
+    baseline'."""
+    if d["key"] == "relation/control":
+        return "a control standing for another paper's baseline"
+    name = {"relation/lr": "lr over its control's", "relation/continued_budget": "updates over its parent's"}
+    return f"{name.get(d['key'], d['key'].split('/')[-1])} {words(d['ours'])} (paper: {words(d['paper'])})"
+
+
+def words(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value if isinstance(value, str) else json.dumps(value)

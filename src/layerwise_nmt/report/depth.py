@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .evidence import P_VALUE, SUMMARY, page_files
-from .evidence_page import departure_words, fmt
+from ..grid.protocol import departure_words
+from .evidence_page import fmt
 
 
 def seeds(n: int) -> str:

@@ -146,21 +146,21 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "evidence": evidence_block,
     "depth": depth_block,
     "table": table_block,
-    "cli-reference": reference.cli_block,
     "config-reference": reference.config_block,
 }
 
 
-def render_block(spec: str, config: dict, where: str) -> str:
+def render_block(spec: str, config: dict, where: str, generators: dict[str, Callable[..., str]]) -> str:
     kind, *arguments = spec.split()
-    if kind not in GENERATORS:
-        raise UserError(f"{where}: unknown generated block {kind!r}; expected one of {', '.join(GENERATORS)}")
+    if kind not in generators:
+        raise UserError(f"{where}: unknown generated block {kind!r}; expected one of {', '.join(generators)}")
     options = dict(a.split("=", 1) for a in arguments)
-    return GENERATORS[kind](config, **options)
+    return generators[kind](config, **options)
 
 
-def update(check: bool = False) -> list[str]:
-    """Rewrite every generated block (check=True: only compare); returns the stale ones as "file: kind"."""
+def update(check: bool = False, generators: dict[str, Callable[..., str]] = GENERATORS) -> list[str]:
+    """Rewrite every generated block (check=True: only compare); returns the stale ones as "file: kind". The layers
+    above add their own generators (the command-line reference comes from the CLI's parser: cli/reference.py)."""
     with in_checkout():
         config = grid.load(grid.ROOT / "config.yaml")
         stale = []
@@ -169,7 +169,7 @@ def update(check: bool = False) -> list[str]:
 
             def fill(match: re.Match) -> str:
                 where = f"{path.relative_to(grid.ROOT)}: {match['spec']}"
-                body = render_block(match["spec"], config, where)
+                body = render_block(match["spec"], config, where, generators)
                 if body != match["body"]:
                     stale.append(where)
                 return match["open"] + body + match["close"]

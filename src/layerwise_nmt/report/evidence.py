@@ -390,8 +390,8 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
             "chrf": mean_or_none(records[(name, s)]["chrf"] for s in bleu),
             "last_quarter_fall_pct": mean_or_none(falls),
             "warm_start": parents.get(name),
-            "departures": departures(config, name),
-            "departures_fixed_by_protocol": fixed_by_protocol(config, name),
+            "departures": protocol.departures(config, name),
+            "departures_fixed_by_protocol": protocol.fixed_by_protocol(config, name),
         }
         if row.get("compare_to"):
             control = row["compare_to"]
@@ -422,26 +422,6 @@ def summarise(config: dict, table: str, out: str | Path, ref: str | Path | None)
         "curves": {f"{n}/seed{s}": r["curve"] for (n, s), r in records.items()},
         "protocol": protocol.listing(config, list(dict.fromkeys(row["experiment"] for row in rows(config, table)))),
     }
-
-
-def departures(config: dict, name: str) -> list[dict]:
-    """How a row departs from its paper's row (scale-down changes aside), as plain data for the summary."""
-    return [
-        {"key": d.key, "ours": d.ours, "paper": d.paper} for d in protocol.differences(config, name) if not d.scale_down
-    ]
-
-
-def fixed_by_protocol(config: dict, name: str) -> list[str]:
-    """Where an earlier-recipe row (<study>.<method>) departs from its paper and its paper-protocol row
-    (<study>.paper.<method>) does not, in words; empty where the config has no such row."""
-    from .evidence_page import departure_words
-
-    study, _, method = name.partition(".")
-    protocol_row = f"{study}.paper.{method}"
-    if method.startswith("paper.") or protocol_row not in config["experiments"]:
-        return []
-    kept = {d["key"] for d in departures(config, protocol_row)}
-    return [departure_words(d) for d in departures(config, name) if d["key"] not in kept]
 
 
 def mean_or_none(values) -> float | None:

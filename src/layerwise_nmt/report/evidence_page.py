@@ -246,21 +246,6 @@ def readme_block(folder: str | Path, shown: str | None = None) -> str:
     return "\n".join(lines + words) + "\n"
 
 
-def departure_words(d: dict) -> str:
-    """'norm post (paper: pre)', 'lr over its control's 0.5 (paper: 1)', 'a control standing for another paper's
-    baseline'."""
-    if d["key"] == "relation/control":
-        return "a control standing for another paper's baseline"
-    name = {"relation/lr": "lr over its control's", "relation/continued_budget": "updates over its parent's"}
-    return f"{name.get(d['key'], d['key'].split('/')[-1])} {words(d['ours'])} (paper: {words(d['paper'])})"
-
-
-def words(value) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def seed_by_seed(c: dict) -> str:
     """What each test found for a row that is not better on every seed, significantly, seed by seed: the mean alone
     hides a seed that went the other way, or one that was significant."""

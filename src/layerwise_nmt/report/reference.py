@@ -1,10 +1,9 @@
-"""The references generated from the code (`lwnmt docs`; docs/reference/): every `lwnmt` subcommand with its
-options from the parser, and every configuration key from the schema and the settings classes (type, default,
-range, meaning), so that neither can drift from what the program accepts."""
+"""The configuration reference generated from the code (`lwnmt docs`; docs/reference/config.md): every key from the
+schema and the settings classes (type, default, range, meaning), so that it cannot drift from what the program
+accepts. The command-line reference is the CLI's own (cli/reference.py)."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import re
 from dataclasses import MISSING, fields
@@ -18,33 +17,6 @@ from ..settings import Settings, describe
 def cell(text: object) -> str:
     """Text for one Markdown table cell: one line, pipes escaped."""
     return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def cli_block(config: dict) -> str:
-    """Each subcommand: its one-line purpose and a table of its arguments (the user's commands first)."""
-    from ..cli import USER_COMMANDS, build_parser
-
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    helps: dict[str, str] = getattr(sub, "command_help", {})
-    order = [n for n in USER_COMMANDS if n in sub.choices] + [n for n in sub.choices if n not in USER_COMMANDS]
-    lines = []
-    for name in order:
-        command = sub.choices[name]
-        group = "your command" if name in USER_COMMANDS else "a pipeline step"
-        lines += [f"### `lwnmt {name}`", "", f"{cell(helps.get(name, ''))} ({group}).", ""]
-        lines += ["| argument | default | what it does |", "|---|---|---|"]
-        for action in command._actions:
-            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
-                continue
-            name_cell = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.dest}`"
-            if action.choices and not isinstance(action, argparse._SubParsersAction):
-                name_cell += f" {{{', '.join(map(str, action.choices))}}}"
-            default = action.default
-            shown = "" if default in (None, argparse.SUPPRESS, False, []) else f"`{default}`"
-            lines.append(f"| {name_cell} | {shown} | {cell(action.help or '')} |")
-        lines.append("")
-    return "\n".join(lines)
 
 
 COMMENT = re.compile(r"^\s+(?P<name>\w+):[^#\n]*#\s*(?P<comment>.*)$", re.M)
