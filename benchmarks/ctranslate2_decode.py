@@ -113,7 +113,7 @@ def our_log_probs(model: Path, data: Path, sources: Path, hypotheses: Path) -> l
     net = load_model(model, src_vocab, tgt_vocab).eval()
     out = []
     with torch.no_grad():
-        for source, target in zip(read_lines(sources), read_lines(hypotheses)):
+        for source, target in zip(read_lines(sources), read_lines(hypotheses), strict=True):
             ids = tgt_vocab.encode(target)
             logits = net(torch.tensor([src_vocab.encode(source)]), torch.tensor([[tgt_vocab.eos] + ids[:-1]]))
             out.append(F.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist())
@@ -189,7 +189,11 @@ def ctranslate2_part(
     ours = hypotheses["lwnmt fp32, 2 thread(s)"]
     ours_lines = ours.read_text(encoding="utf-8").splitlines()
     theirs = json.loads(run([str(python), "-c", SCORE, str(converted), str(sources), str(ours)]))
-    gap = max(abs(a - b) for x, y in zip(our_log_probs(model, data, sources, ours), theirs) for a, b in zip(x, y))
+    gap = max(
+        abs(a - b)
+        for x, y in zip(our_log_probs(model, data, sources, ours), theirs, strict=True)
+        for a, b in zip(x, y, strict=True)
+    )
     rows = {}
     for name in commands:
         lines = hypotheses[name].read_text(encoding="utf-8").splitlines()
@@ -197,7 +201,7 @@ def ctranslate2_part(
             "whole_process_s": statistics.median(walls[name]),
             "whole_process_runs": walls[name],
             "loop_s": statistics.median(loops[name]),
-            "identical_to_ours_fp32": sum(a == b for a, b in zip(lines, ours_lines)),
+            "identical_to_ours_fp32": sum(a == b for a, b in zip(lines, ours_lines, strict=True)),
             "bleu_tokenized": bleu(hypotheses[name], reference),
         }
     return {

@@ -558,10 +558,10 @@ def draw_parity(runs: list[dict], systems: list[str], path: Path) -> None:
 
     updates = sorted({int(u) for r in runs for u in r["valid_loss"]})
     loss = [{int(u): v for u, v in r["valid_loss"].items()} for r in runs]
-    fairseq = [curve for r, curve in zip(runs, loss) if r["system"] == "fairseq"]
+    fairseq = [curve for r, curve in zip(runs, loss, strict=True) if r["system"] == "fairseq"]
     mean = {u: statistics.mean(c[u] for c in fairseq) for u in updates}
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for r, curve in zip(runs, loss):
+    for r, curve in zip(runs, loss, strict=True):
         style = dict(
             color=f"C{systems.index(r['system'])}",
             marker="ox+"[systems.index(r["system"]) % 3],

@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -207,7 +208,7 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     run = _start(
         spec,
         TrainConfig.from_dict(spec["train"]),
-        dict(zip(("de", "en"), load_pair(data, "de", "en"))),
+        dict(zip(("de", "en"), load_pair(data, "de", "en"), strict=True)),
         work / f"overfit-{family}-{label}",
         device,
         precision,
@@ -341,8 +342,8 @@ def beams_agree(cached, full, label: str) -> dict:
     run different kernels on different shapes), so two hypotheses whose scores tie within that rounding may swap
     ranks or be replaced by one another: there, tokens may differ where the scores agree. A wrong cache still fails
     there (its scores drift), and in fp32 and TF32 any different token fails."""
-    same_tokens = all([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(cached, full))
-    diff = max(abs(x.score - y.score) for a, b in zip(cached, full) for x, y in zip(a, b))
+    same_tokens = all([h.tokens for h in a] == [h.tokens for h in b] for a, b in zip(cached, full, strict=True))
+    diff = max(abs(x.score - y.score) for a, b in zip(cached, full, strict=True) for x, y in zip(a, b, strict=True))
     scale = max(1.0, max(abs(h.score) for a in full for h in a))
     scores_agree = diff <= BEAM_TOLERANCE[label] * scale
     mixed = PRECISIONS[label][0] in ("bf16", "bf16-weights", "fp16")
@@ -388,7 +389,9 @@ def check_ddp(device: torch.device, data: Path, work: Path) -> dict:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    diff = max(float((a.grad - b.grad).abs().max()) for a, b in zip(plain.parameters(), wrapped.parameters()))
+    diff = max(
+        float((a.grad - b.grad).abs().max()) for a, b in zip(plain.parameters(), wrapped.parameters(), strict=True)
+    )
     return {"ok": diff <= 1e-5, "how": f"one-rank {backend} group", "max_grad_diff": diff}
 
 
@@ -482,10 +485,10 @@ def correctness(
             results.checks["families"][key] = {
                 name: _guarded(fn)
                 for name, fn in (
-                    ("overfit", lambda: check_overfit(family, label, device, data, work)),
-                    ("resume", lambda: check_resume(family, label, device, data, work)),
-                    ("beam", lambda: check_beam(family, label, device)),
-                    ("graphs", lambda: check_graphs(family, label, device, data, work)),
+                    ("overfit", partial(check_overfit, family, label, device, data, work)),
+                    ("resume", partial(check_resume, family, label, device, data, work)),
+                    ("beam", partial(check_beam, family, label, device)),
+                    ("graphs", partial(check_graphs, family, label, device, data, work)),
                 )
             }
             results.save()
@@ -549,7 +552,10 @@ def read_lengths(mirror: Path, lengths: str) -> tuple[np.ndarray, np.ndarray]:
 
 def write_lengths(mirror: Path, path: Path = LENGTHS) -> None:
     """benchmarks/lengths.json from the mirror: per-sentence unit counts only (no text), so they can travel."""
-    out = {name: dict(zip(("src", "tgt"), (a.tolist() for a in read_lengths(mirror, name)))) for name in LENGTH_FILES}
+    out = {
+        name: dict(zip(("src", "tgt"), (a.tolist() for a in read_lengths(mirror, name)), strict=True))
+        for name in LENGTH_FILES
+    }
     out["about"] = (
         "subword units + </s> per sentence pair, in file order, of "
         + "; ".join(f"{k}: {', '.join(s for pair in v for s in pair)}" for k, v in LENGTH_FILES.items())
@@ -740,7 +746,8 @@ def speed(config: dict, device: torch.device, args, results: Results) -> list[di
                             results,
                             device,
                             _guarded(
-                                lambda: measure(
+                                partial(
+                                    measure,
                                     name,
                                     config,
                                     device,
@@ -765,7 +772,7 @@ def speed(config: dict, device: torch.device, args, results: Results) -> list[di
             keep(
                 results,
                 device,
-                _guarded(lambda: auto_choice(name, config, device, args.max_tokens, measured)),
+                _guarded(partial(auto_choice, name, config, device, args.max_tokens, measured)),
                 name,
                 "auto",
             )

@@ -106,7 +106,7 @@ def main() -> None:
             times[variant].append(seconds)
             outputs[variant] = out
     assert outputs["1"] == outputs["2"], "2 workers changed the output"
-    differing = sum(a != b for a, b in zip(outputs["plain"], outputs["2"]))
+    differing = sum(a != b for a, b in zip(outputs["plain"], outputs["2"], strict=True))
     median = {v: statistics.median(t) for v, t in times.items()}
     rows = [
         ("plain sacremoses + subword-nmt, 1 process", "plain"),

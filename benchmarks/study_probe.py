@@ -47,7 +47,7 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     run = _start(
         spec,
         TrainConfig.from_dict(spec["train"]),
-        dict(zip(("de", "en"), load_pair(data, "de", "en"))),
+        dict(zip(("de", "en"), load_pair(data, "de", "en"), strict=True)),
         work / f"one-{family}-{label}",
         device,
         precision,
@@ -72,7 +72,7 @@ def checks(device: torch.device, results, work: Path, families=tuple(gpu_check.F
     for family in families:
         key = f"{family}/{label}"
         results.checks["families"][key] = {
-            "one_update": gpu_check._guarded(lambda: one_update(family, label, device, data, work))
+            "one_update": gpu_check._guarded(lambda: one_update(family, label, device, data, work))  # noqa: B023  (run within this iteration)
         }
         results.save()
         print(f"{key}: {json.dumps(results.checks['families'][key]['one_update'])}", flush=True)

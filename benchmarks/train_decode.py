@@ -390,7 +390,7 @@ def ours_updates(work: Path, model: dict, amp: str, count: int):
     opt = torch.optim.AdamW(net.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=1e-4)
     cpu = torch.device("cpu")
     precision = resolve(amp, cpu)
-    for _, batch in zip(range(count), training_batches(work, model["max_tokens"])):
+    for _, batch in zip(range(count), training_batches(work, model["max_tokens"]), strict=False):
         stats = accumulate(net, [batch], cfg, cpu, lambda: precision.autocast(cpu))
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -432,7 +432,7 @@ def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
     train_data = ParallelData(str(data), "train", "de", "en")
     order = epoch_order(make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1), 1, 1)
     batches = [collate(train_data, ids) for ids in order[: warmup + rounds]]
-    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en"), strict=True))
     train = {"max_tokens": model["max_tokens"], "max_update": 1}
     spec = {"model": "transformer", "arch": model["ours"], "train": train}
     runs = {}
@@ -469,9 +469,13 @@ def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
         "cpu_seconds_per_update": {k: {"median": statistics.median(v), "min": min(v)} for k, v in cpu_s.items()},
         "wall_seconds_per_update": {k: {"median": statistics.median(v), "min": min(v)} for k, v in wall_s.items()},
         "speedup_over_fp32_per_round": {
-            k: quartiles([f / x for f, x in zip(cpu_s["fp32"], v)]) for k, v in cpu_s.items() if k != "fp32"
+            k: quartiles([f / x for f, x in zip(cpu_s["fp32"], v, strict=True)])
+            for k, v in cpu_s.items()
+            if k != "fp32"
         },
-        "bf16_weights_over_bf16_per_round": quartiles([a / w for a, w in zip(cpu_s["bf16"], cpu_s["bf16-weights"])]),
+        "bf16_weights_over_bf16_per_round": quartiles(
+            [a / w for a, w in zip(cpu_s["bf16"], cpu_s["bf16-weights"], strict=True)]
+        ),
         "load_average": os.getloadavg(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
@@ -501,7 +505,7 @@ def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: lis
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
     train_data = ParallelData(str(data), "train", "de", "en")
-    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en"), strict=True))
     result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
     for label in precisions:
         amp = TRAIN_PRECISIONS[label]
@@ -579,7 +583,7 @@ def same_start(data: Path, name: str, rounds: int, warmup: int):
     model = MODELS[name]
     torch.set_num_threads(1)
     train_data = ParallelData(str(data), "train", "de", "en")
-    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en")))
+    vocabs = dict(zip(("de", "en"), load_pair(str(data), "de", "en"), strict=True))
     batches = make_batches(train_data.src.sizes, train_data.tgt.sizes, model["max_tokens"], None, 1)
     order = [collate(train_data, ids) for ids in epoch_order(batches, 1, 1)[: warmup + rounds]]
     result: dict = {"model": model["title"], "rounds": rounds, "warmup": warmup, "threads": 1}
@@ -645,7 +649,7 @@ def compile_part(data: Path, name: str, rounds: int, warmup: int, precisions: li
         torch._dynamo.reset()
         compiled = compiler.compile_model(runs["compiled"][0].model, cpu)
         started = time.perf_counter()
-        _update(runs["compiled"][0], compiled, [order[0]], cpu, lambda: precision.autocast(cpu))
+        _update(runs["compiled"][0], compiled, [order[0]], cpu, lambda: precision.autocast(cpu))  # noqa: B023  (used within this iteration)
         compile_s = time.perf_counter() - started
         rate, _ = paired_updates(runs, rounds, warmup, precision)
         result[label] = {
@@ -726,7 +730,7 @@ def plain_train(work: Path, model: dict, updates: int, warmup: int, amp: str) ->
     opt = torch.optim.Adam(list(emb.parameters()) + list(net.parameters()), lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
     pos = sinusoidal_positions(1024, 512)
     stamps = []
-    for _, b in zip(range(updates + warmup), training_batches(work, model["max_tokens"])):
+    for _, b in zip(range(updates + warmup), training_batches(work, model["max_tokens"]), strict=False):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp == "bf16"):
             src = emb(b.src) * math.sqrt(512) + pos[: b.src.size(1)]
             tgt = emb(b.prev) * math.sqrt(512) + pos[: b.prev.size(1)]
@@ -945,7 +949,10 @@ def fairseq_weights(state: dict) -> dict:
     ours, config, out = state["model"], state["model_config"], {}
     for name, theirs in linear_names(config).items():
         for part in ("weight", "bias"):
-            out |= {f"{t}.{part}": chunk.clone() for t, chunk in zip(theirs, ours[f"{name}.{part}"].chunk(len(theirs)))}
+            out |= {
+                f"{t}.{part}": chunk.clone()
+                for t, chunk in zip(theirs, ours[f"{name}.{part}"].chunk(len(theirs)), strict=True)
+            }
     for i in range(config["encoder_layers"]):
         for name, theirs in (("attn.qkv", "in_proj"), ("attn.out", "out_proj"), ("ffn.fc1", "fc1"), ("ffn.fc2", "fc2")):
             for part in ("weight", "bias"):
@@ -1064,11 +1071,11 @@ def decode_part(case: DecodeCase, work: Path, name: str, precisions: list[str], 
             prefix = work / f"hyp-{name}-{label}"
             own_rate[system] = json.loads(Path(f"{prefix}.json").read_text())["sentences_per_second"]
             ours = Path(f"{prefix}.bpe").read_text(encoding="utf-8").splitlines()
-            agree[system] = sum(a == b for a, b in zip(ours, theirs))
+            agree[system] = sum(a == b for a, b in zip(ours, theirs, strict=True))
     sentences = len(theirs)
     wall = {k: statistics.median(v) for k, v in walls.items()}
     base = wall["fairseq-generate (fp32)"]
-    per_turn = {k: [a / b for a, b in zip(walls["fairseq-generate (fp32)"], v)] for k, v in walls.items()}
+    per_turn = {k: [a / b for a, b in zip(walls["fairseq-generate (fp32)"], v, strict=True)] for k, v in walls.items()}
     return {
         "model": case.description,
         "settings": settings,
@@ -1323,7 +1330,7 @@ def demo_training_data() -> Path:
 
 def report(label: str, run: dict) -> None:
     print(f"\n{label}; load average {run['machine']['load_average_at_start']}")
-    for name, part in run.get("train", {}).items():
+    for part in run.get("train", {}).values():
         print(f"\ntraining {part['model']}\n{'system':<36} {'target tok/s':>12} {'vs fairseq':>10} {'MFU':>6}")
         for system, rate in part["target_tokens_per_s"].items():
             print(
@@ -1339,7 +1346,7 @@ def report(label: str, run: dict) -> None:
             f"(GEMMs {part['bf16']['gemm_share']:.0%}): bf16 {part['bf16_over_fp32']:.2f}x; ceiling with only "
             f"the GEMMs gaining {part['ceiling_if_only_gemms_gain']:.2f}x"
         )
-    for name, measured in run.get("train_precisions", {}).items():
+    for measured in run.get("train_precisions", {}).values():
         for part in measured["repeats"]:
             print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
             for label, seconds in part["cpu_seconds_per_update"].items():
@@ -1348,7 +1355,7 @@ def report(label: str, run: dict) -> None:
                 print(f"{label:<14} CPU s/update median {seconds['median']:.3f}, fastest {seconds['min']:.3f}{versus}")
             pair = part["bf16_weights_over_bf16_per_round"]
             print(f"bf16-weights {pair['median']:.2f}x bf16 autocast per round [{pair['q1']:.2f}, {pair['q3']:.2f}]")
-    for name, repeats in run.get("train_shapes", {}).items():
+    for repeats in run.get("train_shapes", {}).values():
         for part in repeats:
             print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
             for label in ("fp32", "bf16"):
@@ -1364,7 +1371,7 @@ def report(label: str, run: dict) -> None:
         "train_compile": ("{}", "compiled/eager", "compiled_over_eager"),
     }
     for key, (variant_name, ratio_name, ratio_key) in paired_variants.items():
-        for name, repeats in run.get(key, {}).items():
+        for repeats in run.get(key, {}).values():
             for part in repeats:
                 print(f"\ntrainer update, {part['model']}, 1 thread, {part['rounds']} paired rounds ({part['date']})")
                 for label in ("fp32", "bf16"):

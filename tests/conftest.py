@@ -232,9 +232,9 @@ def assert_cached_beam_equals_recompute(model, src) -> None:
         BeamConfig(beam=3, lenpen=0.6, length_penalty="gnmt", max_len_a=0.5, max_len_b=6),
     ):
         cached, full = beam_search(model, src, cfg), beam_search(Recompute(model), src, cfg)
-        for a, b in zip(cached, full):
+        for a, b in zip(cached, full, strict=True):
             assert [h.tokens for h in a] == [h.tokens for h in b]
-            assert all(math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b))
+            assert all(math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b, strict=True))
 
 
 def assert_autoregressive(model, src, prev, position: int = 4) -> None:

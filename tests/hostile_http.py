@@ -14,7 +14,7 @@ import http.server
 import re
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -128,7 +128,7 @@ class HostileServer(http.server.ThreadingHTTPServer):
         self.routes[path] = list(behaviours)
         return self.url + path
 
-    def start(self) -> "HostileServer":
+    def start(self) -> HostileServer:
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self._deadline = threading.Timer(LIFETIME, self.shutdown)
         self._deadline.daemon = True

@@ -148,7 +148,7 @@ def test_training_with_fixed_shapes_takes_them_resumes_bit_for_bit_and_validates
     assert a["progress"]["update"] == b["progress"]["update"] == 14
     for key, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][key]), key
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
 
     vocab = len(load_pair(toy_data, "de", "en")[0])

@@ -65,7 +65,7 @@ def test_an_inductor_compiled_run_stopped_and_resumed_ends_as_one_straight_run(t
     assert a["progress"]["update"] == b["progress"]["update"] == 40
     for key, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][key]), key
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
     curve = losses(tmp_path / "a")["train_loss"]
     assert curve.iloc[-1] < curve.iloc[0]

@@ -70,8 +70,10 @@ def test_target_prefix_only_source_independent_of_target_and_cached_decoding(fla
     other[:, 1:] = torch.randint(4, 50, other[:, 1:].shape)
     model(src, other)
     (kv_a, states_a, _), (kv_b, states_b, _) = sources
-    assert all(torch.equal(a, b) for a, b in zip(states_a, states_b))  # changing the target moves no source state
-    assert all(torch.equal(a.k, b.k) and torch.equal(a.v, b.v) for a, b in zip(kv_a, kv_b))
+    assert all(
+        torch.equal(a, b) for a, b in zip(states_a, states_b, strict=True)
+    )  # changing the target moves no source state
+    assert all(torch.equal(a.k, b.k) and torch.equal(a.v, b.v) for a, b in zip(kv_a, kv_b, strict=True))
     state = model.start(src)
     steps = torch.stack([model.step(prev[:, t], state) for t in range(prev.size(1))], dim=1)
     assert torch.allclose(model(src, prev), steps, atol=1e-5)

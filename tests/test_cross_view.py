@@ -34,7 +34,7 @@ def test_each_decoder_layer_reads_its_view(strategy, expected):
     model = tiny(strategy=strategy)
     seen, states = memories(model, *batch())
     assert len(seen) == 3
-    for memory, j in zip(seen, expected):  # S_j = states[j]; states[0] is the embedding layer
+    for memory, j in zip(seen, expected, strict=True):  # S_j = states[j]; states[0] is the embedding layer
         assert torch.equal(memory, states[j])
 
 
@@ -127,7 +127,7 @@ def test_conv_backbones_are_causal_cached_and_padding_blind(backbone):
 def test_cross_view_strategies_apply_to_dynamic_conv():
     model = tiny(strategy="gca", backbone="dynamic_conv", kernel_sizes=[3, 5, 7], weight_dropout=0.0)
     seen, states = memories(model, *batch())
-    assert all(torch.equal(memory, states[j]) for memory, j in zip(seen, [3, 2, 1]))
+    assert all(torch.equal(memory, states[j]) for memory, j in zip(seen, [3, 2, 1], strict=True))
 
 
 def test_dynamic_conv_parameter_count():

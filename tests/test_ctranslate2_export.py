@@ -145,7 +145,7 @@ def test_per_token_log_probabilities_agree_with_ours(converted, name):
     targets += [list(reversed(t)) for t in targets]
     results = translator(directory).score_batch(sources * 2, targets)
     gap = 0.0
-    for source, target, result in zip(sources * 2, targets, results):
+    for source, target, result in zip(sources * 2, targets, results, strict=True):
         src_ids = torch.tensor([src.encode(" ".join(source))])
         ids = tgt.encode(" ".join(target))  # with </s>, which CTranslate2 scores too
         with torch.no_grad():
@@ -181,7 +181,7 @@ def test_greedy_and_beam_search_find_our_hypotheses(converted, name):
                 )
                 # at the limit we end with </s> and CTranslate2 without: only hypotheses that ended before compare
                 # (one greedy decoding of the fairseq models' sources loops)
-                ended = [(h, r) for h, r in zip(ours, theirs) if len(h.tokens) <= LIMIT]
+                ended = [(h, r) for h, r in zip(ours, theirs, strict=True) if len(h.tokens) <= LIMIT]
                 assert len(ended) >= len(sources) - 1
                 assert [tgt.decode(h.tokens).split() for h, _ in ended] == [r.hypotheses[0] for _, r in ended], (
                     f"{name}: beam {beam}, lenpen {lenpen}, min_len {min_len}"
@@ -208,7 +208,7 @@ def test_imported_fairseq_models_translate_as_fairseq_generate_did(converted, na
     )
     pairs = [
         (" ".join(r.hypotheses[0]), r.scores[0] / math.log(2), h["text"], h["score_log2"])
-        for r, h in zip(results, expected["hypotheses"])
+        for r, h in zip(results, expected["hypotheses"], strict=True)
         if len(h["text"].split()) < options["max_len_b"]
     ]
     assert len(pairs) >= len(sources) - 1

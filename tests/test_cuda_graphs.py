@@ -132,7 +132,7 @@ def test_a_run_stopped_and_resumed_replays_to_the_weights_of_one_straight_run(to
     a, b = load(tmp_path / "a" / LAST), load(tmp_path / "b" / LAST)
     assert a["progress"]["update"] == b["progress"]["update"] == 90
     assert_equal_weights(a["model"], b["model"])
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
 
 
@@ -231,7 +231,7 @@ def test_the_precision_probe_times_the_replayed_step_where_the_run_replays(toy_d
     monkeypatch.setattr(graphs.EmulatedGraph, "replay", lambda self: replays.update(["replay"]) or replay(self))
     spec = toy_spec(**FIXED)
     spec["arch"] = {**spec["arch"], "dropout": 0.1}
-    vocabs = dict(zip(("de", "en"), load_pair(toy_data, "de", "en")))
+    vocabs = dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True))
     keys = {}
     for mode in ("emulated", "off"):
         cfg = TrainConfig.from_dict({**spec["train"], "max_update": 10, "cuda_graphs": mode})

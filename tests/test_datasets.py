@@ -35,7 +35,7 @@ def test_sgml_reader_equals_the_plain_release_up_to_doubled_spaces(mirror):
         segments, ids = readers.read_xml(str(base / sgm))
         lines = list(read_lines(base / plain))
         assert len(segments) == len(lines) == 3003 and len(ids) == 3003
-        differ = [(a, b) for a, b in zip(segments, lines) if a != b]
+        differ = [(a, b) for a, b in zip(segments, lines, strict=True) if a != b]
         assert len(differ) == whitespace_only
         assert all(a.split() == b.split() and "  " in a for a, b in differ)
     # format "wmt" reads either form: a mirror may hold the plain text where the release has SGML
@@ -77,7 +77,7 @@ def test_romanian_normalisation_on_newstest2016(mirror):
         once = remove_romanian_diacritics(text)
         assert remove_romanian_diacritics(once) == once
         assert not diacritics & set(once)
-        changed = sum(a != b for a, b in zip(text, once))
+        changed = sum(a != b for a, b in zip(text, once, strict=True))
         assert changed == sum(ch in diacritics for ch in text) > 5000
     normalize = TokenizeOptions("ro", romanian=True, normalize_punctuation=True).normalizer()
     assert normalize("Ţara „noastră”") == 'Tara "noastra"'
@@ -90,7 +90,7 @@ def test_compound_splitting_matches_luong_et_al_hyphen_convention(mirror):
     theirs = gzip.open(mirror / "wmt14-en-de/newstest2013.de.gz", "rt", encoding="utf-8").read().splitlines()
     tokenize = TokenizeOptions("de").build()
     ours = [compound_split(tokenize(line)) for line in lines_of(mirror / "wmt14-en-de/plain/newstest2013.de")]
-    assert sum(a == b for a, b in zip(ours, theirs)) >= 2990
+    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= 2990
     hyphenated = [i for i, line in enumerate(theirs) if "##AT##-##AT##" in line]
     assert len(hyphenated) == 335 and sum(ours[i] == theirs[i] for i in hyphenated) >= 332
     assert compound_split("Higgs-Boson , 2-3") == "Higgs ##AT##-##AT## Boson , 2 ##AT##-##AT## 3"

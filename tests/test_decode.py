@@ -39,7 +39,7 @@ class ToyDecoder:
         return ToyState(torch.arange(src.size(0)), [() for _ in range(src.size(0))])
 
     def step(self, last, state):
-        state.prefix = [p + (int(t),) for p, t in zip(state.prefix, last.tolist())]
+        state.prefix = [p + (int(t),) for p, t in zip(state.prefix, last.tolist(), strict=True)]
         logits = torch.full((len(state.prefix), self.vocab), -1e9)
         for row, prefix in enumerate(state.prefix):
             for token, p in self.table.get(prefix, {EOS: 1.0}).items():
@@ -121,7 +121,9 @@ def test_batched_beam_equals_one_sentence_at_a_time():
     for i in range(4):
         alone = beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], cfg)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
-        assert all(math.isclose(a.score, b.score, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(alone, together[i]))
+        assert all(
+            math.isclose(a.score, b.score, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(alone, together[i], strict=True)
+        )
 
 
 def test_cached_beam_search_equals_full_recomputation():

@@ -146,7 +146,9 @@ def test_eq4_dense_sum_doubles_the_scale_per_layer_and_dense_norm_keeps_it():
         model = tiny(aggregation="dense", dense_norm=norm, encoder_layers=6, decoder_layers=6)
         states = model.encoder(src).states  # dense: H^0 … H^L, the output being H^L
         rms[norm] = [float(h.pow(2).mean().sqrt()) for h in states[1:]]
-    assert rms[False][-1] / rms[False][0] > 20 and all(b > 1.7 * a for a, b in zip(rms[False][1:], rms[False][2:]))
+    assert rms[False][-1] / rms[False][0] > 20 and all(
+        b > 1.7 * a for a, b in zip(rms[False][1:], rms[False][2:], strict=False)
+    )
     assert all(0.9 < r < 1.1 for r in rms[True])
 
 

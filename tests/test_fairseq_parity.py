@@ -57,12 +57,12 @@ def test_imported_fairseq_models_decode_exactly_as_fairseq_generate(imported, na
     ours = decode_all(imported[name], expected["options"])
     theirs = [(h["text"], h["score_log2"]) for h in expected["hypotheses"]]
     assert len(ours) == len(theirs) == MANIFEST["sentences"]
-    differing = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0] != b[0]]
+    differing = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a[0] != b[0]]
     assert not differing, (
         f"{len(differing)} of {len(ours)} hypotheses differ, e.g. #{differing[0]}: "
         f"{ours[differing[0]]} vs fairseq's {theirs[differing[0]]}"
     )
-    gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
+    gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs, strict=True))
     assert gap < 1e-4, f"scores differ by up to {gap:.2e} (log2)"
 
 

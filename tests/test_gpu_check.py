@@ -75,7 +75,7 @@ def test_the_lengths_that_travel_are_the_mirrors(mirror, tmp_path):
     """A GPU machine has no data mirror: benchmarks/lengths.json carries the per-sentence lengths (numbers only)."""
     for name in gpu_check.LENGTH_FILES:
         stored, read = gpu_check.stored_lengths(name), gpu_check.read_lengths(mirror, name)
-        assert all(np.array_equal(a, b) for a, b in zip(stored, read)), name
+        assert all(np.array_equal(a, b) for a, b in zip(stored, read, strict=True)), name
     gpu_check.write_lengths(mirror, tmp_path / "lengths.json")
     assert (tmp_path / "lengths.json").read_text() == gpu_check.LENGTHS.read_text()
 

@@ -48,4 +48,4 @@ def test_without_a_gradient_it_is_the_validation_loss():
     logits, target = case(torch.float32)
     with torch.no_grad():
         ours, ref = smoothed_loss(logits, target, 0.1, PAD), smoothed_loss_reference(logits, target, 0.1, PAD)
-    assert all(torch.allclose(a.float(), b.float(), rtol=1e-6) for a, b in zip(ours, ref))
+    assert all(torch.allclose(a.float(), b.float(), rtol=1e-6) for a, b in zip(ours, ref, strict=True))

@@ -33,7 +33,7 @@ def start(toy_data, save_dir, amp: str, dropout: float = 0.0, **train_settings):
     spec["arch"] = {**spec["arch"], "dropout": dropout}
     torch.manual_seed(1)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 1000})
-    vocabs = dict(zip(("de", "en"), load_pair(toy_data, "de", "en")))
+    vocabs = dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True))
     run = _start(spec, cfg, vocabs, save_dir, CPU, chosen(amp))
     return run, master_weights.compute_model(run.model, run.precision)
 
@@ -66,15 +66,19 @@ def test_the_model_is_bf16_the_masters_fp32_and_a_tied_matrix_has_one_master(toy
         assert update(run, net, batch) is not None
         assert all(p.dtype == torch.bfloat16 and p.grad is None for p in net.parameters())
         assert all(m.dtype == torch.float32 for m in run.model.parameters())
-        assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(net.parameters(), run.model.parameters()))
+        assert all(
+            torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(net.parameters(), run.model.parameters(), strict=True)
+        )
     state = run.model.state_dict()
     assert all(t.dtype == torch.float32 for t in state.values() if t.is_floating_point())
     assert len(run.optimizer.state) == len(masters)  # one set of moments per master, the tied one included
     run.optimizer = training._adam(run.model, run.cfg)  # RestartAdam's fresh optimizer: the copies follow it too
     before = [p.clone() for p in net.parameters()]
     assert update(run, net, batches(toy_data, 1)[0]) is not None
-    assert not all(torch.equal(a, p) for a, p in zip(before, net.parameters()))
-    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(net.parameters(), run.model.parameters()))
+    assert not all(torch.equal(a, p) for a, p in zip(before, net.parameters(), strict=True))
+    assert all(
+        torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(net.parameters(), run.model.parameters(), strict=True)
+    )
 
 
 def test_an_update_on_the_fp32_model_of_a_bf16_weights_run_is_refused(toy_data, tmp_path):
@@ -148,13 +152,15 @@ def test_a_nonfinite_update_is_skipped_and_leaves_both_copies_as_they_were(toy_d
     params = [p.clone() for p in net.parameters()]
     assert update(run, net, batches(toy_data, 1)[0]) is None
     assert all(torch.equal(masters[k], v) for k, v in run.model.state_dict().items())
-    assert all(torch.equal(a, p) for a, p in zip(params, net.parameters()))
+    assert all(torch.equal(a, p) for a, p in zip(params, net.parameters(), strict=True))
     assert not run.optimizer.state and run.progress.skipped_updates == 1
     assert all(p.grad is None for p in net.parameters())  # the next update's backward does not add to them
     hook.remove()
     result = update(run, net, batches(toy_data, 1)[0])
     assert result is not None and math.isfinite(result["grad_norm"])
-    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(net.parameters(), run.model.parameters()))
+    assert all(
+        torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(net.parameters(), run.model.parameters(), strict=True)
+    )
 
 
 def test_nonfinite_updates_in_the_loop_are_skipped(toy_data, tmp_path, monkeypatch):
@@ -188,7 +194,7 @@ def test_resume_is_bit_for_bit_and_the_checkpoint_holds_the_fp32_masters(toy_dat
     for key, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][key]), key
         assert not tensor.is_floating_point() or tensor.dtype == torch.float32, key  # the masters, not bf16
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(pa["exp_avg"], pb["exp_avg"]) and torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
         assert pa["exp_avg"].dtype == torch.float32
     cfg = TrainConfig.from_dict(spec["train"])

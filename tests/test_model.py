@@ -119,7 +119,7 @@ def torch_reference(model, norm_first: bool):
     )
     decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), c.decoder_layers, final())
     with torch.no_grad():
-        for ours, theirs in zip(model.encoder.layers, encoder.layers):
+        for ours, theirs in zip(model.encoder.layers, encoder.layers, strict=True):
             theirs.self_attn.in_proj_weight.copy_(ours.attn.qkv.weight)
             theirs.self_attn.in_proj_bias.copy_(ours.attn.qkv.bias)
             theirs.self_attn.out_proj.load_state_dict(ours.attn.out.state_dict())
@@ -130,7 +130,7 @@ def torch_reference(model, norm_first: bool):
                 (theirs.norm2, ours.norm2),
             ):
                 a.load_state_dict(b.state_dict())
-        for ours, theirs in zip(model.decoder.layers, decoder.layers):
+        for ours, theirs in zip(model.decoder.layers, decoder.layers, strict=True):
             theirs.self_attn.in_proj_weight.copy_(ours.self_attn.qkv.weight)
             theirs.self_attn.in_proj_bias.copy_(ours.self_attn.qkv.bias)
             theirs.self_attn.out_proj.load_state_dict(ours.self_attn.out.state_dict())

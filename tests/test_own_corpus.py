@@ -28,7 +28,7 @@ def corpus(root: Path, sizes=(("train", 300), ("dev", 40), ("test", 40)), seed: 
     for split, n in sizes:
         src = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + " ." for _ in range(n)]
         tgt = [" ".join(w.replace("xa", "yb") for w in reversed(s.split()[:-1])) + " ." for s in src]
-        for lang, lines in zip(PAIR, (src, tgt)):
+        for lang, lines in zip(PAIR, (src, tgt), strict=True):
             text = "\n".join(lines) + "\n"
             if split == "train":
                 with gzip.open(root / f"train.{lang}.gz", "wt", encoding="utf-8") as f:

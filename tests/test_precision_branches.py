@@ -34,7 +34,14 @@ def start(toy_data, save_dir, amp: str, seed: int = 1, fused: bool = False, **tr
     spec["arch"] = {**spec["arch"], "dropout": 0.0}
     torch.manual_seed(seed)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
-    run = _start(spec, cfg, dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))), save_dir, CPU, as_if_on_cuda(amp))
+    run = _start(
+        spec,
+        cfg,
+        dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True)),
+        save_dir,
+        CPU,
+        as_if_on_cuda(amp),
+    )
     if fused:
         run.optimizer = training._adam(run.model, run.cfg, fused=True)
     return run

@@ -67,7 +67,7 @@ def test_log_lines_and_metrics_rows_give_each_intervals_mean(tmp_path, caplog):
     lines = logged(caplog, "update")
     lines = [line for line in lines if line.startswith("epoch") and ": loss " in line]
     assert len(lines) == 3
-    for line, interval in zip(lines, intervals):
+    for line, interval in zip(lines, intervals, strict=True):
         loss, accuracy = mean(interval)
         assert f"loss {loss:.3f}," in line and f"acc {accuracy:.3f}," in line, line
         assert f"ppl {2 ** (0.9 * loss):.2f}," in line, line
@@ -76,7 +76,9 @@ def test_log_lines_and_metrics_rows_give_each_intervals_mean(tmp_path, caplog):
 
     rows = pd.read_csv(tmp_path / "metrics.csv")
     assert list(rows["update"]) == [2, 4, 6]
-    for (_, row), interval in zip(rows.iterrows(), intervals):  # each row: the updates since the row before
+    for (_, row), interval in zip(
+        rows.iterrows(), intervals, strict=True
+    ):  # each row: the updates since the row before
         loss, accuracy = mean(interval)
         assert row["train_loss"] == pytest.approx(loss) and row["train_accuracy"] == pytest.approx(accuracy)
         assert row["train_nll"] == pytest.approx(0.9 * loss)

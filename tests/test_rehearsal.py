@@ -118,7 +118,7 @@ def test_squeeze_keeps_every_relation_that_decides_a_policy(tmp_path):
     """For every experiment: the rehearsal ends mid-epoch iff the real run does, before its first epoch iff the
     real run does, and has a policy problem iff the real run has one (with the En-Fr mistakes planted: DynamicConv
     as it was too, its last 10 of 12 epochs averaged from inside its warm-up)."""
-    assert all(squeeze(a) <= squeeze(b) for a, b in zip(range(0, 200), range(1, 201)))
+    assert all(squeeze(a) <= squeeze(b) for a, b in zip(range(0, 200), range(1, 201), strict=True))
     dynamic_conv = tmp_path / "dynamic_conv.yaml"
     dynamic_conv.write_text(
         yaml.safe_dump({"experiments": {"gca.enfr.dynamic_conv": {"average": {"num": 10, "by": "epoch"}}}})

@@ -171,7 +171,8 @@ def test_length_bucket_figure_averages_seeds_per_bucket(tmp_path):
                 {
                     "bleu": 0,
                     "buckets": [
-                        {"bucket": b, "sentences": n, "bleu": v} for b, n, v in zip(["[0, 10)", ">= 10"], [5, 3], bleus)
+                        {"bucket": b, "sentences": n, "bleu": v}
+                        for b, n, v in zip(["[0, 10)", ">= 10"], [5, 3], bleus, strict=True)
                     ],
                 }
             )

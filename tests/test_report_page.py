@@ -167,7 +167,9 @@ def bucket_scores(tmp_path, name, bleus):
                 "bleu": 0,
                 "buckets": [
                     {"bucket": b, "sentences": n, "bleu": v}
-                    for b, n, v in zip(["[0, 10)", "[10, 15)", "[15, 20)", ">= 20"], [300, 400, 200, 100], bleus)
+                    for b, n, v in zip(
+                        ["[0, 10)", "[10, 15)", "[15, 20)", ">= 20"], [300, 400, 200, 100], bleus, strict=True
+                    )
                 ],
             }
         )

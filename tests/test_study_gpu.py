@@ -63,7 +63,7 @@ def test_shards_keep_a_baseline_with_the_rows_warm_started_from_it():
     iwslt = targets["seed1"] | targets["seed2"] | targets["seed3"] | targets["lwc-mlrf"]
     assert len(iwslt) == 18 and sum(map(len, (targets[n] for n in ("seed1", "seed2", "seed3", "lwc-mlrf")))) == 18
     for name in ("seed1", "seed2", "seed3"):
-        for experiment, seed in targets[name]:
+        for _, seed in targets[name]:
             assert seed == f"seed{name[-1]}"
         assert ("study.transformer", f"seed{name[-1]}") in targets[name]
         assert {e for e, _ in targets[name]} == {

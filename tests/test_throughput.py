@@ -40,7 +40,7 @@ def start(toy_data, save_dir, **train):
     return _start(
         spec,
         cfg,
-        dict(zip(("de", "en"), load_pair(toy_data, "de", "en"))),
+        dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True)),
         save_dir,
         CPU,
         Precision("none", "none", "fp32", "cpu"),

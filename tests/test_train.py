@@ -46,7 +46,7 @@ def test_resume_is_bit_for_bit(data, tmp_path):
     assert a["progress"]["update"] == b["progress"]["update"] == 14
     for key, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][key]), key
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
 
 
@@ -175,7 +175,7 @@ def test_checkpoints_of_other_shapes_are_not_averaged(tmp_path, odd, why):
     """Another run's (or another model's) checkpoint among them: one line naming it, not a shape error naming
     no file, nor a key that some lack divided by all of them."""
     paths = [tmp_path / "checkpoint1.pt", tmp_path / "checkpoint2.pt"]
-    for path, model in zip(paths, ({"w": torch.zeros(2), "n": torch.tensor([1])}, odd)):
+    for path, model in zip(paths, ({"w": torch.zeros(2), "n": torch.tensor([1])}, odd), strict=True):
         torch.save({"model": model, "model_name": "transformer", "model_config": {}}, path)
     with pytest.raises(UserError, match=f"^{paths[1]}: cannot be averaged with {paths[0]}: {re.escape(why)};"):
         average(paths, tmp_path / "avg.pt")

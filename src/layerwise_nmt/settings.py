@@ -68,7 +68,7 @@ def type_matches(value: Any, hint: Any) -> bool:
             return False
         if len(items) == 2 and items[1] is Ellipsis:
             return all(type_matches(v, items[0]) for v in value)
-        return len(value) == len(items) and all(type_matches(v, h) for v, h in zip(value, items))
+        return len(value) == len(items) and all(type_matches(v, h) for v, h in zip(value, items, strict=True))
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:

@@ -7,7 +7,7 @@ import argparse
 import os
 import stat
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from .. import UserError
 

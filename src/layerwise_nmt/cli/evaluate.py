@@ -63,7 +63,7 @@ def cmd_pick_lenpen(a) -> None:
     if len(a.scores) != len(a.lenpen):
         raise UserError(f"{len(a.scores)} score files for {len(a.lenpen)} --lenpen values; expected one each")
     check_writable(a.out)
-    bleu = {alpha: score_bleu(path) for alpha, path in zip(a.lenpen, a.scores)}
+    bleu = {alpha: score_bleu(path) for alpha, path in zip(a.lenpen, a.scores, strict=True)}
     best = pick_lenpen(bleu)
     print(
         f"lenpen {best:g}: valid BLEU {bleu[best]:.2f} (" + ", ".join(f"{k:g}: {v:.2f}" for k, v in bleu.items()) + ")"

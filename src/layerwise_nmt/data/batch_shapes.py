@@ -64,7 +64,7 @@ class FixedShapes:
     def all_shapes(self) -> list[tuple[int, int, int]]:
         """Every shape a batch can have, ascending: what a CUDA graph or a compiler would prepare."""
         found = []
-        for below, length in zip([self.lengths[0], *self.lengths[:-1]], self.lengths):
+        for below, length in zip([self.lengths[0], *self.lengths[:-1]], self.lengths, strict=True):
             rows, length, below = self.rows(int(length)), int(length), int(below)
             found += sorted({(rows, length, length), (rows, below, length), (rows, length, below)})
         return found

@@ -107,14 +107,14 @@ class Batch:
     ntokens: int  # non-pad target tokens
     parts: int = 1  # how many of the configured batches were merged into this one (`merge_batches`)
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         """On `device`. non_blocking: from pinned memory (`pin_memory`) the copy to a GPU is queued behind the
         running kernels instead of waiting for them (a blocking copy synchronises the stream); from pageable memory
         it is staged at once, and CPU to CPU is no copy at all, so it is safe everywhere."""
         src, prev, tgt = (t.to(device, non_blocking=True) for t in (self.src, self.prev, self.tgt))
         return Batch(src, prev, tgt, self.ids, self.ntokens, self.parts)
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         """In page-locked host memory, which a GPU can copy from asynchronously (needs CUDA)."""
         return Batch(
             self.src.pin_memory(), self.prev.pin_memory(), self.tgt.pin_memory(), self.ids, self.ntokens, self.parts
@@ -228,7 +228,7 @@ class Prefetcher:
                 pass
         self._thread.join()
 
-    def __enter__(self) -> "Prefetcher":
+    def __enter__(self) -> Prefetcher:
         return self
 
     def __exit__(self, *exc) -> None:

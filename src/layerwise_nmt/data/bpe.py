@@ -6,7 +6,7 @@ import codecs
 import os
 import shutil
 import tempfile
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as _learn_bpe
@@ -87,8 +87,8 @@ def apply(
     for block in blocks(lines, block_lines):
         cores = [line.strip("\r\n ") for line in block]  # process_line keeps surrounding whitespace as it was
         new = list(dict.fromkeys(w for core in cores for w in core.split(" ") if w and w not in table))
-        table.update(zip(new, map_lines(Segmenter(codes, separator), new, workers)))
-        for line, core in zip(block, cores):
+        table.update(zip(new, map_lines(Segmenter(codes, separator), new, workers), strict=True))
+        for line, core in zip(block, cores, strict=True):
             head = line[: len(line) - len(line.lstrip("\r\n "))]
             tail = line[len(line.rstrip("\r\n ")) :] if core else ""
             yield head + " ".join(table[word] for word in core.split(" ") if word) + tail

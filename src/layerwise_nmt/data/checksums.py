@@ -58,7 +58,7 @@ HEX_DIGITS = {"sha256": 64, "md5": 32, "git_blob": 40}  # each kind's digest, as
 def checksum_from(
     sha256: str | None = None, git_blob: str | None = None, md5: str | None = None, source: str | None = None
 ) -> Checksum | None:
-    given = [(kind, value) for kind, value in zip(KINDS, (sha256, md5, git_blob)) if value]
+    given = [(kind, value) for kind, value in zip(KINDS, (sha256, md5, git_blob), strict=True) if value]
     if len(given) > 1:
         raise UserError("give one of sha256, md5 or git_blob for a file, not several")
     for kind, value in given:  # a mistyped value is not a corrupt file: said before any file is read or deleted

@@ -6,7 +6,7 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 log = logging.getLogger(__name__)
 WHITESPACE = re.compile(r"\s+")

@@ -288,7 +288,7 @@ def _check_pairs(archive: str, members: list[str], counts: list[int], others: li
             f"{archive}: the files {members} and {others} do not pair up by name; expected one "
             f"_xx file per side for each name"
         )
-    for name, count, other in zip(members, counts, others):
+    for name, count, other in zip(members, counts, others, strict=True):
         other_count = _count_lines(open_member(other))
         if count != other_count:
             raise UserError(

@@ -9,7 +9,7 @@ import shutil
 import urllib.error
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from .. import UserError
 

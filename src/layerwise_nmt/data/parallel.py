@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import multiprocessing as mp
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 Factory = Callable[[], Callable[[str], str]]
 _shared: tuple[Factory, list[list[str]]] | None = None  # set just before forking, read by the workers
@@ -31,7 +31,7 @@ def balanced_shards(lines: list[str], n: int) -> list[list[str]]:
     cumulative = list(itertools.accumulate(len(line) + 1 for line in lines))
     total = cumulative[-1] if cumulative else 0
     cuts = [0] + [bisect.bisect_left(cumulative, total * k / n) for k in range(1, n)] + [len(lines)]
-    return [lines[a:b] for a, b in zip(cuts, cuts[1:])]
+    return [lines[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
 def map_lines(factory: Factory, lines: Iterable[str], workers: int = 1, min_lines_per_worker: int = 500) -> list[str]:

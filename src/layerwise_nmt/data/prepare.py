@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from .. import UserError
 from . import bpe, clean, readers

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .. import UserError
 from .io import read_lines
@@ -121,7 +121,10 @@ def check_parallel(src_path: str, tgt_path: str, fmt: str) -> int:
     n_src, src_ids = count_segments(src_path, fmt)
     n_tgt, tgt_ids = count_segments(tgt_path, fmt)
     if src_ids is not None and tgt_ids is not None and src_ids != tgt_ids:
-        at = next((i for i, (a, b) in enumerate(zip(src_ids, tgt_ids)) if a != b), min(len(src_ids), len(tgt_ids)))
+        at = next(  # the two lists may differ in length: equal up to the shorter's end, the mismatch is past it
+            (i for i, (a, b) in enumerate(zip(src_ids, tgt_ids, strict=False)) if a != b),
+            min(len(src_ids), len(tgt_ids)),
+        )
         first = lambda ids: ids[at] if at < len(ids) else "end of file"  # noqa: E731
         raise UserError(
             f"{src_path} and {tgt_path}: <seg> ids do not pair up at segment {at + 1} "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from .. import UserError
 from .io import atomic_path, read_lines
@@ -41,7 +41,7 @@ class Dictionary:
     @classmethod
     def build(
         cls, counter: Counter, threshold: int = THRESHOLD, nwords: int = ALL_WORDS, padding_factor: int = PADDING_FACTOR
-    ) -> "Dictionary":
+    ) -> Dictionary:
         ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
         ranked = [(s, c) for s, c in ranked if c >= threshold and s not in SPECIALS]
         if nwords >= 0:
@@ -53,7 +53,7 @@ class Dictionary:
         return cls(symbols, counts)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Dictionary":
+    def load(cls, path: str | Path) -> Dictionary:
         symbols, counts = [], []
         for number, line in enumerate(read_lines(path), start=1):
             symbol, _, count = line.rpartition(" ")
@@ -71,7 +71,7 @@ class Dictionary:
 
     def save(self, path: str | Path) -> None:
         with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            for symbol, count in zip(self.symbols[len(SPECIALS) :], self.counts[len(SPECIALS) :]):
+            for symbol, count in zip(self.symbols[len(SPECIALS) :], self.counts[len(SPECIALS) :], strict=True):
                 f.write(f"{symbol} {count}\n")
 
     def fingerprint(self) -> str:
@@ -94,7 +94,7 @@ def count_tokens(paths: Iterable[str]) -> Counter:
     return counter
 
 
-def load_pair(data_dir: str | Path, src: str, tgt: str) -> tuple["Dictionary", "Dictionary"]:
+def load_pair(data_dir: str | Path, src: str, tgt: str) -> tuple[Dictionary, Dictionary]:
     """The (source, target) dictionaries of a binarized data directory: bin-joint → vocab/dict.joint.txt twice,
     bin-separate → vocab/dict.<src>.txt and vocab/dict.<tgt>.txt; a fairseq data directory (or `lwnmt
     import-fairseq`'s output) → its own dict.<src>.txt and dict.<tgt>.txt."""

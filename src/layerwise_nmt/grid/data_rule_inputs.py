@@ -181,7 +181,7 @@ class DataRuleInputs:
         task = self.task_of(wildcards)
         return [
             path
-            for path, lang in zip(self.train_texts(wildcards), (task["src"], task["tgt"]))
+            for path, lang in zip(self.train_texts(wildcards), (task["src"], task["tgt"]), strict=True)
             if lang not in segmented(task)
         ]
 

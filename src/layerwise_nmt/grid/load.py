@@ -41,7 +41,7 @@ def load(*paths: str | os.PathLike) -> dict:
             raise UserError(
                 f"{err} in {', '.join(map(str, paths))}; an overlay such as config/demo.yaml goes "
                 f"after the full config: --config config.yaml --config config/demo.yaml"
-            )
+            ) from None
         raise located(err, paths) from None
     return config
 
@@ -76,7 +76,7 @@ def read(path: str | os.PathLike) -> dict:
         raise UserError(
             f"config file {path}: {err.strerror}; expected a YAML file (run from the checkout, or "
             f"pass --config path/to/config.yaml)"
-        )
+        ) from None
     except yaml.YAMLError as err:
         from .names import yaml_error
 
@@ -236,7 +236,7 @@ def validate(config: dict) -> None:
     check_protocol(config)
 
 
-def schema_error(error: "jsonschema.ValidationError") -> UserError:
+def schema_error(error: jsonschema.ValidationError) -> UserError:
     """A schema violation as one line naming the key; an unknown key with the known ones closest to it."""
     where = [str(p) for p in error.absolute_path]
     allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}

@@ -265,7 +265,7 @@ def render(records: list[dict], pricing: Pricing = Pricing()) -> str:
         notes = []
         if r["blocked"]:
             notes.append(f"{len(r['blocked'])} need data or code not here yet (lwnmt status)")
-        unknown = [c for c, h in zip(r["costs"], hours) if h is None]
+        unknown = [c for c, h in zip(r["costs"], hours, strict=True) if h is None]
         if unknown:
             notes.append(f"{len(unknown)} not estimable ({unknown[0].note})")
         total = f"{bound}{hours_text(sum(known))}" if known else "—"

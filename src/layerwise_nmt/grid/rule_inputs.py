@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import UserError
 from ..scoring.config import tokenized

@@ -151,11 +151,11 @@ def _check_experiments(config: dict) -> None:
             except SettingError as err:
                 own = err.key in config["experiments"][name].get(stage, {})
                 where = f"experiments/{name}/{stage}" if own else f"defaults/{stage} (experiment {name})"
-                raise UserError(f"config key {where}/{err.key}: {err.value!r}; expected {err.expected}")
+                raise UserError(f"config key {where}/{err.key}: {err.value!r}; expected {err.expected}") from None
             except (UserError, TypeError, ValueError) as err:
-                raise UserError(f"config key experiments/{name}/{stage} (or defaults/{stage}): {err}")
+                raise UserError(f"config key experiments/{name}/{stage} (or defaults/{stage}): {err}") from None
         if e["average"]:
             try:
                 AverageConfig.from_dict(e["average"])
             except UserError as err:
-                raise UserError(f"config key experiments/{name}/average: {err}")
+                raise UserError(f"config key experiments/{name}/average: {err}") from None

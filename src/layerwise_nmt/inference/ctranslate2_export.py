@@ -186,7 +186,7 @@ def transformer_spec(ctranslate2, model, src_vocab, tgt_vocab):
 
     embedding(spec.encoder, model.encoder.embed)
     spec.encoder.embeddings[0].weight = array(model.encoder.embed.tokens.weight)
-    for ours, theirs in zip(model.encoder.layers, spec.encoder.layer):
+    for ours, theirs in zip(model.encoder.layers, spec.encoder.layer, strict=True):
         linear(theirs.self_attention.linear[0], ours.attn.qkv)
         linear(theirs.self_attention.linear[1], ours.attn.out)
         norm(theirs.self_attention.layer_norm, ours.norm1)
@@ -195,7 +195,7 @@ def transformer_spec(ctranslate2, model, src_vocab, tgt_vocab):
         norm(theirs.ffn.layer_norm, ours.norm2)
     embedding(spec.decoder, model.decoder.embed)
     spec.decoder.embeddings.weight = array(model.decoder.embed.tokens.weight)
-    for ours, theirs in zip(model.decoder.layers, spec.decoder.layer):
+    for ours, theirs in zip(model.decoder.layers, spec.decoder.layer, strict=True):
         linear(theirs.self_attention.linear[0], ours.self_attn.qkv)
         linear(theirs.self_attention.linear[1], ours.self_attn.out)
         norm(theirs.self_attention.layer_norm, ours.norm1)

@@ -93,10 +93,11 @@ def beam_search(model, src: torch.Tensor, cfg: BeamConfig, eos: int = 2, pad: in
                 cand_scores[i, j].tolist(),
                 tokens.index_select(0, rows)[:, 1:].tolist(),
                 history.index_select(0, rows).tolist(),
+                strict=True,
             ):
                 if len(finished[sentence]) < beam:
                     cumulative = past + [score]
-                    positional = [b - a for a, b in zip([0.0] + cumulative, cumulative)]
+                    positional = [b - a for a, b in zip([0.0] + cumulative, cumulative, strict=False)]
                     finished[sentence].append(Hypothesis(hyp + [eos], score / cfg.penalty(step + 1), score, positional))
         # the next beams: the first `beam` candidates that did not end (fairseq's active_mask trick)
         ended[:, :beam] |= ignore
@@ -218,7 +219,7 @@ def length_warnings(
     never learnt, and a translation that lost most of its sentence reads as fluent. Sources beyond max_positions are
     untranslated and said so by `decode_lines`."""
     warnings = []
-    for number, (source, output) in enumerate(zip(sources, outputs), start=1):
+    for number, (source, output) in enumerate(zip(sources, outputs, strict=True), start=1):
         n, m = len(source.split()), len(output.split())
         if not n or n + 1 > max_positions:
             continue
@@ -271,7 +272,7 @@ def decode_lines(
         ids = order[b : b + cfg.batch_size]
         src = pad_batch([encoded[i] for i in ids], src_vocab.pad).to(device)
         with cuda_kernels(device), precision.autocast(device):
-            for i, result in zip(ids, beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad)):
+            for i, result in zip(ids, beam_search(model, src, cfg, eos=tgt_vocab.eos, pad=tgt_vocab.pad), strict=True):
                 results[i] = result
                 generated += len(result[0].tokens)
         done = min(b + cfg.batch_size, len(order))
@@ -341,7 +342,7 @@ def fairseq_lines(
     prints them. An untranslated sentence has its S- line only."""
     detok = detokenizer(detok_lang) if detok_lang else (lambda lines: lines)
     out = []
-    for i, (source, hyps) in enumerate(zip(sources, results)):
+    for i, (source, hyps) in enumerate(zip(sources, results, strict=True)):
         out.append(f"S-{i}\t{source}")
         for hyp in hyps[:nbest]:
             text, score = strip_bpe(tgt_vocab.decode(hyp.tokens), remove_bpe), hyp.score / math.log(2)

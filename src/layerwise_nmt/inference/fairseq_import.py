@@ -162,7 +162,7 @@ def import_fairseq(path: str, data: str, src: str, tgt: str, out_dir: str) -> Pa
     """Convert; returns the model.pt written. `data`: the fairseq data directory the model was trained on (its
     dict.<src>.txt and dict.<tgt>.txt give the vocabulary sizes and are copied beside the model)."""
     dicts = {lang: Path(data) / f"dict.{lang}.txt" for lang in (src, tgt)}
-    for lang, dict_path in dicts.items():
+    for dict_path in dicts.values():
         if not dict_path.exists():
             raise UserError(
                 f"{dict_path}: missing; --data must be the fairseq data directory the model was trained "
@@ -190,7 +190,7 @@ def import_fairseq(path: str, data: str, src: str, tgt: str, out_dir: str) -> Pa
         ) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for lang, dict_path in dicts.items():
+    for dict_path in dicts.values():
         if dict_path.resolve() != (out / dict_path.name).resolve():
             shutil.copy(dict_path, out / dict_path.name)
     target = out / "model.pt"

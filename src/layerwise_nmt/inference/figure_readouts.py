@@ -41,7 +41,7 @@ def aggregation_shares(model_path: str, user_code: UserCode | None = None) -> di
             names = ["H^{2i-1}", "Ĥ^{i-1}"]
         shares += [
             {"node": f"Ĥ^{i}", "input": name, "share": float(share)}
-            for name, share in zip(names, node.shares().detach())
+            for name, share in zip(names, node.shares().detach(), strict=True)
         ]
     return {"shares": shares}
 

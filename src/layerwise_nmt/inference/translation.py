@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .. import UserError
 from ..settings import json_object
@@ -222,7 +222,7 @@ def raw_source(
     options = TokenizeOptions(lang, **tokenize)
     tokenized = prepare_raw(lines, lang, tokenize, None)
     escaped = options.escape and options.tokenizer != "none"
-    removed = [removed_characters(line, out, escaped) for line, out in zip(lines, tokenized)]
+    removed = [removed_characters(line, out, escaped) for line, out in zip(lines, tokenized, strict=True)]
     source = tmp / "input.bpe"
     write_lines(source, bpe.apply(codes, tokenized) if codes else tokenized)
     return str(source), label, removed, markup_tokens(lines, lang, tokenize, codes)
@@ -238,7 +238,7 @@ def markup_tokens(lines: list[str], lang: str, tokenize: dict, codes: str | None
 
     found = [list(dict.fromkeys(MARKUP.findall(line))) for line in lines]
     pieces = sorted({piece for line in found for piece in line})
-    tokens = dict(zip(pieces, prepare_raw(pieces, lang, tokenize, codes))) if pieces else {}
+    tokens = dict(zip(pieces, prepare_raw(pieces, lang, tokenize, codes), strict=True)) if pieces else {}
     return [[(piece, tokens[piece].split()) for piece in line] for line in found]
 
 

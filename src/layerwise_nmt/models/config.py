@@ -89,7 +89,7 @@ class ModelConfig(Settings):
         if preset is not None:
             if preset not in PRESETS:
                 raise UserError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-            for key, value in zip(("d_model", "d_ff", "heads"), PRESETS[preset]):
+            for key, value in zip(("d_model", "d_ff", "heads"), PRESETS[preset], strict=True):
                 values.setdefault(key, value)
         return values
 

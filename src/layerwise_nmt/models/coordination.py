@@ -104,7 +104,9 @@ class LayerWiseCoordination(Model):
         level l−1 source states, the states of every level (L+1 tensors (B, S, D)) and the mask (B, 1, 1, S)."""
         mask = (src != self.config.pad)[:, None, None, :]
         states, kvs = [self.embed_half(src, 0)], []
-        for layer, target_layer in zip(cast("Iterable[CoordinationLayer]", self.layers), self.target_stack()):
+        for layer, target_layer in zip(
+            cast("Iterable[CoordinationLayer]", self.layers), self.target_stack(), strict=True
+        ):
             x, kv = layer.attend(states[-1], mask)
             kvs.append(
                 kv
@@ -118,7 +120,7 @@ class LayerWiseCoordination(Model):
         """src (B, S) right-padded, ends with </s>; prev (B, T) starts with <sos> (= </s>) → logits (B, T, V)."""
         source, _, mask = self.encode(src)
         x = self.embed_half(prev, 1)
-        for layer, kv in zip(self.target_stack(), source):
+        for layer, kv in zip(self.target_stack(), source, strict=True):
             x, _ = layer.target(x, kv, mask)
         return ModelOutput(self.logits(x))
 

@@ -60,7 +60,7 @@ class SourceViews(nn.Module):
                 mixed = torch.einsum("bmns,bnsd->bmsd", alpha, stacked)
             views = list(mixed.unbind(dim=1))
         if self.norms is not None:  # Eq. 7
-            views = [norm(view + layers[-1]) for norm, view in zip(self.norms, views)]
+            views = [norm(view + layers[-1]) for norm, view in zip(self.norms, views, strict=True)]
         return views
 
 

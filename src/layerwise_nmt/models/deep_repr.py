@@ -138,7 +138,7 @@ class StackAggregation(nn.Module):
         if self.kind == "iterative":
             assert self.nodes is not None
             out = states[1]
-            for node, h in zip(self.nodes, states[2:]):
+            for node, h in zip(self.nodes, states[2:], strict=True):
                 out = node(h, out)
             return states, out
         return states, states[-1]
@@ -163,7 +163,7 @@ class KVList:
     def __getitem__(self, i: int) -> KV:
         return self.kvs[i]
 
-    def reorder(self, order: Tensor) -> "KVList":
+    def reorder(self, order: Tensor) -> KVList:
         return KVList([kv.reorder(order) for kv in self.kvs])
 
 
@@ -177,12 +177,12 @@ class MultiLayerAttention(nn.Module):
         self.agg = Aggregation(k, config)
 
     def forward(
-        self, lower: list[Tensor], mask: Tensor | None, causal: bool, caches: "KVList | None" = None
-    ) -> tuple[Tensor, "KVList"]:
+        self, lower: list[Tensor], mask: Tensor | None, causal: bool, caches: KVList | None = None
+    ) -> tuple[Tensor, KVList]:
         """lower: [H^{l−1}, H^{l−2}, …, H^{l−k}] at the new positions; caches: their K/V at earlier positions."""
         query, contexts, grown = lower[0], [], []
         attns = cast("Iterable[MultiheadAttention]", self.attns)  # ModuleList's items are typed as any Module
-        for i, (attn, h) in enumerate(zip(attns, lower)):
+        for i, (attn, h) in enumerate(zip(attns, lower, strict=True)):
             q, kv = attn.project_q(query), attn.project_kv(h)
             cache = caches[i] if caches is not None else None
             if cache is not None:  # incremental decoding: this step's keys after the earlier ones
@@ -230,7 +230,7 @@ def diversity(states: list[Tensor], keep: Tensor) -> Tensor:
     """Eq. 10 over adjacent backbone layers: mean over l and real positions of 1 − cos²(H^l_n, H^{l+1}_n)."""
     terms = [
         (1 - F.cosine_similarity(a.float(), b.float(), dim=-1) ** 2)[keep].mean()
-        for a, b in zip(states[1:-1], states[2:])
+        for a, b in zip(states[1:-1], states[2:], strict=True)
     ]
     return torch.stack(terms).mean()
 

@@ -31,7 +31,7 @@ class ConvCache:
 
     window: Tensor
 
-    def reorder(self, order: Tensor) -> "ConvCache":
+    def reorder(self, order: Tensor) -> ConvCache:
         return ConvCache(self.window.index_select(0, order))
 
 

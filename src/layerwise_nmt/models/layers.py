@@ -74,7 +74,7 @@ class KV:
     k: Tensor
     v: Tensor
 
-    def reorder(self, order: Tensor) -> "KV":
+    def reorder(self, order: Tensor) -> KV:
         return KV(self.k.index_select(0, order), self.v.index_select(0, order))
 
 

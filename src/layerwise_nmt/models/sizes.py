@@ -22,7 +22,8 @@ would give); an unknown model name gives None.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 CONVOLUTIONS = {"dynamic_conv": True, "lightweight_conv": False}  # backbone → kernels predicted per position
 

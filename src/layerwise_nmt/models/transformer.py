@@ -233,8 +233,11 @@ class Decoder(nn.Module):
 
     def start(self, views: list[Tensor], view_mask: Tensor) -> DecoderState:
         layers = cast("Iterable[Layer]", self.layers)  # ModuleList's items are typed as any Module
-        kvs = [cast(MultiheadAttention, layer.cross_attn).project_kv(view) for layer, view in zip(layers, views)]
-        growing = [layer.empty_cache(view) for layer, view in zip(layers, views)]  # conv layers: windows
+        kvs = [
+            cast(MultiheadAttention, layer.cross_attn).project_kv(view)
+            for layer, view in zip(layers, views, strict=True)
+        ]
+        growing = [layer.empty_cache(view) for layer, view in zip(layers, views, strict=True)]  # conv layers: windows
         return DecoderState(kvs, view_mask, growing)
 
     def step(self, last: Tensor, state: DecoderState) -> list[Tensor]:

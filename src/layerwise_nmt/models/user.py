@@ -49,18 +49,18 @@ class UserModel:
     where: str = ""
 
     @classmethod
-    def from_config(cls, config: dict, name: str) -> "UserModel | None":
+    def from_config(cls, config: dict, name: str) -> UserModel | None:
         """The config's `models:` entry `name` (None for a built-in model)."""
         entry = (config.get("models") or {}).get(name)
         return cls.from_entry(name, entry) if entry is not None else None
 
     @classmethod
-    def from_entry(cls, name: str, entry: dict) -> "UserModel":
+    def from_entry(cls, name: str, entry: dict) -> UserModel:
         """A `models:` entry as the grid hands it to a job ({class, user_dir}: own_models.user_model)."""
         return cls(name, entry["class"], entry.get("user_dir"), f"config key models/{name}/class")
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "UserModel | None":
+    def from_spec(cls, spec: dict) -> UserModel | None:
         """The training spec's `user_model` (grid.RuleInputs.train_spec writes it for a model of `models:`)."""
         entry = spec.get("user_model")
         if not entry:

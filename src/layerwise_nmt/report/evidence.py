@@ -146,7 +146,7 @@ def check_one_kind(out: Path, config: dict, table: str, seed: int, more: dict[st
         if path.exists() and (kind := device_kind(json.loads(path.read_text()))):
             kinds.setdefault(f"{name} (in {out})", kind)
     if len(set(kinds.values())) > 1:
-        (a, ka), (b, kb) = next(((x, y) for x in kinds.items() for y in kinds.items() if x[1] != y[1]))
+        (a, ka), (b, kb) = next((x, y) for x in kinds.items() for y in kinds.items() if x[1] != y[1])
         where = kb if a in more else ka  # the kind the seed's earlier runs trained on
         raise UserError(
             f"seed {seed}: {a} trained on {ka}, {b} on {kb}; every run of one seed trains on one kind "

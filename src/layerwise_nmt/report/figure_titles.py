@@ -64,7 +64,7 @@ def budget(rows: list[dict], trained: list[dict]) -> str:
     each = [budget_of(row["trained"], labels) for row in trained]
     if len(set(each)) == 1:
         return f"{each[0]} each" if len(trained) > 1 else each[0]
-    return ", ".join(f"{row['label']} {words}" for row, words in zip(trained, each))
+    return ", ".join(f"{row['label']} {words}" for row, words in zip(trained, each, strict=True))
 
 
 def budget_of(trained: dict, labels: dict) -> str:

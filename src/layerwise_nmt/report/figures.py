@@ -106,13 +106,13 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
         drawn += [
             {"series": name, "row": row["label"], "x": row.get("x"), "paper": row.get("paper")}
             | {"ours_mean": s["mean"], "ours_sd": s["sd"], "seeds": s["n"]}
-            for row, (_, s) in zip([r for r in rows if r.get("scores")], ours)
+            for row, (_, s) in zip([r for r in rows if r.get("scores")], ours, strict=True)
         ]
         baseline = [row for row in rows if row.get("baseline")]
         if baseline and ours:
             ax.axhline(ours[0][1]["mean"], linestyle="--", color=colour, label=f"{name or baseline[0]['label']}")
         elif ours:
-            xs, summaries = zip(*sorted(ours, key=lambda item: item[0]))
+            xs, summaries = zip(*sorted(ours, key=lambda item: item[0]), strict=True)
             ax.errorbar(
                 xs,
                 [s["mean"] for s in summaries],
@@ -124,7 +124,7 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
             )
         printed = sorted((row["x"], row["paper"]) for row in rows if row.get("paper") is not None and "x" in row)
         if printed:
-            xs, values = zip(*printed)
+            xs, values = zip(*printed, strict=True)
             ax.plot(
                 xs, values, linestyle=":", marker="s", fillstyle="none", color=colour, label=f"{name} (paper)".strip()
             )
@@ -148,7 +148,7 @@ def delta_sweep(spec: dict, ax) -> pd.DataFrame:
             row["not_drawn"] = f"its baseline {row['compare_to']} has no scores (not run yet)"
             continue
         ours, theirs = (_bleus(r) for r in (row, other))
-        gain = seeds_summary([a - b for a, b in zip(ours, theirs)])
+        gain = seeds_summary([a - b for a, b in zip(ours, theirs, strict=True)])
         drawn.append(
             {
                 "series": row.get("series") or row["label"],
@@ -225,7 +225,7 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
         )
     ax.set_xticks(
         [b + width * (len(rows) - 1) / 2 for b in range(len(buckets))],
-        [f"{b}\n({n})" for b, n in zip(buckets, table.groupby("bucket", sort=False)["sentences"].first())],
+        [f"{b}\n({n})" for b, n in zip(buckets, table.groupby("bucket", sort=False)["sentences"].first(), strict=True)],
     )
     ax.set_xlabel("source length in words (sentences)")
     ax.set_ylabel("BLEU")
@@ -245,7 +245,7 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
         return table[table["row"] == row["label"]].set_index("bucket").reindex(buckets)["ours_mean"]
 
     gain = ax.twinx()
-    for k, (i, row, other) in enumerate(pairs):  # in black and greys: a line the colour of a bar hides in it
+    for k, (_, row, other) in enumerate(pairs):  # in black and greys: a line the colour of a bar hides in it
         difference = bleu(row) - bleu(other)
         gain.plot(
             [b + width * (len(rows) - 1) / 2 for b in range(len(buckets))],
@@ -309,7 +309,7 @@ def attention_maps(spec: dict, ax) -> pd.DataFrame:
         return pd.DataFrame(columns=["row", "i", "y", "j", "x", "weight"])
     axes = fig.subplots(1, len(rows), squeeze=False, gridspec_kw={"wspace": 0.45})[0]
     drawn = []
-    for row, axis in zip(rows, axes):
+    for row, axis in zip(rows, axes, strict=True):
         seen = _inspected(row)
         xs, ys = seen["xs"], seen["ys"]
         image = axis.imshow(seen["grid"], cmap="Greys", vmin=0, aspect="auto")

@@ -48,7 +48,9 @@ def page(shown: pd.DataFrame, *, title: str, caption_lines: list[str], notes: li
 
     head = "".join(f'<th scope="col"{cls(c)}>{html.escape(str(c))}</th>' for c in shown.columns)
     body = "\n".join(
-        "<tr>" + "".join(f"<td{cls(c)}>{html.escape(str(v))}</td>" for c, v in zip(shown.columns, r)) + "</tr>"
+        "<tr>"
+        + "".join(f"<td{cls(c)}>{html.escape(str(v))}</td>" for c, v in zip(shown.columns, r, strict=True))
+        + "</tr>"
         for r in shown.itertuples(index=False)
     )
     caption = f'<span class="title">{html.escape(title)}</span>' + "".join(

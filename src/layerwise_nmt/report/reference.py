@@ -63,7 +63,7 @@ def config_block(config: dict) -> str:
     experiment = schema["$defs"]["experiment"]["properties"]
     lines += [f"| `{k}` | {cell(v.get('description', ''))} |" for k, v in experiment.items()]
     seen: set[type] = set()
-    for model, spec in MODELS.items():
+    for spec in MODELS.values():
         if spec.config_class in seen:
             continue
         seen.add(spec.config_class)

@@ -240,7 +240,7 @@ def add_speed_ratios(records: list[dict], rows: list[dict]) -> None:
         return f"{speed / first:.2f}×" if speed and first else NOT_RUN
 
     for k, name in enumerate(("train speed", "decode speed")):
-        for record, p, o in zip(records, paper, ours):
+        for record, p, o in zip(records, paper, ours, strict=True):
             record[f"{name} (paper)"] = ratio(p[k], paper[reference][k])
             record[f"{name} (ours)"] = ratio(o[k], ours[reference][k])
 
@@ -392,7 +392,9 @@ def read_table_csv(path: str) -> pd.DataFrame:
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not readable as CSV ({type(err).__name__}: {str(err).splitlines()[0]}); {expected}")
+        raise UserError(
+            f"{path}: not readable as CSV ({type(err).__name__}: {str(err).splitlines()[0]}); {expected}"
+        ) from None
     metrics = [c.removeprefix("ours") for c in table.columns if c == "ours" or c.startswith("ours ")]
     needed = ["row", "status", *(f"{column}{suffix}" for suffix in metrics for column in ("paper", "delta"))]
     missing = [column for column in needed if column not in table.columns]

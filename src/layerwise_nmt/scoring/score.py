@@ -94,7 +94,7 @@ def bucket_bleu(hyps: list[str], refs: list[list[str]], sources: list[str], cfg:
     """BLEU per source-length bucket in source words: [0, e1), [e1, e2), …, [e_last, ∞), or with
     buckets_right_closed (0, e1], (e1, e2], …, (e_last, ∞)."""
     edges = list(cfg.buckets)
-    bounds = list(zip([0] + edges, edges + [None]))
+    bounds = list(zip([0] + edges, edges + [None], strict=True))
     shift = 1 if cfg.buckets_right_closed else 0  # (a, b] = [a + 1, b + 1) for whole word counts
     out = []
     for low, high in bounds:

@@ -131,7 +131,7 @@ def forward_stops() -> bool:
             stop_jobs()
             previous(signum, frame)
 
-        setattr(on_sigint, "lwnmt_stops_jobs", True)
+        setattr(on_sigint, "lwnmt_stops_jobs", True)  # noqa: B010  (mypy: functions have no such attribute)
         signal.signal(signal.SIGINT, on_sigint)
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
@@ -147,7 +147,7 @@ def forward_stops() -> bool:
             cancel_cluster_jobs(getattr(self, "_executor", None))
             return graceful(self, *args)
 
-        setattr(exit_gracefully, "lwnmt_stops_jobs", True)
+        setattr(exit_gracefully, "lwnmt_stops_jobs", True)  # noqa: B010  (mypy: functions have no such attribute)
         JobScheduler.exit_gracefully = exit_gracefully
     return True
 

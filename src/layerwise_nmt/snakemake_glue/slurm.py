@@ -31,6 +31,6 @@ def patch_status_query() -> bool | None:
         states, seconds = await query(command, logger)
         return normalised(states), seconds
 
-    setattr(query_job_status, "lwnmt_normalised", True)
+    setattr(query_job_status, "lwnmt_normalised", True)  # noqa: B010  (mypy: functions have no such attribute)
     plugin.query_job_status = query_job_status
     return True

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from .. import UserError
 from .. import grid

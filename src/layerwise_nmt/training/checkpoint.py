@@ -64,7 +64,9 @@ def save(path: Path, state: dict, previous: Path | None = None) -> None:
             if previous is not None and path.exists():
                 os.replace(path, previous)
     except (OSError, RuntimeError) as err:  # ENOSPC surfaces as either, depending on where torch's writer is
-        raise UserError(f"{path}: cannot write the checkpoint ({_first_line(err)}); the previous one is left as it was")
+        raise UserError(
+            f"{path}: cannot write the checkpoint ({_first_line(err)}); the previous one is left as it was"
+        ) from None
     _fsync_directory(path.parent)
 
 
@@ -418,8 +420,8 @@ def warm_start(model: Model, path: str, vocabularies: dict[str, Dictionary] | No
     for lang, ours in (vocabularies or {}).items():
         beside = Path(path).parent / f"dict.{lang}.txt"
         other = Dictionary.load(beside).symbols if beside.exists() else ours.symbols
-        if other != ours.symbols:
-            i = next(i for i, (a, b) in enumerate(zip(other + [None], ours.symbols + [None])) if a != b)
+        if other != ours.symbols:  # the two may differ in size: the None after each marks where the shorter ends
+            i = next(i for i, (a, b) in enumerate(zip(other + [None], ours.symbols + [None], strict=False)) if a != b)
             raise UserError(
                 f"{beside}: not the task's {lang} vocabulary (symbol {i}: {(other + [None])[i]!r} vs "
                 f"the task's {(ours.symbols + [None])[i]!r}); the model must have been "

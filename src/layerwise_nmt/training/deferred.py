@@ -33,7 +33,7 @@ class Pending:
     def read(self) -> dict[str, float]:
         if self.values is None:
             self.values = self.stats.tolist()  # on a GPU, the update's one wait, for an update queued before
-        return dict(zip(FIELDS, self.values))
+        return dict(zip(FIELDS, self.values, strict=True))
 
 
 def on_device(optimizer: torch.optim.Optimizer) -> bool:

@@ -110,7 +110,7 @@ class StopSignals:
         self.hit: int | None = None
         self.previous: dict[signal.Signals, Any] = {}
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         self.previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
         return self
 

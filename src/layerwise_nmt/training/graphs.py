@@ -147,7 +147,7 @@ class UpdateGraphs:
                 self.counts["eager"] += 1
                 return body(batches)
         else:
-            for into, batch in zip(captured.inputs, batches):
+            for into, batch in zip(captured.inputs, batches, strict=True):
                 for target, source in ((into.src, batch.src), (into.prev, batch.prev), (into.tgt, batch.tgt)):
                     target.copy_(source, non_blocking=True)
         self.counts["replayed"] += 1
@@ -170,7 +170,7 @@ class UpdateGraphs:
             log.warning("cuda_graphs: update shape %s runs eagerly: its capture failed: %s", shape, err)
             return None
         finally:
-            for group, flag in zip(groups, capturable):
+            for group, flag in zip(groups, capturable, strict=True):
                 group["capturable"] = flag
         self.counts["captured"] += 1
         self.graphs[shape] = captured = Captured(graph, inputs)

@@ -78,7 +78,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
-    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt))), Path(save_dir), device)
+    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt), strict=True)), Path(save_dir), device)
     cfg = run.cfg  # with `auto`s decided for this run and device (bucket_growth_factor)
     run.trained_lengths = {
         side: int(data.sizes.max(initial=0)) for side, data in (("src", train_data.src), ("tgt", train_data.tgt))
@@ -208,7 +208,7 @@ def _start(
         rank,
         precision,
         dictionaries=checkpoint.dictionaries(src_vocab, tgt_vocab),
-        languages=dict(zip(("src", "tgt"), vocabs)),
+        languages=dict(zip(("src", "tgt"), vocabs, strict=True)),
         lr=cfg.lr,
     )
     run.graphs = update_graphs(cfg.cuda_graphs, device, precision.amp, cfg.decided_growth() > 0, world_size)

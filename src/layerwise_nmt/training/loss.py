@@ -136,7 +136,7 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
     grads = [p.grad for p in inner.parameters() if p.grad is not None]
     if grads:  # DDP averaged over ranks; undo that, then divide by all tokens (on the device: no sync)
         torch._foreach_mul_(grads, (world()[1] / sums[3].clamp(min=1.0)).float())
-    return dict(zip(STATS, sums.unbind()))
+    return dict(zip(STATS, sums.unbind(), strict=True))
 
 
 @torch.no_grad()

@@ -58,7 +58,7 @@ class Link:
         """The bf16 gradients, as fp32, become the masters' (a parameter without one leaves its master without one,
         as in fp32 training); the bf16 ones are dropped, so that the next update's backward starts from none."""
         masters, grads = [], []
-        for master, buffer, param in zip(self.masters, self.grads, self.params):
+        for master, buffer, param in zip(self.masters, self.grads, self.params, strict=True):
             master.grad = None
             if param.grad is not None:
                 master.grad = buffer

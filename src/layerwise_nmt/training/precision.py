@@ -70,7 +70,7 @@ class Precision:
         }
 
     @classmethod
-    def from_dict(cls, recorded: dict) -> "Precision":
+    def from_dict(cls, recorded: dict) -> Precision:
         """The precision `to_dict` recorded (in a checkpoint, training.json)."""
         return cls(
             recorded["amp"],

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -163,7 +163,7 @@ class Workload:
                 math.inf,
                 math.inf,
                 self.kind,
-                datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                datetime.now(UTC).isoformat(timespec="seconds"),
                 self.full,
             )
 
@@ -207,7 +207,7 @@ class Workload:
             fastest["none"],
             fastest["bf16"],
             self.kind,
-            datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            datetime.now(UTC).isoformat(timespec="seconds"),
             self.full,
             fastest.get("bf16-weights"),
         )
@@ -249,7 +249,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "layerwise-nmt"
 
 
-def cache_key(kind: str, shape: dict, device: torch.device = torch.device("cpu")) -> dict:
+def cache_key(kind: str, shape: dict, device: torch.device = torch.device("cpu")) -> dict:  # noqa: B008  (a torch.device is immutable)
     """Everything the choice depends on: the same key on another day gets the same precision."""
     if device.type == "cuda":
         return {
@@ -297,7 +297,7 @@ def probe_step(device: torch.device, tf32: bool = True):
             torch.cuda.synchronize(device)
 
 
-def autocast(amp: str, device: torch.device = torch.device("cpu")):
+def autocast(amp: str, device: torch.device = torch.device("cpu")):  # noqa: B008  (a torch.device is immutable)
     """Autocast for a probe step's forward: bf16, or off for fp32/TF32."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16")
 

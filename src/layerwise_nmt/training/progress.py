@@ -40,7 +40,7 @@ class Progress:
     sentences: int = 0
 
     @classmethod
-    def from_dict(cls, state: dict) -> "Progress":
+    def from_dict(cls, state: dict) -> Progress:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in state.items() if k in known})
 
@@ -53,9 +53,10 @@ class Progress:
         self.elapsed = elapsed
         self.nonfinite_in_a_row = 0
         sums = (result["loss"], result["nll"], result["correct"], result["ntokens"], 1)
-        self.epoch_stats = [a + b for a, b in zip(self.epoch_stats, sums)]
-        self.interval_stats = [a + b for a, b in zip(self.interval_stats, sums)]
-        self.row_stats = [a + b for a, b in zip(self.row_stats, sums)]
+        # the epoch's four sums count no updates: `sums`' last item (1) is for the interval's and the row's means
+        self.epoch_stats = [a + b for a, b in zip(self.epoch_stats, sums, strict=False)]
+        self.interval_stats = [a + b for a, b in zip(self.interval_stats, sums, strict=True)]
+        self.row_stats = [a + b for a, b in zip(self.row_stats, sums, strict=True)]
         self.target_tokens += float(result["ntokens"])
         self.sentences += int(result.get("nsentences", 0))
 

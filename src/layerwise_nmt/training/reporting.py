@@ -192,7 +192,7 @@ class RunLog:
             self.handler = _RunLogHandler(save_dir / self.NAME, encoding="utf-8", delay=True)
             self.handler.setFormatter(logging.Formatter(self.FORMAT))
 
-    def __enter__(self) -> "RunLog":
+    def __enter__(self) -> RunLog:
         if self.handler is not None:
             logging.getLogger().addHandler(self.handler)
             slurm = os.environ.get("SLURM_JOB_ID")

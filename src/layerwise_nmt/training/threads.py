@@ -66,7 +66,7 @@ def busy_elsewhere(since: Sample, cores: set[int]) -> float | None:
         return None
     busy = total = 0
     for core in common:
-        delta = [b - a for a, b in zip(since.cores[core], now.cores[core])]
+        delta = [b - a for a, b in zip(since.cores[core], now.cores[core], strict=True)]
         total += sum(delta)
         busy += sum(delta) - delta[3] - delta[4]  # all but idle and iowait
     if total <= 0:
