@@ -73,7 +73,7 @@ def test_the_readme_says_how_to_build_one_table_one_paper_and_translate_raw_text
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "snakemake --cores all results/tables/lwc/T3.md" in readme
     assert "--config targets=" in readme or "targets:" in readme
-    assert re.search(r"translate (\S+ )?--experiment \S+ --config config.yaml --config config/demo.yaml", readme)
+    assert re.search(r"translate (\S+ )?--experiment \S+ --configfile config/demo.yaml", readme)
 
 
 def test_a_table_block_shows_a_committed_tables_rows_and_names_a_missing_one():
