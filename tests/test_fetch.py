@@ -244,6 +244,17 @@ def test_cwmt_pairs_with_different_line_counts_are_named(tmp_path):
             archive, "casict2011/*_c[hn].txt", tmp_path / "out", None, "here", pair_member="casict2011/*_en.txt"
         )
     assert not (tmp_path / "out").exists()
+    # a member named without wildcards is checked against its pair too, in the same one line
+    with pytest.raises(UserError, match=r"casict2011/casict-B_ch.txt has 1 lines but casict2011/casict-B_en.txt has 2"):
+        extract.extract_member(
+            archive,
+            "casict2011/casict-B_ch.txt",
+            tmp_path / "out",
+            None,
+            "here",
+            pair_member="casict2011/casict-B_en.txt",
+        )
+    assert not (tmp_path / "out").exists()
 
 
 def test_cwmt_files_of_the_config_are_paired():

@@ -160,6 +160,8 @@ def extract_member(
                                 counts.append(_copy_lines(open_member(name), dst))
                             else:
                                 shutil.copyfileobj(open_member(name), dst, CHUNK)
+                                if pair_member:  # a member named in full is checked against its pair too
+                                    counts.append(_count_lines(open_member(name)))
                     if pair_member:
                         _check_pairs(archive, members, counts, _matching(names, pair_member, archive), open_member)
             elif archive.endswith(".gz"):
