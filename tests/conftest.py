@@ -105,9 +105,10 @@ TOY_ARCH = {
 }
 
 
-@pytest.fixture(scope="session")
-def toy_data(tmp_path_factory) -> Path:
-    """A toy reversal task, binarized like the workflow's bin-joint data, for the training tests."""
+def reversal_task(root: Path, words: int, sizes: dict[str, int], lengths: tuple[int, int]) -> Path:
+    """A reversal task (each target the source's words in reverse order) over `words` symbols, its splits of
+    `sizes` sentences of `lengths` words (low, high exclusive), written as text and binarized like the workflow's
+    bin-joint data; the bin-joint folder."""
     from collections import Counter
 
     import numpy as np
@@ -115,21 +116,26 @@ def toy_data(tmp_path_factory) -> Path:
     from layerwise_nmt.data.binarize import binarize
     from layerwise_nmt.data.vocab import Dictionary
 
-    root = tmp_path_factory.mktemp("toy")
     rng = np.random.RandomState(0)
-    words = [f"w{i}" for i in range(30)]
-    (root / "vocab").mkdir()
-    vocab = Dictionary.build(Counter({w: 1 for w in words}))
+    symbols = [f"w{i}" for i in range(words)]
+    (root / "vocab").mkdir(parents=True)
+    vocab = Dictionary.build(Counter({w: 1 for w in symbols}))
     vocab.save(root / "vocab" / "dict.joint.txt")
     (root / "bin-joint").mkdir()
-    for split, n in {"train": 240, "valid": 24}.items():
-        src = [" ".join(rng.choice(words, rng.randint(2, 9))) for _ in range(n)]
+    for split, n in sizes.items():
+        src = [" ".join(rng.choice(symbols, rng.randint(*lengths))) for _ in range(n)]
         tgt = [" ".join(reversed(s.split())) for s in src]
         for lang, lines in (("de", src), ("en", tgt)):
             path = root / f"{split}.{lang}"
             path.write_text("\n".join(lines) + "\n")
             binarize(str(path), vocab, str(root / "bin-joint" / f"{split}.de-en.{lang}"))
     return root / "bin-joint"
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """A toy reversal task, binarized like the workflow's bin-joint data, for the training tests."""
+    return reversal_task(tmp_path_factory.mktemp("toy"), 30, {"train": 240, "valid": 24}, (2, 9))
 
 
 def toy_spec(**train) -> dict:

@@ -8,42 +8,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
-from pathlib import Path
 
-import numpy as np
 import pytest
 import sacrebleu
 
-from conftest import train_command
+from conftest import reversal_task, train_command
 
 pytestmark = pytest.mark.system
 
-WORDS = [f"w{i}" for i in range(16)]
 BLEU_FLOOR = 90.0  # 600 updates pass it in under a minute on one core; 60 updates score about 1 BLEU
 
 
-def reversal_data(root: Path) -> Path:
-    from layerwise_nmt.data.binarize import binarize
-    from layerwise_nmt.data.vocab import Dictionary
-
-    rng = np.random.RandomState(0)
-    vocab = Dictionary.build(Counter({w: 1 for w in WORDS}))
-    (root / "vocab").mkdir(parents=True)
-    vocab.save(root / "vocab" / "dict.joint.txt")
-    (root / "bin-joint").mkdir()
-    for split, n in {"train": 4000, "valid": 100, "test": 200}.items():
-        src = [" ".join(rng.choice(WORDS, rng.randint(3, 11))) for _ in range(n)]
-        tgt = [" ".join(reversed(s.split())) for s in src]
-        for lang, lines in (("de", src), ("en", tgt)):
-            path = root / f"{split}.{lang}"
-            path.write_text("\n".join(lines) + "\n")
-            binarize(str(path), vocab, str(root / "bin-joint" / f"{split}.de-en.{lang}"))
-    return root / "bin-joint"
-
-
 def test_a_small_transformer_learns_to_reverse_sentences(tmp_path):
-    data = reversal_data(tmp_path)
+    data = reversal_task(tmp_path, 16, {"train": 4000, "valid": 100, "test": 200}, (3, 11))
     spec = {
         "model": "transformer",
         "arch": {
