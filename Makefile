@@ -73,11 +73,12 @@ bench-preprocess: $(VENV)/.installed
 # On a rented or borrowed GPU node without internet, for a short allocation (docs/usage.md, "On a GPU node without
 # internet"): its python3 has PyTorch but nothing else of ours, so the wheels and the data travel. On the checkout's
 # machine: `make study-prepare`; on the node, carrying .whl and .study, with bash and python3 only (no make, no git):
-# `bash scripts/study_gpu.sh run` (<= 9 min: <= 90 s of checks, a probe that sizes the run if PROBE_S is set, then
-# the small study's 6 rows x 3 seeds, results rewritten as each run ends), then, in what is left, `bash scripts/study_gpu.sh check` (the
-# full gpu-check); back here: `make study-collect DIR="<each allocation's returned folder>"`, then commit
-# benchmarks/results/gpu.json and docs/study/. `make study-budget`: each step's seconds against the allocation
-# (ALLOCATION_S=900, NODE_START_S=120, NODE_COMMAND_S=600, RUN_S=540 by default).
+# `bash scripts/study_gpu.sh run` (a minute short of one command's limit: <= 90 s of checks, a probe that sizes the
+# run if PROBE_S is set, then the small study's 6 rows x 3 seeds, results rewritten as each run ends), then, in what
+# is left, `bash scripts/study_gpu.sh check` (the full gpu-check); back here: `make study-collect DIR="<each
+# allocation's returned folder>"`, then commit benchmarks/results/gpu.json and docs/study/. The node's limits are
+# yours to give, with no defaults: ALLOCATION_S (seconds in all) and NODE_COMMAND_S (seconds per command), e.g.
+# `make study-budget ALLOCATION_S=3600 NODE_COMMAND_S=1800` prints each step's seconds against them.
 gpu-check:
 	python3 benchmarks/gpu_check.py
 
@@ -148,9 +149,9 @@ study-cpu6-collect:
 
 # The GPU node's environment rebuilt here (a Python 3.12 venv with only the image's packages at the image's
 # versions, scripts/node-image-versions.txt: torch 2.11, ~5 GB; REHEARSAL_PYTHON=host for python3 + torch 2.13),
-# the copy that travels and the returned files checked against the node's limits (CARRY_LIMIT_MIB=64, FILES_BACK=8,
-# FILE_BACK_MIB=16, BACK_LIMIT_MIB=64, BACK_DEPTH=2 by default; set them for yours), and the commands above run in it
-# on the CPU at toy size; CI runs it.
+# the copy that travels and the returned files checked against the node's limits, which you give as for study-budget
+# with CARRY_LIMIT_MIB, FILES_BACK, FILE_BACK_MIB, BACK_LIMIT_MIB and BACK_DEPTH (no defaults), and the commands above
+# run in it on the CPU at toy size; CI runs it.
 node-rehearsal: $(VENV)/.installed
 	bash scripts/gpu_node_rehearsal.sh
 

@@ -13,9 +13,9 @@
 #     downloaded, or with REHEARSAL_PYTHON=host: this machine's python3 with the pinned torch 2.13 CPU build and
 #     constraints.txt, and the output says so;
 #   - a copy of only what travels there: tracked and untracked-not-ignored files plus the carried .whl and .study,
-#     no .venv, its size checked against CARRY_LIMIT_MIB (default 64);
-#   - what comes back checked against the limits: <= FILES_BACK files (default 8), <= FILE_BACK_MIB each (16),
-#     <= BACK_LIMIT_MIB in all (64), <= BACK_DEPTH folders deep (2), names of letters, digits, '.', '_', '-';
+#     no .venv, its size checked against CARRY_LIMIT_MIB;
+#   - what comes back checked against the limits: <= FILES_BACK files, <= FILE_BACK_MIB each, <= BACK_LIMIT_MIB in
+#     all, <= BACK_DEPTH folders deep, names of letters, digits, '.', '_', '-';
 #   - the returned folders collected here, and docs/study's status built from them (into the rehearsal folder);
 #   - the node's limits the scripts must respect: each step's seconds add up under the allocation (study_gpu.sh
 #     budget, a static check), the node has no make, git or `python` (only bash, python3 and the usual tools), a
@@ -30,9 +30,15 @@ WORK=${REHEARSAL_DIR:-$ROOT/.node-rehearsal}
 IMAGE=${NODE_IMAGE_DIR:-$WORK/image}  # NODE_IMAGE_DIR: keep the ~5 GB image between runs (rebuilt when its versions change)
 TREE=$WORK/tree
 HOST_PY=${PYTHON:-python3}
-CARRY_LIMIT_MIB=${CARRY_LIMIT_MIB:-64}
-export FILES_BACK=${FILES_BACK:-8} FILE_BACK_MIB=${FILE_BACK_MIB:-16} BACK_LIMIT_MIB=${BACK_LIMIT_MIB:-64} \
-    BACK_DEPTH=${BACK_DEPTH:-2}
+# The node's limits, yours to give (no cluster's are assumed): those of study_gpu.sh's allocation, and what may be
+# sent to the node and come back from it.
+missing=$(for limit in ALLOCATION_S NODE_COMMAND_S CARRY_LIMIT_MIB FILES_BACK FILE_BACK_MIB BACK_LIMIT_MIB BACK_DEPTH; do
+    [ -n "${!limit:-}" ] || printf ' %s' "$limit"; done)
+if [ -n "$missing" ]; then
+    echo "gpu_node_rehearsal.sh: set your node's limits:$missing (docs/usage.md, \"On a GPU node without internet\")" >&2
+    exit 2
+fi
+export ALLOCATION_S NODE_COMMAND_S ${NODE_START_S:+NODE_START_S} FILES_BACK FILE_BACK_MIB BACK_LIMIT_MIB BACK_DEPTH
 failures=()
 
 say() { echo "node-rehearsal: $*"; }
@@ -259,7 +265,7 @@ toy_overlay
 node_bin
 step "prepare here (wheels for the image, toy data)" prepare || { say "cannot continue without .whl/.study"; exit 1; }
 step "what travels fits $CARRY_LIMIT_MIB MiB" copy_tree
-# the CPU is slower than the node's GPU: the toy run gets the seconds it needs, the defaults are checked above
+# the CPU is slower than the node's GPU: the toy run gets the seconds it needs; the allocation's are checked above
 TOY_BUDGETS="FAMILIES_S=120 DRYRUN_S=120 PROBE_S=180 STUDY_S=1500 STUDY_JOBS=2"
 PROBE_ARGS="--device cpu --seconds 5 --together 1 2"
 step "command 1 (study_gpu.sh run), no make, git or python on the node" on_node "$WORK/out1" env \
@@ -271,7 +277,7 @@ step "command 1's gpu.json: one update per family, the probe's plan" checks_ok "
 step "a broken wheel shows its import error; the GPU checks still run" broken_wheel
 step "command 2 (study_gpu.sh check)" on_node "$WORK/out1" env GPU_CHECK_ARGS="--device cpu --families \
 transformer_post lwc --precisions fp16 fp32 --updates 1 --warmup 0 --max-tokens 256 --speed-rows \
-transformer_iwslt_de_en" GPUCHECK_S=900 bash scripts/study_gpu.sh check
+transformer_iwslt_de_en" GPUCHECK_S=1200 bash scripts/study_gpu.sh check
 step "command 2's gpu-full.json: every check and speed row" gpu_json_ok "$WORK/out1/gpu-full.json"
 step "both commands' files come back" returned_ok "$WORK/out1"
 step "the precision, loss-scaler, optimizer and throughput tests on the image's torch" on_node "$WORK/tests" env \

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The converged study (config/study.yaml) and gpu-check on a rented or borrowed GPU node that has PyTorch but nothing
-# else of ours, no internet and no filesystem shared with this checkout, for a short allocation (defaults: 15 minutes
-# in all, node start included, 10 minutes per command, 64 MiB carried there, 8 files back; the node is wiped
-# afterwards). docs/usage.md, "On a GPU node without internet". No make or git on the node: bash and python3.
+# else of ours, no internet and no filesystem shared with this checkout, for a short allocation whose limits you give
+# (ALLOCATION_S, NODE_COMMAND_S, below; the node may be wiped afterwards). docs/usage.md, "On a GPU node without
+# internet". No make or git on the node: bash and python3.
 #
 #   scripts/study_gpu.sh prepare          # on the checkout's machine (CPU, PyPI): wheels → .whl/
 #                                         # (scripts/node_wheels.py), Multi30k preprocessed → .study/data.tar.gz
-#   scripts/study_gpu.sh run              # on the node, command 1 (<= 9 min): checks (<= 90 s: tools, wheels,
+#   scripts/study_gpu.sh run              # on the node, command 1 (RUN_S): checks (<= 90 s: tools, wheels,
 #                                         # one update per model family, a Snakemake dry run), a probe that sizes the
 #                                         # run (only with PROBE_S > 0), then the small study: all 6 rows × 3 seeds; results.json and the
 #                                         # archive rewritten after every scored run
@@ -50,17 +50,31 @@ EXTRA=$(for f in ${STUDY_EXTRA:-}; do realpath "$f"; done)
 SHARDS="small seed1 seed2 seed3 lwc-mlrf depth6-seed1 depth6-seed2 depth6-seed3 depth6-seed4"
 SHARDS="$SHARDS paper6-seed1 paper6-seed2 paper6-seed3"  # the papers' protocols at 6+6 (T2)
 TASK=multi30k_deen
-# The allocation, and the seconds each step may take (`budget` checks that they add up; every `timeout` below is
-# one of these). Command 1, `run`: the checks, the probe, the study, then the kill's grace and the last pack.
-ALLOCATION_S=${ALLOCATION_S:-900}; NODE_START_S=${NODE_START_S:-120}; NODE_COMMAND_S=${NODE_COMMAND_S:-600}
-RUN_S=${RUN_S:-540}; CHECKS_MAX_S=${CHECKS_MAX_S:-90}
-ENV_S=${ENV_S:-10}; INSTALL_S=${INSTALL_S:-20}; FAMILIES_S=${FAMILIES_S:-35}; DRYRUN_S=${DRYRUN_S:-25}
-PROBE_S=${PROBE_S:-0}; KILL_S=${KILL_S:-15}; PACK_S=${PACK_S:-10}
-STUDY_S=${STUDY_S:-$((RUN_S - ENV_S - INSTALL_S - FAMILIES_S - DRYRUN_S - PROBE_S - KILL_S - PACK_S))}
-# command 2, `check`: what the allocation has left after the node's start and command 1
-CHECK_S=${CHECK_S:-$((ALLOCATION_S - NODE_START_S - RUN_S))}
-GPUCHECK_S=${GPUCHECK_S:-$((CHECK_S - ENV_S - INSTALL_S - KILL_S))}
-SHARD_S=${SHARD_S:-$((NODE_COMMAND_S - INSTALL_S - KILL_S - PACK_S - 30))}  # a later allocation's shard command
+# The allocation's limits are yours to give: no cluster's are assumed. ALLOCATION_S: its seconds in all, from the
+# node's start; NODE_COMMAND_S: the most one command may run; NODE_START_S: how much of the allocation the node's
+# start takes (0 if the clock starts with your first command). `run`, `check`, `shard` and `budget` refuse to start
+# without the first two.
+limits() {
+    local missing=""
+    [ -n "${ALLOCATION_S:-}" ] || missing="ALLOCATION_S (the allocation's seconds in all)"
+    [ -n "${NODE_COMMAND_S:-}" ] || missing="${missing:+$missing and }NODE_COMMAND_S (the most seconds one command may run)"
+    if [ -n "$missing" ]; then
+        echo "study_gpu.sh $COMMAND: set your node's limits: $missing; e.g. ALLOCATION_S=3600 NODE_COMMAND_S=1800" >&2
+        exit 2
+    fi
+    NODE_START_S=${NODE_START_S:-0}
+    # The seconds each step may take (`budget` checks that they add up; every `timeout` below is one of these).
+    # Command 1, `run`: the checks, the probe, the study, then the kill's grace and the last pack, a minute short of
+    # the command's limit for the results to be sent back.
+    RUN_S=${RUN_S:-$((NODE_COMMAND_S - 60))}; CHECKS_MAX_S=${CHECKS_MAX_S:-90}
+    ENV_S=${ENV_S:-10}; INSTALL_S=${INSTALL_S:-20}; FAMILIES_S=${FAMILIES_S:-35}; DRYRUN_S=${DRYRUN_S:-25}
+    PROBE_S=${PROBE_S:-0}; KILL_S=${KILL_S:-15}; PACK_S=${PACK_S:-10}
+    STUDY_S=${STUDY_S:-$((RUN_S - ENV_S - INSTALL_S - FAMILIES_S - DRYRUN_S - PROBE_S - KILL_S - PACK_S))}
+    # command 2, `check`: what the allocation has left after the node's start and command 1, within one command
+    CHECK_S=${CHECK_S:-$((ALLOCATION_S - NODE_START_S - RUN_S < NODE_COMMAND_S ? ALLOCATION_S - NODE_START_S - RUN_S : NODE_COMMAND_S - 60))}
+    GPUCHECK_S=${GPUCHECK_S:-$((CHECK_S - ENV_S - INSTALL_S - KILL_S))}
+    SHARD_S=${SHARD_S:-$((NODE_COMMAND_S - INSTALL_S - KILL_S - PACK_S - 30))}  # a later allocation's shard command
+}
 TOOLS="bash python3 timeout tar gzip sha256sum realpath sed grep find sort cut head tail tee du df date sleep mkdir rm
 cat mv cp wc chmod awk"
 
@@ -371,13 +385,14 @@ collect() {
     fi
 }
 
-case "${1:-}" in
+COMMAND=${1:-}
+case "$COMMAND" in
     prepare) prepare ;;
-    run) run ;;
-    check | first) check ;;
-    shard) shard "${2:?shard needs a name: $SHARDS}" ;;
+    run) limits; run ;;
+    check | first) limits; check ;;
+    shard) limits; shard "${2:?shard needs a name: $SHARDS}" ;;
     shards) echo "$SHARDS" ;;
-    budget) budget ;;
+    budget) limits; budget ;;
     collect) shift; [ $# -gt 0 ] || { echo "collect needs the folder(s) the node sent back" >&2; exit 2; }
              collect "$@" ;;
     *) echo "usage: $0 prepare | run | check | shard NAME | shards | budget | collect DIR..." >&2; exit 2 ;;

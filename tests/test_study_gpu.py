@@ -44,7 +44,7 @@ def test_the_first_shard_is_the_whole_small_table():
         "paper6-seed2",
         "paper6-seed3",
     ]
-    bad = study("shard", "big")
+    bad = study("shard", "big", env={k: str(v) for k, v in ALLOCATION.items()})
     assert bad.returncode == 2
     assert "unknown shard big; known: small seed1 seed2 seed3 lwc-mlrf depth6-seed1" in bad.stderr
 
@@ -122,22 +122,40 @@ def test_wheels_of_another_prepare_are_installed_again_and_the_same_ones_once(tm
     assert (site / ".installed").read_text() == "python 3.12 new\n"
 
 
+# an allocation to check the arithmetic against: 20 minutes in all, 2 of them the node's start, 12 per command
+ALLOCATION = {"ALLOCATION_S": 1200, "NODE_START_S": 120, "NODE_COMMAND_S": 720}
+
+
 def budget(**env):
-    return study("budget", env={k: str(v) for k, v in env.items()})
+    return study("budget", env={k: str(v) for k, v in {**ALLOCATION, **env}.items()})
+
+
+def test_the_node_commands_refuse_to_start_without_the_nodes_limits():
+    """No cluster's limits are assumed: without them `run`, `check`, `shard` and `budget` stop, naming each."""
+    unset = {"ALLOCATION_S": "", "NODE_COMMAND_S": "", "NODE_START_S": ""}
+    for command in ("run", "check", "budget", "shard seed1"):
+        refused = study(*command.split(), env=unset)
+        assert refused.returncode == 2, (command, refused.stdout)
+        assert refused.stderr.startswith(f"study_gpu.sh {command.split()[0]}: set your node's limits: ALLOCATION_S")
+        assert "NODE_COMMAND_S (the most seconds one command may run)" in refused.stderr
+    one = study("budget", env={**unset, "ALLOCATION_S": "1200"})
+    assert "limits: NODE_COMMAND_S (the most" in one.stderr and "ALLOCATION_S (" not in one.stderr
+    assert study("shards", env=unset).returncode == 0  # listing needs no node
 
 
 def test_each_step_has_a_budget_and_they_fit_the_allocation():
-    """15 minutes in all with the node's start, 10 per command: command 1 (checks <= 90 s, the probe, the study) then
-    the full gpu-check in what is left. A plan of two commands that overran (gpu-check 450 s + installs, then a shard
-    of 500 s + 60 s of grace: 17-20 minutes with the start) must fail this check."""
+    """Command 1 (checks <= 90 s, the probe, the study) a minute short of a command's limit, then the full gpu-check
+    in what the allocation has left. Plans of two commands that overran the allocation must fail this check."""
     fits = budget()
     assert fits.returncode == 0 and "budget: fits" in fits.stdout, fits.stdout
-    assert "command 1, run (540 s)" in fits.stdout and "command 2, check (240 s)" in fits.stdout
-    assert budget(STUDY_S=500, KILL_S=60).returncode == 1  # the old shard: setup + 500 s + 60 s of grace
-    assert budget(RUN_S=620).returncode == 1  # longer than a command may run
+    assert "command 1, run (660 s)" in fits.stdout and "command 2, check (420 s)" in fits.stdout
+    assert budget(STUDY_S=640, KILL_S=60).returncode == 1  # setup + 640 s + 60 s of grace: over command 1
+    assert budget(RUN_S=740).returncode == 1  # longer than a command may run
     assert budget(FAMILIES_S=80).returncode == 1  # the checks before the study over 90 s
-    over = budget(NODE_START_S=120, RUN_S=540, CHECK_S=450)  # gpu-check's old 450 s cap as the second command
+    over = budget(RUN_S=660, CHECK_S=450)  # a second command longer than what is left
     assert over.returncode == 1 and "OVER: node start + command 1 + command 2" in over.stdout
+    long = budget(ALLOCATION_S=3600, NODE_START_S=0, NODE_COMMAND_S=1800)  # what is left exceeds one command
+    assert "command 2, check (1740 s)" in long.stdout and "budget: fits" in long.stdout, long.stdout
 
 
 def test_the_probe_is_off_unless_asked_for_and_its_seconds_go_to_the_study():
@@ -145,8 +163,8 @@ def test_the_probe_is_off_unless_asked_for_and_its_seconds_go_to_the_study():
     measured nothing; nine at once, its usual answer, is the default, and the study gets those seconds."""
     listed = budget().stdout
     assert re.search(r"probe: sizes the study \(PROBE_S\) +0 s", listed), listed
-    assert re.search(r"the small study \(STUDY_S\) +425 s", listed), listed
-    assert re.search(r"the small study \(STUDY_S\) +365 s", budget(PROBE_S=60).stdout)
+    assert re.search(r"the small study \(STUDY_S\) +545 s", listed), listed
+    assert re.search(r"the small study \(STUDY_S\) +485 s", budget(PROBE_S=60).stdout)
     script = (ROOT / "scripts" / "study_gpu.sh").read_text()
     assert 'if [ "$PROBE_S" -gt 0 ]; then' in script
 
