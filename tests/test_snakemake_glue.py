@@ -61,13 +61,18 @@ def test_the_counter_skips_rules_and_directives_only():
     ]
 
 
-def test_every_rule_function_the_rules_name_is_bound():
-    """Each name of RuleInputs the rule files use is one the glue hands them, and each it hands them is the grid's."""
+def test_the_rules_reach_the_grid_through_one_object_and_each_name_is_a_rule_function():
+    """No function is injected into the rule files' globals: each is `R.<name>`, a public method of RuleInputs, so
+    that grep finds its definition from the rule."""
     public = {name for name in dir(grid.RuleInputs) if not name.startswith("_")}
-    used = {word for path in RULE_FILES for word in re.findall(r"\b\w+\b", path.read_text())} & public
-    assert used <= set(snakefile.RULE_FUNCTIONS)
-    assert set(snakefile.RULE_FUNCTIONS) <= public
-    assert set(snakefile.RULE_FUNCTIONS) <= used, "a function no rule calls"
+    text = "\n".join(path.read_text() for path in RULE_FILES)
+    assert "globals()" not in text
+    called = set(re.findall(r"\bR\.(\w+)", text))
+    assert called and called <= public, called - public
+    bare = {word for word in re.findall(r"(?<![\w./])(\w+)\(", text)} & public
+    assert not bare, f"rule functions called without R.: {bare}"
+    with pytest.raises(AttributeError, match="no rule function '_cost'"):
+        snakefile.rule_inputs(grid.load(ROOT / "config.yaml"))._cost  # noqa: B018
 
 
 def test_a_config_error_in_a_rule_function_stops_snakemake_in_one_line(capsys):
@@ -83,14 +88,13 @@ def test_a_config_error_in_a_rule_function_stops_snakemake_in_one_line(capsys):
 
 def test_rule_functions_answer_as_the_grid_does():
     config = grid.load(ROOT / "config.yaml")
-    functions = snakefile.rule_functions(config)
-    assert list(functions) == list(snakefile.RULE_FUNCTIONS)
-    assert functions["summary_inputs"]() == grid.RuleInputs(config).summary_inputs()
+    R = snakefile.rule_inputs(config)
+    assert R.summary_inputs() == grid.RuleInputs(config).summary_inputs()
     paper, spec = next(iter(config["papers"].items()))
     table = next(iter(spec["tables"]))
     wildcards = SimpleNamespace(paper=paper, table=table)
     rows = grid.RuleInputs(config).table_spec(paper, table)["rows"]
-    assert functions["table_inputs"](wildcards) == sorted(
+    assert R.table_inputs(wildcards) == sorted(
         {
             path
             for row in rows

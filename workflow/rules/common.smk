@@ -18,8 +18,9 @@ TARGET_TASKS = snakefile.check_config(config, workflow, logger, rehearse=rehears
 GPUS_PER_JOB = config["gpus_per_job"]  # per training job; 0 = CPU
 if workflow.is_main_process:
     snakefile.announce(config, logger)
-# table_targets, task_of, train_spec, ...: snakefile.RULE_FUNCTIONS, each a function of the same name here
-globals().update(snakefile.rule_functions(config))
+# R.train_inputs, R.task_of, ...: the methods of grid.RuleInputs (grid/rule_inputs.py, grid/data_rule_inputs.py),
+# bound to this config, each stopping Snakemake in one line on a config error
+R = snakefile.rule_inputs(config)
 
 
 wildcard_constraints:

@@ -11,14 +11,14 @@ rule fetch:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        args=lambda w: fetch_args(w),
+        args=lambda w: R.fetch_args(w),
     shell:
         "python -m layerwise_nmt fetch {output:q} {params.args} 2> {log:q}"
 
 
 rule extract:
     input:
-        own_file,  # the user's own file (user_path, local:); a release file's origin is decided when the job runs
+        R.own_file,  # the user's own file (user_path, local:); a release file's origin is decided when the job runs
     output:
         "results/raw/{dataset}/{file}",
     log:
@@ -27,10 +27,10 @@ rule extract:
         "../../envs/preprocess.yaml"
     params:
         # what the file is: a new checksum redoes it and what was made from it
-        identity=raw_identity,
+        identity=R.raw_identity,
         # where it comes from in this run (the data mirror, the download cache, its URL): derived from the output,
         # so Snakemake does not compare it between runs; a finished run stays finished with or without the mirror
-        source=lambda w, output: extract_source(w),
-        args=lambda w, output: extract_args(w),
+        source=lambda w, output: R.extract_source(w),
+        args=lambda w, output: R.extract_args(w),
     shell:
         "python -m layerwise_nmt extract {params.source:q} {output:q} {params.args} 2> {log:q}"

@@ -7,7 +7,7 @@
 
 rule translate:
     input:
-        unpack(decoding_inputs),
+        unpack(R.decoding_inputs),
     output:
         multiext("results/{task}/{experiment}/seed{seed}/{split}", ".bpe", ".txt", ".detok", ".json"),
     log:
@@ -18,14 +18,14 @@ rule translate:
     resources:
         gpu=min(GPUS_PER_JOB, 1),
     params:
-        data=data_dir,
-        src=lambda w: experiment_of(w)["src"],  # not the whole experiment: a score edit must not re-decode
-        tgt=lambda w: experiment_of(w)["tgt"],
-        options=decoding_options,
-        prefix=decoded_prefix,
+        data=R.data_dir,
+        src=lambda w: R.experiment_of(w)["src"],  # not the whole experiment: a score edit must not re-decode
+        tgt=lambda w: R.experiment_of(w)["tgt"],
+        options=R.decoding_options,
+        prefix=R.decoded_prefix,
         # --lenpen-from (except while tuning it), and --user-dir or --user-module for a model of the config's own;
         # still called `tuned`: the shell line is part of what Snakemake compares before it reruns a decoding
-        tuned=translate_flags,
+        tuned=R.translate_flags,
     shell:
         "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
         " --tgt {params.tgt} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
@@ -37,7 +37,7 @@ rule translate:
 # the run's model directory, whose tokenization and BPE make of raw text what the test set's rules make; never scored.
 rule translate_heldout:
     input:
-        unpack(heldout_inputs),
+        unpack(R.heldout_inputs),
     output:
         multiext("results/{task}/{experiment}/seed{seed}/heldout.{heldout}", ".bpe", ".txt", ".detok", ".json"),
     log:
@@ -48,8 +48,8 @@ rule translate_heldout:
     resources:
         gpu=min(GPUS_PER_JOB, 1),
     params:
-        prefix=lambda w: f"{run_dir(w)}/heldout.{w.heldout}",
-        tuned=translate_flags,
+        prefix=lambda w: f"{R.run_dir(w)}/heldout.{w.heldout}",
+        tuned=R.translate_flags,
     shell:
         "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --out-prefix {params.prefix}"
         " --threads {threads} --detokenize --gpus {resources.gpu} {params.tuned} 2> {log:q}"
@@ -57,7 +57,7 @@ rule translate_heldout:
 
 use rule translate as translate_lenpen with:
     input:
-        unpack(lambda w: decoding_inputs(w, tuned=False)),
+        unpack(lambda w: R.decoding_inputs(w, tuned=False)),
     output:
         multiext("results/{task}/{experiment}/seed{seed}/lenpen/{split}.{lenpen}", ".bpe", ".txt", ".detok", ".json"),
     log:
@@ -66,7 +66,7 @@ use rule translate as translate_lenpen with:
 
 rule score:
     input:
-        unpack(score_inputs),
+        unpack(R.score_inputs),
     output:
         "results/{task}/{experiment}/seed{seed}/{split}.score.json",
     log:
@@ -74,8 +74,8 @@ rule score:
     conda:
         "../../envs/report.yaml"
     params:
-        options=lambda w: json.dumps(experiment_of(w)["score"]),
-        stacked=lambda w: "--stacked-refs" if stacked_references(w) else "",
+        options=lambda w: json.dumps(R.experiment_of(w)["score"]),
+        stacked=lambda w: "--stacked-refs" if R.stacked_references(w) else "",
         meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": w.split}),
     shell:
         "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} {params.stacked} --source {input.src:q} --options {params.options:q}"
@@ -91,7 +91,7 @@ use rule score as score_lenpen with:
 
 rule pick_lenpen:
     input:
-        lambda w: [f"{run_dir(w)}/lenpen/{LENPEN_TUNING_SPLIT}.{a}.score.json" for a in lenpen_grid(w)],
+        lambda w: [f"{R.run_dir(w)}/lenpen/{LENPEN_TUNING_SPLIT}.{a}.score.json" for a in R.lenpen_grid(w)],
     output:
         "results/{task}/{experiment}/seed{seed}/tuned_lenpen.json",
     log:
@@ -99,7 +99,7 @@ rule pick_lenpen:
     conda:
         "../../envs/report.yaml"
     params:
-        grid=lambda w: " ".join(lenpen_grid(w)),
+        grid=lambda w: " ".join(R.lenpen_grid(w)),
     shell:
         "python -m layerwise_nmt pick-lenpen {input:q} --lenpen {params.grid} --out {output:q} 2> {log:q}"
 
@@ -108,7 +108,7 @@ rule inspect:
     """What a figure shows of a trained model (aggregation shares, attention maps), read out of it into JSON once:
     the figure rule draws from files and never loads a model."""
     input:
-        unpack(inspection_inputs),
+        unpack(R.inspection_inputs),
     output:
         "results/{task}/{experiment}/seed{seed}/inspect/{paper}.{figure}.{row}.json",
     log:
@@ -116,9 +116,9 @@ rule inspect:
     conda:
         "../../envs/report.yaml"
     params:
-        kind=lambda w: inspection_of(w)["kind"],
-        options=lambda w: json.dumps(inspection_of(w)["options"]),
-        user_code=inspection_flags,
+        kind=lambda w: R.inspection_of(w)["kind"],
+        options=lambda w: json.dumps(R.inspection_of(w)["options"]),
+        user_code=R.inspection_flags,
     shell:
         "python -m layerwise_nmt inspect {input.model:q} --kind {params.kind} --options {params.options:q}"
         " {params.user_code} --out {output:q} 2> {log:q}"

@@ -3,7 +3,7 @@
 
 rule tokenize:
     input:
-        lambda w: get_part(w)[0],
+        lambda w: R.get_part(w)[0],
     output:
         # deleted once assembled into text/ (WMT14 En-Fr's tokenized parts take several GB); a later job that needs
         # one again re-creates it, and asking for it as a target keeps it (snakemake --notemp keeps them all)
@@ -14,14 +14,14 @@ rule tokenize:
         "../../envs/preprocess.yaml"
     threads: 8  # WMT corpora: blocks of lines on all cores (Snakemake caps it at --cores)
     params:
-        args=tokenize_args,
+        args=R.tokenize_args,
     shell:
         "python -m layerwise_nmt tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --workers {threads} 2> {log:q}"
 
 
 rule normalize:
     input:
-        lambda w: get_part(w)[0],
+        lambda w: R.get_part(w)[0],
     output:
         "results/{task}/data/norm/{part}.{lang}",
     log:
@@ -29,14 +29,14 @@ rule normalize:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        args=tokenize_args,
+        args=R.tokenize_args,
     shell:
         "python -m layerwise_nmt tokenize {input:q} {output:q} --lang {wildcards.lang} {params.args} --normalize-only 2> {log:q}"
 
 
 rule references:
     input:
-        reference_parts,
+        R.reference_parts,
     output:
         "results/{task}/data/ref/{split}.{pair}.{lang}",
     log:
@@ -44,14 +44,14 @@ rule references:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        args=concat_args,
+        args=R.concat_args,
     shell:
         "python -m layerwise_nmt concat {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 rule assemble:
     input:
-        assemble_inputs,
+        R.assemble_inputs,
     output:
         multiext("results/{task}/data/text/train.{src}-{tgt}.", "{src}", "{tgt}"),
         multiext("results/{task}/data/text/valid.{src}-{tgt}.", "{src}", "{tgt}"),
@@ -62,7 +62,7 @@ rule assemble:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        spec=lambda w: json.dumps(assemble_spec(w)),
+        spec=lambda w: json.dumps(R.assemble_spec(w)),
     shell:
         "python -m layerwise_nmt assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"
@@ -80,7 +80,7 @@ use rule assemble as assemble_eval with:
 
 rule learn_bpe:
     input:
-        bpe_learn_texts,  # the sides that do not come BPE-segmented
+        R.bpe_learn_texts,  # the sides that do not come BPE-segmented
     output:
         "results/{task}/data/bpe/code",
     log:
@@ -88,8 +88,8 @@ rule learn_bpe:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        merges=lambda w: task_of(w)["bpe"]["merges"],
-        min_frequency=lambda w: task_of(w)["bpe"]["min_frequency"],  # the schema's default filled in
+        merges=lambda w: R.task_of(w)["bpe"]["merges"],
+        min_frequency=lambda w: R.task_of(w)["bpe"]["min_frequency"],  # the schema's default filled in
     shell:
         "python -m layerwise_nmt learn-bpe {input:q} --out {output:q} --merges {params.merges}"
         " --min-frequency {params.min_frequency} 2> {log:q}"
@@ -98,7 +98,7 @@ rule learn_bpe:
 rule apply_bpe:
     input:
         text="results/{task}/data/text/{split}.{pair}.{lang}",
-        codes=bpe_codes,  # none: a word-level task, or a side that comes segmented
+        codes=R.bpe_codes,  # none: a word-level task, or a side that comes segmented
     output:
         "results/{task}/data/bpe/{split}.{pair}.{lang}",
     log:
@@ -114,7 +114,7 @@ rule apply_bpe:
 
 rule vocab_joint:
     input:
-        lambda w: train_texts(w, "bpe"),
+        lambda w: R.train_texts(w, "bpe"),
     output:
         "results/{task}/data/vocab/dict.joint.txt",
     log:
@@ -122,14 +122,14 @@ rule vocab_joint:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        args=vocab_params,
+        args=R.vocab_params,
     shell:
         "python -m layerwise_nmt vocab {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 
 use rule vocab_joint as vocab_separate with:
     input:
-        lambda w: grid.data_path(w.task, "bpe", f"train.{grid.pair(task_of(w))}.{w.lang}"),
+        lambda w: grid.data_path(w.task, "bpe", f"train.{grid.pair(R.task_of(w))}.{w.lang}"),
     output:
         "results/{task}/data/vocab/dict.{lang}.txt",
     log:
@@ -153,7 +153,7 @@ rule binarize:
 
 rule check_reference:
     input:
-        lambda w: [grid.data_path(w.task, path) for path in task_of(w)["reference"]],
+        lambda w: [grid.data_path(w.task, path) for path in R.task_of(w)["reference"]],
     output:
         "results/{task}/data/reference-check.json",
     log:
@@ -161,6 +161,6 @@ rule check_reference:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        expected=lambda w: json.dumps(task_of(w)["reference"]),
+        expected=lambda w: json.dumps(R.task_of(w)["reference"]),
     shell:
         "python -m layerwise_nmt check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"

@@ -3,7 +3,7 @@
 
 rule table:
     input:
-        table_inputs,
+        R.table_inputs,
     output:
         multiext("results/tables/{paper}/{table}", ".md", ".csv", ".tex"),
         report(
@@ -18,8 +18,8 @@ rule table:
     conda:
         "../../envs/report.yaml"
     params:
-        spec=lambda w: json.dumps(table_spec(w.paper, w.table)),
-        caption=lambda w: report_caption(w.paper, "tables", w.table),
+        spec=lambda w: json.dumps(R.table_spec(w.paper, w.table)),
+        caption=lambda w: R.report_caption(w.paper, "tables", w.table),
     shell:
         "python -m layerwise_nmt table --spec {params.spec:q} --out-prefix results/tables/{wildcards.paper}/{wildcards.table}"
         " 2> {log:q}"
@@ -27,7 +27,7 @@ rule table:
 
 rule summary:
     input:
-        summary_inputs(),
+        R.summary_inputs(),
     output:
         multiext("results/summary", ".md", ".csv"),
     log:
@@ -40,7 +40,7 @@ rule summary:
 
 rule figure:
     input:
-        figure_inputs,
+        R.figure_inputs,
     output:
         report(
             "results/figures/{paper}/{figure}.png",
@@ -55,8 +55,8 @@ rule figure:
     conda:
         "../../envs/report.yaml"
     params:
-        spec=lambda w: json.dumps(figure_spec(w.paper, w.figure)),
-        caption=lambda w: report_caption(w.paper, "figures", w.figure),
+        spec=lambda w: json.dumps(R.figure_spec(w.paper, w.figure)),
+        caption=lambda w: R.report_caption(w.paper, "figures", w.figure),
     shell:
         "python -m layerwise_nmt figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.paper}/{wildcards.figure}"
         " 2> {log:q}"

@@ -3,8 +3,8 @@
 
 rule train:
     input:
-        train_inputs,
-        warm_start_model,
+        R.train_inputs,
+        R.warm_start_model,
     output:
         # The final model is the only output: checkpoints/ (the save dir: also metrics.csv, training.json,
         # tensorboard/) survives a failed or preempted job, and the retry resumes from checkpoints/checkpoint_last.pt.
@@ -15,7 +15,7 @@ rule train:
         "results/{task}/{experiment}/seed{seed}/train.log",
     benchmark:
         "results/{task}/{experiment}/seed{seed}/train.benchmark.tsv"
-    priority: train_priority
+    priority: R.train_priority
     # a preempted attempt (SIGTERM/SIGUSR1: checkpoint, exit 75) is retried and resumes; a Ctrl-C is not: the
     # workflow stops with it (layerwise_nmt/snakemake_glue/job_env.py), and rerunning the command resumes. A config error
     # (exit 78) would meet a retry again: the retry exits at once without starting (layerwise_nmt/cli/train.py)
@@ -28,13 +28,13 @@ rule train:
         # ones (a lock per device) and runs torchrun when there is more than one.
         gpu=GPUS_PER_JOB,
     params:
-        spec=train_spec,
-        data=data_dir,
+        spec=R.train_spec,
+        data=R.data_dir,
         # only what the trained model depends on: Snakemake reruns a job whose params changed, so the whole
         # experiment here would retrain every seed after a decode or score edit
-        src=lambda w: experiment_of(w)["src"],
-        tgt=lambda w: experiment_of(w)["tgt"],
-        save_dir=lambda w: grid.save_dir(run_dir(w)),
+        src=lambda w: R.experiment_of(w)["src"],
+        tgt=lambda w: R.experiment_of(w)["tgt"],
+        save_dir=lambda w: grid.save_dir(R.run_dir(w)),
     shell:
         "python -m layerwise_nmt train --spec {params.spec:q} --data {params.data} --src {params.src} --tgt {params.tgt}"
         " --save-dir {params.save_dir} --final {output:q} --threads {threads} --gpus {resources.gpu}"
@@ -51,9 +51,9 @@ rule average:
     conda:
         "../../envs/train.yaml"
     params:
-        save_dir=lambda w: grid.save_dir(run_dir(w)),
-        num=lambda w: average_settings(w).num,
-        by=lambda w: average_settings(w).by,
+        save_dir=lambda w: grid.save_dir(R.run_dir(w)),
+        num=lambda w: R.average_settings(w).num,
+        by=lambda w: R.average_settings(w).by,
     shell:
         "python -m layerwise_nmt average {params.save_dir} --num {params.num} --by {params.by} --out {output:q} 2> {log:q}"
 
@@ -66,7 +66,7 @@ localrules:
 
 rule export:
     input:
-        unpack(export_inputs),
+        unpack(R.export_inputs),
     output:
         directory("results/{task}/{experiment}/seed{seed}/model_dir"),
     log:
@@ -74,6 +74,6 @@ rule export:
     conda:
         "../../envs/train.yaml"
     params:
-        spec=export_spec,
+        spec=R.export_spec,
     shell:
         "python -m layerwise_nmt export {input.model:q} --spec {params.spec:q} --out {output:q} 2> {log:q}"

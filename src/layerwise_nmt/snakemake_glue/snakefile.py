@@ -23,64 +23,6 @@ from .job_env import WORKFLOW_PID, WORKFLOW_RUN, forward_stops, job_path
 CHECKED_CONFIGS = Path(".snakemake/lwnmt-checked-configs.json")
 CHECKED_MODELS = Path(".snakemake/lwnmt-checked-models.json")
 
-# The grid's answers the rules call by name (grid/rule_inputs.py: RuleInputs); the class's other public methods
-# are its own helpers.
-RULE_FUNCTIONS = (
-    # targets
-    "table_targets",
-    "summary_inputs",
-    "task_data_targets",
-    "model_dir_targets",
-    # wildcards → the config
-    "task_of",
-    "experiment_of",
-    "run_dir",
-    "data_dir",
-    # data.smk, preprocess.smk
-    "own_file",
-    "raw_identity",
-    "fetch_args",
-    "extract_source",
-    "extract_args",
-    "get_part",
-    "tokenize_args",
-    "reference_parts",
-    "concat_args",
-    "assemble_spec",
-    "assemble_inputs",
-    "train_texts",
-    "bpe_learn_texts",
-    "bpe_codes",
-    "vocab_params",
-    # train.smk
-    "train_inputs",
-    "warm_start_model",
-    "train_priority",
-    "train_spec",
-    "export_spec",
-    "average_settings",
-    "export_inputs",
-    # evaluate.smk
-    "stacked_references",
-    "lenpen_grid",
-    "tuned_lenpen",
-    "translate_flags",
-    "decoded_prefix",
-    "decoding_options",
-    "decoding_inputs",
-    "heldout_inputs",
-    "score_inputs",
-    "inspection_of",
-    "inspection_flags",
-    "inspection_inputs",
-    # report.smk
-    "table_spec",
-    "figure_spec",
-    "report_caption",
-    "table_inputs",
-    "figure_inputs",
-)
-
 
 def stop(err) -> None:
     """A config error as the one line it is, on stderr: no WorkflowError header, traceback or Snakefile frame."""
@@ -219,9 +161,22 @@ def stopping_on_config_errors(method: Callable) -> Callable:
     return call
 
 
-def rule_functions(config: dict) -> dict[str, Callable]:
-    """RULE_FUNCTIONS by name, bound to `config`, each stopping Snakemake in one line on a config error."""
+class BoundRuleInputs:
+    """grid.RuleInputs bound to one config, as the rules reach it (`R = snakefile.rule_inputs(config)`, then
+    `input: R.train_inputs`): each public method, stopping Snakemake in one line on a config error."""
+
+    def __init__(self, inputs: grid.RuleInputs):
+        self._inputs = inputs
+
+    def __getattr__(self, name: str) -> Callable:
+        method = getattr(self._inputs, name) if not name.startswith("_") else None
+        if not callable(method):
+            raise AttributeError(f"grid.RuleInputs has no rule function {name!r}")
+        return stopping_on_config_errors(method)
+
+
+def rule_inputs(config: dict) -> BoundRuleInputs:
+    """The rules' input and params functions, bound to `config` (its experiments priced for the jobs' resources)."""
     from ..grid.pricing import experiment_cost
 
-    inputs = grid.RuleInputs(config, cost=experiment_cost)
-    return {name: stopping_on_config_errors(getattr(inputs, name)) for name in RULE_FUNCTIONS}
+    return BoundRuleInputs(grid.RuleInputs(config, cost=experiment_cost))
