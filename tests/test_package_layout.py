@@ -256,3 +256,17 @@ def test_the_layout_block_names_every_folder_and_module_of_the_package():
         assert not missing, f"the layout block does not name {folder}{sorted(missing)}"
     for module in {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}:
         assert f"{module}.py" in block, f"the layout block does not name {module}.py"
+
+
+def test_each_layout_rule_is_spelt_once_in_grid_layout():
+    """A run's model files and the results root have one spelling (grid/layout.py); the package builds their paths
+    through it, so that moving one moves every use (the rules' output patterns spell them for Snakemake)."""
+    spelt = re.compile(r"""/model\.pt["']|["']averaged\.pt|averaged\.pt["']|f["']results/\{(?!wildcards)""")
+    found = [
+        f"{path.relative_to(SOURCES)}:{n}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "layout.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if spelt.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert not found, found

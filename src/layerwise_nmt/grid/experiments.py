@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import UserError
-from .layout import bin_dir, data_path, experiment_dir, save_dir
+from .layout import bin_dir, data_path, decoded_model, experiment_dir, save_dir
 from .own_models import user_model
 from .tasks import pair, tokenize_options, vocab_kind
 
@@ -58,7 +58,7 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     task = config["tasks"][e["task"]]
     run = experiment_dir(config, name, seed)
     return {
-        "model": f"{run}/{'averaged.pt' if e['average'] else 'model.pt'}",
+        "model": decoded_model(run, bool(e["average"])),
         "data": bin_dir(e["task"], e["vocab"]),
         "src": e["src"],
         "tgt": e["tgt"],

@@ -33,12 +33,12 @@ def figure_files(paper: str, figure: str) -> list[str]:
 
 
 def raw_path(dataset: str, name: str) -> str:
-    return f"results/raw/{dataset}/{name}"
+    return f"{RESULTS}/raw/{dataset}/{name}"
 
 
 def data_path(task: str, *parts: str) -> str:
     """results/<task>/data[/<parts>]: norm/ tok/ text/ ref/ bpe/ bin-joint/ bin-separate/."""
-    return "/".join([f"results/{task}/data", *parts])
+    return "/".join([f"{RESULTS}/{task}/data", *parts])
 
 
 def bin_dir(task: str, vocab: str) -> str:
@@ -46,7 +46,18 @@ def bin_dir(task: str, vocab: str) -> str:
 
 
 def run_dir(task: str, experiment: str, seed: int | str) -> str:
-    return f"results/{task}/{experiment}/seed{seed}"
+    return f"{RESULTS}/{task}/{experiment}/seed{seed}"
+
+
+def model_file(run: str | os.PathLike) -> str:
+    """A run's final model (the train rule's output): what a warm start continues from and figures inspect."""
+    return f"{run}/model.pt"
+
+
+def decoded_model(run: str | os.PathLike, averaged: bool) -> str:
+    """The model a run's translations come from: its checkpoint average (the experiment's `average:`), else the
+    final model."""
+    return f"{run}/averaged.pt" if averaged else model_file(run)
 
 
 def save_dir(run: str | os.PathLike) -> str:

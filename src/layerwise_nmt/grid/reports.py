@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import UserError
 from ..training.config import TRAIN_DEFAULTS
 from .experiments import experiment
-from .layout import bin_dir, data_path, experiment_dir, save_dir
+from .layout import RESULTS, bin_dir, data_path, experiment_dir, model_file, save_dir
 from .load import get
 from .papers import metrics_of, split_of
 from .status import experiment_status
@@ -20,13 +20,13 @@ def paper_part(config, paper, kind, name):
     papers = config.get("papers", {})
     if paper not in papers:
         raise UserError(
-            f"results/{kind}/{paper}/{name}: no paper {paper!r} in the config; expected one of "
+            f"{RESULTS}/{kind}/{paper}/{name}: no paper {paper!r} in the config; expected one of "
             f"{', '.join(sorted(papers))}"
         )
     parts = papers[paper].get(kind, {})
     if name not in parts:
         raise UserError(
-            f"results/{kind}/{paper}/{name}: paper {paper} has no {kind[:-1]} {name!r}; expected "
+            f"{RESULTS}/{kind}/{paper}/{name}: paper {paper} has no {kind[:-1]} {name!r}; expected "
             f"one of {', '.join(sorted(parts)) or 'none'}"
         )
     return parts[name]
@@ -108,11 +108,11 @@ def figure_spec(config, paper, figure):
                 # metrics.csv is not an output of training (it must survive a failed job for resume): the model
                 # stands for it, unless the models stayed on the machine that trained them (study_gpu.sh collect)
                 out["metrics"] = f"{save_dir(runs[0])}/metrics.csv"
-                out["needs"] = [out["metrics"] if config.get("models_elsewhere") else f"{runs[0]}/model.pt"]
+                out["needs"] = [out["metrics"] if config.get("models_elsewhere") else model_file(runs[0])]
             elif spec["kind"] in ("aggregation_shares", "attention"):
                 out["inspection"] = f"{runs[0]}/inspect/{paper}.{figure}.{index}.json"
                 out["needs"] = [out["inspection"]]
-                out["inspect"] = {"kind": spec["kind"], "model": f"{runs[0]}/model.pt", "options": {}}
+                out["inspect"] = {"kind": spec["kind"], "model": model_file(runs[0]), "options": {}}
                 if spec["kind"] == "attention":  # the model teacher-forced on its own translation of one sentence
                     out["inspect"]["options"] = dict(
                         hypothesis=f"{runs[0]}/test.bpe",

@@ -95,7 +95,7 @@ class RuleInputs(DataRuleInputs):
             return [e["warm_start"]["path"]]
         parent = experiment(self.config, e["warm_start"])
         seed = int(wildcards.seed) if int(wildcards.seed) in parent["seeds"] else parent["seeds"][0]
-        return [f"{experiment_dir(self.config, parent['name'], seed)}/model.pt"]
+        return [layout.model_file(experiment_dir(self.config, parent["name"], seed))]
 
     def train_priority(self, wildcards):
         """Longest chain of training first (critical path): the run's own TFLOP (`lwnmt plan`'s estimate) plus its
@@ -161,8 +161,7 @@ class RuleInputs(DataRuleInputs):
         return not self.tokenized_bleu(wildcards) and split.get("format") == "nist"
 
     def model_for_decoding(self, wildcards):
-        name = "averaged.pt" if self.experiment_of(wildcards)["average"] else "model.pt"
-        return f"{self.run_dir(wildcards)}/{name}"
+        return layout.decoded_model(self.run_dir(wildcards), bool(self.experiment_of(wildcards)["average"]))
 
     def lenpen_grid(self, wildcards):
         """decode.tune_lenpen as path components (1.0 → "1"); the values were checked with the decoding

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..grid import experiment_dir, experiment, heldout_sets, protocol
-from ..grid.layout import heldout_prefix
+from ..grid.layout import heldout_prefix, model_file
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def targets(
     files = []
     for name, s in runs(config, table, seed):
         run = experiment_dir(config, name, s)
-        if trained is not None and not (Path(trained) / run / "model.pt").exists():
+        if trained is not None and not (Path(trained) / model_file(run)).exists():
             continue
         files.append(f"{run}/test.score.json")
         files += [f"{heldout_prefix(run, h)}.txt" for h in heldout_sets(config, experiment(config, name)["task"])]
