@@ -1,7 +1,7 @@
 """CTranslate2, the inference engine MT models are deployed with, as the decoding anchor beside fairseq-generate.
 
-The demo-sized baseline (train_decode.demo_model) is converted with `lwnmt export --format ctranslate2` and decoded
-by both, on Multi30k test2016 (1,000 sentences), beam 5, lenpen 1, batch 128:
+The demo-sized baseline (train_decode_parts.decode_cases.demo_model) is converted with `lwnmt export --format
+ctranslate2` and decoded by both, on Multi30k test2016 (1,000 sentences), beam 5, lenpen 1, batch 128:
 
     lwnmt translate   fp32 (amp none) at 1 and 2 threads, whole process (`python -m layerwise_nmt translate`)
     CTranslate2       float32 at 1 and 2 threads, int8 (quantized when loaded) at 1 and 2, whole process (a Python

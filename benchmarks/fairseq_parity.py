@@ -28,7 +28,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_decode import FAIRSEQ_BIN, MIRROR, ROOT, ensure_fairseq, fairseq_generate_command, sh  # noqa: E402
+from train_decode_parts.common import (  # noqa: E402
+    FAIRSEQ_BIN,
+    MIRROR,
+    ROOT,
+    ensure_fairseq,
+    fairseq_generate_command,
+    sh,
+)
 
 FIXTURE = ROOT / "tests" / "fixtures" / "fairseq"
 LWNMT = [sys.executable, "-m", "layerwise_nmt"]

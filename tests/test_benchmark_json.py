@@ -1,7 +1,6 @@
 """benchmarks/train_decode.py keeps what it measured: its JSON is written whichever parts ran, from the numbers its
 measuring functions return (tensors and numpy scalars among them), on a tiny training run of the toy data."""
 
-import importlib.util
 import json
 import sys
 
@@ -13,10 +12,9 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.system  # the benchmarks run end to end
 
-sys.path.insert(0, str(ROOT / "benchmarks"))  # train_decode imports its sibling ctranslate2_decode
-spec = importlib.util.spec_from_file_location("train_decode", ROOT / "benchmarks" / "train_decode.py")
-train_decode = sys.modules["train_decode"] = importlib.util.module_from_spec(spec)  # its dataclass looks it up
-spec.loader.exec_module(train_decode)
+# train_decode.py's parts are the package beside it, which imports its sibling ctranslate2_decode
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_decode_parts import chunked_loss, common, compilation, precisions, report, shapes, training  # noqa: E402
 
 TINY = {
     "title": "a toy Transformer (32/64/4, 1+1)",
@@ -43,12 +41,12 @@ def work(toy_data, tmp_path):
 
 
 def test_a_train_part_is_written_to_json_and_reported(work, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    monkeypatch.setitem(common.MODELS, "tiny", TINY)
     # fairseq's own venv is not here: its rate stands in as a numpy scalar, as numbers read from logs may be
-    monkeypatch.setattr(train_decode, "fairseq_train", lambda *a, **k: np.float32(1000.0))
-    monkeypatch.setattr(train_decode, "THREADS", 1)  # it sets its threads for the process: one, as the suite's
+    monkeypatch.setattr(training, "fairseq_train", lambda *a, **k: np.float32(1000.0))
+    monkeypatch.setattr(training, "THREADS", 1)  # it sets its threads for the process: one, as the suite's
     peak = {"fp32": np.float64(1e10), "bf16": np.float64(2e10), "method": "a number for the test"}
-    part = train_decode.train_part(work, "tiny", updates=2, warmup=1, peak=peak, precisions=["fp32"])
+    part = training.train_part(work, "tiny", updates=2, warmup=1, peak=peak, precisions=["fp32"])
     run = {
         "machine": {"cpu": "test CPU", "load_average_at_start": (0.5, 0.4, 0.3), "cores": np.int64(2)},
         "peak_flops_per_s": peak,
@@ -57,7 +55,7 @@ def test_a_train_part_is_written_to_json_and_reported(work, tmp_path, monkeypatc
     out = tmp_path / "results" / "train_decode.json"
     out.parent.mkdir()
     out.write_text(json.dumps({"runs": {"another CPU": {"train": {}}}}))
-    train_decode.record(out, {"runs": {**json.loads(out.read_text())["runs"], "test CPU": run}})
+    common.record(out, {"runs": {**json.loads(out.read_text())["runs"], "test CPU": run}})
 
     written = json.loads(out.read_text())
     assert set(written["runs"]) == {"another CPU", "test CPU"}  # the other CPUs' entries stay
@@ -68,7 +66,7 @@ def test_a_train_part_is_written_to_json_and_reported(work, tmp_path, monkeypatc
     assert tiny["vs_fairseq_fp32"]["lwnmt (fp32)"] == pytest.approx(rates["lwnmt (fp32)"] / 1000.0)
     assert tiny["parameters"] == part["parameters"] > 0
     assert written["runs"]["test CPU"]["machine"]["cores"] == 2
-    train_decode.report("test CPU", run)
+    report.report("test CPU", run)
     assert "lwnmt (fp32)" in capsys.readouterr().out
 
 
@@ -76,11 +74,9 @@ def test_a_value_json_cannot_hold_leaves_the_earlier_file_whole(tmp_path):
     out = tmp_path / "train_decode.json"
     out.write_text('{"runs": {"kept": {}}}\n')
     with pytest.raises(TypeError, match="object in the benchmark's results"):
-        train_decode.record(out, {"runs": {"kept": {}, "new": {"rate": object()}}})
+        common.record(out, {"runs": {"kept": {}, "new": {"rate": object()}}})
     assert json.loads(out.read_text()) == {"runs": {"kept": {}}}
-    train_decode.record(
-        out, {"runs": {"new": {"rate": torch.tensor(2.5), "shape": np.array([1, 2]), "count": np.int64(3)}}}
-    )
+    common.record(out, {"runs": {"new": {"rate": torch.tensor(2.5), "shape": np.array([1, 2]), "count": np.int64(3)}}})
     assert json.loads(out.read_text()) == {"runs": {"new": {"rate": 2.5, "shape": [1, 2], "count": 3}}}
 
 
@@ -88,14 +84,14 @@ def test_the_precisions_part_times_each_precision_through_the_trainer(toy_data, 
     """`--parts precisions`: fp32, bf16 autocast and bf16 weights paired round by round on the same batches."""
     torch_threads = torch.get_num_threads()
     try:
-        part = train_decode.precision_part(toy_data, TINY, rounds=2, warmup=1)
+        part = precisions.precision_part(toy_data, TINY, rounds=2, warmup=1)
     finally:
         torch.set_num_threads(torch_threads)  # it computes on one thread, as the probe
     assert set(part["cpu_seconds_per_update"]) == {"fp32", "bf16", "bf16-weights"}
     assert all(s["median"] > 0 for s in part["cpu_seconds_per_update"].values())
     assert set(part["speedup_over_fp32_per_round"]) == {"bf16", "bf16-weights"}
     assert part["bf16_weights_over_bf16_per_round"]["median"] > 0 and part["rounds"] == 2
-    train_decode.report(
+    report.report(
         "test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_precisions": {"demo": {"repeats": [part]}}}
     )
     assert "bf16-weights" in capsys.readouterr().out
@@ -104,10 +100,10 @@ def test_the_precisions_part_times_each_precision_through_the_trainer(toy_data, 
 def test_the_shapes_part_trains_on_fairseqs_batches_and_on_fixed_shapes(toy_data, monkeypatch, capsys):
     """`--parts shapes`: the same model on both batchings, per precision; the fixed shapes' batches carry padding
     and dummy rows, so they are compared in real target tokens per CPU second."""
-    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    monkeypatch.setitem(common.MODELS, "tiny", TINY)
     torch_threads = torch.get_num_threads()
     try:
-        part = train_decode.shapes_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["fp32", "bf16"])
+        part = shapes.shapes_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["fp32", "bf16"])
     finally:
         torch.set_num_threads(torch_threads)
     for label in ("fp32", "bf16"):
@@ -115,7 +111,7 @@ def test_the_shapes_part_trains_on_fairseqs_batches_and_on_fixed_shapes(toy_data
         assert set(rates) == {"fairseq", "fixed 1.1"} and all(r > 0 for r in rates.values())
         assert 0 <= padding["fairseq"] < padding["fixed 1.1"] < 1  # buckets pad more than each batch's longest
         assert part[label]["fixed_over_fairseq"] == rates["fixed 1.1"] / rates["fairseq"]
-    train_decode.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_shapes": {"tiny": [part]}})
+    report.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_shapes": {"tiny": [part]}})
     assert "fixed/fairseq" in capsys.readouterr().out
 
 
@@ -124,7 +120,7 @@ def test_the_loss_part_trains_with_each_loss_and_each_used_the_loss_it_names(toy
     each variant's updates ran its own loss (counted), and the trainer's loss is the chunked one afterwards."""
     from layerwise_nmt.training import loss
 
-    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    monkeypatch.setitem(common.MODELS, "tiny", TINY)
     original = dict(loss.LOSSES)
     calls = {name: 0 for name in original}
 
@@ -138,7 +134,7 @@ def test_the_loss_part_trains_with_each_loss_and_each_used_the_loss_it_names(toy
     monkeypatch.setattr(loss, "LOSSES", {name: counted(name) for name in original})
     torch_threads = torch.get_num_threads()
     try:
-        part = train_decode.loss_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["fp32", "bf16"])
+        part = chunked_loss.loss_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["fp32", "bf16"])
     finally:
         torch.set_num_threads(torch_threads)
     assert calls == {"chunked": 6, "reference": 6}  # 3 updates of one batch, in each precision
@@ -147,7 +143,7 @@ def test_the_loss_part_trains_with_each_loss_and_each_used_the_loss_it_names(toy
         rates = part[label]["target_tokens_per_cpu_s"]
         assert set(rates) == {"chunked", "reference"} and all(r > 0 for r in rates.values())
         assert part[label]["chunked_over_reference"] == rates["chunked"] / rates["reference"]
-    train_decode.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_loss": {"tiny": [part]}})
+    report.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_loss": {"tiny": [part]}})
     assert "chunked/reference" in capsys.readouterr().out
 
 
@@ -156,12 +152,12 @@ def test_the_compile_part_trains_eagerly_and_compiled(toy_data, monkeypatch, cap
     tracing alone, the `eager` backend: Inductor's code generation would take a minute)."""
     from layerwise_nmt.training import compiler
 
-    monkeypatch.setitem(train_decode.MODELS, "tiny", TINY)
+    monkeypatch.setitem(common.MODELS, "tiny", TINY)
     monkeypatch.setattr(compiler, "BACKEND", "eager")
     torch._dynamo.utils.counters.clear()
     torch_threads = torch.get_num_threads()
     try:
-        part = train_decode.compile_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["bf16"])
+        part = compilation.compile_part(toy_data, "tiny", rounds=2, warmup=1, precisions=["bf16"])
     finally:
         torch.set_num_threads(torch_threads)
         torch._dynamo.reset()
@@ -171,7 +167,5 @@ def test_the_compile_part_trains_eagerly_and_compiled(toy_data, monkeypatch, cap
         assert set(rates) == {"eager", "compiled"} and all(r > 0 for r in rates.values())
         assert part[label]["compiled_over_eager"] == rates["compiled"] / rates["eager"]
         assert part[label]["first_compiled_update_s"] >= 0
-    train_decode.report(
-        "test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_compile": {"tiny": [part]}}
-    )
+    report.report("test CPU", {"machine": {"load_average_at_start": (0, 0, 0)}, "train_compile": {"tiny": [part]}})
     assert "compiled/eager" in capsys.readouterr().out
