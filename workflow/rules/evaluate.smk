@@ -57,7 +57,7 @@ rule translate_heldout:
 
 use rule translate as translate_lenpen with:
     input:
-        unpack(lambda w: R.decoding_inputs(w, tuned=False)),
+        unpack(lambda w: R.decoding_inputs(w, with_tuned_lenpen=False)),
     output:
         multiext("results/{task}/{experiment}/seed{seed}/lenpen/{split}.{lenpen}", ".bpe", ".txt", ".detok", ".json"),
     log:

@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import UserError
 from .checksums import Checksum, changed_since_first_use, record_unpinned
 from .fetch import HTML_START
-from .io import CHUNK, atomic_path, check_writable, decode_lines, disk_errors, require_space
+from .io import CHUNK, atomic_path, check_writable, utf8_lines, disk_errors, require_space
 
 
 def copy_verified(
@@ -55,7 +55,7 @@ def copy_verified(
 def check_text(path: str | os.PathLike, name: str | os.PathLike) -> None:
     """Every line valid UTF-8 (the first invalid one named `name:line`); nothing else is asked of the text."""
     with open(path, "rb") as f:
-        for _ in decode_lines(f, name):
+        for _ in utf8_lines(f, name):
             pass
 
 

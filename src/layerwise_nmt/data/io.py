@@ -76,13 +76,13 @@ def read_lines(path: str | os.PathLike) -> Iterator[str]:
         import gzip
 
         with gzip.open(path, "rb") as f:
-            yield from decode_lines(f, path)
+            yield from utf8_lines(f, path)
         return
     with open(path, "rb") as f:
-        yield from decode_lines(f, path)
+        yield from utf8_lines(f, path)
 
 
-def decode_lines(raw_lines: Iterable[bytes], name: str | os.PathLike) -> Iterator[str]:
+def utf8_lines(raw_lines: Iterable[bytes], name: str | os.PathLike) -> Iterator[str]:
     """Byte lines (a binary file, sys.stdin.buffer) as text lines without their newline; invalid UTF-8 is an
     error naming `name` and the line."""
     for number, raw in enumerate(raw_lines, start=1):

@@ -3,18 +3,26 @@
 One way to read the config for the workflow (workflow/rules/common.smk) and the `lwnmt` commands alike, importing
 neither torch nor numpy, so that `snakemake -n` runs in an environment that holds only Snakemake:
 
-    load         config files merged, the schema and the cross-references checked
-    local_corpus a corpus in the user's own files (`local:`) as user_path + files, and its task's splits
-    compare      a comparison by name (`compare:`) as experiments, one table and the length-bucket figure
-    sources      where each raw file comes from: the user's directory, the data mirror, or a download
-    tasks        a task's parts, languages and tokenizer options
-    experiments  an experiment with its defaults; what translating with its model needs
-    layout       the results/ paths
-    papers       papers → tables (figures) → rows, and the metrics a table reads
-    status       what can run, and why not
-    reports      each table's and figure's rows resolved against the runs
-    rules        what the workflow's rules ask of the grid for a job's wildcards
-    stage_checks every experiment's stage settings through the classes that will read them
+    config_files    the files a user names, checked before anything is merged
+    load            config files merged, the schema and the cross-references checked
+    names           a wrong name's closest existing ones ("did you mean"), a YAML error's file and line
+    local_corpus    a corpus in the user's own files (`local:`) as user_path + files, and its task's splits
+    compare         a comparison by name (`compare:`) as experiments, one table and the length-bucket figure
+    protocol        a study row as its paper's row scaled down: the differences and their reasons
+    own_models      the config's own models (`models:`): names and paths, never imported here
+    sources         where each raw file comes from: the user's directory, the data mirror, or a download
+    tasks           a task's parts, languages and tokenizer options
+    experiments     an experiment with its defaults; what translating with its model needs
+    layout          the results/ paths
+    papers          papers → tables (figures) → rows, and the metrics a table reads
+    status          what can run, and why not
+    reports         each table's and figure's rows resolved against the runs
+    data_rule_inputs, rule_inputs
+                    what the workflow's rules ask of the grid for a job's wildcards (RuleInputs)
+    stage_checks    every experiment's stage settings through the classes that will read them
+    budget_checks   what a run's stopping rules mean in epochs, and whether averaging and warm-up can work
+    parameter_table the experiments' parameter counts beside the papers'
+    pricing         `lwnmt plan`: each table's cost in GPU-hours
 """
 
 from ..checkout import ROOT

@@ -207,15 +207,17 @@ class RuleInputs(DataRuleInputs):
             "src": data_path(wildcards.task, "text", f"{split}.{e['src']}"),
         }
 
-    def decoding_inputs(self, wildcards, tuned=True):
+    def decoding_inputs(self, wildcards, with_tuned_lenpen=True):
+        """The model, the data and the source; with the tuned length penalty's file where the experiment tunes one
+        (not while tuning it)."""
         e = self.experiment_of(wildcards)
         inputs = {
             "model": self.model_for_decoding(wildcards),
             "data": self.train_inputs(wildcards),
             "src": data_path(wildcards.task, "bpe", f"{wildcards.split}.{e['pair']}.{e['src']}"),
         }
-        if tuned and self.tunes_lenpen(wildcards):
-            inputs["tuned"] = self.tuned_lenpen(wildcards)
+        if with_tuned_lenpen and self.tunes_lenpen(wildcards):
+            inputs["lenpen"] = self.tuned_lenpen(wildcards)
         return inputs
 
     def heldout_inputs(self, wildcards):

@@ -147,7 +147,7 @@ def validation_search(model, src: torch.Tensor, beam: int) -> list[list[Hypothes
     return beam_search(model, src, BeamConfig(beam=beam), eos=model.config.eos, pad=model.config.pad)
 
 
-def translate(
+def translate_file(
     model,
     src_path: str,
     src_vocab: Dictionary,

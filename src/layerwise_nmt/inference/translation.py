@@ -8,7 +8,7 @@ source and the decoding settings, from one of three requests:
     --model FILE --data    a BPE'd source, decoded as it is, with the data directory's dictionaries
 
 Raw text is tokenized and BPE'd here (decode.prepare_raw) into a file under the caller's temporary directory;
-`translate` then loads the model and runs the beam search (decode.translate). A line the model cannot read — its
+`translate` then loads the model and runs the beam search (decode.translate_file). A line the model cannot read — its
 tokens mostly unknown to the model's dictionary, or characters lost on the way (unknown tokens become <unk>;
 normalisation and tokenization may remove characters; tags and entities escaped and split into pieces it never saw
 whole) — gets one warning naming it (`input_warnings`): a fluent translation would otherwise hide it.
@@ -121,10 +121,10 @@ def prepare(request: Request, options: dict, tmp: Path, trained_model: Callable[
 
 def source_lines(request: Request) -> tuple[list[str], str]:
     """The input's lines and its name for messages: INPUT, or stdin for - or nothing."""
-    from ..data.io import decode_lines, read_lines
+    from ..data.io import read_lines, utf8_lines
 
     if request.input in (None, "-"):
-        return list(decode_lines(sys.stdin.buffer, "stdin")), "stdin"
+        return list(utf8_lines(sys.stdin.buffer, "stdin")), "stdin"
     return list(read_lines(request.input)), request.input
 
 
@@ -325,11 +325,11 @@ def listing(items: list[str], named: bool = False) -> str:
 
 
 def translate(job: Job, out_prefix: str | None, nbest: int = 0, user_code=None) -> tuple[dict, BeamConfig]:
-    """Decode `job`: the translations to PREFIX.* or stdout (decode.translate); returns the decoding's statistics
+    """Decode `job`: the translations to PREFIX.* or stdout (decode.translate_file); returns the decoding's statistics
     (with the model's parameter count) and the settings it decoded with. `user_code` (a models.UserCode): the code
     the user named (--user-dir, --user-module) for a model from outside the package."""
     from ..data.vocab import load_pair
-    from .decode import load_model, translate as decode
+    from .decode import load_model, translate_file
     from ..models.transformer import count_parameters
 
     cfg = BeamConfig.from_dict(job.options)
@@ -341,7 +341,7 @@ def translate(job: Job, out_prefix: str | None, nbest: int = 0, user_code=None) 
     for warning in input_warnings(read_lines(job.source), src_vocab, job.label, job.removed, job.markup):
         log.warning("%s", warning)
     model = load_model(job.model, src_vocab, tgt_vocab, job.src, job.tgt, job.experiment, user_code)
-    stats = decode(
+    stats = translate_file(
         model, job.source, src_vocab, tgt_vocab, cfg, out_prefix, detok_lang=job.detok, nbest=nbest, label=job.label
     )
     stats["params"] = count_parameters(model)
