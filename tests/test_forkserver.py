@@ -28,7 +28,9 @@ def server(tmp_path_factory, rehearsal_env):
     work, env = tmp_path_factory.mktemp("warm"), rehearsal_env
     started = warm.wait_ready(warm.start(work, env, "layerwise_nmt.cli:run"))
     assert started.socket, (work / "forkserver.log").read_text()
-    yield started, work, warm.server_env(env)
+    # a job's environment but for the server's socket: with it (ENV) a command is served, without it runs alone
+    job = warm.server_env(started.job_env(env))
+    yield started, work, {k: v for k, v in job.items() if k != ENV}
     started.stop()
 
 
@@ -172,3 +174,10 @@ def test_every_job_of_a_snakemake_run_of_the_workflow_is_served(server, rehearsa
     assert (tmp_path / "v1.txt").read_text() == "lwnmt 0.1.0\n"
     log = started.log.read_text()
     assert log.count("declined") == before, log[-2000:]
+
+
+def test_the_entry_point_a_user_runs_knows_nothing_of_the_warm_process():
+    """The rehearsal reaches its server at the jobs' Python start-up (warm.STARTUP_HOOK); `python -m layerwise_nmt`
+    itself only runs the CLI."""
+    entry = (warm.SOURCES / "layerwise_nmt" / "__main__.py").read_text()
+    assert "rehearsal" not in entry and ENV not in entry and "environ" not in entry

@@ -228,7 +228,7 @@ def test_the_run_coalesces_snakemakes_reevaluation_timers():
 
     from snakemake.scheduling.job_scheduler import JobScheduler
 
-    from layerwise_nmt.snakemake_glue.scheduler import coalesce_reevaluations
+    from layerwise_nmt.rehearsal.scheduler import coalesce_reevaluations
 
     original = JobScheduler._schedule_reevalutation
     try:

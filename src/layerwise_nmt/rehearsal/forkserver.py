@@ -4,9 +4,10 @@ Python's start and the imports of torch, sacremoses, matplotlib … (1.5-3 s of 
 `python -m layerwise_nmt.rehearsal.forkserver SOCKET MODULE:FUNCTION` imports the package and its libraries once,
 then serves, each job running MODULE:FUNCTION (the rehearsal names `layerwise_nmt.cli:run`, what `python -m
 layerwise_nmt` runs; the server itself names no command, so it imports nothing that starts it). When the
-environment variable LWNMT_FORKSERVER names its socket, `python -m layerwise_nmt` (__main__.py) connects before
-importing anything heavy and hands over its arguments, working directory, environment, umask, module path and
-standard streams (the file descriptors themselves); the server forks a child that becomes the job, and the client
+environment variable LWNMT_FORKSERVER names its socket, `python -m layerwise_nmt` connects at Python's start-up
+(warm.py's STARTUP_HOOK, on the jobs' module path), before importing anything heavy, and hands over its arguments,
+working directory, environment, umask, module path and standard streams (the file descriptors themselves); the
+server forks a child that becomes the job, and the client
 waits, forwards the signals it receives to the job, and ends the way the job ended: the same exit code, or killed by
 the same signal. The job's stderr, stdout and files are the ones the client was given, so a shell redirect, a log
 file or Snakemake's console see what a fresh process would write.
@@ -76,15 +77,29 @@ def _request() -> dict:
     mask = os.umask(0)
     os.umask(mask)
     return {
-        "argv": sys.argv,
+        "argv": _argv(),
         "cwd": os.getcwd(),
         "env": dict(os.environ),
         "umask": mask,
-        "path": sys.path,
+        "path": _path(),
         "executable": os.path.realpath(sys.executable),
         "version": sys.version,
         "package": _package_dir(),
     }
+
+
+def _argv() -> list[str]:
+    """The job's sys.argv as `python -m layerwise_nmt` will have set it: at start-up, where the client runs,
+    Python has not yet replaced "-m" by the module's path."""
+    if sys.argv[:1] == ["-m"]:
+        return [os.path.join(os.path.dirname(_package_dir()), "__main__.py"), *sys.argv[1:]]
+    return sys.argv
+
+
+def _path() -> list[str]:
+    """The job's sys.path as it will be: at start-up its first entry, the working directory for `-m`, is not yet
+    there."""
+    return [os.getcwd(), *sys.path] if sys.argv[:1] == ["-m"] else sys.path
 
 
 def _package_dir() -> str:

@@ -40,7 +40,7 @@ ROW_RULES = (
 )
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 # The run itself: Snakemake with its re-evaluation timers coalesced (scheduler.py), many short jobs on few cores.
-RUN = [sys.executable, "-m", "layerwise_nmt.snakemake_glue.scheduler", "-s", str(ROOT / "Snakefile")]
+RUN = [sys.executable, "-m", "layerwise_nmt.rehearsal.scheduler", "-s", str(ROOT / "Snakefile")]
 
 
 def job_counts(output: str) -> Counter:

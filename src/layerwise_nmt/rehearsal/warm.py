@@ -38,6 +38,15 @@ THREAD_VARIABLES = (
 )
 TMP_VARIABLES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 READY_TIMEOUT_S = 300
+# How a job reaches the server: Python's start-up imports `sitecustomize` from the module path, and the server's
+# folder is on the jobs' PYTHONPATH, so a job running `python -m layerwise_nmt` hands itself over before importing
+# anything else; the entry point knows nothing of it. Any other Python a job starts goes on as usual.
+STARTUP_HOOK = f"""\
+import os, sys
+if os.environ.get({ENV!r}) and sys.orig_argv[1:3] == ["-m", "layerwise_nmt"]:
+    from layerwise_nmt.rehearsal.forkserver import delegate
+    delegate(os.environ[{ENV!r}])
+"""
 
 
 class Server:
@@ -46,7 +55,7 @@ class Server:
 
     def job_env(self, env: dict) -> dict:
         """Snakemake's environment: its jobs find the server through it (unchanged when none runs)."""
-        return {**env, ENV: self.socket} if self.socket else env
+        return {**hooked(env, self.home), ENV: self.socket} if self.socket and self.home else env
 
     def stop(self) -> str:
         """Stop the server; its one-line account (jobs served and declined)."""
@@ -79,6 +88,11 @@ def server_env(env: dict) -> dict:
     }
 
 
+def hooked(env: dict, home: str) -> dict:
+    """`env` with the server's folder, which holds STARTUP_HOOK, first on PYTHONPATH."""
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [home, env.get("PYTHONPATH")]))}
+
+
 def start(directory: Path, env: dict, entry: str) -> Server:
     """Start the server in the rehearsal's working directory (where the jobs run), each job running `entry`
     ("module:function", named by the CLI above this folder); it is ready when its socket exists, which `wait_ready`
@@ -88,11 +102,12 @@ def start(directory: Path, env: dict, entry: str) -> Server:
         return Server(None, None, log, None)
     home = tempfile.mkdtemp(prefix="lwnmt-warm-")  # a short path: a Unix socket's is limited to ~100 bytes
     socket = os.path.join(home, "socket")
+    Path(home, "sitecustomize.py").write_text(STARTUP_HOOK)
     with open(log, "w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "layerwise_nmt.rehearsal.forkserver", socket, entry],
             cwd=directory,
-            env={**server_env(env), ENV: socket},
+            env={**server_env(hooked(env, home)), ENV: socket},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""`python -m layerwise_nmt.snakemake_glue.scheduler ARGS`: `snakemake ARGS` for the rehearsal's run, with the job
+"""`python -m layerwise_nmt.rehearsal.scheduler ARGS`: `snakemake ARGS` for the rehearsal's run, with the job
 scheduler's re-evaluation timers coalesced.
 
 Snakemake's scheduler (9.x, scheduling/job_scheduler.py), after each pass that leaves ready jobs waiting (with many
