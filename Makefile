@@ -79,8 +79,11 @@ bench-preprocess: $(VENV)/.installed
 # allocation's returned folder>"`, then commit benchmarks/results/gpu.json and docs/study/. The node's limits are
 # yours to give, with no defaults: ALLOCATION_S (seconds in all) and NODE_COMMAND_S (seconds per command), e.g.
 # `make study-budget ALLOCATION_S=3600 NODE_COMMAND_S=1800` prints each step's seconds against them.
-gpu-check:
-	python3 benchmarks/gpu_check.py
+# On a GPU machine: the correctness checks as tests (tests/test_gpu.py: every family and precision, data-parallel,
+# the GPU lock), then the speed rows into benchmarks/results/gpu.json.
+gpu-check: $(VENV)/.installed
+	python -m pytest -q -m gpu tests/test_gpu.py
+	python benchmarks/gpu_check.py --skip-checks
 
 study-run:
 	bash scripts/study_gpu.sh run

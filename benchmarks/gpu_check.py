@@ -37,7 +37,7 @@ what it finished. Exit 1 if any check or speed row failed (a row that raised is 
 
     python benchmarks/gpu_check.py [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30]
         [--bucket-growth-factor 0 1.1] [--cuda-graphs [auto]]
-        [--families ...] [--precisions ...] [--skip-speed] [--probe DIR] [--compile]
+        [--families ...] [--precisions ...] [--skip-speed] [--skip-checks] [--probe DIR] [--compile]
 
 Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
 `make node-rehearsal` do; there fp16 runs on the CPU's fp16 autocast with a CPU GradScaler: the trainer's code
@@ -1028,6 +1028,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument(
+        "--skip-checks",
+        action="store_true",
+        help="speed rows only (`make gpu-check` runs the checks as tests first: tests/test_gpu.py)",
+    )
+    parser.add_argument(
         "--bucket-growth-factor",
         nargs="*",
         type=float,
@@ -1064,14 +1069,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         # what auto picks first, then speed and the probe, then the other precisions: a command cut short by its
         # time limit loses the least used precisions' checks, not the numbers the study is sized from
-        correctness(device, Path(work), results, args.families, labels[:1], once=False)
+        checks = not args.skip_checks
+        if checks:
+            correctness(device, Path(work), results, args.families, labels[:1], once=False)
         if not args.skip_speed:
             speed(read_config(ROOT / "config.yaml"), device, args, results)
         if args.probe:
             run_probe(args, device, Path(work), results)
         # data-parallel and the GPU lock after the numbers: a process group that hangs costs only these
-        correctness(device, Path(work), results, (), [], once=True)
-        correctness(device, Path(work), results, args.families, labels[1:], once=False)
+        if checks:
+            correctness(device, Path(work), results, (), [], once=True)
+            correctness(device, Path(work), results, args.families, labels[1:], once=False)
     result = results.save()
     print(f"gpu-check: {'all checks passed' if result['all_checks_ok'] else 'SOME CHECKS FAILED'}; {args.json}")
     return 0 if result["all_checks_ok"] else 1
