@@ -3,7 +3,7 @@
 Correctness, for every model family × every precision `amp: auto` can pick on this device (CUDA: bf16, fp16 with
 the loss scaler — V100/T4 users get it, so it is checked on bf16 GPUs too — TF32 (`amp: none`, the default
 `tf32: true`) and strict fp32 (`tf32: false`)):
-  overfit  a few updates of the trainer (`train._start` / `train._update`) on one repeated batch: loss finite and
+  overfit  a few updates of the trainer (`train.start_run` / `train.update_step`) on one repeated batch: loss finite and
            decreasing;
   resume   `train.train` for 6 updates straight vs 3, stop, resume to 6: the same weights (bit for bit, or within
            1e-4 where CUDA's non-deterministic kernels differ, which is reported);
@@ -199,13 +199,13 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
     from layerwise_nmt.training.precision import cuda_kernels
-    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.loop import TrainConfig, start_run, update_step
     from layerwise_nmt.training.master_weights import compute_model
 
     spec = family_spec(family, label)
     torch.manual_seed(1)
     precision, tf32 = precision_of(label, device)
-    run = _start(
+    run = start_run(
         spec,
         TrainConfig.from_dict(spec["train"]),
         dict(zip(("de", "en"), load_pair(data, "de", "en"), strict=True)),
@@ -220,7 +220,7 @@ def check_overfit(family: str, label: str, device: torch.device, data: Path, wor
     losses = []
     with cuda_kernels(device, tf32):
         for _ in range(updates):
-            result = _update(run, net, [batch], device, lambda: precision.autocast(device)).read()
+            result = update_step(run, net, [batch], device, lambda: precision.autocast(device)).read()
             losses.append(math.nan if result["skipped"] else result["loss"] / result["ntokens"])
     finite = all(math.isfinite(x) for x in losses)
     ok = finite and np.mean(losses[-3:]) < losses[0]
@@ -303,12 +303,12 @@ def _fused_adam_everywhere():
     from layerwise_nmt.training import loop
     from layerwise_nmt.training.optim import adam
 
-    default = loop._optimizer
-    loop._optimizer = lambda model, cfg: adam(model, cfg, fused=True)
+    default = loop.new_optimizer
+    loop.new_optimizer = lambda model, cfg: adam(model, cfg, fused=True)
     try:
         yield
     finally:
-        loop._optimizer = default
+        loop.new_optimizer = default
 
 
 # relative, of the largest |score|
@@ -627,7 +627,7 @@ def measure(
     growth: float = 0.0,
     cuda_graphs: str = "off",
 ) -> dict:
-    """Target tokens/s of the trainer's updates (`_update`: forward, backward, clipping, fused Adam) over
+    """Target tokens/s of the trainer's updates (`update_step`: forward, backward, clipping, fused Adam) over
     length-bucketed batches of real lengths (in fixed shapes with a `growth` factor), after `warmup` updates; with
     `cuda_graphs` (auto, emulated), each shape the timed updates take is first warmed up and captured, untimed, so
     that the rate is the long run's, where every shape has been seen before."""
@@ -635,7 +635,7 @@ def measure(
     from layerwise_nmt.models.transformer import count_parameters
     from layerwise_nmt.grid.pricing import task_vocab
     from layerwise_nmt.training.precision import cuda_kernels
-    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.loop import TrainConfig, start_run, update_step
     from layerwise_nmt.training.master_weights import compute_model
     from layerwise_nmt.training import compiler
 
@@ -668,7 +668,7 @@ def measure(
         order = [b for b in firsts.values() for _ in range(EAGER_UPDATES + 1)] + order
         warmup += len(order) - warmup - updates
     with tempfile.TemporaryDirectory() as tmp:
-        run = _start(
+        run = start_run(
             spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device, precision
         )
     net = compute_model(run.model, precision)  # bf16-weights: the bf16 copy, fp32 masters in run.model
@@ -691,7 +691,7 @@ def measure(
                 torch.cuda.synchronize(device) if device.type == "cuda" else None
                 started, tokens = time.perf_counter(), 0
                 untimed = dict(run.graphs.counts) if run.graphs is not None else {}
-            queued = _update(run, net, [batch], device, lambda: precision.autocast(device)), batch.ntokens
+            queued = update_step(run, net, [batch], device, lambda: precision.autocast(device)), batch.ntokens
             count(before)
             before = queued
         count(before)
@@ -793,13 +793,13 @@ JUDGED_UPDATES = 10  # the auto row judges its pick against rows timed over at l
 
 
 def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, measured: list[dict]) -> dict:
-    """What `amp: auto` picks for this model at its batch, probed afresh by the trainer's own start (`_start`, an
+    """What `amp: auto` picks for this model at its batch, probed afresh by the trainer's own start (`start_run`, an
     empty probe cache), beside the rates the rows before measured on the path that start chose (its
     `bucket_growth_factor`, and CUDA graphs where it replays them): a pick slower than the other precision by more
     than the probe's margin (`SPEEDUP`) fails the row, where the rows timed `JUDGED_UPDATES` updates or more (a
     toy-sized run's one or two updates per row are noise, not a verdict)."""
     from layerwise_nmt import grid as cfg
-    from layerwise_nmt.training.loop import TrainConfig, _start
+    from layerwise_nmt.training.loop import TrainConfig, start_run
     from layerwise_nmt.training.precision_probe import SPEEDUP
 
     experiment, _, row_tokens = SPEED_ROWS[name]
@@ -811,7 +811,7 @@ def auto_choice(name: str, config: dict, device: torch.device, max_tokens: int, 
     }
     with tempfile.TemporaryDirectory() as tmp, _environ(LWNMT_CACHE_DIR=tmp):
         started = time.perf_counter()
-        run = _start(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device)
+        run = start_run(spec, TrainConfig.from_dict(spec["train"]), fake_dictionaries(config, e), Path(tmp), device)
         seconds = time.perf_counter() - started
     picked = run.precision.amp
     growth, graphs = run.cfg.bucket_growth_factor, "off" if run.graphs is None else "auto"

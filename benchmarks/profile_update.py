@@ -1,4 +1,4 @@
-"""Where a training update's time goes, per precision: the trainer's `_update` on gpu_check's speed batches, timed,
+"""Where a training update's time goes, per precision: the trainer's `update_step` on gpu_check's speed batches, timed,
 then profiled (torch.profiler), the ops that take the most device and host time printed per precision. The
 batches are those the trainer takes on a GPU by default (fixed shapes, `--bucket-growth-factor 1.1`; 0: fairseq's),
 each update taken eagerly: a CUDA graph's replay would show the profiler one launch instead of its kernels.
@@ -32,7 +32,7 @@ def build(row: str, label: str, device: torch.device, max_tokens: int | None, gr
     from layerwise_nmt import grid
     from layerwise_nmt.data.vocab import SPECIALS, Dictionary
     from layerwise_nmt.grid.pricing import task_vocab
-    from layerwise_nmt.training.loop import TrainConfig, _start
+    from layerwise_nmt.training.loop import TrainConfig, start_run
 
     config = gpu_check.read_config(ROOT / "config.yaml")
     experiment, lengths, row_tokens = gpu_check.SPEED_ROWS[row]
@@ -58,7 +58,7 @@ def build(row: str, label: str, device: torch.device, max_tokens: int | None, gr
         for lang, size in ((e["src"], vocab[0]), (e["tgt"], vocab[1]))
     }
     with tempfile.TemporaryDirectory() as tmp:
-        run = _start(spec, TrainConfig.from_dict(spec["train"]), dictionaries, Path(tmp), device, precision)
+        run = start_run(spec, TrainConfig.from_dict(spec["train"]), dictionaries, Path(tmp), device, precision)
     run.model.train()
     return run, precision, tf32, batches
 
@@ -82,7 +82,7 @@ def one_precision(
     from torch.profiler import ProfilerActivity, profile
 
     from layerwise_nmt.training import loss
-    from layerwise_nmt.training.loop import _update
+    from layerwise_nmt.training.loop import update_step
     from layerwise_nmt.training.master_weights import compute_model
     from layerwise_nmt.training.precision import cuda_kernels
 
@@ -91,7 +91,7 @@ def one_precision(
     order = [batches[i % len(batches)] for i in np.random.RandomState(0).permutation(max(len(batches), updates * 3))]
 
     def step(batch):
-        return _update(run, net, [batch], device, lambda: precision.autocast(device))
+        return update_step(run, net, [batch], device, lambda: precision.autocast(device))
 
     out = {"row": row, "precision": label, "amp": precision.amp, "tf32": tf32, "bucket_growth_factor": growth}
     out["loss"] = loss_name

@@ -35,16 +35,16 @@ OVERHEAD_S = 45  # per wave: average, export, beam decode of test2016, score, an
 
 
 def one_update(family: str, label: str, device: torch.device, data: Path, work: Path) -> dict:
-    """One trainer update (`train._start` / `train._update`) of a tiny model of this family: a finite loss."""
+    """One trainer update (`train.start_run` / `train.update_step`) of a tiny model of this family: a finite loss."""
     from layerwise_nmt.data.batching import ParallelData, collate
     from layerwise_nmt.data.vocab import load_pair
     from layerwise_nmt.training.precision import cuda_kernels
-    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.loop import TrainConfig, start_run, update_step
     from layerwise_nmt.training.master_weights import compute_model
 
     spec = gpu_check.family_spec(family, label)
     precision, tf32 = gpu_check.precision_of(label, device)
-    run = _start(
+    run = start_run(
         spec,
         TrainConfig.from_dict(spec["train"]),
         dict(zip(("de", "en"), load_pair(data, "de", "en"), strict=True)),
@@ -56,7 +56,7 @@ def one_update(family: str, label: str, device: torch.device, data: Path, work: 
     run.model.train()
     with cuda_kernels(device, tf32):
         net = compute_model(run.model, precision)
-        result = _update(run, net, [batch], device, lambda: precision.autocast(device)).read()
+        result = update_step(run, net, [batch], device, lambda: precision.autocast(device)).read()
     loss = math.nan if result["skipped"] else result["loss"] / result["ntokens"]
     return {
         "ok": math.isfinite(loss),

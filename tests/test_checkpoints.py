@@ -17,6 +17,7 @@ from layerwise_nmt import UserError
 from layerwise_nmt.training import loop as training
 from layerwise_nmt.training.checkpoint import LAST, PREVIOUS, load
 from layerwise_nmt.training.loop import train
+from layerwise_nmt.training.optim import unscale_and_clip
 
 
 def assert_same_weights(a: dict, b: dict) -> None:
@@ -39,14 +40,14 @@ class Clock:
     def __getattr__(self, name):
         return getattr(time, name)
 
-clock, update = Clock(), training._update
+clock, update = Clock(), training.update_step
 def one_minute_later(run, *args, **kwargs):
     if run.progress.update >= 117:  # counted, and checkpointed if that was due
         run.flush()
         os.kill(os.getpid(), signal.SIGKILL)
     clock.offset += 60.0
     return update(run, *args, **kwargs)
-training.time, training._update = clock, one_minute_later
+training.time, training.update_step = clock, one_minute_later
 main(sys.argv[1:])
 """
 
@@ -224,12 +225,12 @@ def test_an_fp16_overflow_is_skipped_with_half_the_loss_scale():
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
     model.weight.grad[0, 0] = math.inf
     before = model.weight.detach().clone()
-    assert float(training._unscale_and_clip(model, optimizer, scaler, clip_norm=1.0)) == math.inf
+    assert float(unscale_and_clip(model, optimizer, scaler, clip_norm=1.0)) == math.inf
     optimizer.zero_grad(set_to_none=True)
     scaler.update()
     assert scaler.get_scale() == 2.0**6 and torch.equal(model.weight, before)
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()  # the next update goes through, clipped
-    assert 1.0 < float(training._unscale_and_clip(model, optimizer, scaler, clip_norm=1.0)) < math.inf
+    assert 1.0 < float(unscale_and_clip(model, optimizer, scaler, clip_norm=1.0)) < math.inf
     assert torch.linalg.vector_norm(torch.cat([p.grad.view(-1) for p in model.parameters()])) <= 1.0 + 1e-6
     scaler.step(optimizer)
     scaler.update()

@@ -29,7 +29,7 @@ SUMMARY = re.compile(r"^cuda_graphs: (\d+) update shapes captured; updates repla
 @pytest.fixture
 def fused_when_eager(monkeypatch):
     """The eager runs compared with emulated ones step the same (fused) Adam, so that only the replay differs."""
-    monkeypatch.setattr(loop, "_optimizer", lambda model, cfg: adam(model, cfg, fused=True))
+    monkeypatch.setattr(loop, "new_optimizer", lambda model, cfg: adam(model, cfg, fused=True))
 
 
 def train_in(mode: str, spec: dict, toy_data, save_dir) -> None:
@@ -74,7 +74,7 @@ def test_replayed_updates_train_as_the_eager_ones_to_the_bit(toy_data, tmp_path,
     assert eager == len(seen) and shapes == sum(n > 1 for n in seen.values()) and replayed > 150
     assert load(tmp_path / "g" / LAST)["optimizer"]["param_groups"][0]["capturable"] is False
 
-    monkeypatch.setattr(loop, "_optimizer", lambda model, cfg: adam(model, cfg, fused=True))
+    monkeypatch.setattr(loop, "new_optimizer", lambda model, cfg: adam(model, cfg, fused=True))
     train_in("off", spec, toy_data, tmp_path / "e")
     assert_equal_weights(weights(tmp_path / "g"), weights(tmp_path / "e"))
 
@@ -148,7 +148,7 @@ def fail_after_backward(self, body):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "_unscale_and_clip", boom)
+        patch.setattr(loop, "unscale_and_clip", boom)
         body()
 
 
@@ -235,7 +235,7 @@ def test_the_precision_probe_times_the_replayed_step_where_the_run_replays(toy_d
     keys = {}
     for mode in ("emulated", "off"):
         cfg = TrainConfig.from_dict({**spec["train"], "max_update": 10, "cuda_graphs": mode})
-        run = loop._start(
+        run = loop.start_run(
             spec, cfg, vocabs, tmp_path / mode, CPU, Precision("none", "none", "as configured", device_name(CPU))
         )
         workload = precision_probe.training_workload(run.model, cfg, CPU)

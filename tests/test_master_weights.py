@@ -14,7 +14,7 @@ from layerwise_nmt.data.batching import ParallelData, collate
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.training import loop as training, master_weights, precision as precisions, precision_probe
 from layerwise_nmt.training.checkpoint import LAST, load, recorded_precision
-from layerwise_nmt.training.loop import TrainConfig, _start, _update, train
+from layerwise_nmt.training.loop import TrainConfig, start_run, update_step, train
 from layerwise_nmt.training.precision import Precision, device_name
 from layerwise_nmt.training.precision_probe import Workload
 from layerwise_nmt.training.reporting import Reporter
@@ -34,7 +34,7 @@ def start(toy_data, save_dir, amp: str, dropout: float = 0.0, **train_settings):
     torch.manual_seed(1)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 1000})
     vocabs = dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True))
-    run = _start(spec, cfg, vocabs, save_dir, CPU, chosen(amp))
+    run = start_run(spec, cfg, vocabs, save_dir, CPU, chosen(amp))
     return run, master_weights.compute_model(run.model, run.precision)
 
 
@@ -45,10 +45,10 @@ def batches(toy_data, n: int, size: int = 16):
 
 
 def update(run, net, batch):
-    """One update as the loop takes it: queued (`_update`), then read and counted (`_count`); its numbers, None if
+    """One update as the loop takes it: queued (`update_step`), then read and counted (`_count`); its numbers, None if
     it was skipped."""
-    pending = _update(run, net, [batch], CPU, lambda: run.precision.autocast(CPU))
-    taken = training._count(run, pending, 0.0, Reporter(None, run.cfg), updates_per_epoch=1)
+    pending = update_step(run, net, [batch], CPU, lambda: run.precision.autocast(CPU))
+    taken = training.count_update(run, pending, 0.0, Reporter(None, run.cfg), updates_per_epoch=1)
     return pending.read() if taken else None
 
 
@@ -72,7 +72,7 @@ def test_the_model_is_bf16_the_masters_fp32_and_a_tied_matrix_has_one_master(toy
     state = run.model.state_dict()
     assert all(t.dtype == torch.float32 for t in state.values() if t.is_floating_point())
     assert len(run.optimizer.state) == len(masters)  # one set of moments per master, the tied one included
-    run.optimizer = training._adam(run.model, run.cfg)  # RestartAdam's fresh optimizer: the copies follow it too
+    run.optimizer = training.adam(run.model, run.cfg)  # RestartAdam's fresh optimizer: the copies follow it too
     before = [p.clone() for p in net.parameters()]
     assert update(run, net, batches(toy_data, 1)[0]) is not None
     assert not all(torch.equal(a, p) for a, p in zip(before, net.parameters(), strict=True))
@@ -88,7 +88,7 @@ def test_an_update_on_the_fp32_model_of_a_bf16_weights_run_is_refused(toy_data, 
 
 
 def captured_gradients(run, net, batch) -> tuple[dict, dict]:
-    """The gradients the optimizer steps on (after `_update`'s norm and clipping) and the update's result."""
+    """The gradients the optimizer steps on (after `update_step`'s norm and clipping) and the update's result."""
     seen: dict = {}
     real_step = run.optimizer.step
 

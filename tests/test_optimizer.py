@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from layerwise_nmt.training.loop import TrainConfig, _adam
+from layerwise_nmt.training.loop import TrainConfig, adam
 
 LR, BETAS, EPS, WD = 0.1, (0.9, 0.98), 1e-8, 0.1
 GRADS = [
@@ -36,7 +36,7 @@ def ours(grads, lr=LR, eps=EPS, wd=WD, fused=None):
     cfg = TrainConfig.from_dict(
         {"max_update": 1, "lr": lr, "adam_betas": list(BETAS), "adam_eps": eps, "weight_decay": wd}
     )
-    opt = _adam(model, cfg, fused=fused)
+    opt = adam(model, cfg, fused=fused)
     for g in grads:
         model.weight.grad = g.clone().view(1, 4)
         opt.step()

@@ -270,3 +270,21 @@ def test_each_layout_rule_is_spelt_once_in_grid_layout():
         if spelt.search(line) and not line.lstrip().startswith("#")
     ]
     assert not found, found
+
+
+def test_nothing_outside_training_imports_its_private_names():
+    """The trainer's steps that benchmarks and tests drive (start_run, update_step) are public; its underscored
+    helpers stay free to change."""
+    imported = re.compile(r"from (?:layerwise_nmt|\.\.)\.?training(?:\.\w+)* import ([^\n]+)")
+    root = SOURCES.parent
+    found = []
+    for path in [*root.glob("tests/*.py"), *root.glob("benchmarks/**/*.py"), *PACKAGE.rglob("*.py")]:
+        if PACKAGE / "training" in path.parents:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            match = imported.search(line)
+            names = [w.strip().split(" as ")[0] for w in match.group(1).strip("()").split(",")] if match else []
+            poked = re.search(r"\b(?:training|loop)\._[a-z]|setattr\(\w*(?:training|loop)\w*, \"_", line)
+            if any(name.startswith("_") for name in names) or poked:
+                found.append(f"{path.relative_to(root)}:{n}")
+    assert not found, found

@@ -16,7 +16,7 @@ from layerwise_nmt.training.checkpoint import LAST
 from layerwise_nmt.data.batching import ParallelData, collate
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.training.precision import Precision
-from layerwise_nmt.training.loop import TrainConfig, _start, _update
+from layerwise_nmt.training.loop import TrainConfig, start_run, update_step
 from layerwise_nmt.training.reporting import Reporter
 
 CPU = torch.device("cpu")
@@ -34,7 +34,7 @@ def start(toy_data, save_dir, amp: str, seed: int = 1, fused: bool = False, **tr
     spec["arch"] = {**spec["arch"], "dropout": 0.0}
     torch.manual_seed(seed)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
-    run = _start(
+    run = start_run(
         spec,
         cfg,
         dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True)),
@@ -43,7 +43,7 @@ def start(toy_data, save_dir, amp: str, seed: int = 1, fused: bool = False, **tr
         as_if_on_cuda(amp),
     )
     if fused:
-        run.optimizer = training._adam(run.model, run.cfg, fused=True)
+        run.optimizer = training.adam(run.model, run.cfg, fused=True)
     return run
 
 
@@ -52,10 +52,10 @@ def batch(toy_data, n: int = 12):
 
 
 def counted(run, micro, precision) -> dict | None:
-    """One update as the loop takes it: queued (`_update`), then read and counted (`_count`, which the loop does
+    """One update as the loop takes it: queued (`update_step`), then read and counted (`_count`, which the loop does
     once the next update is queued); its numbers, None if it was skipped."""
-    pending = _update(run, run.model, micro, CPU, lambda: precision.autocast(CPU))
-    taken = training._count(run, pending, 0.0, Reporter(None, run.cfg), updates_per_epoch=1)
+    pending = update_step(run, run.model, micro, CPU, lambda: precision.autocast(CPU))
+    taken = training.count_update(run, pending, 0.0, Reporter(None, run.cfg), updates_per_epoch=1)
     return pending.read() if taken else None
 
 
@@ -64,7 +64,7 @@ def gradients(run) -> dict[str, torch.Tensor]:
 
 
 def one_update_gradients(toy_data, tmp_path, amp: str, fused: bool = False) -> tuple[dict, dict, object]:
-    """The gradients `_update` hands to the optimizer (after unscaling, before the step): captured by a step that
+    """The gradients `update_step` hands to the optimizer (after unscaling, before the step): captured by a step that
     only records them, with what the scaler hands a fused optimizer (seen["grad_scale"], seen["found_inf"])."""
     run = start(toy_data, tmp_path / f"{amp}-{fused}", amp, fused=fused)
     seen = {}
@@ -79,7 +79,7 @@ def one_update_gradients(toy_data, tmp_path, amp: str, fused: bool = False) -> t
 
     run.optimizer.step = record
     precision = as_if_on_cuda(amp)
-    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)).read()
+    result = update_step(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)).read()
     return seen, result, run
 
 
@@ -124,7 +124,7 @@ def test_fp16_gradients_are_clipped_after_unscaling(toy_data, tmp_path):
     real_step = run.optimizer.step
     run.optimizer.step = lambda *a, **k: (seen.update(gradients(run)), real_step(*a, **k))[1]
     precision = as_if_on_cuda("fp16")
-    result = _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)).read()
+    result = update_step(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU)).read()
     assert result["grad_norm"] > 0.05 * 2  # the toy's first gradient is well above the clip
     clipped = math.sqrt(sum(float(g.double().pow(2).sum()) for g in seen.values()))
     assert clipped == pytest.approx(0.05, rel=1e-3)
@@ -158,7 +158,7 @@ def test_fp16_resume_keeps_the_loss_scale(toy_data, tmp_path):
     first = next(p for p in run.model.parameters() if p.requires_grad)
     hook = first.register_hook(lambda g: torch.full_like(g, math.inf))
     for _ in range(2):  # two overflows: 128 → 32
-        _update(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
+        update_step(run, run.model, [batch(toy_data)], CPU, lambda: precision.autocast(CPU))
     hook.remove()
     for _ in range(3):
         assert counted(run, [batch(toy_data)], precision) is not None
@@ -282,7 +282,7 @@ def test_one_update_reads_the_device_once(toy_data, tmp_path, monkeypatch, fused
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    pending = _update(
+    pending = update_step(
         run,
         run.model,
         [batch(toy_data, 4), batch(toy_data, 8), batch(toy_data, 6)],

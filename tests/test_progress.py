@@ -22,7 +22,7 @@ VALID = {"loss": 3.0, "nll": 2.5, "accuracy": 0.5}
 
 
 def result(bits: float, accuracy: float, tokens: int) -> dict:
-    """One update's sums as train._update returns them (loss in nats, summed over its target tokens)."""
+    """One update's sums as train.update_step returns them (loss in nats, summed over its target tokens)."""
     return {
         "loss": bits * tokens * math.log(2),
         "nll": 0.9 * bits * tokens * math.log(2),

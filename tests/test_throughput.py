@@ -20,7 +20,7 @@ from layerwise_nmt.data.batching import ParallelData, Prefetcher, make_batches, 
 from layerwise_nmt.data.vocab import load_pair
 from layerwise_nmt.models import build
 from layerwise_nmt.training.precision import Precision
-from layerwise_nmt.training.loop import TrainConfig, _start, _update, accumulate, train
+from layerwise_nmt.training.loop import TrainConfig, start_run, update_step, accumulate, train
 from layerwise_nmt.training.update_batches import check_merging, rank_batches
 
 CPU = torch.device("cpu")
@@ -37,7 +37,7 @@ def start(toy_data, save_dir, **train):
     spec = no_dropout_spec(**train)
     torch.manual_seed(1)
     cfg = TrainConfig.from_dict({**spec["train"], "max_update": 100})
-    return _start(
+    return start_run(
         spec,
         cfg,
         dict(zip(("de", "en"), load_pair(toy_data, "de", "en"), strict=True)),
@@ -106,7 +106,7 @@ def test_an_update_makes_no_blocking_copy_to_the_device(toy_data, tmp_path, monk
     to drain: the update's copies are non_blocking, its token count a Python number, its lr filled in place."""
     run = start(toy_data, tmp_path / "run")
     if fused:
-        run.optimizer = training._adam(run.model, run.cfg, fused=True)
+        run.optimizer = training.adam(run.model, run.cfg, fused=True)
     data = ParallelData(toy_data, "train", "de", "en")
     micro = rank_batches(data, make_batches(data.src.sizes, data.tgt.sizes, 60, None, 1)[:3], 3, 0, CPU, 0)
     blocking = []
@@ -124,7 +124,7 @@ def test_an_update_makes_no_blocking_copy_to_the_device(toy_data, tmp_path, monk
 
     monkeypatch.setattr(torch.Tensor, "to", to)
     monkeypatch.setattr(torch, "tensor", tensor)
-    assert _update(run, run.model, micro, CPU, lambda: torch.autocast("cpu", enabled=False)) is not None
+    assert update_step(run, run.model, micro, CPU, lambda: torch.autocast("cpu", enabled=False)) is not None
     assert blocking == []
 
 
@@ -137,8 +137,8 @@ SYNCS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu
 
 def as_on_cuda(monkeypatch, amp: str) -> None:
     """`lwnmt train` with CUDA's optimizer (fused AdamW, on the CPU's fused kernel) and the precision `amp`."""
-    real_adam = training._adam
-    monkeypatch.setattr(training, "_adam", lambda model, cfg, fused=None: real_adam(model, cfg, fused=True))
+    real_adam = training.adam
+    monkeypatch.setattr(training, "adam", lambda model, cfg, fused=None: real_adam(model, cfg, fused=True))
     precision = Precision(amp, "auto", "the CUDA branch, run on the CPU by the tests", "cpu")
     monkeypatch.setattr(training, "resolve", lambda *args, **kwargs: precision)
 
@@ -151,7 +151,7 @@ def test_the_device_paths_updates_never_wait_for_the_device(toy_data, tmp_path, 
     needs them (the stop, its checkpoint, validation). Every such call on the training thread from the first update
     to the last one's read is counted, in our code and PyTorch's alike."""
     as_on_cuda(monkeypatch, amp)
-    real_update, real_accumulate = training._update, training.accumulate
+    real_update, real_accumulate = training.update_step, training.accumulate
     events, queued, attempts = [], {}, {"n": 0}
 
     def update(*args, **kwargs):
@@ -177,7 +177,7 @@ def test_the_device_paths_updates_never_wait_for_the_device(toy_data, tmp_path, 
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    monkeypatch.setattr(training, "_update", update)
+    monkeypatch.setattr(training, "update_step", update)
     monkeypatch.setattr(training, "accumulate", accumulate)
     progress = train(no_dropout_spec(max_update=12, max_tokens=60, amp=amp), str(toy_data), "de", "en", str(tmp_path))
     assert progress["update"] == 12 and progress["skipped_updates"] == 1 and len(queued) == 13

@@ -1,4 +1,4 @@
-"""`--parts loss`: each of --models trained through `_update` with the chunked label-smoothed cross-entropy
+"""`--parts loss`: each of --models trained through `update_step` with the chunked label-smoothed cross-entropy
 (`training/loss.py`) and with fairseq's formulation, on the same batches, paired round by round.
 """
 
@@ -14,7 +14,7 @@ from .paired import TRAIN_PRECISIONS, paired_updates, same_start
 def loss_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
     """The chunked label-smoothed cross-entropy (training/loss.py, `SmoothedCrossEntropy`) against fairseq's
     formulation, which keeps the (tokens × vocabulary) fp32 log-probabilities: `model` trained by the trainer's
-    `_update` with each, on the same batches (fairseq's) from the same initial weights, paired round by round, in
+    `update_step` with each, on the same batches (fairseq's) from the same initial weights, paired round by round, in
     each precision, one thread, in target tokens per CPU second."""
     from unittest import mock
 

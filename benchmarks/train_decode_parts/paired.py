@@ -1,7 +1,7 @@
 """What the parts timing variants of one trainer update share: the precisions they train in (TRAIN_PRECISIONS, the
 precisions part's too) and, for the shapes, loss and compile parts, the variants' updates paired round by round
-through the trainer's `_update`: each variant's run from the same initial weights, the variants' order reversed every
-other round so that a change in the machine's load hits all of them, on one thread.
+through the trainer's `update_step`: each variant's run from the same initial weights, the variants' order reversed
+every other round so that a change in the machine's load hits all of them, on one thread.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ TRAIN_PRECISIONS = {"fp32": "none", "bf16": "bf16", "bf16-weights": "bf16-weight
 
 def paired_updates(runs: dict, rounds: int, warmup: int, precision, around=None) -> tuple[dict, dict]:
     """Each variant's run (`runs`: name → (the trainer's Run, its batches)) updated once a round through the
-    trainer's `_update`, the variants' order reversed every other round, each update inside `around(name)`, one
+    trainer's `update_step`, the variants' order reversed every other round, each update inside `around(name)`, one
     thread: real target tokens per CPU second over the timed rounds, and the padded share of each variant's token
     slots (source and target)."""
     from contextlib import nullcontext
 
     import torch
 
-    from layerwise_nmt.training.loop import _update
+    from layerwise_nmt.training.loop import update_step
 
     cpu = torch.device("cpu")
     cpu_s = {name: 0.0 for name in runs}
@@ -35,7 +35,7 @@ def paired_updates(runs: dict, rounds: int, warmup: int, precision, around=None)
             batch = batches[i]
             with around(name) if around else nullcontext():
                 t0 = time.thread_time()
-                _update(run, run.model, [batch], cpu, lambda: precision.autocast(cpu))
+                update_step(run, run.model, [batch], cpu, lambda: precision.autocast(cpu))
                 spent = time.thread_time() - t0
             if i >= warmup:
                 cpu_s[name] += spent
@@ -58,7 +58,7 @@ def same_start(data: Path, name: str, rounds: int, warmup: int):
 
     from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.training.loop import TrainConfig, _start
+    from layerwise_nmt.training.loop import TrainConfig, start_run
 
     model = MODELS[name]
     torch.set_num_threads(1)
@@ -75,7 +75,7 @@ def same_start(data: Path, name: str, rounds: int, warmup: int):
         for variant in variants:
             torch.manual_seed(1)
             with tempfile.TemporaryDirectory() as tmp:
-                run = _start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), torch.device("cpu"), precision)
+                run = start_run(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), torch.device("cpu"), precision)
             runs[variant] = (run, order)
         return runs
 

@@ -1,4 +1,4 @@
-"""`--parts precisions`: the demo model's update through the trainer's own `_update` in fp32, bf16 autocast and bf16
+"""`--parts precisions`: the demo model's update through the trainer's own `update_step` in fp32, bf16 autocast and bf16
 weights with fp32 masters (`amp: bf16-weights`), paired round by round, in one thread's CPU time.
 """
 
@@ -14,13 +14,14 @@ from .paired import TRAIN_PRECISIONS
 
 
 def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
-    """One trainer update (`loop._update`: forward, loss, backward, the master-weight copies of bf16-weights, clipping
-    and AdamW, as `lwnmt train` runs it) of `model` in each of TRAIN_PRECISIONS, on `data` (a bin-joint folder whose
-    vocab/ is beside it). Paired: each round takes the next batch and updates every precision's own model (the same
-    initial weights) on it, the order of the precisions reversed every other round, so that a change in the
-    machine's load hits all of them. Timed in the CPU time of the one thread that computes, as the precision probe
-    (a background job on the other core changes it little; wall time is recorded beside it). Reports each
-    precision's median and fastest update and, per round, fp32's time over each precision's (median and quartiles)."""
+    """One trainer update (`loop.update_step`: forward, loss, backward, the master-weight copies of bf16-weights,
+    clipping and AdamW, as `lwnmt train` runs it) of `model` in each of TRAIN_PRECISIONS, on `data` (a bin-joint
+    folder whose vocab/ is beside it). Paired: each round takes the next batch and updates every precision's own
+    model (the same initial weights) on it, the order of the precisions reversed every other round, so that a
+    change in the machine's load hits all of them. Timed in the CPU time of the one thread that computes, as the
+    precision probe (a background job on the other core changes it little; wall time is recorded beside it).
+    Reports each precision's median and fastest update and, per round, fp32's time over each precision's (median
+    and quartiles)."""
     import tempfile
 
     import torch
@@ -28,7 +29,7 @@ def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
     from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
     from layerwise_nmt.data.vocab import load_pair
     from layerwise_nmt.training import master_weights
-    from layerwise_nmt.training.loop import TrainConfig, _start, _update
+    from layerwise_nmt.training.loop import TrainConfig, start_run, update_step
     from layerwise_nmt.training.precision import Precision
 
     torch.set_num_threads(1)
@@ -44,7 +45,7 @@ def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
         precision = Precision(amp, amp, "benchmark", "cpu")
         torch.manual_seed(1)
         with tempfile.TemporaryDirectory() as tmp:
-            run = _start(spec, TrainConfig.from_dict(spec["train"]), vocabs, Path(tmp), cpu, precision)
+            run = start_run(spec, TrainConfig.from_dict(spec["train"]), vocabs, Path(tmp), cpu, precision)
         runs[label] = (run, master_weights.compute_model(run.model, precision), precision)
     cpu_s: dict[str, list[float]] = {label: [] for label in runs}
     wall_s: dict[str, list[float]] = {label: [] for label in runs}
@@ -52,7 +53,7 @@ def precision_part(data: Path, model: dict, rounds: int, warmup: int) -> dict:
         for label in list(runs) if i % 2 == 0 else list(runs)[::-1]:
             run, net, precision = runs[label]
             t0, w0 = time.thread_time(), time.perf_counter()
-            _update(run, net, [batch], cpu, lambda precision=precision: precision.autocast(cpu))
+            update_step(run, net, [batch], cpu, lambda precision=precision: precision.autocast(cpu))
             if i >= warmup:
                 cpu_s[label].append(time.thread_time() - t0)
                 wall_s[label].append(time.perf_counter() - w0)

@@ -1,4 +1,4 @@
-"""`--parts shapes`: each of --models trained through `_update` on fairseq's batches and on fixed shapes
+"""`--parts shapes`: each of --models trained through `update_step` on fairseq's batches and on fixed shapes
 (`bucket_growth_factor: 1.1`), paired round by round, per precision, in real target tokens per CPU second.
 """
 
@@ -15,8 +15,8 @@ SHAPES = {"fairseq": 0.0, "fixed 1.1": 1.1}  # label → bucket_growth_factor (s
 
 
 def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: list[str]) -> dict:
-    """`bucket_growth_factor` on the CPU: `model` trained by the trainer's `_update` on fairseq's batches (each padded
-    to its own longest) and on fixed shapes (1.1), in each precision, one thread. Paired: each round updates both
+    """`bucket_growth_factor` on the CPU: `model` trained by the trainer's `update_step` on fairseq's batches (each
+    padded to its own longest) and on fixed shapes (1.1), in each precision, one thread. Paired: each round updates both
     batchings' models (the same initial weights; each its own epoch of batches, in the trainer's seeded order), the
     order reversed every other round. The batches differ, so the figure compared is real target tokens per CPU
     second over the timed rounds (padding and dummy rows cost time and count nothing), with the padded share of
@@ -28,7 +28,7 @@ def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: lis
     from layerwise_nmt.data.batch_shapes import FixedShapes
     from layerwise_nmt.data.batching import ParallelData, collate, epoch_order, make_batches
     from layerwise_nmt.data.vocab import load_pair
-    from layerwise_nmt.training.loop import TrainConfig, _start
+    from layerwise_nmt.training.loop import TrainConfig, start_run
     from layerwise_nmt.training.precision import Precision
 
     model = MODELS[name]
@@ -51,7 +51,7 @@ def shapes_part(data: Path, name: str, rounds: int, warmup: int, precisions: lis
             order = epoch_order(batches, 1, 1)[: warmup + rounds]
             torch.manual_seed(1)
             with tempfile.TemporaryDirectory() as tmp:
-                run = _start(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision)
+                run = start_run(spec, TrainConfig.from_dict(train), vocabs, Path(tmp), cpu, precision)
             runs[batching] = (run, [collate(train_data, ids, shapes=shapes) for ids in order])
         rate, padding = paired_updates(runs, rounds, warmup, precision)
         result[label] = {

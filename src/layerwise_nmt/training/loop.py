@@ -49,7 +49,7 @@ from .loss import accumulate, evaluate  # accumulate: looked up here at each upd
 from ..models import UserModel, build
 from ..models.transformer import count_parameters
 from ..models.user import recorded
-from .optim import adam as _adam, loss_scaler, lr_at, unscale_and_clip as _unscale_and_clip
+from .optim import adam, loss_scaler, lr_at, unscale_and_clip
 from .precision import Precision, cuda_kernels, resolve
 from .precision_probe import training_workload
 from .progress import Progress
@@ -78,7 +78,9 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     train_data, valid_data = ParallelData(data_dir, "train", src, tgt), ParallelData(data_dir, "valid", src, tgt)
-    run = _start(spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt), strict=True)), Path(save_dir), device)
+    run = start_run(
+        spec, cfg, dict(zip((src, tgt), load_pair(data_dir, src, tgt), strict=True)), Path(save_dir), device
+    )
     cfg = run.cfg  # with `auto`s decided for this run and device (bucket_growth_factor)
     run.trained_lengths = {
         side: int(data.sizes.max(initial=0)) for side, data in (("src", train_data.src), ("tgt", train_data.tgt))
@@ -99,7 +101,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
                 batches = partial(
                     rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device, shapes=shapes
                 )
-                count = partial(_count, run, reporter=reporter, updates_per_epoch=len(order) // per_update)
+                count = partial(count_update, run, reporter=reporter, updates_per_epoch=len(order) // per_update)
                 decide = partial(_decide, run, validate, reporter, len(order))
                 with Prefetcher(batches, range(progress.next_batch, len(order), per_update)) as ahead:
                     for position, micro in ahead:
@@ -111,7 +113,7 @@ def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: 
                                 break
                             before = None
                         progress.next_batch = position + per_update  # a checkpoint resumes after this update
-                        run.pending = _update(run, net, micro, device, autocast, before)
+                        run.pending = update_step(run, net, micro, device, autocast, before)
                         if before is not None:  # read once the next update is queued: the device never waits
                             count(before, elapsed)
                 last, run.pending = run.pending, None  # the epoch's last update, counted before its end
@@ -148,7 +150,7 @@ def _flush_quietly(run: Run) -> None:
         log.error("a checkpoint write failed too: %s", err)
 
 
-def _start(
+def start_run(
     spec: dict,
     cfg: TrainConfig,
     vocabs: dict[str, Dictionary],
@@ -201,7 +203,7 @@ def _start(
         spec,
         cfg,
         model,
-        _optimizer(model, cfg),
+        new_optimizer(model, cfg),
         scaler,
         Progress(),
         save_dir,
@@ -236,12 +238,12 @@ def _start(
     return run
 
 
-def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
+def new_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam; fused (CUDA's update path, its skip and lr on the device) on CUDA, and wherever graphs are emulated."""
-    return _adam(model, cfg, fused=True if cfg.cuda_graphs == "emulated" else None)
+    return adam(model, cfg, fused=True if cfg.cuda_graphs == "emulated" else None)
 
 
-def _update(run: Run, net, micro_batches, device, autocast, before: Pending | None = None) -> Pending:
+def update_step(run: Run, net, micro_batches, device, autocast, before: Pending | None = None) -> Pending:
     """One optimiser step on the update's batches, its numbers left on the device (`deferred`): skipped there when
     its loss or gradient norm is not finite (fp16: the scaler halves the loss scale). `before`: the update before
     it, not yet counted, whose skip would give this one its learning rate."""
@@ -251,7 +253,7 @@ def _update(run: Run, net, micro_batches, device, autocast, before: Pending | No
     def body(batches) -> Pending:  # what a CUDA graph of the update holds (`graphs`): nothing read on the host
         sums = accumulate(net, batches, run.cfg, device, autocast, scaler if scaler.is_enabled() else None)
         master_weights.to_masters(net, run.model, optimizer, run.precision)  # bf16-weights: grads to fp32 masters
-        norm = _unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
+        norm = unscale_and_clip(run.model, optimizer, scaler, run.cfg.clip_norm)
         return step(optimizer, scaler, sums, norm)
 
     with stream_of(run.graphs):
@@ -266,7 +268,7 @@ def _clear_grads(*models: torch.nn.Module) -> None:
         model.zero_grad(set_to_none=True)
 
 
-def _count(run: Run, update: Pending, elapsed: float, reporter: Reporter, updates_per_epoch: int) -> bool:
+def count_update(run: Run, update: Pending, elapsed: float, reporter: Reporter, updates_per_epoch: int) -> bool:
     """Count an update into the run's progress (skipped: into the skipped ones) and report it; whether it was taken.
     Its learning rate follows from the updates counted before it, as it did when it was queued."""
     progress, result = run.progress, update.read()
@@ -348,7 +350,7 @@ def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
     improved = progress.judge(cfg, valid)
     if cfg.restart_after_epochs and not progress.restarted and progress.epoch >= cfg.restart_after_epochs:
         progress.restarted, progress.restart_epoch = True, progress.epoch
-        run.optimizer = _optimizer(run.model, cfg)  # RestartAdam (MLRF §4.1): fresh moment estimates
+        run.optimizer = new_optimizer(run.model, cfg)  # RestartAdam (MLRF §4.1): fresh moment estimates
         log.info(
             "RestartAdam after epoch %d: fresh Adam moments, lr %g, batches: %s tokens / %s sentences",
             progress.epoch,

@@ -106,7 +106,7 @@ def accumulate(model, micro_batches, cfg: TrainConfig, device, autocast, scaler=
     is the exception, which merging would change: refused here, and at the start by `train.check_merging`.
 
     fp16: each loss is multiplied by the scaler's loss scale before backward, so that small gradients survive in
-    fp16; `loop._update` unscales. The sums stay on the device (no host sync here), read once, an update late
+    fp16; `loop.update_step` unscales. The sums stay on the device (no host sync here), read once, an update late
     (`deferred`)."""
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     inner = model.module if ddp else model

@@ -337,7 +337,7 @@ def training_workload(model: Model, cfg: TrainConfig, device) -> Workload:
     target = prev.roll(-1, dims=1)
     copies: list[torch.nn.Module] = []
     # bf16 stands for the three: the graphs apply to fp32 and both bf16 forms alike, not to fp16 (never probed)
-    growth = growth_for_run(cfg, model, device, world()[1])[0]  # `_start` hands it its decision: kept as it is
+    growth = growth_for_run(cfg, model, device, world()[1])[0]  # `start_run` hands it its decision: kept as it is
     graphed = not why_not(cfg.cuda_graphs, device, "bf16", growth > 0, world()[1])
     graphs = UpdateGraphs(device, emulated=device.type != "cuda") if graphed else None
     captured: dict[str, CapturedStep] = {}
