@@ -280,6 +280,7 @@ def test_lwnmt_status_outside_the_checkout_says_where_the_config_is(tmp_path):
     )
 
 
+@pytest.mark.system  # runs Snakemake
 def test_an_unknown_table_is_named_with_the_ones_that_exist(tmp_path):
     from conftest import snakemake
 

@@ -173,6 +173,7 @@ def test_an_archive_several_datasets_name_is_downloaded_once(monkeypatch):
     ]
 
 
+@pytest.mark.system  # runs Snakemake
 def test_the_extract_jobs_of_a_shared_archive_download_it_into_one_place(tmp_path):
     """Each extract job downloads its archive into the cache when it is not there (the download is locked: the
     second job waits for the first and uses its file), so a shared archive is fetched once."""

@@ -474,6 +474,7 @@ def test_files_named_by_three_letter_codes_or_words_are_taken_as_given(tmp_path)
         load(path)
 
 
+@pytest.mark.system  # runs Snakemake
 def test_a_targeted_corpus_whose_folder_is_missing_stops_the_dry_run_naming_it(tmp_path):
     from conftest import snakemake
 

@@ -595,6 +595,7 @@ def test_two_ranks_in_bf16_train_it(trained, tmp_path):
     assert checkpoint.load(tmp_path / "model.pt")["model_class"] == LAYER_MIX.target
 
 
+@pytest.mark.system  # builds the Snakemake-only venv
 def test_snakemake_alone_reads_it(driver, tmp_path):
     """In an environment holding only Snakemake (tests/test_driver_env.py's), the DAG builds and the linter passes
     with the example's model in the config: nothing at DAG time imports torch or the module."""

@@ -127,6 +127,7 @@ def test_the_workflow_start_message_counts_manual_downloads_apart(tmp_path):
     assert f"{blocked} tasks/experiments/table rows cannot run yet" in log
 
 
+@pytest.mark.system  # runs Snakemake
 @pytest.mark.parametrize("overlay, blocked", [("config/demo.yaml", 0), ("config/ci.yaml", 2)])
 def test_a_run_speaks_only_of_what_its_targets_need(tmp_path, overlay, blocked):
     """The demo and CI runs said the full grid's "25 … cannot run yet" and "23 … need a manual download" (with an

@@ -79,6 +79,7 @@ def test_score_of_an_empty_hypothesis_and_reference_is_one_line(tmp_path):
 # 4. an unknown model name, and 7. typos and overlays
 
 
+@pytest.mark.system  # runs Snakemake
 def test_a_misspelled_model_is_a_config_error_with_did_you_mean_naming_the_overlay(tmp_path):
     typo = overlay(tmp_path, {"experiments": {"demo.lwc": {"model": "transfomer"}}})
     expected = f"{typo}: config key experiments/demo.lwc/model: unknown model 'transfomer'; did you mean 'transformer'?"
@@ -224,6 +225,7 @@ def snakemake_error(result) -> str:
     return lines[0].removeprefix("error: ")
 
 
+@pytest.mark.system  # runs Snakemake
 def test_a_yaml_syntax_error_in_an_overlay_names_file_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("targets:\n  tasks: [multi30k_deen]\n  tables: [demo/T1\nexperiments: {}\n")
@@ -235,6 +237,7 @@ def test_a_yaml_syntax_error_in_an_overlay_names_file_line_and_column(tmp_path):
     assert one_line(lwnmt("status", "--config", "config.yaml", "--config", bad)) == f"lwnmt status: error: {line}"
 
 
+@pytest.mark.system  # runs Snakemake
 @pytest.mark.parametrize(
     "data, expected",
     [
@@ -262,6 +265,7 @@ def test_a_misspelt_name_in_an_overlay_is_one_line_with_the_closest_names(tmp_pa
     assert one_line(status) == f"lwnmt status: error: {line}"
 
 
+@pytest.mark.system  # runs Snakemake
 def test_a_target_naming_no_experiment_is_one_line_with_the_closest_names(tmp_path):
     target = "results/multi30k_deen/demo.lwcc/seed1/test.score.json"
     result = snakemake(tmp_path, target, "-n", "--configfile", str(ROOT / "config/demo.yaml"), check=False)
