@@ -11,6 +11,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.system  # Snakemake itself reads the profiles: ~11 s of its start-up per case
+
 PARSED = """
 import json, sys
 from snakemake.cli import parse_args
