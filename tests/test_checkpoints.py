@@ -75,6 +75,16 @@ def test_with_the_default_settings_a_kill_mid_epoch_loses_at_most_five_minutes(t
     assert f"resumed from {run / LAST}: epoch 1, update {kept['update']}" in resumed.stderr
 
 
+def logged_update(log) -> int:
+    """The last update a training's log reports in its first epoch (0 before the first)."""
+    updates = [
+        int(line.split(" update ")[1].split(":")[0])
+        for line in log.read_text().splitlines()
+        if "reporting: epoch 1 update" in line
+    ]
+    return updates[-1] if updates else 0
+
+
 @pytest.mark.system
 def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_path):
     minutes = 0.005  # 0.3 s; one-sentence batches make an epoch 240 updates long, so the kill lands mid-epoch
@@ -89,17 +99,16 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
                 if progress["epoch"] == 1 and progress["update"] >= 30:
                     break
             time.sleep(0.05)
-        time.sleep(0.15)
+        # killed once the log shows updates past the last checkpoint: a fixed sleep on a loaded machine could
+        # land the kill right after a save, with nothing lost to show
+        while time.time() < deadline and logged_update(log) <= load(run / LAST)["progress"]["update"] + 2:
+            time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
         killed_at = time.time()
         proc.wait(timeout=30)
     saved = load(run / LAST)
     kept = saved["progress"]
-    logged = [
-        int(line.split(" update ")[1].split(":")[0])
-        for line in log.read_text().splitlines()
-        if "reporting: epoch 1 update" in line
-    ]
+    logged = [logged_update(log)]
     lost_seconds = killed_at - (run / LAST).stat().st_mtime
     print(
         f"SIGKILL at update {logged[-1]}: checkpoint_last.pt holds update {kept['update']} "
