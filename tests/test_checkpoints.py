@@ -108,15 +108,15 @@ def test_a_hard_kill_mid_epoch_loses_at_most_the_save_interval(toy_data, tmp_pat
         proc.wait(timeout=30)
     saved = load(run / LAST)
     kept = saved["progress"]
-    logged = [logged_update(log)]
+    last_logged = logged_update(log)
     lost_seconds = killed_at - (run / LAST).stat().st_mtime
     print(
-        f"SIGKILL at update {logged[-1]}: checkpoint_last.pt holds update {kept['update']} "
-        f"(batch {kept['next_batch']} of epoch {kept['epoch']}); lost {logged[-1] - kept['update']} updates, "
+        f"SIGKILL at update {last_logged}: checkpoint_last.pt holds update {kept['update']} "
+        f"(batch {kept['next_batch']} of epoch {kept['epoch']}); lost {last_logged - kept['update']} updates, "
         f"{lost_seconds:.2f} s with save_interval_minutes {minutes}"
     )
     assert kept["epoch"] == 1 and kept["next_batch"] > 0  # a mid-epoch checkpoint: only the clock writes those
-    assert logged[-1] > kept["update"]  # the kill did lose work, …
+    assert last_logged > kept["update"]  # the kill did lose work, …
     assert lost_seconds <= minutes * 60 + 1.0  # … at most one interval of it (+ the time a save takes)
     (run / f".tmp-{LAST}.{proc.pid}").write_bytes(b"half a checkpoint")  # as a kill during a save leaves it
 
