@@ -141,18 +141,37 @@ def test_a_stop_sent_to_snakemake_alone_cancels_its_slurm_jobs_which_checkpoint(
         out, _ = run.communicate(timeout=120)
     finally:
         run.kill()
-    while train_job in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split():
-        assert time.time() < sent + 30, f"SLURM job {train_job} still queued 30 s after the stop"
-        time.sleep(0.5)
     assert run.returncode != 0, out[-4000:]
+    # the cancel is on record the moment Snakemake sends it; the job then leaves the queue once its training has
+    # saved and exited, or at the latest when SLURM kills it KillWait (30 s, scripts/slurm-up.sh) after the SIGTERM
+    exited = time.time()
+    while not sacct_state(train_job).startswith("CANCELLED"):  # accounting hears from the controller within seconds
+        assert time.time() < exited + 15, f"Snakemake exited without cancelling SLURM job {train_job}"
+        time.sleep(0.5)
+    while (queued := squeue_state(train_job)) is not None:
+        assert time.time() < exited + 60, f"SLURM job {train_job} still queued ({queued}) 60 s after Snakemake exited"
+        time.sleep(0.5)
     assert (checkpoints / "checkpoint_last.pt").stat().st_mtime > sent, out[-4000:]  # saved on the stop
     log = (tmp_path / "results/wmt16_enro_ci/ci.enro/seed1/train.log").read_text()
     assert re.search(r"signal SIGTERM: saved checkpoint_last.pt at update \d+", log), log[-3000:]
     assert len(set(re.findall(r"SLURM jobid (\d+)", out))) == 1, out[-4000:]  # no retry submitted
-    state = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-o", "State", "-j", train_job], capture_output=True, text=True, check=True
+    assert sacct_state(train_job).startswith("CANCELLED")
+
+
+def sacct_state(job: str) -> str:
+    """The job's state in SLURM's accounting: "CANCELLED by 0" as soon as a cancel is sent."""
+    return subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job], capture_output=True, text=True, check=True
     ).stdout.split("\n")[0]
-    assert state.startswith("CANCELLED"), state
+
+
+def squeue_state(job: str) -> str | None:
+    """The job's compact state in the queue (R, CG, ...), or None once it has left it."""
+    for line in subprocess.run(["squeue", "-h", "-o", "%i %t"], capture_output=True, text=True).stdout.splitlines():
+        queued, state = line.split()
+        if queued == job:
+            return state
+    return None
 
 
 def wait_for_retry(run: subprocess.Popen, failed_job: str, checkpoints: Path) -> str:
