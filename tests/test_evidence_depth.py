@@ -368,3 +368,24 @@ def test_copy_without_a_seed_copies_every_seeds_finished_runs_from_a_gpu_nodes_f
     assert copied == {(f"study_cpu6.{e}", f"seed{s}") for e in RUNS for s in (2, 3)} - {
         ("study_cpu6.dou_deep", "seed3")
     }
+
+
+def test_the_readme_brief_gives_each_method_both_recipes_at_each_depth(tmp_path):
+    norm = {"key": "arch/norm", "ours": "post", "paper": "pre"}
+    for folder, d, delta in ((tmp_path / "cpu", "3+3", -1.5), (tmp_path / "cpu6", "6+6", -3.4)):
+        study(
+            folder,
+            d,
+            [("lwc", "LWC", [delta, delta - 0.1, delta + 0.1]), ("dou_deep", "Dou", [0.2, 0.1, 0.3])],
+            [41.5, 41.7],
+            departures=[norm],
+        )
+    study(tmp_path / "cpu6", "6+6", [("lwc", "LWC", [0.4])], [41.5], "summary.T2.json", "paper.")
+    brief = depth.brief_block(depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")]))
+    lines = brief.splitlines()
+    assert lines[0] == "| method | 3+3, earlier recipe | 3+3, paper's protocol | 6+6, earlier recipe | 6+6, paper's protocol |"
+    assert "| LWC | -1.50 (n=3) | — (not run yet) | -3.40 (n=3) | +0.40 (n=1) |" in lines
+    # a method whose earlier row keeps its paper's protocol has one row for both
+    assert "| Dou | +0.20 (n=3) | (the same row) | +0.20 (n=3) | (the same row) |" in lines
+    assert "| Transformer baseline's BLEU | 41.60 (n=2) |  | 41.60 (n=2) |  |" in lines
+    assert "- LWC, earlier recipe: departs from its paper in norm post (paper: pre)." in brief

@@ -206,6 +206,42 @@ def depth_block(summary: dict) -> str:
     return "\n".join(lines + [""] + sentences) + "\n"
 
 
+def brief_block(summary: dict) -> str:
+    """The README's short form of the table across depths: per method its Δ against its control (mean over the
+    seeds run) on each recipe at each depth, the baseline's BLEU, and how each earlier recipe departs from its paper.
+    A method with no paper-protocol row kept its paper's protocol in the earlier recipe: one row stands for both."""
+    depths = [d["depth"] for d in summary["depths"]]
+    head = "| method | " + " | ".join(f"{d}, {RECIPE_WORDS[r]}" for d in depths for r in RECIPES) + " |"
+    lines = [head, "|---|" + "---:|" * (len(depths) * len(RECIPES))]
+    base = summary["baseline"]
+    cells = []
+    for d in depths:
+        b = base.get(d)
+        cells += [f"{b['mean']:.2f} (n={b['n']})" if b and b["n"] else "— (not run yet)", ""]
+    lines.append("| Transformer baseline's BLEU | " + " | ".join(cells) + " |")
+    methods = summary["methods"]
+    for key in keys(summary):
+        earlier, paper = methods.get(f"{key}/earlier"), methods.get(f"{key}/paper")
+        cells = []
+        for d in depths:
+            for recipe in RECIPES:
+                method = earlier if recipe == "earlier" else paper
+                if method is None:
+                    cells.append("(the same row)" if recipe == "paper" else "—")
+                    continue
+                entry = method["depths"].get(d)
+                done = entry and entry["seeds"]
+                cells.append(f"{entry['delta']:+.2f} (n={len(entry['seeds'])})" if done else "— (not run yet)")
+        label = (earlier or paper)["label"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    notes = [
+        f"- {m['label']}, earlier recipe: departs from its paper in {'; '.join(m['fixed'])}."
+        for m in (methods.get(f"{k}/earlier") for k in keys(summary))
+        if m and m.get("fixed")
+    ]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
 def keys(summary: dict) -> list[str]:
     return list(dict.fromkeys(m["key"] for m in summary["methods"].values()))
 

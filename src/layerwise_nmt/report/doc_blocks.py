@@ -125,6 +125,14 @@ def depth_block(config: dict, studies: str) -> str:
     return depth.depth_block(depth.depth_summary(pairs))  # relative: lwnmt docs runs in the checkout
 
 
+def depth_brief_block(config: dict, studies: str) -> str:
+    """The README's short form of the depth block: each method's Δ on both recipes at each depth."""
+    from . import depth
+
+    pairs = [(label, folder) for label, folder in (spec.split(":", 1) for spec in studies.split(","))]
+    return depth.brief_block(depth.depth_summary(pairs))
+
+
 def table_block(config: dict, file: str) -> str:
     """A committed report table (a table's .md, as `make study-collect` writes it): its rows and the precision line
     under it, so that a page shows the numbers without copying them by hand."""
@@ -145,6 +153,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "figure-kinds": figure_kinds_block,
     "evidence": evidence_block,
     "depth": depth_block,
+    "depth-brief": depth_brief_block,
     "table": table_block,
     "config-reference": reference.config_block,
 }
