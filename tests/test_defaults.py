@@ -174,10 +174,11 @@ def test_a_tasks_left_out_vocab_kind_and_split_format_are_the_schemas_defaults()
 def test_a_figures_and_a_splits_cleaning_defaults_are_the_schemas():
     from layerwise_nmt.data.clean import CleanOptions
     from layerwise_nmt.grid import reports
+    from layerwise_nmt.job_specs import FIGURE_METRIC
 
     figure = SCHEMA["$defs"]["paper"]["properties"]["figures"]["additionalProperties"]["properties"]
     assert (figure["metric"]["default"], figure["sentence"]["default"]) == (
-        reports.FIGURE_METRIC,
+        FIGURE_METRIC,
         reports.ATTENTION_SENTENCE,
     )
     clean = SCHEMA["$defs"]["split"]["properties"]["clean"]["oneOf"][1]["properties"]
@@ -185,17 +186,18 @@ def test_a_figures_and_a_splits_cleaning_defaults_are_the_schemas():
 
 
 def test_a_tables_significance_defaults_are_the_schemas():
+    from layerwise_nmt.job_specs import TableSpec
     from layerwise_nmt.report import tables
 
     table = SCHEMA["$defs"]["paper"]["properties"]["tables"]["additionalProperties"]
     test = table["properties"]["significance"]["properties"]
     assert {k: test[k]["default"] for k in ("p", "mark")} == tables.SIGNIFICANCE_DEFAULTS
-    assert tables.significance({"significance": {"test": "bootstrap", "p": 0.05}}) == {
+    assert tables.significance(TableSpec("p", "T1", [], significance={"test": "bootstrap", "p": 0.05})) == {
         "test": "bootstrap",
         "p": 0.05,
         "mark": tables.SIGNIFICANCE_DEFAULTS["mark"],
     }
-    assert tables.significance({}) == {}
+    assert tables.significance(TableSpec("p", "T1", [])) == {}
 
 
 def test_the_schema_says_every_target_as_the_grid_reads_it():

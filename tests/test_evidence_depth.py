@@ -383,7 +383,9 @@ def test_the_readme_brief_gives_each_method_both_recipes_at_each_depth(tmp_path)
     study(tmp_path / "cpu6", "6+6", [("lwc", "LWC", [0.4])], [41.5], "summary.T2.json", "paper.")
     brief = depth.brief_block(depth.depth_summary([("3+3", tmp_path / "cpu"), ("6+6", tmp_path / "cpu6")]))
     lines = brief.splitlines()
-    assert lines[0] == "| method | 3+3, earlier recipe | 3+3, paper's protocol | 6+6, earlier recipe | 6+6, paper's protocol |"
+    assert lines[0] == (
+        "| method | 3+3, earlier recipe | 3+3, paper's protocol | 6+6, earlier recipe | 6+6, paper's protocol |"
+    )
     assert "| LWC | -1.50 (n=3) | — (not run yet) | -3.40 (n=3) | +0.40 (n=1) |" in lines
     # a method whose earlier row keeps its paper's protocol has one row for both
     assert "| Dou | +0.20 (n=3) | (the same row) | +0.20 (n=3) | (the same row) |" in lines

@@ -23,7 +23,7 @@ def test_a_length_bucket_figure_compares_each_row_with_its_tables_control(demo):
     without that row is an error naming it."""
     import copy
 
-    rows = {row["experiment"]: row for row in grid.figure_spec(demo, "demo", "buckets")["rows"]}
+    rows = {row["experiment"]: row for row in grid.figure_spec(demo, "demo", "buckets").rows}
     assert rows["demo.gca_full"]["compare_to"] == "demo.transformer_longer"
     assert "demo.transformer_longer" in rows
     for paper, figure in grid.tables(demo, "figures", targeted=False):
@@ -50,8 +50,8 @@ def test_a_validation_curves_figure_is_checked_like_the_others(tmp_path):
     )
     config = grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)
     spec = grid.figure_spec(config, "demo", "curves")
-    assert spec["kind"] == "validation_curves" and spec["metric"] == "bleu"
-    assert spec["rows"][1]["metrics"] == "results/multi30k_deen/demo.mlrf_dec_sa/seed1/checkpoints/metrics.csv"
+    assert spec.kind == "validation_curves" and spec.metric == "bleu"
+    assert spec.rows[1]["metrics"] == "results/multi30k_deen/demo.mlrf_dec_sa/seed1/checkpoints/metrics.csv"
     overlay.write_text(overlay.read_text().replace("metric: bleu", "metric: perplexity"))
     with pytest.raises(UserError, match="curves.*metric.*perplexity"):
         grid.load(ROOT / "config.yaml", ROOT / "config" / "demo.yaml", overlay)

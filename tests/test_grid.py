@@ -28,25 +28,25 @@ def run(task="multi30k_deen", experiment="demo.transformer", seed="1", **more):
 
 def test_table_spec_resolves_rows_to_every_seeds_score_files(demo):
     spec = grid.table_spec(demo, "demo", "T1")
-    assert [r["label"] for r in spec["rows"]][:2] == [
+    assert [r["label"] for r in spec.rows][:2] == [
         "Transformer baseline (3+3 layers, d=256)",
         "LWC, He et al. 2018 (7 shared layers, same parameters)",
     ]
-    baseline, lwc = spec["rows"][:2]
+    baseline, lwc = spec.rows[:2]
     assert baseline["scores"] == {"test": ["results/multi30k_deen/demo.transformer/seed1/test.score.json"]}
     assert lwc["compare_to"] == "demo.transformer"
     assert lwc["baseline_scores"] == baseline["scores"]
-    assert spec["significance"]["test"] == "bootstrap" and spec["budget"] is True
+    assert spec.significance["test"] == "bootstrap" and spec.budget is True
 
 
 def test_figure_spec_names_what_each_kind_of_figure_reads(demo):
-    accuracy = grid.figure_spec(demo, "demo", "accuracy")["rows"][0]
+    accuracy = grid.figure_spec(demo, "demo", "accuracy").rows[0]
     assert accuracy["metrics"] == "results/multi30k_deen/demo.transformer/seed1/checkpoints/metrics.csv"
     assert accuracy["needs"] == ["results/multi30k_deen/demo.transformer/seed1/model.pt"]
-    attention = grid.figure_spec(demo, "demo", "attention")["rows"][1]
+    attention = grid.figure_spec(demo, "demo", "attention").rows[1]
     assert attention["inspect"]["model"] == "results/multi30k_deen/demo.lwc/seed1/model.pt"
     assert attention["inspect"]["options"]["module"] == "layers.0.attn"
-    buckets = grid.figure_spec(demo, "demo", "buckets")["rows"][1]
+    buckets = grid.figure_spec(demo, "demo", "buckets").rows[1]
     assert buckets["scores"] == ["results/multi30k_deen/demo.gca_full/seed1/test.score.json"]
 
 

@@ -475,6 +475,7 @@ def test_the_precision_a_run_used_is_logged_and_in_training_json(toy_data, tmp_p
 
 
 def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_path, monkeypatch):
+    from layerwise_nmt.job_specs import TableSpec
     from layerwise_nmt.report.tables import precision_lines
 
     from layerwise_nmt.grid import save_dir
@@ -486,21 +487,23 @@ def test_tables_say_what_each_run_computed_in_beside_the_papers_precision(tmp_pa
             json.dumps({"precision": {"amp": amp, "requested": "auto", "reason": "", "device": device}})
         )
         runs[name] = [str(tmp_path / name)]
-    spec = {
-        "precision": "The paper: fp32.",
-        "rows": [
+    spec = TableSpec(
+        "p",
+        "T1",
+        precision="The paper: fp32.",
+        rows=[
             {"label": "baseline", "state": "ok", "runs": runs["a"]},
             {"label": "LWC", "state": "ok", "runs": runs["b"]},
             {"label": "quoted", "state": "quoted"},
         ],
-    }
+    )
     lines = precision_lines(spec)
     assert lines[1] == (
         "Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512): baseline; "
         "fp32 (amp: auto) on cpu: EPYC (AVX2): LWC."
     )
     assert lines[2] == "The paper's precision and ours: The paper: fp32."
-    spec["rows"][1]["runs"] = runs["a"]  # one precision for every run: said once, without the row list
+    spec.rows[1]["runs"] = runs["a"]  # one precision for every run: said once, without the row list
     assert precision_lines(spec)[1] == "Our runs' precision: bf16 (amp: auto) on cpu: Xeon (AVX512)."
     measured = Path(save_dir(runs["a"][0])) / "training.json"  # the probe's finding is part of what was used
     measured.write_text(

@@ -93,7 +93,7 @@ def test_rule_functions_answer_as_the_grid_does():
     paper, spec = next(iter(config["papers"].items()))
     table = next(iter(spec["tables"]))
     wildcards = SimpleNamespace(paper=paper, table=table)
-    rows = grid.RuleInputs(config).table_spec(paper, table)["rows"]
+    rows = grid.RuleInputs(config).table_spec(paper, table).rows
     assert R.table_inputs(wildcards) == sorted(
         {
             path

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from layerwise_nmt import UserError
+from layerwise_nmt.job_specs import TrainSpec
 from layerwise_nmt.training.average import average
 from layerwise_nmt.training.checkpoint import last_checkpoints
 from layerwise_nmt.data.batching import ParallelData, collate, make_batches
@@ -407,15 +408,28 @@ def test_train_takes_fairseq_flags_over_the_spec():
             "0.3",
         ]
     )
-    assert train_spec(args) == {
-        "model": "transformer",
-        "arch": {"preset": "iwslt", "dropout": 0.3},
-        "train": {"lr": 5e-4, "patience": 3, "max_tokens": 2048, "update_freq": 2, "max_update": 100},
-    }
-    assert train_spec(build_parser().parse_args(base + ["--arch", "big"])) == {
-        "model": "transformer",
-        "arch": {"preset": "big"},
-    }
+    assert train_spec(args) == TrainSpec(
+        model="transformer",
+        arch={"preset": "iwslt", "dropout": 0.3},
+        train={"lr": 5e-4, "patience": 3, "max_tokens": 2048, "update_freq": 2, "max_update": 100},
+    )
+    assert train_spec(build_parser().parse_args(base + ["--arch", "big"])) == TrainSpec(arch={"preset": "big"})
+
+
+def test_a_train_spec_crosses_the_process_boundary_with_its_kind_and_is_checked_by_key():
+    """What the workflow's train rule passes and `lwnmt train --spec` reads back: the same class, or one line."""
+    from layerwise_nmt.job_specs import TableSpec
+
+    spec = TrainSpec(model="lwc", arch={"layers": 2}, train={"seed": 3}, init_from="parent/model.pt")
+    text = spec.to_json()
+    assert json.loads(text)["job"] == "train" and TrainSpec.from_json(text) == spec
+    assert "user_model" not in json.loads(text)  # unset parts left out: a checkpoint's resume key is unchanged
+    with pytest.raises(UserError, match=r"--spec: the spec of a 'table' job; expected a 'train' job's"):
+        TrainSpec.from_json(json.dumps({"job": TableSpec.job}))
+    with pytest.raises(UserError, match=r"--spec \(train job\): unknown key\(s\) arhc; did you mean arch\?"):
+        TrainSpec.from_json('{"arhc": {}}')
+    with pytest.raises(UserError, match=r"--spec \(train job\): arch=3; expected a mapping"):
+        TrainSpec.from_json('{"arch": 3}')
 
 
 def test_tensorboard_event_files_hold_the_curves_of_metrics_csv(data, tmp_path):

@@ -21,7 +21,15 @@ from . import UserError
 # (the model's parameters in bf16, fp32 master weights for the optimizer: training/master_weights.py) | fp16
 AMP_CHOICES = ("auto", "none", "bf16", "bf16-weights", "fp16")
 BOUNDS = {"ge": (operator.ge, "≥"), "gt": (operator.gt, ">"), "le": (operator.le, "≤"), "lt": (operator.lt, "<")}
-TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+TYPE_NAMES = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    type(None): "null",
+    dict: "a mapping ({...})",
+    list: "a list",
+}
 
 
 def json_object(text: str, option: str) -> dict:
@@ -114,7 +122,7 @@ class Settings:
     """Mixin for the stage dataclasses: `from_dict` rejects unknown keys by name, checks every value's type and
     range, then `check()` validates what a single field cannot (choices, combinations)."""
 
-    kind = "setting"  # what the error calls a key: "model setting", "training setting", ...
+    key_noun = "setting"  # what the error calls a key: "model setting", "training setting", ...
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # every subclass is a @dataclass (annotation only)
 
     @classmethod
@@ -124,7 +132,7 @@ class Settings:
         if unknown:
             close = get_close_matches(unknown[0], known, n=1)
             hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
-            raise UserError(f"unknown {cls.kind}(s) {', '.join(unknown)}; {hint}")
+            raise UserError(f"unknown {cls.key_noun}(s) {', '.join(unknown)}; {hint}")
         cls.check_types(values)
         settings = cls(**cls.prepare(dict(values)))
         settings.check()

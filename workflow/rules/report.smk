@@ -18,7 +18,7 @@ rule table:
     conda:
         "../../envs/report.yaml"
     params:
-        spec=lambda w: json.dumps(R.table_spec(w.paper, w.table)),
+        spec=lambda w: R.table_spec(w.paper, w.table).to_json(),
         caption=lambda w: R.report_caption(w.paper, "tables", w.table),
     shell:
         "python -m layerwise_nmt table --spec {params.spec:q} --out-prefix results/tables/{wildcards.paper}/{wildcards.table}"
@@ -55,7 +55,7 @@ rule figure:
     conda:
         "../../envs/report.yaml"
     params:
-        spec=lambda w: json.dumps(R.figure_spec(w.paper, w.figure)),
+        spec=lambda w: R.figure_spec(w.paper, w.figure).to_json(),
         caption=lambda w: R.report_caption(w.paper, "figures", w.figure),
     shell:
         "python -m layerwise_nmt figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.paper}/{wildcards.figure}"

@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 from .. import UserError
-from ..settings import json_object
 from .common import add_config_files, command, load_config
 
 log = logging.getLogger("layerwise_nmt")
@@ -14,7 +13,9 @@ log = logging.getLogger("layerwise_nmt")
 
 def add_commands(sub) -> None:
     p = command(sub, "table", "regenerate one paper table (md, csv, tex, html) from score.json files", cmd_table)
-    p.add_argument("--spec", required=True, help="JSON table spec (built by workflow/rules/report.smk)")
+    p.add_argument(
+        "--spec", required=True, help="the table job's spec, JSON (job_specs.TableSpec, built by the table rule)"
+    )
     p.add_argument("--out-prefix", required=True)
 
     p = command(sub, "summary", "every row of every table in one md + csv (paper, ours, delta, status)", cmd_summary)
@@ -22,7 +23,9 @@ def add_commands(sub) -> None:
     p.add_argument("--out-prefix", required=True)
 
     p = command(sub, "figure", "draw one paper figure (png + pdf) from our runs", cmd_figure)
-    p.add_argument("--spec", required=True, help="JSON figure spec (built by workflow/rules/report.smk)")
+    p.add_argument(
+        "--spec", required=True, help="the figure job's spec, JSON (job_specs.FigureSpec, built by the figure rule)"
+    )
     p.add_argument("--out-prefix", required=True)
 
     p = command(sub, "readme", "put a run's table and figures into the README's results section", cmd_readme)
@@ -94,9 +97,10 @@ def add_commands(sub) -> None:
 
 
 def cmd_table(a) -> None:
+    from ..job_specs import TableSpec
     from ..report.tables import write
 
-    write(json_object(a.spec, "--spec"), a.out_prefix)
+    write(TableSpec.from_json(a.spec), a.out_prefix)
     print(Path(f"{a.out_prefix}.md").read_text(encoding="utf-8"))
 
 
@@ -107,9 +111,10 @@ def cmd_summary(a) -> None:
 
 
 def cmd_figure(a) -> None:
+    from ..job_specs import FigureSpec
     from ..report.figures import write
 
-    missing = write(json_object(a.spec, "--spec"), a.out_prefix)
+    missing = write(FigureSpec.from_json(a.spec), a.out_prefix)
     print(f"wrote {a.out_prefix}.png and .pdf" + (f"; not drawn: {'; '.join(missing)}" if missing else ""))
 
 

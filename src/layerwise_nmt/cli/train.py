@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .. import CONFIG_ERROR
+from ..job_specs import TrainSpec
 from ..settings import json_object
 from ..training.config import AVERAGE_DEFAULTS, AverageConfig
 from .common import command, copy_to_console, integer
@@ -37,7 +38,7 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--spec",
         default="{}",
-        help='JSON {"model": name, "arch": {...}, "train": {...}} (default: '
+        help='JSON {"model": name, "arch": {...}, "train": {...}}, a train job spec (default: '
         "the transformer with default settings); a budget is needed, as fairseq-train runs until one: "
         "--max-update or --max-epoch (config.yaml's grid: --max-epoch 100 --patience 10), or the "
         "spec's max_minutes",
@@ -80,18 +81,17 @@ def add_fairseq_train_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=kind, help=f"as fairseq-train's; overrides the spec's {section}.{key}")
 
 
-def train_spec(a) -> dict:
+def train_spec(a) -> TrainSpec:
     """--spec with the fairseq-style flags given on the command line laid over it (--arch: a fairseq arch name or
     one of our presets)."""
     from ..models.transformer import FAIRSEQ_ARCHS
 
     spec = json_object(a.spec, "--spec")
-    spec.setdefault("model", "transformer")
     for flag, (section, key, _) in TRAIN_FLAGS.items():
         value = getattr(a, flag[2:].replace("-", "_"))
         if value is not None:
             spec.setdefault(section, {})[key] = FAIRSEQ_ARCHS.get(value, value) if flag == "--arch" else value
-    return spec
+    return TrainSpec.of(spec, "--spec")
 
 
 # beside the checkpoints: the workflow run whose attempt met a config error, and its line

@@ -1,9 +1,11 @@
 """Each table and figure of the papers resolved against the runs: paper numbers, run states, and the score, metrics
-and inspection files every row reads. The table and figure jobs get these specs as JSON; report/ draws from them."""
+and inspection files every row reads. The table and figure jobs get them as job specs (job_specs.py); report/
+draws from them."""
 
 from __future__ import annotations
 
 from .. import UserError
+from ..job_specs import FIGURE_METRIC, FigureSpec, TableSpec
 from ..training.config import TRAIN_DEFAULTS
 from .experiments import experiment
 from .layout import RESULTS, bin_dir, data_path, experiment_dir, model_file, save_dir
@@ -11,7 +13,6 @@ from .load import get
 from .papers import metrics_of, split_of
 from .status import experiment_status
 
-FIGURE_METRIC = "loss"  # validation_curves' measure when a figure names none
 ATTENTION_SENTENCE = 0  # an attention figure's test sentence (0-based) when it names none
 
 
@@ -32,7 +33,7 @@ def paper_part(config, paper, kind, name):
     return parts[name]
 
 
-def table_spec(config, paper, table):
+def table_spec(config, paper, table) -> TableSpec:
     """Rows resolved to (paper numbers, run state and reason, per split the score.json paths of every seed)."""
     spec = paper_part(config, paper, "tables", table)
     derived = spec.get("mean_of", {})  # metrics computed from others: no split of their own
@@ -65,20 +66,20 @@ def table_spec(config, paper, table):
             out["state"] = "quoted" if quoted else "blocked"
             out["reason"] = f"quoted from {row['quoted_from']}" if quoted else row.get("not_run", "no experiment")
         rows.append(out)
-    return {
-        "paper": paper,
-        "table": table,
-        "caption": spec.get("caption", ""),
-        "scale": spec.get("scale", ""),
-        "metric": metrics_of(spec),
-        "speeds": spec.get("speeds", False),
-        "rows": rows,
-        "significance": spec.get("significance"),
-        "verdict": spec.get("verdict", False),
-        "mean_of": derived,
-        "budget": spec.get("budget", False),
-        "precision": config["papers"][paper].get("precision", ""),
-    }
+    return TableSpec(
+        paper=paper,
+        table=table,
+        caption=spec.get("caption", ""),
+        scale=spec.get("scale", ""),
+        metric=metrics_of(spec),
+        speeds=spec.get("speeds", False),
+        rows=rows,
+        significance=spec.get("significance"),
+        verdict=spec.get("verdict", False),
+        mean_of=derived,
+        budget=spec.get("budget", False),
+        precision=config["papers"][paper].get("precision", ""),
+    )
 
 
 def report_caption(config, paper, kind, name):
@@ -89,7 +90,7 @@ def report_caption(config, paper, kind, name):
     return " ".join(f"**{title}, {name}.** {spec.get('caption', '')}{scale}".split())
 
 
-def figure_spec(config, paper, figure):
+def figure_spec(config, paper, figure) -> FigureSpec:
     """Rows resolved to run files (first seed): metrics.csv for curves (accuracy, validation), what `inspect` reads
     out of model.pt for aggregation shares and attention maps, every seed's test.score.json for sweeps and length
     buckets (each row with the experiment its gain is drawn over, `gain_references`)."""
@@ -126,16 +127,16 @@ def figure_spec(config, paper, figure):
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
         rows.append(out)
-    return {
-        "paper": paper,
-        "figure": figure,
-        "kind": spec["kind"],
-        "caption": spec.get("caption", ""),
-        "xlabel": spec.get("xlabel", ""),
-        "metric": spec.get("metric", FIGURE_METRIC),
-        "rows": rows,
-        "notice": get(config, "rehearsal/notice"),
-    }
+    return FigureSpec(
+        paper=paper,
+        figure=figure,
+        kind=spec["kind"],
+        caption=spec.get("caption", ""),
+        xlabel=spec.get("xlabel", ""),
+        metric=spec.get("metric", FIGURE_METRIC),
+        rows=rows,
+        notice=get(config, "rehearsal/notice"),
+    )
 
 
 def gain_references(config, paper, figure, spec) -> dict[int, str]:

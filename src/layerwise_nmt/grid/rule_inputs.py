@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import UserError
+from ..job_specs import TrainSpec
 from ..scoring.config import tokenized
 from .data_rule_inputs import DataRuleInputs
 from . import layout
@@ -112,12 +113,16 @@ class RuleInputs(DataRuleInputs):
             self._chain_tflop[name] = own + max(map(self.chain_tflop, children), default=0.0)
         return self._chain_tflop[name]
 
-    def train_spec(self, wildcards):
+    def train_spec(self, wildcards) -> str:
+        """The training job's spec, as JSON (job_specs.TrainSpec)."""
         e = self.experiment_of(wildcards)
-        spec = {"model": e["model"], "arch": e["arch"], "train": {**e["train"], "seed": int(wildcards.seed)}}
-        user = user_model(self.config, e["model"])  # a model of the config's own: the job imports its class
-        spec |= {"user_model": user} if user else {}
-        return json.dumps(spec | ({"init_from": self.warm_start_model(wildcards)[0]} if e["warm_start"] else {}))
+        return TrainSpec(
+            model=e["model"],
+            arch=e["arch"],
+            train={**e["train"], "seed": int(wildcards.seed)},
+            user_model=user_model(self.config, e["model"]),  # a model of the config's own: the job imports its class
+            init_from=self.warm_start_model(wildcards)[0] if e["warm_start"] else None,
+        ).to_json()
 
     def average_settings(self, wildcards):
         """The experiment's `average:` as `lwnmt average` reads it, its defaults those of AverageConfig."""
@@ -255,7 +260,7 @@ class RuleInputs(DataRuleInputs):
 
     def table_inputs(self, wildcards):
         """The score files a table reads: its rows' and their baselines'."""
-        rows = table_spec(self.config, wildcards.paper, wildcards.table)["rows"]
+        rows = table_spec(self.config, wildcards.paper, wildcards.table).rows
         return sorted(
             {
                 path
@@ -268,12 +273,12 @@ class RuleInputs(DataRuleInputs):
 
     def figure_inputs(self, wildcards):
         """The files a figure's rows read."""
-        rows = figure_spec(self.config, wildcards.paper, wildcards.figure)["rows"]
+        rows = figure_spec(self.config, wildcards.paper, wildcards.figure).rows
         return [path for row in rows for path in row.get("needs", [])]
 
     def inspection_of(self, wildcards):
         """What the `inspect` job of a figure's row reads out of which model: {kind, model, options}."""
-        rows = figure_spec(self.config, wildcards.paper, wildcards.figure)["rows"]
+        rows = figure_spec(self.config, wildcards.paper, wildcards.figure).rows
         row = rows[int(wildcards.row)] if int(wildcards.row) < len(rows) else {}
         if "inspect" not in row:
             raise UserError(

@@ -12,7 +12,7 @@ from ..settings import AMP_CHOICES, Settings, setting
 
 @dataclass
 class BeamConfig(Settings):
-    kind = "decoding setting"
+    key_noun = "decoding setting"
 
     beam: int = setting(5, ge=1)
     lenpen: float = 1.0

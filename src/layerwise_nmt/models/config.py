@@ -38,7 +38,7 @@ FAIRSEQ_ARCHS = {
 class ModelConfig(Settings):
     """Everything needed to rebuild a model; saved in every checkpoint."""
 
-    kind = "model setting"
+    key_noun = "model setting"
 
     src_vocab: int = setting(0, ge=0)
     tgt_vocab: int = setting(0, ge=0)

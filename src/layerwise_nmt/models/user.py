@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
+from ..job_specs import TrainSpec
 
 # what a model class must define beyond what Model gives every family, and what each part is for
 CONTRACT = (
@@ -60,12 +61,13 @@ class UserModel:
         return cls(name, entry["class"], entry.get("user_dir"), f"config key models/{name}/class")
 
     @classmethod
-    def from_spec(cls, spec: dict) -> UserModel | None:
-        """The training spec's `user_model` (grid.RuleInputs.train_spec writes it for a model of `models:`)."""
-        entry = spec.get("user_model")
+    def from_spec(cls, spec: TrainSpec | dict) -> UserModel | None:
+        """The train spec's `user_model` (grid.RuleInputs.train_spec writes it for a model of `models:`)."""
+        spec = TrainSpec.of(spec)
+        entry = spec.user_model
         if not entry:
             return None
-        return cls(spec["model"], entry["class"], entry.get("user_dir"), f"model {spec['model']} ({entry['class']})")
+        return cls(spec.model, entry["class"], entry.get("user_dir"), f"model {spec.model} ({entry['class']})")
 
     def to_spec(self) -> dict:
         return {"class": self.target, **({"user_dir": self.user_dir} if self.user_dir else {})}
@@ -150,7 +152,7 @@ class UserCode:
         return UserModel(name, target, self.user_dir, f"{path}: model {name!r} ({target})")
 
 
-def recorded(spec: dict) -> dict:
+def recorded(spec: TrainSpec) -> dict:
     """What a checkpoint of a training `spec` records of a user model: its class (never the folder, which is the
     machine's); nothing for a built-in one."""
-    return {"model_class": spec["user_model"]["class"]} if spec.get("user_model") else {}
+    return {"model_class": spec.user_model["class"]} if spec.user_model else {}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ..grid.reports import ATTENTION_SENTENCE, FIGURE_METRIC
+from ..grid.reports import ATTENTION_SENTENCE
+from ..job_specs import FIGURE_METRIC, FigureSpec
 
 WHAT = {
     "accuracy_curves": "Token accuracy while training (train dashed, validation solid)",
@@ -19,30 +20,30 @@ WIDTH = 90  # characters a 7-inch figure's title holds at 10 pt
 SHOUTED = ("iwslt", "wmt", "nist")  # corpus names the papers write in capitals
 
 
-def title(spec: dict) -> str:
+def title(spec: FigureSpec) -> str:
     """Two lines: "<what>: <row> vs <row>" and "<data> · <budget>"."""
     what = (
-        WHAT.get(spec["kind"], "").format(metric=METRIC_WORDS[spec.get("metric") or FIGURE_METRIC])
-        or f"BLEU by {spec.get('xlabel') or 'setting'}"
+        WHAT.get(spec.kind, "").format(metric=METRIC_WORDS[spec.metric or FIGURE_METRIC])
+        or f"BLEU by {spec.xlabel or 'setting'}"
     )
-    if spec["kind"] == "attention" and spec["rows"]:
-        what = f"Attention weights on test sentence {spec['rows'][0].get('sentence', ATTENTION_SENTENCE) + 1}"
-    labels = [row["label"] for row in spec["rows"]]
-    if spec["kind"] == "sweep":  # one curve per series (the swept model, its baseline)
-        labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec["rows"]))
-    if spec["kind"] == "delta_sweep":  # the legend names the methods; the baselines are the zero line
-        what = f"Each method's BLEU gain over the baseline, by {spec.get('xlabel') or 'setting'}"
+    if spec.kind == "attention" and spec.rows:
+        what = f"Attention weights on test sentence {spec.rows[0].get('sentence', ATTENTION_SENTENCE) + 1}"
+    labels = [row["label"] for row in spec.rows]
+    if spec.kind == "sweep":  # one curve per series (the swept model, its baseline)
+        labels = list(dict.fromkeys(row.get("series") or row["label"] for row in spec.rows))
+    if spec.kind == "delta_sweep":  # the legend names the methods; the baselines are the zero line
+        what = f"Each method's BLEU gain over the baseline, by {spec.xlabel or 'setting'}"
     compared = (
         f"{what}: {' vs '.join(labels)}"
-        if spec["kind"] in ("accuracy_curves", "validation_curves", "length_buckets", "sweep")
+        if spec.kind in ("accuracy_curves", "validation_curves", "length_buckets", "sweep")
         else what
-        if spec["kind"] == "delta_sweep"
+        if spec.kind == "delta_sweep"
         else what
         if len(labels) != 1
         else f"{what}: {labels[0]}"
     )
-    trained = [row for row in spec["rows"] if row.get("trained")]
-    lines = [compared] + ([f"{data(trained)} · {budget(spec['rows'], trained)}"] if trained else [])
+    trained = [row for row in spec.rows if row.get("trained")]
+    lines = [compared] + ([f"{data(trained)} · {budget(spec.rows, trained)}"] if trained else [])
     return "\n".join(textwrap.fill(line, WIDTH) for line in lines)
 
 

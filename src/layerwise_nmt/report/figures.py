@@ -33,14 +33,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..data.io import atomic_path  # noqa: E402
-from ..grid.reports import FIGURE_METRIC  # noqa: E402
+from ..job_specs import FIGURE_METRIC, FigureSpec  # noqa: E402
 from ..scoring.score import seeds_summary  # noqa: E402
 from .figure_titles import title  # noqa: E402
 
 
-def accuracy_curves(spec: dict, ax) -> pd.DataFrame:
+def accuracy_curves(spec: FigureSpec, ax) -> pd.DataFrame:
     drawn = []
-    for i, row in enumerate(r for r in spec["rows"] if r.get("metrics")):
+    for i, row in enumerate(r for r in spec.rows if r.get("metrics")):
         # every record is a measurement at its update (a partial one: the budget ended mid-epoch); a resumed run
         # may record an update twice, the later record wins
         history = pd.read_csv(row["metrics"]).drop_duplicates("update", keep="last").sort_values("update")
@@ -68,12 +68,12 @@ VALIDATION = {
 }
 
 
-def validation_curves(spec: dict, ax) -> pd.DataFrame:
+def validation_curves(spec: FigureSpec, ax) -> pd.DataFrame:
     """One line per row: the validation loss, accuracy or BLEU (spec `metric`) at every validation of its run
     (metrics.csv; validate_interval_updates adds points within epochs), against the update."""
-    column, scale, label = VALIDATION[spec.get("metric") or FIGURE_METRIC]
+    column, scale, label = VALIDATION[spec.metric or FIGURE_METRIC]
     drawn = []
-    for i, row in enumerate(r for r in spec["rows"] if r.get("metrics")):
+    for i, row in enumerate(r for r in spec.rows if r.get("metrics")):
         history = pd.read_csv(row["metrics"]).drop_duplicates("update", keep="last").sort_values("update")
         values = pd.to_numeric(history.get(column, pd.Series(dtype=float)), errors="coerce")
         if values.isna().all():  # validation BLEU is computed only when the run was asked to (train.valid_bleu)
@@ -91,10 +91,10 @@ def validation_curves(spec: dict, ax) -> pd.DataFrame:
     )
 
 
-def sweep(spec: dict, ax) -> pd.DataFrame:
+def sweep(spec: FigureSpec, ax) -> pd.DataFrame:
     series: dict[str, list] = {}
     drawn = []
-    for row in spec["rows"]:
+    for row in spec.rows:
         series.setdefault(row.get("series", ""), []).append(row)
     for i, (name, rows) in enumerate(series.items()):
         colour = f"C{i}"
@@ -128,19 +128,19 @@ def sweep(spec: dict, ax) -> pd.DataFrame:
             ax.plot(
                 xs, values, linestyle=":", marker="s", fillstyle="none", color=colour, label=f"{name} (paper)".strip()
             )
-    ax.set_xlabel(spec.get("xlabel", ""))
+    ax.set_xlabel(spec.xlabel)
     ax.set_ylabel("BLEU")
     return pd.DataFrame.from_records(drawn, columns=["series", "row", "x", "paper", "ours_mean", "ours_sd", "seeds"])
 
 
-def delta_sweep(spec: dict, ax) -> pd.DataFrame:
+def delta_sweep(spec: FigureSpec, ax) -> pd.DataFrame:
     """Each row that names a `compare_to` as a point of its series' line: its BLEU minus that row's, seed k against
     seed k (both ran the same seeds), mean ± sd; numbers on the x axis where every value is one, else the values in
     the order given."""
     columns = ["series", "row", "x", "compare_to", "delta_mean", "delta_sd", "seeds", "ours_mean", "theirs_mean"]
-    by_experiment = {row.get("experiment"): row for row in spec["rows"]}
+    by_experiment = {row.get("experiment"): row for row in spec.rows}
     drawn = []
-    for row in spec["rows"]:
+    for row in spec.rows:
         if not (row.get("compare_to") and row.get("scores")):
             continue
         other = by_experiment.get(row["compare_to"]) or {}
@@ -163,7 +163,7 @@ def delta_sweep(spec: dict, ax) -> pd.DataFrame:
             }
         )
     table = pd.DataFrame.from_records(drawn, columns=columns)
-    values = list(dict.fromkeys(row.get("x") for row in spec["rows"]))
+    values = list(dict.fromkeys(row.get("x") for row in spec.rows))
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     where = (lambda v: v) if numeric else {v: i for i, v in enumerate(values)}.get
     for i, (series, points) in enumerate(table.groupby("series", sort=False)):
@@ -182,7 +182,7 @@ def delta_sweep(spec: dict, ax) -> pd.DataFrame:
         ax.set_xticks(sorted(v for v in values if v is not None))
     else:
         ax.set_xticks(range(len(values)), [str(v) for v in values])
-    ax.set_xlabel(spec.get("xlabel", ""))
+    ax.set_xlabel(spec.xlabel)
     ax.set_ylabel("BLEU gain over the baseline of the same value")
     return table
 
@@ -191,11 +191,11 @@ def _bleus(row: dict) -> list[float]:
     return [json.loads(Path(p).read_text())["bleu"] for p in row["scores"]]
 
 
-def length_buckets(spec: dict, ax) -> pd.DataFrame:
+def length_buckets(spec: FigureSpec, ax) -> pd.DataFrame:
     """BLEU per source-length bucket (mean over seeds), one bar group per bucket, and on a second axis each row's
     gain over the row it is compared with (its `compare_to`: a warm start's control trained as long; else the first
     row) (GCA Figure 3, Dou Figure 4)."""
-    rows = [row for row in spec["rows"] if row.get("scores")]
+    rows = [row for row in spec.rows if row.get("scores")]
     drawn = []
     for row in rows:
         per_seed = [json.loads(Path(p).read_text())["buckets"] for p in row["scores"]]
@@ -229,7 +229,7 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     )
     ax.set_xlabel("source length in words (sentences)")
     ax.set_ylabel("BLEU")
-    by_experiment = {row.get("experiment"): row for row in spec["rows"]}
+    by_experiment = {row.get("experiment"): row for row in spec.rows}
     # a row compared with one that did not run has no gain to draw (that row is named as not drawn)
     candidates = [
         (i, row, by_experiment.get(row["compare_to"]) if row.get("compare_to") else rows[0])
@@ -266,10 +266,10 @@ def length_buckets(spec: dict, ax) -> pd.DataFrame:
     return table
 
 
-def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
+def aggregation_shares(spec: FigureSpec, ax) -> pd.DataFrame:
     """Dou Figure 5: the share s_j (Eq. 11) of each input in each encoder aggregation node of a trained model, one
     heat map per row side by side (columns sum to 1); empty cells where a node has fewer inputs."""
-    rows = [row for row in spec["rows"] if row.get("inspection")]
+    rows = [row for row in spec.rows if row.get("inspection")]
     drawn = [{"row": row["label"], **share} for row in rows for share in _inspected(row)["shares"]]
     table = pd.DataFrame.from_records(drawn, columns=["row", "node", "input", "share"])
     if table.empty:
@@ -299,10 +299,10 @@ def aggregation_shares(spec: dict, ax) -> pd.DataFrame:
     return table
 
 
-def attention_maps(spec: dict, ax) -> pd.DataFrame:
+def attention_maps(spec: FigureSpec, ax) -> pd.DataFrame:
     """One sentence's attention in a trained model, one heat map per row (inspection.attention: a decoder
     cross-attention, LWC's mixed attention or an MLRF fusion's layer attention)."""
-    rows = [row for row in spec["rows"] if row.get("inspection")]
+    rows = [row for row in spec.rows if row.get("inspection")]
     fig = ax.figure
     ax.set_axis_off()
     if not rows:
@@ -359,10 +359,10 @@ KINDS = {
 }
 
 
-def write(spec: dict, out_prefix: str) -> list[str]:
+def write(spec: FigureSpec | dict, out_prefix: str) -> list[str]:
     """Draw the figure; writes <out_prefix>.png, .pdf and .csv (the numbers drawn) and returns the rows it could not
     draw, with reasons."""
-    fig, data, missing = draw(spec)
+    fig, data, missing = draw(FigureSpec.of(spec))
     with atomic_path(f"{out_prefix}.csv") as tmp:
         data.to_csv(tmp, index=False)
     for ext in ("png", "pdf"):
@@ -372,30 +372,31 @@ def write(spec: dict, out_prefix: str) -> list[str]:
     return missing
 
 
-def draw(spec: dict):
+def draw(spec: FigureSpec | dict):
     """(the figure, the numbers drawn, the rows not drawn with their reasons): titled in words, its legend below
     the plot, where it hides no data, and what is absent said under it."""
-    maps = sum(bool(row.get("inspection")) for row in spec["rows"])  # one heat map per row that ran
-    wide = spec["kind"] == "attention" and maps > 1
+    spec = FigureSpec.of(spec)
+    maps = sum(bool(row.get("inspection")) for row in spec.rows)  # one heat map per row that ran
+    wide = spec.kind == "attention" and maps > 1
     fig, ax = plt.subplots(figsize=(6 * maps, 5.5) if wide else (7, 4.2))
-    data = KINDS[spec["kind"]](spec, ax)
+    data = KINDS[spec.kind](spec, ax)
     missing = [
         f"{row['label']}: {row.get('reason') or 'not run yet'}"
-        for row in spec["rows"]
+        for row in spec.rows
         if not (row.get("metrics") or row.get("scores") or row.get("inspection"))
     ]
-    missing += [f"{row['label']}: {row['not_drawn']}" for row in spec["rows"] if row.get("not_drawn")]
-    if spec["kind"] == "attention":
+    missing += [f"{row['label']}: {row['not_drawn']}" for row in spec.rows if row.get("not_drawn")]
+    if spec.kind == "attention":
         below_heading(fig, fig.suptitle(title(spec), fontsize=10))
     else:
-        ax.set_title(title(spec), fontsize=10, pad=24 if spec["kind"] == "aggregation_shares" else 6)
+        ax.set_title(title(spec), fontsize=10, pad=24 if spec.kind == "aggregation_shares" else 6)
     ax.grid(alpha=0.3)
     bottom = legend_below(fig, ax)
     if missing:  # say what is absent instead of drawing it
         fig.text(0.01, bottom - 0.02, "not drawn — " + "; ".join(missing), fontsize=6, wrap=True, va="top")
-    if spec.get("notice"):  # a rehearsal's figure must not pass for a result
+    if spec.notice:  # a rehearsal's figure must not pass for a result
         fig.text(0.5, 0.5, "REHEARSAL", fontsize=40, color="red", alpha=0.25, rotation=30, ha="center", va="center")
-        fig.text(0.01, 0.99, spec["notice"], fontsize=7, color="red", va="top")
+        fig.text(0.01, 0.99, spec.notice, fontsize=7, color="red", va="top")
     return fig, data, missing
 
 

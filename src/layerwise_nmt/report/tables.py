@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..grid import measure_of, metrics_of, save_dir, split_of
+from ..grid import measure_of, save_dir, split_of
+from ..job_specs import TableSpec
 from .. import UserError
 from ..data.io import atomic_path, read_lines
 from ..scoring.score import ScoreConfig, paired_bootstrap, reference_streams, seeds_summary, sign_test, t_test
@@ -26,22 +27,22 @@ TESTS = {
 }
 
 
-def significance(spec: dict) -> dict:
+def significance(spec: TableSpec) -> dict:
     """The table's significance test with its defaults filled in; {} for a table without one."""
-    test = spec.get("significance")
+    test = spec.significance
     return {**SIGNIFICANCE_DEFAULTS, **test} if test else {}
 
 
-def build(spec: dict) -> pd.DataFrame:
-    """spec: {metric: name or [names], rows: [{label, paper: {metric: value}, state: ok|blocked|quoted, reason,
-    scores: {split: [score.json paths, one per seed]}}]}. One metric: columns paper/ours/delta; several: the same
-    three per metric, suffixed with its name (e.g. "ours valid_bleu")."""
-    metrics = metrics_of(spec)
-    with_params = any("params_m" in row.get("paper", {}) for row in spec["rows"])
+def build(spec: TableSpec) -> pd.DataFrame:
+    """The table of the spec's rows, each {label, paper: {metric: value}, state, reason, scores: {split: [score.json
+    paths, one per seed]}}. One metric: columns paper/ours/delta; several: the same three per metric,
+    suffixed with its name (e.g. "ours valid_bleu")."""
+    metrics = spec.metrics
+    with_params = any("params_m" in row.get("paper", {}) for row in spec.rows)
     test = significance(spec)
-    every = bool(test and spec.get("verdict"))  # the papers test BLEU; a verdict table tests every metric
+    every = bool(test and spec.verdict)  # the papers test BLEU; a verdict table tests every metric
     records = []
-    for row in spec["rows"]:
+    for row in spec.rows:
         scores = load_scores(row.get("scores", {}))
         baseline = load_scores(row.get("baseline_scores", {}))
         record = {"row": row["label"]}
@@ -50,8 +51,8 @@ def build(spec: dict) -> pd.DataFrame:
         for metric in metrics:
             suffix = f" {metric}" if len(metrics) > 1 else ""
             split, measure = split_of(metric), measure_of(metric)
-            if metric in spec.get("mean_of", {}):  # e.g. MLRF's NIST "Ave.": per seed, the mean of MT04/05/08
-                scores[split] = mean_scores([scores.get(split_of(m), []) for m in spec["mean_of"][metric]])
+            if metric in spec.mean_of:  # e.g. MLRF's NIST "Ave.": per seed, the mean of MT04/05/08
+                scores[split] = mean_scores([scores.get(split_of(m), []) for m in spec.mean_of[metric]])
             cell = cells(row.get("paper", {}).get(metric), [value(s, measure) for s in scores.get(split, [])], ran)
             if test and (measure == "bleu" or every):
                 cell["p vs"] = NOT_RUN
@@ -72,7 +73,7 @@ def build(spec: dict) -> pd.DataFrame:
         if every:
             record["verdict"] = verdict(row, tested, test) if ran else NOT_RUN
         record["status"] = ("ours" + cut_short(row.get("runs", []))) if ran else row.get("reason", "not run yet")
-        if spec.get("budget"):
+        if spec.budget:
             record.update(budget(row.get("runs", []) if ran else []))
         if with_params:  # "#parameter" columns (LWC T3): the paper's printed M beside our model's exact count
             paper_params = row.get("paper", {}).get("params_m")
@@ -82,8 +83,8 @@ def build(spec: dict) -> pd.DataFrame:
             record["params (paper)"] = f"{paper_params:.2f}M" if paper_params is not None else NOT_RUN
             record["params (ours)"] = f"{ours_params.pop() / 1e6:.2f}M" if len(ours_params) == 1 else NOT_RUN
         records.append(record)
-    if spec.get("speeds"):
-        add_speed_ratios(records, spec["rows"])
+    if spec.speeds:
+        add_speed_ratios(records, spec.rows)
     return pd.DataFrame.from_records(records)
 
 
@@ -263,7 +264,8 @@ def cells(paper: float | None, scores: list[float], ran: bool) -> dict:
     }
 
 
-def write(spec: dict, out_prefix: str) -> pd.DataFrame:
+def write(spec: TableSpec | dict, out_prefix: str) -> pd.DataFrame:
+    spec = TableSpec.of(spec)
     table = build(spec)
     with atomic_path(f"{out_prefix}.csv") as tmp:
         table.to_csv(tmp, index=False)
@@ -280,9 +282,9 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
         ]
         + ["status"]
     ]
-    lines = [f"# {spec['paper']} {spec['table']}: {spec.get('caption', '')}".rstrip(), ""]
-    if spec.get("scale"):
-        lines += [f"Scale: {spec['scale']}", ""]
+    lines = [f"# {spec.paper} {spec.table}: {spec.caption}".rstrip(), ""]
+    if spec.scale:
+        lines += [f"Scale: {spec.scale}", ""]
     lines += [legend(spec), ""]
     lines.append("| " + " | ".join(shown.columns) + " |")
     lines.append("|" + "|".join("---" for _ in shown.columns) + "|")
@@ -290,11 +292,11 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     lines += notes(spec) + precision_lines(spec)
     with atomic_path(f"{out_prefix}.md") as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    caption = f"{spec['paper']} {spec['table']}: {spec.get('caption', '')} {legend(spec)}"
+    caption = f"{spec.paper} {spec.table}: {spec.caption} {legend(spec)}"
     latex = shown.to_latex(
         index=False,
         caption=caption,
-        label=f"tab:{spec['paper']}-{spec['table']}",
+        label=f"tab:{spec.paper}-{spec.table}",
         longtable=len(shown) > 25,
         escape=True,
     )
@@ -302,8 +304,8 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
         Path(tmp).write_text(latex, encoding="utf-8")
     html = page(
         shown,
-        title=f"{spec['paper']} {spec['table']}: {spec.get('caption', '')}".strip(),
-        caption_lines=[f"Scale: {spec['scale']}" if spec.get("scale") else "", legend(spec), *precision_lines(spec)],
+        title=f"{spec.paper} {spec.table}: {spec.caption}".strip(),
+        caption_lines=[f"Scale: {spec.scale}" if spec.scale else "", legend(spec), *precision_lines(spec)],
         notes=[line.removeprefix("- ") for line in notes(spec)[3:]],
         not_run=NOT_RUN,
     )
@@ -312,21 +314,21 @@ def write(spec: dict, out_prefix: str) -> pd.DataFrame:
     return table
 
 
-def notes(spec: dict) -> list[str]:
+def notes(spec: TableSpec) -> list[str]:
     """How each of our rows was run where it departs from, or reads, the paper: its experiment's description."""
     seen, out = set(), []
-    for row in spec["rows"]:
+    for row in spec.rows:
         if row.get("note") and row["note"] not in seen:
             seen.add(row["note"])
             out.append(f"- {row['label']}: {row['note']}")
     return ["", "Notes (the rows' protocol, from their experiments' descriptions):", ""] + out if out else []
 
 
-def precision_lines(spec: dict) -> list[str]:
+def precision_lines(spec: TableSpec) -> list[str]:
     """What our runs computed in (each run's training.json) beside what the paper trained in (config: the paper's
     `precision`): a number from bf16 on one machine and fp32 on another is not the same experiment."""
     used: dict[str, list[str]] = {}
-    for row in spec["rows"]:
+    for row in spec.rows:
         for run in row.get("runs", []) if row["state"] in RAN else []:
             path = Path(save_dir(run)) / "training.json"
             chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
@@ -346,21 +348,21 @@ def precision_lines(spec: dict) -> list[str]:
             )
             + "."
         )
-    if spec.get("precision"):
-        out.append(f"The paper's precision and ours: {spec['precision']}")
+    if spec.precision:
+        out.append(f"The paper's precision and ours: {spec.precision}")
     return [""] + out if out else []
 
 
-def printed(spec: dict) -> bool:
+def printed(spec: TableSpec) -> bool:
     """Whether any row has a number the paper printed (a comparison on the user's own data has none: its table
     shows no paper and Δ columns, which would be empty)."""
-    return any(row.get("paper") for row in spec["rows"])
+    return any(row.get("paper") for row in spec.rows)
 
 
-def legend(spec: dict) -> str:
+def legend(spec: TableSpec) -> str:
     paper = "paper = printed in the paper (never ours); " if printed(spec) else ""
     text = (
-        f"Metric: {', '.join(metrics_of(spec))}; {paper}ours = mean ± sd over seeds; {NOT_RUN} = not run, with "
+        f"Metric: {', '.join(spec.metrics)}; {paper}ours = mean ± sd over seeds; {NOT_RUN} = not run, with "
         f"the reason in status."
     )
     test = significance(spec)
@@ -370,13 +372,13 @@ def legend(spec: dict) -> str:
             f" ({TESTS[test['test']]}){', as the paper marks it' if printed(spec) else ''}; p vs = that test's "
             f"p-value and which way the difference goes (better or worse)."
         )
-        if spec.get("verdict"):
+        if spec.verdict:
             text += (
                 f" verdict = each metric against the row it is compared with, by the same test: better or worse "
                 f"at p < {test['p']}, else no significant difference ({NOT_RUN}: a row compared with "
                 f"none)."
             )
-    if spec.get("budget"):
+    if spec.budget:
         text += (
             " Budget per row (mean over seeds): updates, sentence pairs and target tokens trained on, and the "
             "validation loss (bits per token) at the end — rows trained for different budgets are not a "

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .. import UserError
+from ..job_specs import TrainSpec
 from ..data.io import atomic_path
 from ..data.vocab import Dictionary
 from .precision import Precision, device_name
@@ -313,14 +314,15 @@ RESUMABLE_CHANGES = (
 )
 
 
-def resume_key(spec: dict) -> dict:
+def resume_key(spec: TrainSpec | dict) -> dict:
     """What must match for a checkpoint to be resumed: model, architecture, training (budget aside), warm start."""
-    train = {k: v for k, v in spec.get("train", {}).items() if k not in RESUMABLE_CHANGES}
-    key = {"model": spec["model"], "arch": spec.get("arch", {}), "train": train, "init_from": spec.get("init_from")}
-    return key | ({"model_class": spec["user_model"]["class"]} if spec.get("user_model") else {})
+    spec = TrainSpec.of(spec)
+    train = {k: v for k, v in spec.train.items() if k not in RESUMABLE_CHANGES}
+    key = {"model": spec.model, "arch": spec.arch, "train": train, "init_from": spec.init_from}
+    return key | ({"model_class": spec.user_model["class"]} if spec.user_model else {})
 
 
-def not_to_resume(state: dict, spec: dict, cfg, save_dir: Path) -> str:
+def not_to_resume(state: dict, spec: TrainSpec, cfg, save_dir: Path) -> str:
     """Why `save_dir`'s checkpoints must not be resumed ("" when they may): the model or training settings they
     were made with differ from `spec`'s (a larger budget aside: that run goes on), or their run is over. A run is
     over when its progress reached `cfg`'s budget (or stopped early) and it wrote its final model, which

@@ -14,7 +14,7 @@ AUTO_GROWTH = 1.1  # bucket_growth_factor's advised value, which `auto` takes wh
 
 @dataclass
 class TrainConfig(Settings):
-    kind = "training setting"
+    key_noun = "training setting"
 
     max_tokens: int | None = setting(4096, ge=1)
     max_sentences: int | None = setting(None, ge=1)
@@ -144,7 +144,7 @@ class AverageConfig(Settings):
     """A config's `average:` (null: decode the last model): the last `num` checkpoints, by epoch or by update, as
     fairseq's average_checkpoints.py takes them."""
 
-    kind = "averaging setting"
+    key_noun = "averaging setting"
 
     BY = ("epoch", "update")
 

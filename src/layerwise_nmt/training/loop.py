@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .. import UserError
+from ..job_specs import TrainSpec
 from . import checkpoint, master_weights
 from .checkpoint import BEST, LAST
 from .compiler import compile_model
@@ -60,19 +61,22 @@ from .update_batches import batch_limits, check_merging, epoch_batches, growth_f
 log = logging.getLogger(__name__)
 
 
-def train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None, search=None) -> dict:
-    """Train spec = {model: name, arch: {...}, train: {...}} on data_dir (bin-joint or bin-separate); returns the
-    final progress. Resumes from save_dir's checkpoint_last.pt when it was made with the same settings. Stopped by a
-    signal: checkpoints and raises `Stopped`. Rank 0 appends its log to save_dir/train.log (`RunLog`). `search`:
-    the beam search validation BLEU decodes with (inference.decode.validation_search), needed only for that."""
+def train(
+    spec: TrainSpec | dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None = None, search=None
+) -> dict:
+    """Train `spec` (a TrainSpec, or its fields {model: name, arch: {...}, train: {...}}) on data_dir (bin-joint
+    or bin-separate); returns the final progress. Resumes from save_dir's checkpoint_last.pt when it was made with
+    the same settings. Stopped by a signal: checkpoints and raises `Stopped`. Rank 0 appends its log to
+    save_dir/train.log (`RunLog`). `search`: the beam search validation BLEU decodes with
+    (inference.decode.validation_search), needed only for that."""
     with RunLog(Path(save_dir) if int(os.environ.get("RANK", "0")) == 0 else None):
-        return _train(spec, data_dir, src, tgt, save_dir, final, search)
+        return _train(TrainSpec.of(spec), data_dir, src, tgt, save_dir, final, search)
 
 
-def _train(spec: dict, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None, search) -> dict:
+def _train(spec: TrainSpec, data_dir: str, src: str, tgt: str, save_dir: str, final: str | None, search) -> dict:
     device = init_distributed()
     rank, world_size = world()
-    cfg = TrainConfig.from_dict(spec.get("train", {}))
+    cfg = TrainConfig.from_dict(spec.train)
     cfg = replace(cfg, update_freq=per_rank_update_freq(cfg.update_freq))
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -151,7 +155,7 @@ def _flush_quietly(run: Run) -> None:
 
 
 def start_run(
-    spec: dict,
+    spec: TrainSpec | dict,
     cfg: TrainConfig,
     vocabs: dict[str, Dictionary],
     save_dir: Path,
@@ -163,12 +167,13 @@ def start_run(
     initialised; and the precision it trains in: `precision` where the caller decided it, else cfg.amp's
     (`amp: auto` on a CPU: timed on this model's updates)."""
     rank, world_size = world()
+    spec = TrainSpec.of(spec)
     save_dir.mkdir(parents=True, exist_ok=True)
     src_vocab, tgt_vocab = vocabs.values()
-    arch = {**spec.get("arch", {}), "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
-    model = build(spec["model"], arch, UserModel.from_spec(spec)).to(device)
+    arch = {**spec.arch, "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
+    model = build(spec.model, arch, UserModel.from_spec(spec)).to(device)
     if rank == 0:
-        log.info("model %s: %s parameters; %s", spec["model"], f"{count_parameters(model):,}", model.config)
+        log.info("model %s: %s parameters; %s", spec.model, f"{count_parameters(model):,}", model.config)
     state, resumed_from = checkpoint.load_resumable(save_dir)
     why = state is not None and checkpoint.not_to_resume(state, spec, cfg, save_dir)
     if why:
@@ -178,12 +183,12 @@ def start_run(
             reopen_run_logs()  # the new run's log starts in the new directory
             log.warning("%s: %s; moved them to %s and starting afresh from update 0", save_dir, why, aside)
         barrier()
-    if spec.get("init_from") and state is None:
-        new = checkpoint.warm_start(model, spec["init_from"], vocabs)
+    if spec.init_from and state is None:
+        new = checkpoint.warm_start(model, spec.init_from, vocabs)
         if rank == 0:
             log.info(
                 "warm start from %s: every tensor copied; default-initialised new ones: %s",
-                spec["init_from"],
+                spec.init_from,
                 ", ".join(new) or "none",
             )
     growth, why_growth = growth_for_run(cfg, model, device, world_size, state)
@@ -221,7 +226,7 @@ def start_run(
             run.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as err:  # the model's code changed, not its settings
             raise UserError(
-                f"{resumed_from}: not resumed: its tensors do not fit model {spec['model']} as its code builds it "
+                f"{resumed_from}: not resumed: its tensors do not fit model {spec.model} as its code builds it "
                 f"now ({checkpoint.misfit(err)}); to train it from update 0, move {save_dir} aside"
             ) from None
         scaler.load_state_dict(state["scaler"])
@@ -392,7 +397,7 @@ def _finish(run: Run, final: str | None, reporter: Reporter, precision: Precisio
             Path(final),
             {
                 "model": weights,
-                "model_name": run.spec["model"],
+                "model_name": run.spec.model,
                 **recorded(run.spec),
                 "final_from": chosen,
                 "model_config": run.model.config.to_dict(),

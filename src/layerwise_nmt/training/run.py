@@ -18,6 +18,7 @@ from .precision import Precision
 from .progress import Progress
 from .rng import rng_state
 from ..models.transformer import Model
+from ..job_specs import TrainSpec
 from ..models.user import recorded
 
 
@@ -25,7 +26,7 @@ from ..models.user import recorded
 class Run:
     """What the loop works on: the model and its optimiser, how far they got, and where they are saved."""
 
-    spec: dict
+    spec: TrainSpec
     cfg: TrainConfig
     model: Model
     optimizer: torch.optim.Optimizer
@@ -56,7 +57,7 @@ class Run:
         self.writer.wait()  # the write before first: files in order, one copy of the state held at a time
         weights = {
             "model": self.model.state_dict(),
-            "model_name": self.spec["model"],
+            "model_name": self.spec.model,
             **recorded(self.spec),
             "model_config": self.model.config.to_dict(),
             "settings": checkpoint.resume_key(self.spec),
