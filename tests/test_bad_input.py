@@ -299,7 +299,7 @@ def test_a_workflow_jobs_one_line_error_reaches_the_console_not_only_its_log(tmp
     src, tgt = tmp_path / "a.de", tmp_path / "a.en"
     src.write_text("eins\nzwei\ndrei\n")
     tgt.write_text("one\ntwo\n")
-    spec = {"train": {"parts": [[str(src), str(tgt), str(src), str(tgt), "plain"]]}}
+    spec = {"splits": {"train": {"parts": [[str(src), str(tgt), str(src), str(tgt), "plain"]]}}}
     command = (
         f"{sys.executable} -m layerwise_nmt assemble --spec '{json.dumps(spec)}' --src de --tgt en "
         f"--out-dir {tmp_path} --stats {tmp_path / 'stats.json'} 2> {tmp_path / 'job.log'}"

@@ -91,8 +91,8 @@ def test_inspection_of_a_row_with_nothing_to_inspect_says_so(demo):
 
 def test_assemble_spec_resolves_every_part_of_each_split(demo):
     spec = RuleInputs(demo).assemble_spec(SimpleNamespace(task="multi30k_deen"))
-    assert set(spec) == {"train", "valid", "test"}
-    raw_src, raw_tgt, tok_src, tok_tgt, fmt = spec["test"]["parts"][0]
+    assert set(spec.splits) == {"train", "valid", "test"}
+    raw_src, raw_tgt, tok_src, tok_tgt, fmt = spec.splits["test"]["parts"][0]
     assert (raw_src, raw_tgt) == (
         "results/raw/multi30k/test_2016_flickr.de",
         "results/raw/multi30k/test_2016_flickr.en",

@@ -417,7 +417,7 @@ def test_a_named_test_set_assembled_apart_from_train_counts_its_overlap_with_it(
         return lwnmt(
             "assemble",
             "--spec",
-            json.dumps(spec),
+            json.dumps({"splits": spec}),
             "--src",
             "xx",
             "--tgt",

@@ -114,3 +114,33 @@ class FigureSpec(JobSpec):
     xlabel: str = ""
     metric: str = FIGURE_METRIC  # what validation curves draw
     notice: str | None = None  # a line every panel carries (the rehearsal's: stand-in data)
+
+
+@dataclass(frozen=True)
+class ExportSpec(JobSpec):
+    """`lwnmt export`: what a model directory holds beside the model (inference/export.py): its languages and
+    dictionaries, BPE codes (none: a word-level model), the source's tokenization and the decoding settings, and for
+    an experiment's run where its tuned length penalty and training summary are and what it was (`about`)."""
+
+    job: ClassVar[str] = "export"
+    src: str
+    tgt: str
+    src_dict: str
+    tgt_dict: str
+    tokenize: dict
+    decode: dict
+    codes: str | None = None
+    model: str | None = None  # an experiment's decoded model (averaged or final); a model.pt's export names its own
+    tuned_lenpen: str | None = None  # the tuned α's JSON, which replaces the decoding's lenpen
+    training: str | None = None  # the run's training.json: its precision, updates and how it stopped
+    about: dict = field(default_factory=dict)  # {experiment, seed, task, settings}
+    user_model: dict | None = None  # a model of the config's own: its class, checked against the experiment
+
+
+@dataclass(frozen=True)
+class AssembleSpec(JobSpec):
+    """`lwnmt assemble`: a task's splits (train/valid/test, or one extra evaluation split), each with its cleaning
+    options and its parts resolved to [raw source, raw target, tokenized source, tokenized target, format]."""
+
+    job: ClassVar[str] = "assemble"
+    splits: dict

@@ -62,7 +62,7 @@ rule assemble:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        spec=lambda w: json.dumps(R.assemble_spec(w)),
+        spec=lambda w: R.assemble_spec(w).to_json(),
     shell:
         "python -m layerwise_nmt assemble --spec {params.spec:q} --src {wildcards.src} --tgt {wildcards.tgt}"
         " --out-dir results/{wildcards.task}/data/text --stats {output.stats:q} 2> {log:q}"

@@ -8,6 +8,7 @@ import logging
 import os
 
 from .. import UserError
+from ..job_specs import AssembleSpec
 from ..settings import json_object
 from ..data.bpe import MIN_FREQUENCY
 from ..data.vocab import ALL_WORDS, PADDING_FACTOR, THRESHOLD
@@ -85,8 +86,8 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--spec",
         required=True,
-        help="JSON: {split: {parts: [[raw_src, raw_tgt, tok_src, tok_tgt, "
-        "format], ...], clean: {...}, hold_out_every: k}}",
+        help="the assemble job's spec, JSON (job_specs.AssembleSpec, built by the assemble rule): "
+        '{"splits": {split: {"parts": [[raw_src, raw_tgt, tok_src, tok_tgt, format], ...], "clean": {...}}}}',
     )
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
@@ -186,7 +187,7 @@ def cmd_concat(a) -> None:
 def cmd_assemble(a) -> None:
     from ..data.prepare import assemble
 
-    spec = json_object(a.spec, "--spec")
+    spec = AssembleSpec.from_json(a.spec).splits
     # train's paths even when only an evaluation split is assembled: its overlap is checked against them
     outputs = {
         split: tuple(os.path.join(a.out_dir, f"{split}.{a.src}-{a.tgt}.{lang}") for lang in (a.src, a.tgt))

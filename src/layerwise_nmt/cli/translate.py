@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from .. import UserError
+from ..job_specs import ExportSpec
 from ..inference.ctranslate2_export import NO_QUANTIZATION, QUANTIZATIONS
 from ..settings import AMP_CHOICES, json_object
 from . import common
@@ -47,7 +48,11 @@ def add_commands(sub) -> None:
     )
     p.add_argument("--seed", type=int, help="with an experiment: which seed's run (default: its first)")
     add_config_files(p)
-    p.add_argument("--spec", help="JSON (the workflow's export rule): what `export EXPERIMENT` reads from the config")
+    p.add_argument(
+        "--spec",
+        help="the export job's spec, JSON (job_specs.ExportSpec, built by the export rule): what `export "
+        "EXPERIMENT` reads from the config",
+    )
     p.add_argument("--data", help="with a model.pt: the data directory it was trained on (its dictionaries)")
     p.add_argument("--src")
     p.add_argument("--tgt")
@@ -202,7 +207,7 @@ def cmd_export(a) -> None:
         print(SERVE_HINT.format(ctranslate2_export.convert(a.target, a.out, a.quantization or NO_QUANTIZATION)))
         return
     if a.spec:
-        spec = json_object(a.spec, "--spec")
+        spec = ExportSpec.from_json(a.spec)
     elif Path(a.target).is_file():
         spec = export.spec_for_file(
             a.target,
@@ -217,22 +222,25 @@ def cmd_export(a) -> None:
         raise UserError(f"{a.target}: no such file; expected a model.pt or an experiment name")
     else:
         spec = trained_spec_for(common.load_config(a), a.target, a.seed, common.config_files(a))
-    model = a.target if Path(a.target).is_file() else spec["model"]
+    model = a.target if Path(a.target).is_file() else spec.model
+    if model is None:
+        raise UserError(f'--spec: {a.target} is no model.pt and the export spec names no "model"; expected one')
     if a.format == "ctranslate2":
         print(SERVE_HINT.format(ctranslate2_export.write_spec(model, spec, a.out, a.quantization or NO_QUANTIZATION)))
         return
     out = export.write_spec(model, spec, a.out)
-    print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec['src']}")
+    print(f"wrote {out}; translate with: lwnmt translate --model {out} < raw.{spec.src}")
 
 
-def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> dict:
-    """grid.model_dir_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
-    from ..grid import model_dir_spec
+def trained_spec_for(config: dict, name: str, seed: int | None, config_files: list[str]) -> ExportSpec:
+    """grid.export_spec(), once the experiment's model is trained (a UserError saying how to train it otherwise)."""
+    from ..grid import export_spec
     from ..inference.export import not_trained
 
-    spec = model_dir_spec(config, name, seed)
-    if not Path(spec["model"]).exists():
-        raise not_trained(spec["model"], config_files)
+    spec = export_spec(config, name, seed)
+    assert spec.model is not None  # an experiment's export names its run's model
+    if not Path(spec.model).exists():
+        raise not_trained(spec.model, config_files)
     return spec
 
 

@@ -26,7 +26,7 @@ neither torch nor numpy, so that `snakemake -n` runs in an environment that hold
 """
 
 from ..checkout import ROOT
-from .experiments import STAGES, experiment, model_dir_spec, trained_model
+from .experiments import STAGES, experiment, export_spec, trained_model
 from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_dir
 from .load import SCHEMA, deep_update, get, load, located, read, resolve_extends, schema_error, validate
 from .papers import Row, measure_of, metrics_of, rows, split_of, tables
@@ -75,7 +75,7 @@ __all__ = [
     "ROOT",
     "STAGES",
     "experiment",
-    "model_dir_spec",
+    "export_spec",
     "trained_model",
     "bin_dir",
     "data_path",

@@ -8,6 +8,7 @@ import json
 import shlex
 
 from .. import UserError
+from ..job_specs import AssembleSpec
 from ..data import vocab
 from . import layout
 from .layout import data_path, raw_path
@@ -143,7 +144,7 @@ class DataRuleInputs:
             )
         return [data_path(wildcards.task, "norm", part_name(t, wildcards.lang)) for t in split["parts"]]
 
-    def assemble_spec(self, wildcards):
+    def assemble_spec(self, wildcards) -> AssembleSpec:
         """The task's splits with every part resolved to (raw src, raw tgt, tokenized src, tokenized tgt,
         format): train/valid/test, or the one extra evaluation split named by the wildcard (NIST's mt04, ...)."""
         task = self.task_of(wildcards)
@@ -161,14 +162,14 @@ class DataRuleInputs:
                 + [split_format(split)]
                 for t in split.get("parts", [])
             ]
-        return spec
+        return AssembleSpec(splits=spec)
 
     def assemble_inputs(self, wildcards):
         """The assemble job's files: every part's raw and tokenized sides and, for an evaluation split assembled
         apart from train that is checked for overlap with it, the training source text."""
-        spec = self.assemble_spec(wildcards)
-        paths = [path for split in spec.values() for part in split["parts"] for path in part[:4]]
-        if "train" not in spec and any(split.get("overlap_with_train") for split in spec.values()):
+        splits = self.assemble_spec(wildcards).splits
+        paths = [path for split in splits.values() for part in split["parts"] for path in part[:4]]
+        if "train" not in splits and any(split.get("overlap_with_train") for split in splits.values()):
             paths.append(self.train_texts(wildcards)[0])
         return paths
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import UserError
+from ..job_specs import ExportSpec
 from .layout import bin_dir, data_path, decoded_model, experiment_dir, save_dir
 from .own_models import user_model
 from .tasks import pair, tokenize_options, vocab_kind
@@ -75,27 +76,27 @@ def trained_model(config: dict, name: str, seed: int | None = None) -> dict:
     }
 
 
-def model_dir_spec(config: dict, name: str, seed: int | None = None) -> dict:
-    """What exporting experiment `name`'s trained run needs (`lwnmt export`), as plain data (the workflow's export
-    rule passes it as --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where
-    the tuned length penalty and the training summary will be, and the experiment's resolved settings."""
+def export_spec(config: dict, name: str, seed: int | None = None) -> ExportSpec:
+    """What exporting experiment `name`'s trained run needs (`lwnmt export`; the workflow's export rule passes it as
+    --spec): languages, dictionaries, BPE codes, the source tokenization, decoding settings, where the tuned length
+    penalty and the training summary will be, and the experiment's resolved settings."""
     setup = trained_model(config, name, seed)
     e, seed = experiment(config, name), setup["experiment"]["seed"]
     vocab = data_path(e["task"], "vocab")
     dicts = [f"{vocab}/dict.{'joint' if e['vocab'] == 'joint' else lang}.txt" for lang in (e["src"], e["tgt"])]
     run = experiment_dir(config, name, seed)
     decode = {k: v for k, v in e["decode"].items() if k != "tune_lenpen"}  # a tuned α replaces lenpen
-    return {
-        "model": setup["model"],
-        "src": e["src"],
-        "tgt": e["tgt"],
-        "src_dict": dicts[0],
-        "tgt_dict": dicts[1],
-        "codes": setup["codes"],
-        "tokenize": setup["tokenize"],
-        "decode": decode,
-        "tuned_lenpen": f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
-        "training": f"{save_dir(run)}/training.json",
-        "about": {"experiment": name, "seed": seed, "task": e["task"], "settings": e},
-        **({"user_model": setup["experiment"]["user_model"]} if "user_model" in setup["experiment"] else {}),
-    }
+    return ExportSpec(
+        model=setup["model"],
+        src=e["src"],
+        tgt=e["tgt"],
+        src_dict=dicts[0],
+        tgt_dict=dicts[1],
+        codes=setup["codes"],
+        tokenize=setup["tokenize"],
+        decode=decode,
+        tuned_lenpen=f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
+        training=f"{save_dir(run)}/training.json",
+        about={"experiment": name, "seed": seed, "task": e["task"], "settings": e},
+        user_model=setup["experiment"].get("user_model"),
+    )

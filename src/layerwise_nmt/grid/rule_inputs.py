@@ -17,7 +17,7 @@ from ..job_specs import TrainSpec
 from ..scoring.config import tokenized
 from .data_rule_inputs import DataRuleInputs
 from . import layout
-from .experiments import experiment, model_dir_spec
+from .experiments import experiment, export_spec
 from .layout import bin_dir, data_path, experiment_dir
 from .names import did_you_mean
 from .own_models import user_code_flags, user_model
@@ -130,15 +130,18 @@ class RuleInputs(DataRuleInputs):
 
         return AverageConfig.from_dict(self.experiment_of(wildcards)["average"] or {})
 
-    def export_spec(self, wildcards):
-        """What `lwnmt export` writes into a run's model directory (experiments.model_dir_spec), as JSON."""
-        return json.dumps(model_dir_spec(self.config, self.experiment_of(wildcards)["name"], int(wildcards.seed)))
+    def export_spec(self, wildcards) -> str:
+        """What `lwnmt export` writes into a run's model directory (job_specs.ExportSpec), as JSON."""
+        return self._export_spec(wildcards).to_json()
+
+    def _export_spec(self, wildcards):
+        return export_spec(self.config, self.experiment_of(wildcards)["name"], int(wildcards.seed))
 
     def export_inputs(self, wildcards):
         """The decoded model (averaged or final), the dictionaries, the BPE codes and the tuned length penalty."""
-        spec = json.loads(self.export_spec(wildcards))
-        files = {"model": spec["model"], "dicts": sorted({spec["src_dict"], spec["tgt_dict"]})}
-        return files | {k: spec[k] for k in ("codes", "tuned_lenpen") if spec[k]}
+        spec = self._export_spec(wildcards)
+        files = {"model": spec.model, "dicts": sorted({spec.src_dict, spec.tgt_dict})}
+        return files | {k: getattr(spec, k) for k in ("codes", "tuned_lenpen") if getattr(spec, k)}
 
     def model_dir_targets(self):
         """One model directory per trained run of each runnable experiment a targeted row needs; none when the

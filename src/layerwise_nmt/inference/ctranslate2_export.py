@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .. import UserError
+from ..job_specs import ExportSpec
 from . import export
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def check_convertible(model_name: str | None, config: dict | None, where: str | 
     )
 
 
-def write_spec(model: str | Path, spec: dict, out: str | Path, quantization: str = NO_QUANTIZATION) -> Path:
+def write_spec(model: str | Path, spec: ExportSpec, out: str | Path, quantization: str = NO_QUANTIZATION) -> Path:
     """An experiment's or a model.pt's export (export.write_spec's arguments) as a CTranslate2 directory, by way of
     our model directory, written to a temporary place first."""
     require_ctranslate2()  # before the model directory is written, which may take a while for a big model

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .. import UserError
+from ..job_specs import ExportSpec
 from ..checkout import source_tree
 from ..data.io import check_folders
 
@@ -230,7 +231,7 @@ def spec_for_file(
     codes: str | None,
     tokenize: dict,
     decode: dict,
-) -> dict:
+) -> ExportSpec:
     """What exporting a model.pt needs, from its data directory (its dictionaries), languages, BPE codes (None: a
     word-level model), source tokenization and decoding defaults."""
     from ..data.vocab import load_pair
@@ -240,15 +241,15 @@ def spec_for_file(
         raise UserError(f"{model}: a model.pt needs {', '.join(missing)} (its data directory and languages)")
     assert data is not None and src is not None and tgt is not None  # none missing
     dicts = load_pair(data, src, tgt)
-    return {
-        "src": src,
-        "tgt": tgt,
-        "src_dict": dicts[0].path,
-        "tgt_dict": dicts[1].path,
-        "codes": codes,
-        "tokenize": tokenize,
-        "decode": decode,
-    }
+    return ExportSpec(
+        src=src,
+        tgt=tgt,
+        src_dict=str(dicts[0].path),
+        tgt_dict=str(dicts[1].path),
+        codes=codes,
+        tokenize=tokenize,
+        decode=decode,
+    )
 
 
 def not_trained(model: str, config_files: list[str]) -> UserError:
@@ -260,34 +261,35 @@ def not_trained(model: str, config_files: list[str]) -> UserError:
     return UserError(f"{model}: not trained yet; run `snakemake {model}{flags}` first")
 
 
-def write_spec(model: str | Path, spec: dict, out: str | Path) -> Path:
-    """`write` from a grid.model_dir_spec() dict: the tuned length penalty and the training summary (precision,
-    updates, how it stopped) read now, and the model checked against the experiment's settings first."""
+def write_spec(model: str | Path, spec: ExportSpec, out: str | Path) -> Path:
+    """`write` from an export spec (grid.export_spec for an experiment's run): the tuned length penalty and the
+    training summary (precision, updates, how it stopped) read now, and the model checked against the experiment's
+    settings first."""
     from ..training.checkpoint import load_model
 
     from ..models import UserModel
 
     replaceable(out)  # before anything is read: a wrong --out is said first
-    about, decode = dict(spec.get("about", {})), dict(spec["decode"])
+    about, decode = dict(spec.about), dict(spec.decode)
     settings = about.get("settings")
     if settings:
-        own = spec.get("user_model")  # the config names its code: importing it is the user's choice
+        own = spec.user_model  # the config names its code: importing it is the user's choice
         user = UserModel.from_entry(settings["model"], own) if own else None
         check_against(load_model(model), model, settings["model"], settings["arch"], about["experiment"], user)
-    if spec.get("tuned_lenpen"):
-        decode["lenpen"] = json.loads(Path(spec["tuned_lenpen"]).read_text())["lenpen"]
-    if spec.get("training") and Path(spec["training"]).is_file():
-        training = json.loads(Path(spec["training"]).read_text())
+    if spec.tuned_lenpen:
+        decode["lenpen"] = json.loads(Path(spec.tuned_lenpen).read_text())["lenpen"]
+    if spec.training and Path(spec.training).is_file():
+        training = json.loads(Path(spec.training).read_text())
         about.update(precision=training.get("precision"), training=training)
     return write(
         model,
         out,
-        spec["src"],
-        spec["tgt"],
-        spec["src_dict"],
-        spec["tgt_dict"],
-        spec.get("codes"),
-        spec["tokenize"],
+        spec.src,
+        spec.tgt,
+        spec.src_dict,
+        spec.tgt_dict,
+        spec.codes,
+        spec.tokenize,
         decode,
         about,
     )
