@@ -140,3 +140,27 @@ def test_lwnmt_show_prints_the_run_and_the_protocol():
         [sys.executable, "-m", "layerwise_nmt", "show", "study_cpu.gca_ful", *args], capture_output=True, text=True
     )
     assert wrong.returncode != 0 and "did you mean 'study_cpu.gca_full'" in wrong.stderr
+
+
+@pytest.mark.parametrize("name", ["study_cpu.paper.gca_full", "study_cpu.paper.lwc"])
+def test_what_lwnmt_show_prints_is_what_the_training_job_receives(name):
+    """`lwnmt show`'s model, arch and train (with the seed) are the train spec the workflow's rule passes, read
+    through the settings classes that the training job reads it with (defaults filled in)."""
+    from types import SimpleNamespace
+
+    from layerwise_nmt.job_specs import TrainSpec
+    from layerwise_nmt.models import MODELS
+    from layerwise_nmt.training.config import TrainConfig
+
+    config = study("study_cpu")
+    shown = protocol.run_spec(config, name, 2)
+    e = grid.experiment(config, name)
+    job = TrainSpec.from_json(
+        grid.RuleInputs(config).train_spec(SimpleNamespace(task=e["task"], experiment=name, seed="2"))
+    )
+    sizes = {"src_vocab": 0, "tgt_vocab": 0}
+    arch = MODELS[job.model].config_class.from_dict(job.arch | sizes).to_dict()
+    built = json.loads(json.dumps({"arch": arch, "train": vars(TrainConfig.from_dict(job.train))}))
+    assert job.model == shown["model"] and {k: v for k, v in built["arch"].items() if k not in sizes} == shown["arch"]
+    assert built["train"] == shown["train"]
+    assert job.train["seed"] == 2 and (job.init_from is not None) == bool(shown["warm_start"])
