@@ -30,7 +30,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
 # SIGKILLed by itself after update 117 of a 240-update epoch, once its writes are on disk.
 ONE_MINUTE_PER_UPDATE = """
 import os, signal, sys, time
-from layerwise_nmt.training import loop as training
+from layerwise_nmt.training import after_update, loop as training
 from layerwise_nmt.cli import main
 
 class Clock:
@@ -47,7 +47,7 @@ def one_minute_later(run, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     clock.offset += 60.0
     return update(run, *args, **kwargs)
-training.time, training.update_step = clock, one_minute_later
+training.time, after_update.time, training.update_step = clock, clock, one_minute_later
 main(sys.argv[1:])
 """
 

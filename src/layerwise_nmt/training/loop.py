@@ -16,8 +16,9 @@
   data position);
 - an update whose loss or gradient norm is not finite is skipped (fp16: with a smaller loss scale); too many in a
   row stop the run with an error, its last checkpoint untouched;
-- on a GPU the host never waits for an update: its numbers are read once the next one is queued (`deferred.py`),
-  and counted first where a checkpoint, a validation or a stop may follow it (`_due`).
+- each update counted as soon as its step returns (`eager_updates`); on a GPU, the host never waits for one: its
+  numbers are read once the next one is queued (`deferred_updates`, `deferred.py`), and counted first where a
+  checkpoint, a validation or a stop may follow it (`after_update.due`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import logging
 import os
 import random
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -40,7 +42,7 @@ from .checkpoint import BEST, LAST
 from .compiler import compile_model
 from ..data.batching import ParallelData, Prefetcher
 from ..data.vocab import Dictionary, load_pair
-from .deferred import Pending, set_lr, step
+from .deferred import Pending, on_device, set_lr, step
 from .rng import set_rng_state
 from .run import Run
 from .graphs import for_run as update_graphs, stream_of
@@ -56,6 +58,7 @@ from .precision_probe import training_workload
 from .progress import Progress
 from .reporting import Reporter, RunLog, reopen_run_logs
 from .config import TrainConfig
+from .after_update import count_update, decide, due
 from .update_batches import batch_limits, check_merging, epoch_batches, growth_for_run, log_batch_shapes, rank_batches
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,7 @@ def _train(spec: TrainSpec, data_dir: str, src: str, tgt: str, save_dir: str, fi
     log_batch_shapes(train_data, cfg, per_update)
     started = time.time() - progress.elapsed
     validate = partial(evaluate, net, valid_data, cfg, device, autocast, search)  # no RNG draw, no update
+    updates = deferred_updates if on_device(run.optimizer) else eager_updates
     with StopSignals(device) as signals, cuda_kernels(device, cfg.tf32):
         try:
             while not progress.stop_reason(cfg):
@@ -105,24 +109,18 @@ def _train(spec: TrainSpec, data_dir: str, src: str, tgt: str, save_dir: str, fi
                 batches = partial(
                     rank_batches, train_data, order, per_update, cfg.micro_batch_tokens, device, shapes=shapes
                 )
-                count = partial(count_update, run, reporter=reporter, updates_per_epoch=len(order) // per_update)
-                decide = partial(_decide, run, validate, reporter, len(order))
+                epoch = Epoch(
+                    run,
+                    step=partial(update_step, run, net, device=device, autocast=autocast),
+                    count=partial(count_update, run, reporter=reporter, updates_per_epoch=len(order) // per_update),
+                    decide=partial(decide, run, validate, reporter, len(order)),
+                    signals=signals,
+                    started=started,
+                    per_update=per_update,
+                    batches=len(order),
+                )
                 with Prefetcher(batches, range(progress.next_batch, len(order), per_update)) as ahead:
-                    for position, micro in ahead:
-                        # every iteration on every rank: the signal's all-reduce is a collective they all make
-                        signalled, elapsed, before = signals.received(), time.time() - started, run.pending
-                        if before is not None and _due(run, elapsed, signalled, len(order)):
-                            run.pending = None
-                            if count(before, elapsed) and decide(signalled):
-                                break
-                            before = None
-                        progress.next_batch = position + per_update  # a checkpoint resumes after this update
-                        run.pending = update_step(run, net, micro, device, autocast, before)
-                        if before is not None:  # read once the next update is queued: the device never waits
-                            count(before, elapsed)
-                last, run.pending = run.pending, None  # the epoch's last update, counted before its end
-                if last is not None and count(last, time.time() - started):
-                    decide(signals.received())  # to stop or not, what follows is the same
+                    updates(epoch, ahead)
                 valid = validate()
                 if progress.next_batch < len(order):  # the budget ran out mid-epoch: keep the position, so that
                     reporter.epoch(progress, valid, run.lr, partial=True)  # a larger budget continues right here
@@ -145,6 +143,54 @@ def _train(spec: TrainSpec, data_dir: str, src: str, tgt: str, save_dir: str, fi
             reporter.close()
     run.flush()
     return _finish(run, final, reporter, precision)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """What an epoch's updates call: the update's step, counting it into the run's progress (whether it was taken),
+    deciding what follows it (True: the run stops), and the signals every rank checks at every update."""
+
+    run: Run
+    step: Callable[..., Pending]
+    count: Callable[[Pending, float], bool]
+    decide: Callable[[bool], bool]
+    signals: StopSignals
+    started: float  # time.time() at the run's update 0, its earlier sessions' time included
+    per_update: int  # batches per update, over all ranks
+    batches: int  # the epoch's
+
+
+def eager_updates(epoch: Epoch, ahead) -> None:
+    """The epoch's updates, each counted as soon as its step returns: where the optimizer's numbers are on the host
+    then (the CPU's foreach Adam), nothing is gained by reading them later."""
+    for position, micro in ahead:
+        epoch.run.progress.next_batch = position + epoch.per_update  # a checkpoint resumes after this update
+        taken = epoch.count(epoch.step(micro), time.time() - epoch.started)
+        signalled = epoch.signals.received()  # on every rank: its all-reduce is a collective they all make
+        if taken and epoch.decide(signalled):
+            return
+
+
+def deferred_updates(epoch: Epoch, ahead) -> None:
+    """The epoch's updates with the host an update ahead of the device (fused Adam: CUDA, emulated CUDA graphs;
+    deferred.py): each update's numbers are read once the next one is queued, so that the device never waits; but
+    where a checkpoint, a validation or a stop may follow an update (`after_update.due`), it is counted before the
+    next one moves the weights those would see. The epoch's last update is counted before the epoch ends."""
+    run = epoch.run
+    for position, micro in ahead:
+        signalled, elapsed, before = epoch.signals.received(), time.time() - epoch.started, run.pending
+        if before is not None and due(run, elapsed, signalled, epoch.batches):
+            run.pending = None
+            if epoch.count(before, elapsed) and epoch.decide(signalled):
+                return
+            before = None
+        run.progress.next_batch = position + epoch.per_update
+        run.pending = epoch.step(micro, before=before)
+        if before is not None:
+            epoch.count(before, elapsed)
+    last, run.pending = run.pending, None
+    if last is not None and epoch.count(last, time.time() - epoch.started):
+        epoch.decide(epoch.signals.received())  # to stop or not, what follows is the same
 
 
 def _flush_quietly(run: Run) -> None:
@@ -271,81 +317,6 @@ def update_step(run: Run, net, micro_batches, device, autocast, before: Pending 
 def _clear_grads(*models: torch.nn.Module) -> None:
     for model in models:
         model.zero_grad(set_to_none=True)
-
-
-def count_update(run: Run, update: Pending, elapsed: float, reporter: Reporter, updates_per_epoch: int) -> bool:
-    """Count an update into the run's progress (skipped: into the skipped ones) and report it; whether it was taken.
-    Its learning rate follows from the updates counted before it, as it did when it was queued."""
-    progress, result = run.progress, update.read()
-    run.lr = lr_at(progress.update + 1, run.cfg, run.model.config.d_model, progress.restarted)
-    if result["skipped"]:
-        _skip_nonfinite(run, result)
-        return False
-    progress.add(result, elapsed)
-    reporter.update(progress, result["ntokens"], run.lr, result["grad_norm"], updates_per_epoch)
-    return True
-
-
-def _due(run: Run, elapsed: float, signalled: bool, epoch_batches: int) -> bool:
-    """Whether the pending update, if it was taken, ends the run or is followed by a checkpoint or a validation
-    (`_decide`): then it is counted before the next update moves the weights those would see."""
-    taken = replace(run.progress, update=run.progress.update + 1, elapsed=elapsed)
-    return bool(
-        signalled
-        or taken.stop_reason(run.cfg)
-        or _save_due(run, taken.update)
-        or _validate_due(run.cfg, taken.update, taken.next_batch, epoch_batches)
-    )
-
-
-def _decide(run: Run, validate, reporter: Reporter, epoch_batches: int, signalled: bool) -> bool:
-    """After an update counted with nothing queued behind it: True if the run stops here; else its checkpoint and
-    validation when due, and a Stop on a signal."""
-    progress = run.progress
-    if progress.stop_reason(run.cfg):
-        return True
-    _save_on_schedule(run)
-    if _validate_due(run.cfg, progress.update, progress.next_batch, epoch_batches):
-        reporter.epoch(progress, validate(), run.lr, partial=True)
-    if signalled:
-        raise Stop()
-    return False
-
-
-def _validate_due(cfg: TrainConfig, update: int, next_batch: int, epoch_batches: int) -> bool:
-    every = cfg.validate_interval_updates
-    return bool(every and not update % every and next_batch < epoch_batches)  # the epoch's end validates anyway
-
-
-def _skip_nonfinite(run: Run, result: dict) -> None:
-    """Count a skipped update; too many in a row end the run, its last checkpoint untouched."""
-    progress, limit = run.progress, run.cfg.max_nonfinite_updates
-    if progress.skip(result) > limit:
-        last = (
-            f"{LAST} (update {run.saved_update}) is the last good state"
-            if run.saved_update is not None
-            else "the newest checkpoint on disk is the last good state"
-        )
-        raise UserError(
-            f"{run.save_dir}: training diverged: {progress.nonfinite_in_a_row} updates in a row with a "
-            f"non-finite loss or gradient norm after update {progress.update}; {last}. Lower lr, set "
-            f"clip_norm, or use amp: none/bf16 (max_nonfinite_updates: {limit})"
-        )
-
-
-def _save_on_schedule(run: Run) -> None:
-    names = _save_due(run, run.progress.update)
-    if names:
-        run.save(*names, background=True)
-
-
-def _save_due(run: Run, update: int) -> tuple[str, ...]:
-    cfg = run.cfg
-    if cfg.save_interval_updates and update % cfg.save_interval_updates == 0:
-        return f"checkpoint_{run.progress.epoch}_{update}.pt", LAST
-    if cfg.save_interval_minutes and time.time() - run.saved_time >= cfg.save_interval_minutes * 60:
-        return (LAST,)  # a resume point only: which checkpoints are averaged must not depend on the clock
-    return ()
 
 
 def _end_epoch(run: Run, valid: dict, reporter: Reporter) -> None:
