@@ -3,6 +3,7 @@ neither torch nor numpy (tests/test_package_layout.py: data/ never imports it)."
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,28 @@ def test_lwnmt_takes_snakemakes_configfile_as_an_overlay_of_config_yaml():
     assert config_files(a) == ["config.yaml", "config/demo.yaml"]
     a = build_parser().parse_args(["status", "--config", "other.yaml", "--configfile", "a.yaml", "b.yaml"])
     assert config_files(a) == ["other.yaml", "a.yaml", "b.yaml"]
+
+
+def test_expanding_a_config_leaves_it_as_it_is_and_checking_is_apart():
+    """`expand` writes out what is written in short (a comparison by name, appended rows, extends) into a new
+    config; `check` then finds the cross-references; `validate` is the two in place, after the schema."""
+    import copy
+
+    merged: dict = {}
+    for path in (ROOT / "config.yaml", ROOT / "config" / "your-corpus.example.yaml"):
+        grid.deep_update(merged, grid.read(path))
+    grid.check_schema(merged)
+    given = copy.deepcopy(merged)
+    expanded = grid.expand(merged)
+    assert merged == given  # the input is untouched
+    assert grid.expand(expanded) == expanded  # and expanding again changes nothing
+    assert set(expanded["experiments"]) > set(merged["experiments"])  # the comparisons' experiments
+    grid.check(expanded)
+    in_place = copy.deepcopy(given)
+    grid.validate(in_place)
+    assert in_place == expanded
+    broken = copy.deepcopy(expanded)
+    name = next(iter(broken["experiments"]))
+    broken["experiments"][name]["task"] = "nope"
+    with pytest.raises(UserError, match=rf"config key experiments/{re.escape(name)}/task: unknown task 'nope'"):
+        grid.check(broken)

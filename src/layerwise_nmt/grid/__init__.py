@@ -28,7 +28,8 @@ neither torch nor numpy, so that `snakemake -n` runs in an environment that hold
 from ..checkout import ROOT
 from .experiments import STAGES, experiment, export_spec, trained_model
 from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_dir
-from .load import SCHEMA, deep_update, get, load, located, read, resolve_extends, schema_error, validate
+from .load import SCHEMA, check, check_schema, deep_update, expand, get, load, located, read, resolve_extends
+from .load import schema_error, validate
 from .papers import Row, measure_of, metrics_of, rows, split_of, tables
 from .reports import figure_spec, paper_part, report_caption, table_spec
 from .rule_inputs import RuleInputs
@@ -92,6 +93,9 @@ __all__ = [
     "resolve_extends",
     "schema_error",
     "validate",
+    "check",
+    "check_schema",
+    "expand",
     "Row",
     "measure_of",
     "metrics_of",

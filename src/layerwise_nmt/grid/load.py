@@ -1,5 +1,6 @@
-"""Reading the grid: config files deep-merged, checked against the schema, and the cross-references a schema
-cannot express (task → dataset, experiment → task, warm starts, rows → experiments), each error naming its key."""
+"""Reading the grid: config files deep-merged, checked against the schema, expanded (`expand`: what is written in
+short written out) and checked for the cross-references a schema cannot express (`check`: task → dataset,
+experiment → task, warm starts, rows → experiments), each error naming its key."""
 
 from __future__ import annotations
 
@@ -164,7 +165,18 @@ def deep_update(base: dict, new: dict) -> dict:
 
 
 def validate(config: dict) -> None:
-    """Schema check plus the cross-references a schema cannot express; errors name the offending key."""
+    """The config checked and expanded in place (the workflow's `config` is Snakemake's one dict): the schema and
+    what must hold before expanding (`check_schema`), then `expand`, then the cross-references (`check`); errors
+    name the offending key."""
+    check_schema(config)
+    expanded = expand(config)
+    config.clear()
+    config.update(expanded)
+    check(config)
+
+
+def check_schema(config: dict) -> None:
+    """The schema, a task's two languages, and the models of the config's own."""
     import jsonschema  # here, not at the top: reading a config (gpu_check on a GPU machine without it) needs none
 
     schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
@@ -178,10 +190,27 @@ def validate(config: dict) -> None:
                 f"translated into"
             )
     check_models(config)
+
+
+def expand(config: dict) -> dict:
+    """A new config in which what the user writes in short is written out: tables' and figures' appended rows
+    after their rows, a corpus in the user's files and `compare:` entries as ordinary datasets, tasks, experiments,
+    papers and targets, and each experiment's `extends:` resolved. The config given is left as it is; expanding an
+    expanded config changes nothing."""
+    import copy
+
+    config = copy.deepcopy(config)
     append_rows(config)
-    expand_local(config)  # a corpus in the user's files, and comparisons by name: ordinary entries from here on
+    expand_local(config)
     expand_comparisons(config)
     resolve_extends(config.get("experiments", {}))
+    return config
+
+
+def check(config: dict) -> None:
+    """The cross-references of an expanded config that a schema cannot express: task → dataset and its files,
+    experiment → task, warm starts (no cycle, the same data), rows → experiments; then each study row against its
+    paper's (grid/protocol.py)."""
     datasets, tasks, experiments = config["datasets"], config["tasks"], config.get("experiments", {})
     for name, task in tasks.items():
         if task["dataset"] not in datasets:
