@@ -31,6 +31,7 @@ UNIT_FILES = {
     "test_cuda_graphs.py",
     "test_fairseq_parity.py",
     "test_figure_specs.py",
+    "test_job_specs.py",
     "test_fusion.py",
     "test_loss.py",
     "test_model.py",

@@ -144,3 +144,15 @@ class AssembleSpec(JobSpec):
 
     job: ClassVar[str] = "assemble"
     splits: dict
+
+
+@dataclass(frozen=True)
+class ScoreLabel(JobSpec):
+    """`lwnmt score --meta`: which run and split a score is of, copied into its score.json (the scoring settings
+    themselves are scoring/config.py's ScoreConfig, `--options`)."""
+
+    job: ClassVar[str] = "score"
+    experiment: str
+    task: str
+    seed: int
+    split: str

@@ -76,7 +76,7 @@ rule score:
     params:
         options=lambda w: json.dumps(R.experiment_of(w)["score"]),
         stacked=lambda w: "--stacked-refs" if R.stacked_references(w) else "",
-        meta=lambda w: json.dumps({"experiment": w.experiment, "task": w.task, "seed": int(w.seed), "split": w.split}),
+        meta=R.score_label,
     shell:
         "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} {params.stacked} --source {input.src:q} --options {params.options:q}"
         " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"

@@ -27,7 +27,11 @@ def add_commands(sub) -> None:
     )
     p.add_argument("--source", help="source text (tokenized, no BPE) for length buckets")
     p.add_argument("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}')
-    p.add_argument("--meta", help="JSON merged into score.json (experiment, seed, ...)")
+    p.add_argument(
+        "--meta",
+        help="the run and split scored, JSON (job_specs.ScoreLabel: experiment, task, seed, split), copied into "
+        "score.json",
+    )
     p.add_argument("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json")
     p.add_argument(
         "--allow-bpe",
@@ -98,6 +102,7 @@ def cmd_score(a) -> None:
     import json
 
     from ..data.io import atomic_path, check_writable
+    from ..job_specs import ScoreLabel
     from ..scoring.score import ScoreConfig, score_files
 
     check_writable(a.out)
@@ -105,7 +110,7 @@ def cmd_score(a) -> None:
     result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs, a.allow_bpe)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
     if a.meta:
-        result.update(json_object(a.meta, "--meta"))
+        result.update(ScoreLabel.from_json(a.meta, "--meta").as_dict())
     if a.decoding:  # the translate step's record: model size and decoding speed travel with the score
         result["decoding"] = json.loads(Path(a.decoding).read_text())
     print(f"BLEU = {result['bleu']:.2f}  ({result['signature']})")

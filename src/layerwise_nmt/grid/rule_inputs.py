@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import UserError
-from ..job_specs import TrainSpec
+from ..job_specs import ScoreLabel, TrainSpec
 from ..scoring.config import tokenized
 from .data_rule_inputs import DataRuleInputs
 from . import layout
@@ -129,6 +129,10 @@ class RuleInputs(DataRuleInputs):
         from ..training.config import AverageConfig
 
         return AverageConfig.from_dict(self.experiment_of(wildcards)["average"] or {})
+
+    def score_label(self, wildcards) -> str:
+        """Which run and split a score job scores (job_specs.ScoreLabel), as JSON."""
+        return ScoreLabel(wildcards.experiment, wildcards.task, int(wildcards.seed), wildcards.split).to_json()
 
     def export_spec(self, wildcards) -> str:
         """What `lwnmt export` writes into a run's model directory (job_specs.ExportSpec), as JSON."""
