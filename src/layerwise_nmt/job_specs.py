@@ -10,7 +10,7 @@ spec's `arch` and `train`, an export spec's `decode`) stay plain mappings here a
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 from . import UserError
@@ -28,7 +28,7 @@ class JobSpec(Settings):
     key_noun = "key"
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to_json(self) -> str:
         return json.dumps({"job": self.job, **self.as_dict()})
@@ -52,10 +52,6 @@ class JobSpec(Settings):
             return cls.from_dict(values)
         except UserError as err:
             raise UserError(f"{where} ({cls.job} job): {err}") from None
-
-
-def _plain(value: Any) -> Any:
-    return asdict(value) if hasattr(value, "__dataclass_fields__") else value
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ class Epoch:
     count: Callable[[Pending, float], bool]
     decide: Callable[[bool], bool]
     signals: StopSignals
-    started: float  # time.time() at the run's update 0, its earlier sessions' time included
+    started: float  # time.time() at the run's update 0: the time of the jobs it resumed from counts too
     per_update: int  # batches per update, over all ranks
     batches: int  # the epoch's
 
