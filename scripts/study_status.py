@@ -70,18 +70,20 @@ def scored(study: Path, size: str, experiment: str, seed: int) -> dict | None:
 
 def run_result(run: Path) -> dict:
     """One run's numbers from its own files: test.score.json, checkpoints/training.json, train.benchmark.tsv."""
+    from layerwise_nmt.training.reporting import trained_seconds
+
     row: dict = {"experiment": run.parent.name, "seed": int(run.name[4:])}
     score, training = run / "test.score.json", run / "checkpoints" / "training.json"
     if score.exists():
         row["bleu"] = round(json.loads(score.read_text())["bleu"], 2)
     if training.exists():
         t = json.loads(training.read_text())
-        seconds = t.get("minutes", 0) * 60
+        seconds = trained_seconds(t)
         row.update(
             updates=t.get("updates"),
             epochs=t.get("epochs_completed"),
             stopped_by=t.get("stopped_by"),
-            train_seconds=round(seconds),
+            train_seconds=round(seconds) if seconds >= 1 else round(seconds, 1),
             peak_gpu_memory_gib=t.get("peak_gpu_memory_gib"),
             target_tokens_per_second=round(t["target_tokens"] / seconds) if seconds else None,
         )

@@ -2,6 +2,7 @@
 one before (fairseq's train_inner), not a running mean since the epoch began, which jumped at every epoch start;
 the epoch's end still says the epoch's mean. TensorBoard event files come with every run."""
 
+import json
 import logging
 import math
 import sys
@@ -147,3 +148,16 @@ def test_a_resumed_runs_eta_follows_its_own_pace_not_the_stopped_attempts(tmp_pa
     (line,) = logged(caplog, "ETA")
     assert line.endswith("ETA 14.8 min"), line  # 890 updates left at 1 s each
     assert Progress(update=100, elapsed=3000.0).eta_seconds(cfg, 10_000) == pytest.approx(900 * 30)  # no pace yet
+
+
+def test_a_run_of_a_fraction_of_a_second_still_has_a_throughput(tmp_path):
+    """training.json's minutes are rounded for people; its seconds are what a throughput divides by, so that a toy
+    run of 0.2 s (a fast CPU) does not read as 0 minutes and no tokens per second."""
+    from layerwise_nmt.training.reporting import trained_seconds
+
+    progress = Progress(update=4, elapsed=0.2)
+    progress.target_tokens = 800
+    Reporter(tmp_path, TrainConfig.from_dict({"max_update": 4})).summary(progress)
+    summary = json.loads((tmp_path / "training.json").read_text())
+    assert summary["minutes"] == 0.0 and trained_seconds(summary) == pytest.approx(0.2)
+    assert trained_seconds({"minutes": 2.0}) == 120.0  # a summary written before seconds were

@@ -300,6 +300,18 @@ def test_the_results_file_lists_every_run_with_its_numbers(tmp_path):
     assert not list(tmp_path.glob(".results.json*"))  # written beside, then renamed
 
 
+def test_a_run_trained_in_a_fraction_of_a_second_has_its_throughput(tmp_path):
+    """A toy run on a fast CPU: 0.25 s of training is 0.0 minutes rounded, not 0 tokens per second."""
+    import json
+
+    status = load_script("study_status")
+    training = {"updates": 4, "target_tokens": 1000, "minutes": 0.0, "seconds": 0.25}
+    write_run(tmp_path, "study.transformer", 3, ["a b"], 1.0, training=training)
+    status.node_results(tmp_path / "small", tmp_path / "results.json")
+    (run,) = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert run["target_tokens_per_second"] == 4000 and run["train_seconds"] == 0.2
+
+
 def test_collected_scores_give_mean_sd_bootstrap_and_each_claim(tmp_path):
     """Synthetic collected results: LWC translates every test sentence right, its control drops words (claim held);
     MLRF is its control's equal (not held); Dou's row has no runs yet."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from .. import UserError
 from ..grid import experiment_dir, experiment, heldout_sets, protocol
 from ..grid.layout import heldout_prefix, model_file
+from ..training.reporting import trained_seconds
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def run_record(folder: Path) -> dict:
     score = json.loads((folder / "test.score.json").read_text())
     training = json.loads((folder / "training.json").read_text())
     about = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
-    seconds = training.get("minutes", 0) * 60
+    seconds = trained_seconds(training)
     wall = None
     bench = folder / "train.benchmark.tsv"
     if bench.exists():

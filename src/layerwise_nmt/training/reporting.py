@@ -148,6 +148,7 @@ class Reporter:
             "stopped_by": progress.stopped_by,
             "skipped_updates": progress.skipped_updates,
             "minutes": round(progress.elapsed / 60, 2),
+            "seconds": round(progress.elapsed, 3),
             "peak_gpu_memory_gib": _peak_gpu_memory(),
             "budget": {k: getattr(self.cfg, k) for k in ("max_update", "max_epoch", "max_minutes")},
             # the batches it trained on: fairseq's (0) or fixed shapes (`auto` decided per run and device)
@@ -167,6 +168,13 @@ class Reporter:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def trained_seconds(summary: dict) -> float:
+    """A training.json's training time in seconds, what a throughput divides by: its minutes are rounded for
+    people (a toy run's 0.2 s is 0.0 minutes), and a summary written before it kept seconds has only those."""
+    seconds = summary.get("seconds")
+    return float(seconds) if seconds is not None else float(summary.get("minutes") or 0) * 60
 
 
 def _peak_gpu_memory() -> float | None:
