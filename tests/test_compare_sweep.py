@@ -214,3 +214,32 @@ def test_the_dry_run_lists_every_depths_jobs_and_the_figure(tmp_path, mirror):
         "targets: compare/deep: table deep/T1 and figure deep/delta are not among the targets"
         in over_demo.stdout + over_demo.stderr
     )
+
+
+def test_the_delta_figure_pairs_seed_k_with_seed_k_over_the_seeds_both_rows_ran(tmp_path):
+    """A method run on three seeds beside a control run on one (config `seeds:` differ) is a gain over seed 1
+    alone, not an error; rows without a seed in common are left out with the reason."""
+    from layerwise_nmt.report.figures import write as draw
+
+    def row(label, experiment, x, seeds, bleus, **extra):
+        scores = [
+            score(tmp_path / experiment / f"seed{k}" / "test.score.json", b) for k, b in zip(seeds, bleus, strict=True)
+        ]
+        return {"label": label, "experiment": experiment, "x": x, "scores": scores, "seeds": seeds} | extra
+
+    spec = {
+        "paper": "deep",
+        "figure": "delta",
+        "kind": "delta_sweep",
+        "rows": [
+            row("baseline 2", "b2", 2, [2], [30]),
+            row("LWC 2", "l2", 2, [1, 2, 3], [10, 31, 50], compare_to="b2", series="LWC"),
+            row("baseline 6", "b6", 6, [1], [33]),
+            row("LWC 6", "l6", 6, [2, 3], [34, 35], compare_to="b6", series="LWC"),
+        ],
+    }
+    missing = draw(spec, str(tmp_path / "delta"))
+    assert any(m.startswith("LWC 6: no seed in common with its baseline b6") for m in missing), missing
+    drawn = pd.read_csv(tmp_path / "delta.csv").set_index("x")
+    assert list(drawn.index) == [2]
+    assert drawn.loc[2, "delta_mean"] == 1 and drawn.loc[2, "seeds"] == 1 and drawn.loc[2, "ours_mean"] == 31

@@ -126,6 +126,7 @@ def figure_spec(config, paper, figure) -> FigureSpec:
                     )
             else:
                 out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
+                out["seeds"] = list(e["seeds"])  # the figure pairs seed k of a row with seed k of its control
         rows.append(out)
     return FigureSpec(
         paper=paper,

@@ -135,7 +135,7 @@ def sweep(spec: FigureSpec, ax) -> pd.DataFrame:
 
 def delta_sweep(spec: FigureSpec, ax) -> pd.DataFrame:
     """Each row that names a `compare_to` as a point of its series' line: its BLEU minus that row's, seed k against
-    seed k (both ran the same seeds), mean ± sd; numbers on the x axis where every value is one, else the values in
+    seed k over the seeds both ran, mean ± sd; numbers on the x axis where every value is one, else the values in
     the order given."""
     columns = ["series", "row", "x", "compare_to", "delta_mean", "delta_sd", "seeds", "ours_mean", "theirs_mean"]
     by_experiment = {row.get("experiment"): row for row in spec.rows}
@@ -147,8 +147,14 @@ def delta_sweep(spec: FigureSpec, ax) -> pd.DataFrame:
         if not other.get("scores"):
             row["not_drawn"] = f"its baseline {row['compare_to']} has no scores (not run yet)"
             continue
-        ours, theirs = (_bleus(r) for r in (row, other))
-        gain = seeds_summary([a - b for a, b in zip(ours, theirs, strict=True)])
+        ours, theirs = (_bleus_by_seed(r) for r in (row, other))
+        both = [seed for seed in ours if seed in theirs]
+        if not both:
+            row["not_drawn"] = (
+                f"no seed in common with its baseline {row['compare_to']} ({_seeds(ours)} vs {_seeds(theirs)})"
+            )
+            continue
+        gain = seeds_summary([ours[seed] - theirs[seed] for seed in both])
         drawn.append(
             {
                 "series": row.get("series") or row["label"],
@@ -158,8 +164,8 @@ def delta_sweep(spec: FigureSpec, ax) -> pd.DataFrame:
                 "delta_mean": gain["mean"],
                 "delta_sd": gain["sd"],
                 "seeds": gain["n"],
-                "ours_mean": seeds_summary(ours)["mean"],
-                "theirs_mean": seeds_summary(theirs)["mean"],
+                "ours_mean": seeds_summary([ours[seed] for seed in both])["mean"],
+                "theirs_mean": seeds_summary([theirs[seed] for seed in both])["mean"],
             }
         )
     table = pd.DataFrame.from_records(drawn, columns=columns)
@@ -187,8 +193,14 @@ def delta_sweep(spec: FigureSpec, ax) -> pd.DataFrame:
     return table
 
 
-def _bleus(row: dict) -> list[float]:
-    return [json.loads(Path(p).read_text())["bleu"] for p in row["scores"]]
+def _bleus_by_seed(row: dict) -> dict[int, float]:
+    """{seed: BLEU}; a row without its `seeds` (an older spec) holds seeds 1, 2, … in order."""
+    seeds = row.get("seeds") or range(1, len(row["scores"]) + 1)
+    return {seed: json.loads(Path(p).read_text())["bleu"] for seed, p in zip(seeds, row["scores"], strict=True)}
+
+
+def _seeds(bleus: dict[int, float]) -> str:
+    return "seeds " + ", ".join(map(str, bleus)) if bleus else "no seed"
 
 
 def length_buckets(spec: FigureSpec, ax) -> pd.DataFrame:
