@@ -37,7 +37,7 @@ what it finished. Exit 1 if any check or speed row failed (a row that raised is 
 
     python benchmarks/gpu_check.py [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30]
         [--bucket-growth-factor 0 1.1] [--cuda-graphs [auto]]
-        [--families ...] [--precisions ...] [--skip-speed] [--skip-checks] [--probe DIR] [--compile]
+        [--families ...] [--precisions ...] [--speed-precisions ...] [--skip-speed] [--skip-checks] [--probe DIR] [--compile]
 
 Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
 `make node-rehearsal` do; there fp16 runs on the CPU's fp16 autocast with a CPU GradScaler: the trainer's code
@@ -731,11 +731,14 @@ def measure(
 
 
 def speed(config: dict, device: torch.device, args, results: Results) -> list[dict]:
-    """One row per model × precision: those asked for (--precisions), else each mixed precision the device trains
-    in (bf16; fp16 only where there is no bf16) and TF32; then one for what `amp: auto` picks for that model."""
-    labels = args.precisions or [
-        p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))
-    ]
+    """One row per model × precision: those asked for (--speed-precisions, else --precisions), else each mixed
+    precision the device trains in (bf16; fp16 only where there is no bf16) and TF32; then one for what `amp: auto`
+    picks for that model."""
+    labels = (
+        args.speed_precisions
+        or args.precisions
+        or [p for p in precisions(device) if p != "fp32" and (p != "fp16" or "bf16" not in precisions(device))]
+    )
     for name in args.speed_rows:
         for label in labels:
             for growth in args.bucket_growth_factor:  # today's batches and fixed shapes, side by side
@@ -1047,6 +1050,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(PRECISIONS),
         help="the checks' and the speed rows' (default: what amp: auto can pick on the device, TF32 and fp32; the "
         "speed rows leave fp32 out)",
+    )
+    parser.add_argument(
+        "--speed-precisions",
+        nargs="*",
+        choices=list(PRECISIONS),
+        help="the speed rows' precisions where they differ from the checks' (default: --precisions')",
     )
     parser.add_argument("--probe", metavar="DATA_DIR", help="the study's binarized data: run the throughput probe")
     parser.add_argument("--probe-seconds", type=float, default=60)

@@ -102,9 +102,10 @@ def test_a_speed_row_is_measured_with_real_dictionaries():
 def test_a_speed_row_times_the_updates_asked_for_however_few_batches_there_are(monkeypatch):
     """On an H100, newstest2013's lengths made 9 batches of 12,288 tokens: Transformer base and big were timed over
     4 updates (9 less the 5 warm-up ones) instead of 30."""
+    monkeypatch.setitem(gpu_check.SPEED_ROWS, "transformer_iwslt_de_en", ("gca.deen.transformer", "iwslt14", 512))
     real = gpu_check.real_batches
     monkeypatch.setattr(gpu_check, "real_batches", lambda *args, **kwargs: real(*args, **kwargs)[:2])
-    row = measure_iwslt_fp32(updates=3, warmup=1, compile_model=False)
+    row = measure_iwslt_fp32(updates=3, warmup=1, compile_model=False)  # batches of any size will do
     assert "error" not in row and row["updates_timed"] == 3
 
 
@@ -284,6 +285,26 @@ def test_the_precisions_asked_for_are_the_ones_checked(tmp_path, monkeypatch):
         assert seen == asked
 
 
+def test_the_speed_rows_take_their_own_precisions_where_asked(tmp_path, monkeypatch):
+    """--speed-precisions: the speed rows' precisions apart from the checks' (an fp16 row on a CPU without fp16
+    kernels times minutes of emulation and tells nothing); without it they follow --precisions."""
+    checked, timed = [], []
+    monkeypatch.setattr(gpu_check, "check_overfit", lambda family, label, *a: checked.append(label) or {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_resume", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_beam", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_ddp", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_graphs", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_gpu_lock", lambda *a: {"ok": True})
+    monkeypatch.setattr(gpu_check, "measure", lambda name, config, device, label, *a, **k: timed.append(label) or {})
+    monkeypatch.setattr(gpu_check, "auto_choice", lambda *a: {})
+    for extra, speed_rows in (([], ["fp16", "fp32"]), (["--speed-precisions", "fp32"], ["fp32"])):
+        checked.clear(), timed.clear()
+        argv = ["--device", "cpu", "--json", str(tmp_path / "gpu.json"), "--families", "transformer_post"]
+        argv += ["--precisions", "fp16", "fp32", "--speed-rows", "transformer_iwslt_de_en", *extra]
+        assert gpu_check.main(argv) == 0
+        assert checked == ["fp16", "fp32"] and timed == speed_rows
+
+
 def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growth_asked(tmp_path, monkeypatch):
     timed = []
 
@@ -297,6 +318,7 @@ def test_each_speed_row_is_timed_in_todays_batches_and_in_each_fixed_shape_growt
     args = gpu_check.argparse.Namespace(
         speed_rows=["transformer_iwslt_de_en"],
         precisions=None,
+        speed_precisions=None,
         bucket_growth_factor=[0.0, 1.1],
         cuda_graphs=["auto"],
         compile=False,
