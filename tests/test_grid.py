@@ -40,6 +40,21 @@ def test_table_spec_resolves_rows_to_every_seeds_score_files(demo):
     assert spec.significance["test"] == "bootstrap" and spec.budget is True
 
 
+def test_each_row_of_a_table_spec_carries_its_experiments_description_as_its_note():
+    """The table's notes (how each row was run) come from the experiments' descriptions; an experiment that
+    extends another and says nothing has no note (a parent's description is its own)."""
+    config = grid.load(ROOT / "config.yaml")
+    rows = {row["label"]: row for row in grid.table_spec(config, "lwc", "T1").rows if "note" in row}
+    described = {
+        name: " ".join(config["experiments"][name]["description"].split())
+        for name in config["experiments"]
+        if config["experiments"][name].get("description")
+    }
+    notes = [row["note"] for row in rows.values() if row["note"]]
+    assert "LWC-small, 14 shared layers (19.07M at ~31.3K joint symbols)." in notes
+    assert set(notes) <= set(described.values())
+
+
 def test_figure_spec_names_what_each_kind_of_figure_reads(demo):
     accuracy = grid.figure_spec(demo, "demo", "accuracy").rows[0]
     assert accuracy["metrics"] == "results/multi30k_deen/demo.transformer/seed1/checkpoints/metrics.csv"

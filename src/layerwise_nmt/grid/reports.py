@@ -53,7 +53,7 @@ def table_spec(config, paper, table) -> TableSpec:
         if "experiment" in row:
             status = experiment_status(config, row["experiment"])
             out["state"], out["reason"] = status.state, status.reason
-            out["note"] = " ".join(experiment(config, row["experiment"]).get("description", "").split())
+            out["note"] = " ".join(config["experiments"][row["experiment"]].get("description", "").split())
             if status.runnable:
                 e = experiment(config, row["experiment"])
                 out["scores"] = score_paths(e["name"])
