@@ -7,6 +7,7 @@ import pytest
 from layerwise_nmt.inference.decode import BeamConfig
 from layerwise_nmt.models import MODELS
 from layerwise_nmt.scoring.score import ScoreConfig
+from layerwise_nmt import UserError
 from layerwise_nmt.settings import SettingError
 from layerwise_nmt.training.loop import TrainConfig
 
@@ -64,3 +65,17 @@ def test_ranges_and_types_are_named_in_one_line(settings, values, expected):
 def test_good_values_pass_as_given():
     assert TrainConfig.from_dict({"max_tokens": None, "lr": 1, "adam_betas": [0.9, 0.98], "max_update": 5}).lr == 1
     assert BeamConfig.from_dict({"beam": 1, "tune_lenpen": [0, 1.5]}).tune_lenpen == (0.0, 1.5)
+
+
+@pytest.mark.parametrize(
+    "settings, noun",
+    [
+        (TrainConfig, "training setting"),
+        (BeamConfig, "decoding setting"),
+        (ScoreConfig, "scoring setting"),
+        (MODELS["transformer"].config_class, "model setting"),
+    ],
+)
+def test_an_unknown_key_is_named_with_what_kind_of_setting_it_is_not(settings, noun):
+    with pytest.raises(UserError, match=rf"unknown {noun}\(s\) tokenise"):
+        settings.from_dict({"tokenise": "13a"})

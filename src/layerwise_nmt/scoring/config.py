@@ -34,7 +34,7 @@ def tokenized(score: dict) -> bool:
 
 @dataclass
 class ScoreConfig(Settings):
-    kind = "scoring setting"
+    key_noun = "scoring setting"
 
     tokenize: str = TOKENIZED  # none = multi-bleu.perl on tokenized text; 13a = sacreBLEU on detokenized text
     lowercase: bool = False
