@@ -141,8 +141,8 @@ class TrainConfig(Settings):
 
 @dataclass
 class AverageConfig(Settings):
-    """A config's `average:` (null: decode the last model): the last `num` checkpoints, by epoch or by update, as
-    fairseq's average_checkpoints.py takes them."""
+    """A config's `average:` (null: decode model.pt, the weights `final_model` names): the last `num` checkpoints,
+    by epoch or by update, as fairseq's average_checkpoints.py takes them."""
 
     key_noun = "averaging setting"
 
