@@ -2,7 +2,6 @@
 # jobs' environment, the config's checks, the start-of-run notes) is layerwise_nmt/snakemake_glue/snakefile.py, and
 # every input and params function the rules call is the grid's (grid/rule_inputs.py), tested without Snakemake.
 
-import json
 import sys
 from pathlib import Path
 

@@ -74,7 +74,7 @@ rule score:
     conda:
         "../../envs/report.yaml"
     params:
-        options=lambda w: json.dumps(R.experiment_of(w)["score"]),
+        options=R.score_options,
         stacked=lambda w: "--stacked-refs" if R.stacked_references(w) else "",
         meta=R.score_label,
     shell:
@@ -117,7 +117,7 @@ rule inspect:
         "../../envs/report.yaml"
     params:
         kind=lambda w: R.inspection_of(w)["kind"],
-        options=lambda w: json.dumps(R.inspection_of(w)["options"]),
+        options=R.inspection_options,
         user_code=R.inspection_flags,
     shell:
         "python -m layerwise_nmt inspect {input.model:q} --kind {params.kind} --options {params.options:q}"

@@ -161,6 +161,6 @@ rule check_reference:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        expected=lambda w: json.dumps(R.task_of(w)["reference"]),
+        expected=R.reference_digests,
     shell:
         "python -m layerwise_nmt check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"

@@ -31,6 +31,10 @@ class DataRuleInputs:
             )
         return self.config["tasks"][wildcards.task]
 
+    def reference_digests(self, wildcards) -> str:
+        """The task's `reference:` (fairseq's files by git blob id) that check_reference compares with, as JSON."""
+        return json.dumps(self.task_of(wildcards)["reference"])
+
     def task_data_targets(self, task_name):
         """Everything the default target needs for one task: binarized splits, dictionaries, data
         statistics."""

@@ -130,6 +130,10 @@ class RuleInputs(DataRuleInputs):
 
         return AverageConfig.from_dict(self.experiment_of(wildcards)["average"] or {})
 
+    def score_options(self, wildcards) -> str:
+        """The experiment's `score:` settings (scoring.ScoreConfig reads them), as JSON."""
+        return json.dumps(self.experiment_of(wildcards)["score"])
+
     def score_label(self, wildcards) -> str:
         """Which run and split a score job scores (job_specs.ScoreLabel), as JSON."""
         return ScoreLabel(wildcards.experiment, wildcards.task, int(wildcards.seed), wildcards.split).to_json()
@@ -293,6 +297,10 @@ class RuleInputs(DataRuleInputs):
                 f"to inspect (not an aggregation_shares or attention row that can run)"
             )
         return row["inspect"]
+
+    def inspection_options(self, wildcards) -> str:
+        """The inspect job's options (what it teacher-forces, for an attention figure), as JSON."""
+        return json.dumps(self.inspection_of(wildcards)["options"])
 
     def inspection_flags(self, wildcards):
         """The inspect job's flags naming the code of a model of the config's own (none for a built-in one)."""
