@@ -37,7 +37,8 @@ what it finished. Exit 1 if any check or speed row failed (a row that raised is 
 
     python benchmarks/gpu_check.py [--json benchmarks/results/gpu.json] [--max-tokens 12288] [--updates 30]
         [--bucket-growth-factor 0 1.1] [--cuda-graphs [auto]]
-        [--families ...] [--precisions ...] [--speed-precisions ...] [--skip-speed] [--skip-checks] [--probe DIR] [--compile]
+        [--families ...] [--precisions ...] [--speed-precisions ...] [--skip-speed] [--skip-checks] [--probe DIR]
+        [--compile]
 
 Without CUDA it says so in one line and exits 0. `--device cpu` runs the same checks on the CPU (the tests and
 `make node-rehearsal` do; there fp16 runs on the CPU's fp16 autocast with a CPU GradScaler: the trainer's code
