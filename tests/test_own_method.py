@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from layerwise_nmt import UserError
 from layerwise_nmt.training import checkpoint
 from layerwise_nmt import grid
 from layerwise_nmt.grid.stage_checks import check_experiments
+from layerwise_nmt.job_specs import InspectSpec
 from layerwise_nmt.models import UserModel, build, count_built
 from layerwise_nmt.models.transformer import count_parameters
 
@@ -171,10 +171,11 @@ def test_inspect_reads_its_attention_when_told_its_code(trained, tmp_path):
     assert done.returncode == 0, done.stderr
     attention = json.loads((tmp_path / "attention.json").read_text())
     assert len(attention["grid"]) == 3 and len(attention["grid"][0]) == 4  # "w4 w5 </s>" x "w1 w2 w3 </s>"
-    config = grid.load(ROOT / "config.yaml", example_overlay(tmp_path))
-    job = SimpleNamespace(task="multi30k_deen", experiment="mix.layer_mix", seed="1")
-    assert grid.RuleInputs(config).inspection_flags(job) == f"--user-dir {EXAMPLE}"
-    assert grid.RuleInputs(config).inspection_flags(SimpleNamespace(**{**vars(job), "experiment": "mix.lwc"})) == ""
+    # the inspect rule's spec names the code as the config does
+    spec = InspectSpec("attention", options, {"class": LAYER_MIX.target, "user_dir": str(EXAMPLE)}).to_json()
+    (tmp_path / "attention.json").unlink()
+    done = lwnmt("inspect", root / "model.pt", "--spec", spec, "--out", tmp_path / "attention.json", cwd=tmp_path)
+    assert done.returncode == 0 and json.loads((tmp_path / "attention.json").read_text()) == attention, done.stderr
 
 
 def test_the_workflow_reads_it_with_neither_torch_nor_the_module(tmp_path):
@@ -189,13 +190,12 @@ def test_the_workflow_reads_it_with_neither_torch_nor_the_module(tmp_path):
         f"c = grid.load('config.yaml', {str(overlay)!r}); check_experiments(c); grid.all_statuses(c); "
         "budget_warnings(c); [experiment_cost(c, n) for n in c['experiments']]; r = grid.RuleInputs(c); "
         "w = W(task='multi30k_deen', experiment='mix.layer_mix', seed='1'); "
-        "print(json.dumps([json.loads(r.train_spec(w))['user_model'], r.translate_flags(w), "
+        "print(json.dumps([json.loads(r.train_spec(w))['user_model'], json.loads(r.translate_spec(w))['user_model'], "
         "sorted(m for m in ('torch', 'numpy', 'layer_mix') if m in sys.modules)]))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    user_model, flags, imported = json.loads(out.stdout)
-    assert user_model == {"class": LAYER_MIX.target, "user_dir": str(EXAMPLE)}
-    assert flags == f"--user-dir {EXAMPLE}" and imported == []
+    trained, decoded, imported = json.loads(out.stdout)
+    assert trained == decoded == {"class": LAYER_MIX.target, "user_dir": str(EXAMPLE)} and imported == []
 
 
 def test_params_and_plan_count_it_as_built(tmp_path, capsys):

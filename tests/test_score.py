@@ -97,6 +97,46 @@ def test_half_length_hypothesis_is_refused_not_read_as_two_references(tmp_path, 
     assert "nrefs:2" in capsys.readouterr().out
 
 
+def test_a_score_spec_gives_the_settings_and_labels_the_score(tmp_path, capsys):
+    import json
+
+    from layerwise_nmt.cli import main
+    from layerwise_nmt.job_specs import ScoreSpec
+
+    (tmp_path / "hyp").write_text("\n".join(HYP) + "\n")
+    (tmp_path / "ref").write_text("\n".join(REF) + "\n")
+    spec = ScoreSpec("demo.transformer", "multi30k_deen", 2, "test", {"lowercase": True}).to_json()
+    main(["score", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"), "--spec", spec, "--out", str(tmp_path / "s")])
+    score = json.loads((tmp_path / "s").read_text())
+    assert score["options"]["lowercase"] is True and "case:lc" in score["signature"]
+    assert {k: score[k] for k in ("experiment", "task", "seed", "split")} == {
+        "experiment": "demo.transformer",
+        "task": "multi30k_deen",
+        "seed": 2,
+        "split": "test",
+    }
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "score",
+                str(tmp_path / "hyp"),
+                "--ref",
+                str(tmp_path / "ref"),
+                "--spec",
+                spec,
+                "--options",
+                "{}",
+                "--out",
+                str(tmp_path / "s2"),
+            ]
+        )
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("--spec: it gives the scoring settings; expected no --options beside it")
+    )
+
+
 DETOK = [f"A man rides horse number {i}." for i in range(20)]
 TOK = [f"A man rides horse number {i} ." for i in range(20)]
 

@@ -93,6 +93,23 @@ def test_empty_and_overlong_sources_keep_their_lines_empty(trained, tmp_path, ca
     assert json.loads((tmp_path / "hyp.json").read_text())["untranslated"] == 2
 
 
+def test_a_spec_decodes_as_the_flags_it_stands_for_and_is_not_mixed_with_them(trained):
+    from layerwise_nmt.job_specs import TranslateSpec
+
+    spec = TranslateSpec(decode={"beam": 3, "lenpen": 0.6}, data=str(trained["data"]), src="de", tgt="en")
+    source = b"w1 w2 w3\nw4\n"
+    code, by_spec, err = lwnmt("translate", "-", "--model", trained["model"], "--spec", spec.to_json(), stdin=source)
+    assert code == 0, err
+    flags = ["--options", '{"beam": 3, "lenpen": 0.6}']
+    code, by_flags, err = lwnmt("translate", "-", *decode_args(trained), *flags, stdin=source)
+    assert code == 0 and by_spec == by_flags and len(by_spec.splitlines()) == 2, err
+    code, _, err = lwnmt("translate", "-", *decode_args(trained), "--spec", spec.to_json(), stdin=source)
+    assert one_line_error(code, err).endswith(
+        "--spec: it gives the decoding settings, data, languages, tuned length penalty and model code; "
+        "expected none of --data, --src, --tgt beside it"
+    )
+
+
 def test_stdout_and_fairseq_nbest_lines(trained, tmp_path):
     code, out, err = lwnmt("translate", "-", *decode_args(trained), stdin=b"w1 w2 w3\nw4\n")
     assert code == 0 and len(out.splitlines()) == 2, err

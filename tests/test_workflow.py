@@ -61,7 +61,7 @@ def test_dry_run_builds_the_dag(tmp_path, configfile):
         if alphas and decoded:  # α tuned on valid first: a decoding and a score per α, the pick; decodings read it
             outputs = outputs | {"tuned_lenpen.json"} | {f"lenpen/valid.{a:g}.score.json" for a in alphas}
             job = next(block for block in out.split("\nrule ") if f"output: {run}/{decoded[0]}.bpe" in block)
-            assert f"{run}/tuned_lenpen.json" in job.split("output:")[0] and "--lenpen-from" in job
+            assert f"{run}/tuned_lenpen.json" in job.split("output:")[0] and '"lenpen_from": ' in job
         for output in outputs:
             assert f"{run}/{output}" in out, f"{name}: no job makes {output}"
         parent = grid.experiment(config, name)["warm_start"]

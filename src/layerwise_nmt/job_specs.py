@@ -26,9 +26,11 @@ class JobSpec(Settings):
 
     job: ClassVar[str] = ""  # the kind of job, written as "job" beside the fields
     key_noun = "key"
+    leaves_out_unset: ClassVar[bool] = False  # optional parts that are None are not written
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in values.items() if v is not None} if self.leaves_out_unset else values
 
     def to_json(self) -> str:
         return json.dumps({"job": self.job, **self.as_dict()})
@@ -60,15 +62,30 @@ class TrainSpec(JobSpec):
     start or a model of the config's own comes from."""
 
     job: ClassVar[str] = "train"
+    leaves_out_unset: ClassVar[bool] = True  # the spec as the checkpoints record it
     model: str = "transformer"
     arch: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     user_model: dict | None = None  # {"class": "pkg.module:Class", "user_dir": ...} for a model of `models:`
     init_from: str | None = None  # the checkpoint a warm start copies its tensors from
 
-    def as_dict(self) -> dict[str, Any]:
-        """The spec as the checkpoints record it: unset optional parts left out."""
-        return {k: v for k, v in super().as_dict().items() if v is not None}
+
+@dataclass(frozen=True)
+class TranslateSpec(JobSpec):
+    """`lwnmt translate --spec`: one decoding of a run, as the translate rules build it. The decoding settings
+    (inference/config.py's BeamConfig checks them; empty: a model directory's own), the data directory and language
+    pair a model file is decoded with (none: a model directory, which knows its own), the tuned length penalty's
+    file, whose α replaces the settings' lenpen, and a model of the config's own (its code is imported only when
+    named). Nothing of the scoring: editing it rescores without decoding again."""
+
+    job: ClassVar[str] = "translate"
+    leaves_out_unset: ClassVar[bool] = True
+    decode: dict = field(default_factory=dict)
+    data: str | None = None
+    src: str | None = None
+    tgt: str | None = None
+    lenpen_from: str | None = None
+    user_model: dict | None = None  # as TrainSpec's
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,18 @@ class FigureSpec(JobSpec):
 
 
 @dataclass(frozen=True)
+class InspectSpec(JobSpec):
+    """`lwnmt inspect --spec`: what a figure's row reads out of a trained model (inference/figure_readouts.py): the
+    kind of readout, its options (for an attention map, what it teacher-forces) and a model of the config's own."""
+
+    job: ClassVar[str] = "inspect"
+    leaves_out_unset: ClassVar[bool] = True
+    kind: str
+    options: dict = field(default_factory=dict)
+    user_model: dict | None = None  # as TrainSpec's
+
+
+@dataclass(frozen=True)
 class ExportSpec(JobSpec):
     """`lwnmt export`: what a model directory holds beside the model (inference/export.py): its languages and
     dictionaries, BPE codes (none: a word-level model), the source's tokenization and the decoding settings, and for
@@ -143,12 +172,18 @@ class AssembleSpec(JobSpec):
 
 
 @dataclass(frozen=True)
-class ScoreLabel(JobSpec):
-    """`lwnmt score --meta`: which run and split a score is of, copied into its score.json (the scoring settings
-    themselves are scoring/config.py's ScoreConfig, `--options`)."""
+class ScoreSpec(JobSpec):
+    """`lwnmt score --spec`: which run and split a score is of, copied into its score.json, and the experiment's
+    scoring settings (`options`: scoring/config.py's ScoreConfig checks them)."""
 
     job: ClassVar[str] = "score"
     experiment: str
     task: str
     seed: int
     split: str
+    options: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> dict[str, Any]:
+        """What score.json records of the run: experiment, task, seed and split."""
+        return {k: v for k, v in self.as_dict().items() if k != "options"}

@@ -18,19 +18,11 @@ rule translate:
     resources:
         gpu=min(GPUS_PER_JOB, 1),
     params:
-        data=R.data_dir,
-        src=lambda w: R.experiment_of(w)["src"],  # not the whole experiment: a score edit must not re-decode
-        tgt=lambda w: R.experiment_of(w)["tgt"],
-        options=R.decoding_options,
+        spec=R.translate_spec,  # the decoding's settings only: a score edit does not decode again
         prefix=R.decoded_prefix,
-        # --lenpen-from (except while tuning it), and --user-dir or --user-module for a model of the config's own;
-        # still called `tuned`: the shell line is part of what Snakemake compares before it reruns a decoding
-        tuned=R.translate_flags,
     shell:
-        "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --data {params.data} --src {params.src}"
-        " --tgt {params.tgt} --options {params.options:q} --out-prefix {params.prefix} --threads {threads} --detokenize"
-        " --gpus {resources.gpu} {params.tuned}"
-        " 2> {log:q}"
+        "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --spec {params.spec:q}"
+        " --out-prefix {params.prefix} --threads {threads} --detokenize --gpus {resources.gpu} 2> {log:q}"
 
 
 # A held-out set (the task's heldout_sets: source only, references elsewhere) translated from its raw text through
@@ -48,11 +40,11 @@ rule translate_heldout:
     resources:
         gpu=min(GPUS_PER_JOB, 1),
     params:
+        spec=R.heldout_translate_spec,
         prefix=lambda w: f"{R.run_dir(w)}/heldout.{w.heldout}",
-        tuned=R.translate_flags,
     shell:
-        "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --out-prefix {params.prefix}"
-        " --threads {threads} --detokenize --gpus {resources.gpu} {params.tuned} 2> {log:q}"
+        "python -m layerwise_nmt translate {input.src:q} --model {input.model:q} --spec {params.spec:q}"
+        " --out-prefix {params.prefix} --threads {threads} --detokenize --gpus {resources.gpu} 2> {log:q}"
 
 
 use rule translate as translate_lenpen with:
@@ -74,12 +66,11 @@ rule score:
     conda:
         "../../envs/report.yaml"
     params:
-        options=R.score_options,
+        spec=R.score_spec,
         stacked=lambda w: "--stacked-refs" if R.stacked_references(w) else "",
-        meta=R.score_label,
     shell:
-        "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} {params.stacked} --source {input.src:q} --options {params.options:q}"
-        " --meta {params.meta:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt score {input.hyp:q} --ref {input.ref:q} {params.stacked} --source {input.src:q}"
+        " --spec {params.spec:q} --decoding {input.decoding:q} --out {output:q} 2> {log:q}"
 
 
 use rule score as score_lenpen with:
@@ -116,9 +107,6 @@ rule inspect:
     conda:
         "../../envs/report.yaml"
     params:
-        kind=lambda w: R.inspection_of(w)["kind"],
-        options=R.inspection_options,
-        user_code=R.inspection_flags,
+        spec=R.inspect_spec,
     shell:
-        "python -m layerwise_nmt inspect {input.model:q} --kind {params.kind} --options {params.options:q}"
-        " {params.user_code} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt inspect {input.model:q} --spec {params.spec:q} --out {output:q} 2> {log:q}"

@@ -131,3 +131,12 @@ def user_code(a):
     from ..models.user import UserCode
 
     return UserCode(a.user_dir, (a.user_module,) if a.user_module else ())
+
+
+def refuse_beside_spec(a, stood_for: tuple[str, ...], gives: str) -> None:
+    """A one-line UserError when a flag that a job's --spec stands for (`stood_for`, as argparse names them) is
+    given beside it: the spec would silently win over it."""
+    given = [f"--{name.replace('_', '-')}" for name in stood_for if getattr(a, name) is not None]
+    if given:
+        which = f"no {given[0]}" if len(given) == 1 else f"none of {', '.join(given)}"
+        raise UserError(f"--spec: it gives {gives}; expected {which} beside it")

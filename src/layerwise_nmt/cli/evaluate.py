@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..settings import json_object
-from .common import add_user_code_flags, command, user_code
+from .common import add_user_code_flags, command, refuse_beside_spec, user_code
 
 
 def add_commands(sub) -> None:
@@ -26,11 +26,11 @@ def add_commands(sub) -> None:
         help="each --ref file holds several references one after the other (a multiple of HYP's lines)",
     )
     p.add_argument("--source", help="source text (tokenized, no BPE) for length buckets")
-    p.add_argument("--options", default="{}", help='JSON, e.g. {"tokenize": "none", "lowercase": true}')
+    p.add_argument("--options", help='the scoring settings, JSON, e.g. {"tokenize": "none", "lowercase": true}')
     p.add_argument(
-        "--meta",
-        help="the run and split scored, JSON (job_specs.ScoreLabel: experiment, task, seed, split), copied into "
-        "score.json",
+        "--spec",
+        help="the score job's spec, JSON (job_specs.ScoreSpec, built by the score rule): the run and split "
+        "scored, copied into score.json, and the scoring settings (instead of --options)",
     )
     p.add_argument("--decoding", help="the translate step's JSON (params, sentences/s), kept in score.json")
     p.add_argument(
@@ -48,14 +48,18 @@ def add_commands(sub) -> None:
         cmd_inspect,
     )
     p.add_argument("model")
-    p.add_argument("--kind", required=True, choices=["aggregation_shares", "attention"])
+    p.add_argument("--kind", choices=["aggregation_shares", "attention"], help="the readout (required without --spec)")
     p.add_argument(
         "--options",
-        default="{}",
         help='JSON, attention: {"data", "src", "tgt", "source", "hypothesis", "sentence", "module"}',
     )
     p.add_argument("--out", required=True)
     add_user_code_flags(p)
+    p.add_argument(
+        "--spec",
+        help="the inspect job's spec, JSON (job_specs.InspectSpec, built by the inspect rule): its kind, "
+        "options and model code, instead of those flags",
+    )
 
 
 def cmd_pick_lenpen(a) -> None:
@@ -102,15 +106,18 @@ def cmd_score(a) -> None:
     import json
 
     from ..data.io import atomic_path, check_writable
-    from ..job_specs import ScoreLabel
+    from ..job_specs import ScoreSpec
     from ..scoring.score import ScoreConfig, score_files
 
     check_writable(a.out)
-    cfg = ScoreConfig.from_dict(json_object(a.options, "--options"))
+    spec = ScoreSpec.from_json(a.spec) if a.spec else None
+    if spec:
+        refuse_beside_spec(a, ("options",), "the scoring settings")
+    cfg = ScoreConfig.from_dict(spec.options if spec else json_object(a.options or "{}", "--options"))
     result = score_files(a.hyp, a.ref, cfg, a.source, a.stacked_refs, a.allow_bpe)
     result["options"] = {**cfg.__dict__, "buckets": list(cfg.buckets)}
-    if a.meta:
-        result.update(ScoreLabel.from_json(a.meta, "--meta").as_dict())
+    if spec:
+        result.update(spec.label)
     if a.decoding:  # the translate step's record: model size and decoding speed travel with the score
         result["decoding"] = json.loads(Path(a.decoding).read_text())
     print(f"BLEU = {result['bleu']:.2f}  ({result['signature']})")
@@ -119,6 +126,17 @@ def cmd_score(a) -> None:
 
 
 def cmd_inspect(a) -> None:
+    from ..grid.own_models import user_code_of
     from ..inference.figure_readouts import write
+    from ..job_specs import InspectSpec
 
-    write(a.kind, a.model, json_object(a.options, "--options"), a.out, user_code(a))
+    if a.spec:
+        refuse_beside_spec(a, ("kind", "options", "user_dir", "user_module"), "the readout, its options and model code")
+        spec = InspectSpec.from_json(a.spec)
+        for flag, value in user_code_of(spec.user_model).items():
+            setattr(a, flag, value)
+    elif a.kind is None:
+        raise UserError("inspect: no --kind; expected --kind aggregation_shares or attention, or a --spec")
+    else:
+        spec = InspectSpec(a.kind, json_object(a.options or "{}", "--options"))
+    write(spec.kind, a.model, spec.options, a.out, user_code(a))

@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 
 from .. import UserError
-from ..job_specs import ExportSpec
+from ..job_specs import ExportSpec, TranslateSpec
 from ..inference.ctranslate2_export import NO_QUANTIZATION, QUANTIZATIONS
 from ..settings import AMP_CHOICES, json_object
 from . import common
-from .common import add_config_files, add_user_code_flags, command, integer, user_code
+from .common import add_config_files, add_user_code_flags, command, integer, refuse_beside_spec, user_code
 
 log = logging.getLogger("layerwise_nmt")
 SERVE_HINT = 'wrote {}; serve it with ctranslate2.Translator (docs/usage.md, "Serving a baseline with CTranslate2")'
@@ -122,7 +122,7 @@ def add_translate(sub) -> None:
         "(score in base 2, text), P- (per-token scores) lines of the N best hypotheses, in PREFIX.nbest "
         "or on stdout instead of the plain lines",
     )
-    p.add_argument("--options", default="{}", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
+    p.add_argument("--options", help='JSON decoding options, e.g. {"beam": 5, "lenpen": 1.0}')
     p.add_argument(
         "--detokenize",
         action="store_true",
@@ -134,6 +134,11 @@ def add_translate(sub) -> None:
     p.add_argument("--gpu-locks", help="lock files of the GPU allocator (default: results/.gpu-locks)")
     p.add_argument("--lenpen-from", help="JSON written by pick-lenpen: its lenpen replaces the options' one")
     add_user_code_flags(p)
+    p.add_argument(
+        "--spec",
+        help="the decoding job's spec, JSON (job_specs.TranslateSpec, built by the translate rules): its "
+        "options, data, languages, tuned length penalty and model code, instead of those flags",
+    )
     add_fairseq_generate_flags(p)
 
 
@@ -170,6 +175,8 @@ def cmd_translate(a) -> None:
         from ..grid.experiments import require_experiment
 
         require_experiment(config, a.experiment)
+    if a.spec:
+        take_spec(a, TranslateSpec.from_json(a.spec))
     set_threads(a.threads)  # before torch is imported: how OpenMP's threads wait is read once, when it loads
     locks = claim(a.gpus, a.gpu_locks or GPU_LOCKS)  # noqa: F841  (held until this process ends)
     from ..inference import translation
@@ -178,9 +185,8 @@ def cmd_translate(a) -> None:
     from ..grid import trained_model
 
     check_out_prefix(a.out_prefix, a.input)
-
     options = translation.decoding_options(
-        a.options, {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS}, a.lenpen_from
+        a.options or "{}", {k: getattr(a, k) for k in translation.FAIRSEQ_OPTIONS}, a.lenpen_from
     )
     request = translation.Request(
         **{key: getattr(a, key) for key in translation.REQUEST_ARGUMENTS},
@@ -196,6 +202,22 @@ def cmd_translate(a) -> None:
     if a.out_prefix:
         with atomic_path(f"{a.out_prefix}.json") as tmp_json, open(tmp_json, "w") as f:
             json.dump({"options": cfg.__dict__, **stats}, f, indent=2)
+
+
+def take_spec(a, spec: TranslateSpec) -> None:
+    """The spec's parts as the flags they stand for (a decoding the rules run is one a user can type); a one-line
+    UserError when one of those flags is given beside it."""
+    import json
+
+    from ..grid.own_models import user_code_of
+
+    stood_for = ("options", "data", "src", "tgt", "lenpen_from", "user_dir", "user_module")
+    refuse_beside_spec(a, stood_for, "the decoding settings, data, languages, tuned length penalty and model code")
+    a.options = json.dumps(spec.decode)
+    for flag in ("data", "src", "tgt", "lenpen_from"):
+        setattr(a, flag, getattr(spec, flag))
+    for flag, value in user_code_of(spec.user_model).items():
+        setattr(a, flag, value)
 
 
 def cmd_export(a) -> None:

@@ -27,7 +27,7 @@ neither torch nor numpy, so that `snakemake -n` runs in an environment that hold
 
 from ..checkout import ROOT
 from .experiments import STAGES, experiment, export_spec, trained_model
-from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_dir
+from .layout import bin_dir, data_path, experiment_dir, raw_path, run_dir, save_dir, score_file, training_summary
 from .load import SCHEMA, check, check_schema, deep_update, expand, get, load, located, read, resolve_extends
 from .load import schema_error, validate
 from .papers import Row, measure_of, metrics_of, rows, split_of, tables
@@ -84,6 +84,8 @@ __all__ = [
     "raw_path",
     "run_dir",
     "save_dir",
+    "score_file",
+    "training_summary",
     "SCHEMA",
     "deep_update",
     "get",

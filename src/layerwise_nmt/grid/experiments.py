@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import UserError
 from ..job_specs import ExportSpec
-from .layout import bin_dir, data_path, decoded_model, experiment_dir, save_dir
+from .layout import bin_dir, data_path, decoded_model, experiment_dir, training_summary, tuned_lenpen_file
 from .own_models import user_model
 from .tasks import pair, tokenize_options, vocab_kind
 
@@ -95,8 +95,8 @@ def export_spec(config: dict, name: str, seed: int | None = None) -> ExportSpec:
         codes=setup["codes"],
         tokenize=setup["tokenize"],
         decode=decode,
-        tuned_lenpen=f"{run}/tuned_lenpen.json" if e["decode"].get("tune_lenpen") else None,
-        training=f"{save_dir(run)}/training.json",
+        tuned_lenpen=tuned_lenpen_file(run) if e["decode"].get("tune_lenpen") else None,
+        training=training_summary(run),
         about={"experiment": name, "seed": seed, "task": e["task"], "settings": e},
         user_model=setup["experiment"].get("user_model"),
     )

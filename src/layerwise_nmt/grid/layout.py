@@ -66,6 +66,21 @@ def save_dir(run: str | os.PathLike) -> str:
     return f"{run}/checkpoints"
 
 
+def training_summary(run: str | os.PathLike) -> str:
+    """training.json, which the train job writes last: its precision, updates, tokens seen and how it stopped."""
+    return f"{save_dir(run)}/training.json"
+
+
+def score_file(run: str | os.PathLike, split: str) -> str:
+    """A run's scores of one split (the score rule's output): what tables, figures and the evidence read."""
+    return f"{run}/{split}.score.json"
+
+
+def tuned_lenpen_file(run: str | os.PathLike) -> str:
+    """The length penalty pick-lenpen chose on the validation set, which every later decoding of the run uses."""
+    return f"{run}/tuned_lenpen.json"
+
+
 def heldout_prefix(run: str | os.PathLike, name: str) -> str:
     """Where a run's translation of held-out set `name` goes: PREFIX.txt (tokenized, as test.txt), .detok, .bpe,
     .json."""

@@ -40,11 +40,9 @@ def user_model(config: dict, model: str) -> dict | None:
     return {"class": entry["class"], **({"user_dir": entry["user_dir"]} if entry.get("user_dir") else {})}
 
 
-def user_code_flags(config: dict, model: str) -> list[str]:
-    """`lwnmt translate`'s flags that let it import the code of model `model` (none for a built-in one)."""
-    entry = user_model(config, model)
+def user_code_of(entry: dict | None) -> dict:
+    """The code that loading a model file of a user model (`user_model`'s {class, user_dir}; None: a built-in one)
+    imports: its folder (--user-dir), else its class's module as installed (--user-module)."""
     if entry is None:
-        return []
-    if "user_dir" in entry:
-        return ["--user-dir", entry["user_dir"]]
-    return ["--user-module", entry["class"].split(":")[0]]
+        return {}
+    return {"user_dir": entry["user_dir"]} if "user_dir" in entry else {"user_module": entry["class"].split(":")[0]}

@@ -8,7 +8,7 @@ from .. import UserError
 from ..job_specs import FIGURE_METRIC, FigureSpec, TableSpec
 from ..training.config import TRAIN_DEFAULTS
 from .experiments import experiment
-from .layout import RESULTS, bin_dir, data_path, experiment_dir, model_file, save_dir
+from .layout import RESULTS, bin_dir, data_path, experiment_dir, model_file, save_dir, score_file
 from .load import get
 from .papers import metrics_of, split_of
 from .status import experiment_status
@@ -43,9 +43,7 @@ def table_spec(config, paper, table) -> TableSpec:
 
     def score_paths(name):
         e = experiment(config, name)
-        return {
-            split: [f"{experiment_dir(config, name, s)}/{split}.score.json" for s in e["seeds"]] for split in splits
-        }
+        return {split: [score_file(experiment_dir(config, name, s), split) for s in e["seeds"]] for split in splits}
 
     rows = []
     for row in spec["rows"]:
@@ -125,7 +123,7 @@ def figure_spec(config, paper, figure) -> FigureSpec:
                         sentence=spec.get("sentence", ATTENTION_SENTENCE),
                     )
             else:
-                out["scores"] = out["needs"] = [f"{run}/test.score.json" for run in runs]
+                out["scores"] = out["needs"] = [score_file(run, "test") for run in runs]
                 out["seeds"] = list(e["seeds"])  # the figure pairs seed k of a row with seed k of its control
         rows.append(out)
     return FigureSpec(

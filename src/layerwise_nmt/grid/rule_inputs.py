@@ -7,20 +7,19 @@ tested without Snakemake."""
 
 from __future__ import annotations
 
-import json
-import shlex
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .. import UserError
-from ..job_specs import ScoreLabel, TrainSpec
+from ..job_specs import InspectSpec, ScoreSpec, TrainSpec, TranslateSpec
 from ..scoring.config import tokenized
 from .data_rule_inputs import DataRuleInputs
 from . import layout
 from .experiments import experiment, export_spec
 from .layout import bin_dir, data_path, experiment_dir
 from .names import did_you_mean
-from .own_models import user_code_flags, user_model
+from .own_models import user_model
 from .papers import tables
 from .reports import figure_spec, report_caption, table_spec
 from .status import experiment_status, rows_by_experiment
@@ -130,13 +129,13 @@ class RuleInputs(DataRuleInputs):
 
         return AverageConfig.from_dict(self.experiment_of(wildcards)["average"] or {})
 
-    def score_options(self, wildcards) -> str:
-        """The experiment's `score:` settings (scoring.ScoreConfig reads them), as JSON."""
-        return json.dumps(self.experiment_of(wildcards)["score"])
-
-    def score_label(self, wildcards) -> str:
-        """Which run and split a score job scores (job_specs.ScoreLabel), as JSON."""
-        return ScoreLabel(wildcards.experiment, wildcards.task, int(wildcards.seed), wildcards.split).to_json()
+    def score_spec(self, wildcards) -> str:
+        """A score job's spec (job_specs.ScoreSpec), as JSON: the run and split it scores and the experiment's
+        `score:` settings."""
+        e = self.experiment_of(wildcards)
+        return ScoreSpec(
+            wildcards.experiment, wildcards.task, int(wildcards.seed), wildcards.split, e["score"]
+        ).to_json()
 
     def export_spec(self, wildcards) -> str:
         """What `lwnmt export` writes into a run's model directory (job_specs.ExportSpec), as JSON."""
@@ -188,7 +187,7 @@ class RuleInputs(DataRuleInputs):
         return bool(self.lenpen_grid(wildcards))
 
     def tuned_lenpen(self, wildcards):
-        return f"{self.run_dir(wildcards)}/tuned_lenpen.json"
+        return layout.tuned_lenpen_file(self.run_dir(wildcards))
 
     def decoded_prefix(self, wildcards):
         """Where a decoding's files go: {split}.*, or lenpen/{split}.{α}.* while tuning the length penalty."""
@@ -196,20 +195,33 @@ class RuleInputs(DataRuleInputs):
             return f"{self.run_dir(wildcards)}/lenpen/{wildcards.split}.{wildcards.lenpen}"
         return f"{self.run_dir(wildcards)}/{wildcards.split}"
 
-    def decoding_options(self, wildcards):
-        options = dict(self.experiment_of(wildcards)["decode"])
+    def translate_spec(self, wildcards) -> str:
+        """A decoding's spec (job_specs.TranslateSpec), as JSON: the experiment's decoding settings (at the α being
+        tried while tuning the length penalty, and with the tuned α's file after), the data directory and the
+        languages of its model file, and the code of a model of the config's own."""
+        e = self.experiment_of(wildcards)
+        decode = dict(e["decode"])
         if hasattr(wildcards, "lenpen"):
-            options["lenpen"] = float(wildcards.lenpen)
-        return json.dumps(options)
+            decode["lenpen"] = float(wildcards.lenpen)
+        return replace(
+            self._model_dir_translate_spec(wildcards),
+            decode=decode,
+            data=self.data_dir(wildcards),
+            src=e["src"],
+            tgt=e["tgt"],
+        ).to_json()
 
-    def translate_flags(self, wildcards):
-        """The translate job's further flags: the tuned length penalty's file (except while tuning it), and the
-        code of a model of the config's own (--user-dir or --user-module), which loading a model file never
-        imports unless named."""
-        flags = user_code_flags(self.config, self.experiment_of(wildcards)["model"])
-        if self.tunes_lenpen(wildcards) and not hasattr(wildcards, "lenpen"):
-            flags = ["--lenpen-from", self.tuned_lenpen(wildcards)] + flags
-        return shlex.join(flags)
+    def heldout_translate_spec(self, wildcards) -> str:
+        """A held-out set's decoding spec, as JSON: the run's model directory holds the decoding settings, data and
+        languages; the spec adds the tuned α's file and a model of the config's own."""
+        return self._model_dir_translate_spec(wildcards).to_json()
+
+    def _model_dir_translate_spec(self, wildcards) -> TranslateSpec:
+        tuned = self.tunes_lenpen(wildcards) and not hasattr(wildcards, "lenpen")
+        return TranslateSpec(
+            lenpen_from=self.tuned_lenpen(wildcards) if tuned else None,
+            user_model=user_model(self.config, self.experiment_of(wildcards)["model"]),
+        )
 
     def score_inputs(self, wildcards):
         """The hypotheses (tokenized BLEU: .txt against the tokenized text; otherwise the detokenized .detok against
@@ -298,13 +310,12 @@ class RuleInputs(DataRuleInputs):
             )
         return row["inspect"]
 
-    def inspection_options(self, wildcards) -> str:
-        """The inspect job's options (what it teacher-forces, for an attention figure), as JSON."""
-        return json.dumps(self.inspection_of(wildcards)["options"])
-
-    def inspection_flags(self, wildcards):
-        """The inspect job's flags naming the code of a model of the config's own (none for a built-in one)."""
-        return shlex.join(user_code_flags(self.config, self.experiment_of(wildcards)["model"]))
+    def inspect_spec(self, wildcards) -> str:
+        """The inspect job's spec (job_specs.InspectSpec), as JSON: the readout, its options and a model of the
+        config's own."""
+        job = self.inspection_of(wildcards)
+        own = user_model(self.config, self.experiment_of(wildcards)["model"])
+        return InspectSpec(job["kind"], job["options"], own).to_json()
 
     def inspection_inputs(self, wildcards):
         """The model, and the translation an attention map is teacher-forced on."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..grid import measure_of, save_dir, split_of
+from ..grid import measure_of, save_dir, score_file, split_of, training_summary
 from ..job_specs import TableSpec
 from .. import UserError
 from ..data.io import atomic_path, read_lines
@@ -97,7 +97,7 @@ def budget(runs: list[str]) -> dict:
     the mean over the row's runs; — where a run does not record it (trained before these were counted)."""
     seen: dict[str, list[float]] = {k: [] for k in BUDGET}
     for run in runs:
-        path, metrics = Path(save_dir(run)) / "training.json", Path(save_dir(run)) / "metrics.csv"
+        path, metrics = Path(training_summary(run)), Path(save_dir(run)) / "metrics.csv"
         summary = json.loads(path.read_text()) if path.exists() else {}
         for key, name in (("updates", "updates"), ("sentences", "sentences seen"), ("target_tokens", "target tokens")):
             if summary.get(key):
@@ -119,7 +119,7 @@ def cut_short(runs: list[str]) -> str:
     budget, ended them — the row's numbers are then not those of the protocol it describes."""
     cut = []
     for run in runs:
-        path = Path(save_dir(run)) / "training.json"
+        path = Path(training_summary(run))
         summary = json.loads(path.read_text()) if path.exists() else {}
         if summary.get("stopped_by") == "max_minutes":
             budget = summary["budget"]
@@ -218,7 +218,7 @@ def run_speeds(row: dict) -> tuple[float | None, float | None]:
     Training speed: the last metrics.csv record's update / wall minutes (validation included, as in a P40 log)."""
     train, decode = [], []
     for run in row.get("runs", []):
-        metrics, score = Path(save_dir(run)) / "metrics.csv", Path(run) / "test.score.json"
+        metrics, score = Path(save_dir(run)) / "metrics.csv", Path(score_file(run, "test"))
         if metrics.exists():
             last = pd.read_csv(metrics).iloc[-1]
             train.append(last["update"] / max(last["minutes"] * 60, 1e-9))
@@ -330,7 +330,7 @@ def precision_lines(spec: TableSpec) -> list[str]:
     used: dict[str, list[str]] = {}
     for row in spec.rows:
         for run in row.get("runs", []) if row["state"] in RAN else []:
-            path = Path(save_dir(run)) / "training.json"
+            path = Path(training_summary(run))
             chosen = json.loads(path.read_text()).get("precision") if path.exists() else None
             if chosen:
                 name = chosen.get("computes") or {"none": "fp32"}.get(chosen["amp"], chosen["amp"])
