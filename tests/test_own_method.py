@@ -323,7 +323,7 @@ def test_an_overlay_adds_rows_without_restating_the_others(tmp_path):
         for block in dry.stdout.split("\nrule ")
         if "output: results/multi30k_deen/demo.layer_mix/seed1/test.bpe" in block
     )
-    assert f"--user-dir {EXAMPLE}" in job
+    assert f'"user_model": {{"class": "{LAYER_MIX.target}", "user_dir": "{EXAMPLE}"}}' in job
 
 
 def own_model_overlay(tmp_path, module: str, arch: dict | None = None):
