@@ -12,6 +12,7 @@ import pytest
 
 from conftest import IWSLT_FAIRSEQ, ROOT, snakemake
 from layerwise_nmt import grid
+from layerwise_nmt.job_specs import ReferenceCheckSpec
 
 pytestmark = pytest.mark.system  # the IWSLT14 recipe through Snakemake against fairseq's files
 
@@ -77,8 +78,8 @@ def test_test_set_before_and_after_bpe_equals_fairseq(tokenized, tmp_path, lang)
             "layerwise_nmt",
             "check-reference",
             str(data),
-            "--expected",
-            json.dumps(expected),
+            "--spec",
+            ReferenceCheckSpec(expected).to_json(),
             "--out",
             str(tmp_path / "check.json"),
         ],

@@ -16,6 +16,7 @@ from layerwise_nmt.job_specs import (
     ExportSpec,
     FigureSpec,
     InspectSpec,
+    ReferenceCheckSpec,
     ScoreSpec,
     TableSpec,
     TrainSpec,
@@ -45,6 +46,7 @@ def specs(rules) -> dict[type, str]:
         FigureSpec: rules.figure_spec("demo", "buckets").to_json(),
         ScoreSpec: rules.score_spec(RUN),
         InspectSpec: rules.inspect_spec(SHARES),
+        ReferenceCheckSpec: rules.reference_check_spec(SimpleNamespace(task="iwslt14_deen")),
     }
 
 
@@ -57,6 +59,8 @@ def test_each_spec_crosses_with_its_kind_and_reads_back_into_its_class(rules):
         assert isinstance(spec, cls) and cls.from_json(spec.to_json()) == spec
     assert TrainSpec.from_json(written[TrainSpec]).init_from == "results/multi30k_deen/demo.transformer/seed1/model.pt"
     assert InspectSpec.from_json(written[InspectSpec]) == InspectSpec("aggregation_shares")
+    checked = ReferenceCheckSpec.from_json(written[ReferenceCheckSpec]).expected
+    assert checked == rules.config["tasks"]["iwslt14_deen"]["reference"] and "bpe/test.de-en.de" in checked
     score = ScoreSpec.from_json(written[ScoreSpec])
     assert score.seed == 1 and score.options == grid.experiment(rules.config, RUN.experiment)["score"]
 

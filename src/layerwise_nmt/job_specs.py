@@ -172,6 +172,15 @@ class AssembleSpec(JobSpec):
 
 
 @dataclass(frozen=True)
+class ReferenceCheckSpec(JobSpec):
+    """`lwnmt check-reference --spec`: the task's files to compare with a reference's (its `reference:`), each by its
+    path under the task's data directory and the reference's git blob id."""
+
+    job: ClassVar[str] = "check_reference"
+    expected: dict
+
+
+@dataclass(frozen=True)
 class ScoreSpec(JobSpec):
     """`lwnmt score --spec`: which run and split a score is of, copied into its score.json, and the experiment's
     scoring settings (`options`: scoring/config.py's ScoreConfig checks them)."""

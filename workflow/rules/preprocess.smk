@@ -161,6 +161,6 @@ rule check_reference:
     conda:
         "../../envs/preprocess.yaml"
     params:
-        expected=R.reference_digests,
+        spec=R.reference_check_spec,
     shell:
-        "python -m layerwise_nmt check-reference results/{wildcards.task}/data --expected {params.expected:q} --out {output:q} 2> {log:q}"
+        "python -m layerwise_nmt check-reference results/{wildcards.task}/data --spec {params.spec:q} --out {output:q} 2> {log:q}"

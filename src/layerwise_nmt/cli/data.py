@@ -130,7 +130,11 @@ def add_subword_commands(sub) -> None:
         sub, "check-reference", "compare outputs with a reference's git blob ids (e.g. fairseq)", cmd_check_reference
     )
     p.add_argument("data_dir")
-    p.add_argument("--expected", required=True, help='JSON {"relative/path": "git blob id"}')
+    p.add_argument(
+        "--spec",
+        required=True,
+        help='the check\'s spec, JSON (job_specs.ReferenceCheckSpec): {"expected": {"relative/path": "git blob id"}}',
+    )
     p.add_argument("--out", required=True)
 
 
@@ -227,7 +231,9 @@ def cmd_check_reference(a) -> None:
     from ..data.io import atomic_path
 
     report = {}
-    for path, blob in json_object(a.expected, "--expected").items():
+    from ..job_specs import ReferenceCheckSpec
+
+    for path, blob in ReferenceCheckSpec.from_json(a.spec).expected.items():
         actual = Checksum("git_blob", blob).compute(os.path.join(a.data_dir, path))
         report[path] = {"expected_git_blob": blob, "git_blob": actual, "identical": actual == blob}
         if actual != blob:

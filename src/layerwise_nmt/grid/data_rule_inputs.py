@@ -8,7 +8,7 @@ import json
 import shlex
 
 from .. import UserError
-from ..job_specs import AssembleSpec
+from ..job_specs import AssembleSpec, ReferenceCheckSpec
 from ..data import vocab
 from . import layout
 from .layout import data_path, raw_path
@@ -31,9 +31,10 @@ class DataRuleInputs:
             )
         return self.config["tasks"][wildcards.task]
 
-    def reference_digests(self, wildcards) -> str:
-        """The task's `reference:` (fairseq's files by git blob id) that check_reference compares with, as JSON."""
-        return json.dumps(self.task_of(wildcards)["reference"])
+    def reference_check_spec(self, wildcards) -> str:
+        """The check_reference job's spec (job_specs.ReferenceCheckSpec), as JSON: the task's `reference:`, fairseq's
+        files by git blob id."""
+        return ReferenceCheckSpec(self.task_of(wildcards)["reference"]).to_json()
 
     def task_data_targets(self, task_name):
         """Everything the default target needs for one task: binarized splits, dictionaries, data
