@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # `amp: auto`'s probe keeps its choices in a cache of the suite's own, fresh for each run of it: no test reads a choice
 # measured outside the suite, and none writes into the user's cache.
 os.environ["LWNMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="lwnmt-test-cache-")
+# Nor a held-out folder of the user's: with one, the study's toy runs would be expected to translate its sets (the
+# tests that want one set it themselves).
+os.environ.pop("LWNMT_HELDOUT_DIR", None)
 
 # Under pytest-xdist (`make test`: one worker per core) each worker computes on one thread: two workers' PyTorch
 # threads on the same cores would wait for each other at every operation; so does every command the tests start
