@@ -257,12 +257,12 @@ def test_a_yaml_syntax_error_in_an_overlay_names_file_line_and_column(tmp_path):
 )
 def test_a_misspelt_name_in_an_overlay_is_one_line_with_the_closest_names(tmp_path, data, expected):
     typo = overlay(tmp_path, data)  # was: "is not valid under any of the given schemas", or a traceback
-    line = snakemake_error(
-        snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(typo), check=False)
-    )
-    assert line.startswith(f"{typo}: {expected}"), line
     status = lwnmt("status", "--config", "config.yaml", "--config", "config/demo.yaml", "--config", typo)
-    assert one_line(status) == f"lwnmt status: error: {line}"
+    line = one_line(status).removeprefix("lwnmt status: error: ")
+    assert line.startswith(f"{typo}: {expected}"), line
+    if "experiments" in data:  # the Snakefile's check is the same one: one dry run shows it stops with that line
+        dry = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/demo.yaml"), str(typo), check=False)
+        assert snakemake_error(dry) == line
 
 
 @pytest.mark.system  # runs Snakemake
